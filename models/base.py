@@ -1,0 +1,54 @@
+"""Base classes and field types shared by every record."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated, Any, ClassVar
+
+from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field
+
+from models.digest import Digest
+
+
+def _to_utc(value: datetime) -> datetime:
+    return value.astimezone(UTC)
+
+
+#: A point in time; must carry a time zone and is normalised to UTC so that the same instant
+#: always serialises (and hashes) the same way.
+Instant = Annotated[AwareDatetime, AfterValidator(_to_utc)]
+
+#: A non-empty identifier.
+Identifier = Annotated[str, Field(min_length=1, max_length=512)]
+
+__all__ = ["Digest", "HashedRecord", "Identifier", "Instant", "Record", "format_instant"]
+
+
+def format_instant(value: datetime) -> str:
+    """The one textual form of an instant inside hashed material: UTC, microseconds, ``Z``."""
+    if value.tzinfo is None:
+        raise ValueError("an instant must carry a time zone")
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class Record(BaseModel):
+    """An immutable record. Unknown fields are refused so that nothing is silently dropped."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", ser_json_timedelta="iso8601")
+
+
+class HashedRecord(Record):
+    """A record whose canonical JSON is hashed into evidence; it carries its schema version."""
+
+    SCHEMA_VERSION: ClassVar[int] = 1
+    schema_version: int = Field(default=1, ge=1)
+
+    def canonical_payload(self) -> dict[str, Any]:
+        """The JSON value that is canonicalised and hashed for this record."""
+        return self.model_dump(mode="json")
+
+    def record_hash(self) -> str:
+        """``sha256:`` digest of the record's canonical JSON (RFC 8785)."""
+        from models.canonical import canonical_hash
+
+        return canonical_hash(self.canonical_payload())

@@ -1,0 +1,208 @@
+"""The hash chain over a run's events (rule 8), as pure functions.
+
+    hash_0 = GENESIS_HASH
+    hash_n = SHA-256( hash_{n-1} ‖ canonical(metadata_n) ‖ payload_hash_n )
+
+where ``‖`` is byte concatenation of the ASCII ``sha256:<hex>`` texts and the RFC 8785 bytes,
+and ``metadata_n`` is the event without its three hash fields:
+``{event_id, logical_time, payload_ref, recorded_at, run_id, schema_version, sequence,
+step_id, type}`` with instants written by ``format_instant`` (UTC, microseconds, ``Z``).
+Both hash texts have a fixed length, and the canonical JSON is self-delimiting, so the
+concatenation is unambiguous. The chain covers hashes, not content: payload bytes can be
+destroyed (crypto-shredding) while the chain still verifies (rule 17).
+
+``GENESIS_HASH`` is the SHA-256 of the ASCII text ``replaybook:execution-chain:v1``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+
+from models.base import Record, format_instant
+from models.canonical import canonicalize
+from models.digest import DIGEST_PREFIX, sha256_digest
+
+GENESIS_HASH = sha256_digest(b"replaybook:execution-chain:v1")
+CHAIN_SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class ChainRow:
+    """An event as stored, reduced to what verification needs (cheap to build per row)."""
+
+    run_id: str
+    sequence: int
+    event_id: str
+    step_id: str
+    type: str
+    payload_ref: str
+    payload_hash: str
+    previous_hash: str
+    hash: str
+    logical_time: datetime
+    recorded_at: datetime
+    schema_version: int = CHAIN_SCHEMA_VERSION
+    #: the payload bytes when the store has them at hand (inline); None when held elsewhere
+    payload: bytes | None = None
+
+
+def chain_metadata(
+    *,
+    run_id: str,
+    sequence: int,
+    event_id: str,
+    step_id: str,
+    type: str,
+    payload_ref: str,
+    logical_time: datetime,
+    recorded_at: datetime,
+    schema_version: int = CHAIN_SCHEMA_VERSION,
+) -> dict[str, object]:
+    """The metadata of one event exactly as it enters the link hash."""
+    return {
+        "event_id": event_id,
+        "logical_time": format_instant(logical_time),
+        "payload_ref": payload_ref,
+        "recorded_at": format_instant(recorded_at),
+        "run_id": run_id,
+        "schema_version": schema_version,
+        "sequence": sequence,
+        "step_id": step_id,
+        "type": str(type),
+    }
+
+
+def link_hash(previous_hash: str, metadata: dict[str, object], payload_hash: str) -> str:
+    """``SHA-256(previous_hash ‖ canonical(metadata) ‖ payload_hash)`` as a digest."""
+    h = hashlib.sha256(previous_hash.encode("ascii"))
+    h.update(canonicalize(metadata))
+    h.update(payload_hash.encode("ascii"))
+    return DIGEST_PREFIX + h.hexdigest()
+
+
+def row_hash(row: ChainRow, previous_hash: str) -> str:
+    """The hash ``row`` must carry when it follows ``previous_hash``."""
+    metadata = chain_metadata(
+        run_id=row.run_id,
+        sequence=row.sequence,
+        event_id=row.event_id,
+        step_id=row.step_id,
+        type=row.type,
+        payload_ref=row.payload_ref,
+        logical_time=row.logical_time,
+        recorded_at=row.recorded_at,
+        schema_version=row.schema_version,
+    )
+    return link_hash(previous_hash, metadata, row.payload_hash)
+
+
+class BreakReason(StrEnum):
+    GAP = "gap"
+    REORDERED = "reordering"
+    DUPLICATE = "duplicate sequence"
+    FOREIGN_EVENT = "event of another run"
+    PREVIOUS_HASH_MISMATCH = "previous-hash mismatch"
+    PAYLOAD_HASH_MISMATCH = "payload hash mismatch"
+    HASH_MISMATCH = "event hash mismatch"
+    HEAD_MISMATCH = "head mismatch"
+
+
+class ChainVerification(Record):
+    """The outcome of verifying one run's chain."""
+
+    run_id: str
+    intact: bool
+    event_count: int
+    head_sequence: int
+    head_hash: str
+    broken_at: int | None = None
+    reason: BreakReason | None = None
+    detail: str | None = None
+
+    def summary(self) -> str:
+        if self.intact:
+            return f"intact: {self.event_count} events, head {self.head_hash}"
+        return f"broken at sequence {self.broken_at}: {self.reason} ({self.detail})"
+
+
+def verify_chain(
+    run_id: str,
+    rows: Iterable[ChainRow],
+    *,
+    expected_head: tuple[int, str] | None = None,
+) -> ChainVerification:
+    """Verify rows read in ascending ``sequence`` order; name the first broken sequence.
+
+    ``expected_head`` is the (sequence, hash) the run header recorded at its last append;
+    it detects a deleted or added tail, which a chain alone cannot.
+    """
+    rows = list(rows)
+    seen_hashes = {row.hash: row.sequence for row in rows}
+    running = GENESIS_HASH
+    expected = 1
+    for row in rows:
+        broken = _first_problem(run_id, row, expected, running, seen_hashes)
+        if broken is not None:
+            reason, detail = broken
+            at = min(row.sequence, expected) if reason is BreakReason.GAP else row.sequence
+            return _broken(run_id, expected - 1, running, at, reason, detail)
+        running = row.hash
+        expected += 1
+    count = expected - 1
+    if expected_head is not None and expected_head != (count, running):
+        head_seq, head_hash = expected_head
+        at = min(head_seq, count) + 1 if head_seq != count else count
+        detail = (
+            f"run header records head {head_seq} ({head_hash}) but the chain ends at "
+            f"{count} ({running}): events were deleted or appended outside the ledger"
+        )
+        return _broken(run_id, count, running, at, BreakReason.HEAD_MISMATCH, detail)
+    return ChainVerification(
+        run_id=run_id, intact=True, event_count=count, head_sequence=count, head_hash=running
+    )
+
+
+def _first_problem(
+    run_id: str, row: ChainRow, expected: int, running: str, seen_hashes: dict[str, int]
+) -> tuple[BreakReason, str] | None:
+    if row.run_id != run_id:
+        return BreakReason.FOREIGN_EVENT, f"row belongs to run {row.run_id!r}"
+    if row.sequence > expected:
+        return BreakReason.GAP, f"sequence {expected} is missing (next is {row.sequence})"
+    if row.sequence < expected:
+        return BreakReason.DUPLICATE, f"sequence {row.sequence} appears again after {expected - 1}"
+    if row.previous_hash != running:
+        linked = seen_hashes.get(row.previous_hash)
+        if linked is not None:
+            return (
+                BreakReason.REORDERED,
+                f"links to the event at sequence {linked}, not to sequence {expected - 1}",
+            )
+        return (
+            BreakReason.PREVIOUS_HASH_MISMATCH,
+            "previous_hash is not the hash of the event before",
+        )
+    if row.payload is not None and sha256_digest(row.payload) != row.payload_hash:
+        return BreakReason.PAYLOAD_HASH_MISMATCH, "stored payload does not hash to payload_hash"
+    if row_hash(row, running) != row.hash:
+        return BreakReason.HASH_MISMATCH, "metadata or payload_hash differs from what was hashed"
+    return None
+
+
+def _broken(
+    run_id: str, count: int, head: str, at: int, reason: BreakReason, detail: str
+) -> ChainVerification:
+    return ChainVerification(
+        run_id=run_id,
+        intact=False,
+        event_count=count,
+        head_sequence=count,
+        head_hash=head,
+        broken_at=at,
+        reason=reason,
+        detail=detail,
+    )

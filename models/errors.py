@@ -1,0 +1,116 @@
+"""The one error tree of Replaybook.
+
+Every error raised on purpose by Replaybook code is one of these. The class names are
+persisted (Temporal records error type names in history and lists them as non-retryable),
+so they are never renamed. Each class carries a stable ``code`` for the CLI and the API.
+
+    ReplaybookError
+    ├── InvalidInputError              bad input from a user or caller (CLI exit 2, HTTP 4xx)
+    │   ├── CanonicalizationError      JSON that has no canonical form (duplicate key, NaN, …)
+    │   └── ConfigurationError         a setting that cannot be used
+    ├── NotFoundError                  something named does not exist
+    │   ├── RunNotFoundError
+    │   └── ArtifactNotFoundError
+    ├── ConflictError                  a write that contradicts what is recorded
+    │   ├── SequenceConflictError      an append that is not the next link of the chain
+    │   └── EvidenceLockedError        deletion refused: legal hold, retention or freeze
+    ├── IntegrityError                 stored evidence does not match its recorded hash
+    │   ├── ArtifactIntegrityError     artifact bytes do not hash to their key
+    │   └── ChainBrokenError           an event chain failed verification
+    ├── SideEffectError
+    │   └── ReconciliationRequiredError   retry of an UNKNOWN side effect (rule 5)
+    └── StoreError                     a backend failed (connection, permissions, …)
+
+A replay that differs from its source is a result (``TrajectoryDiff``), never an error.
+"""
+
+from __future__ import annotations
+
+
+class ReplaybookError(Exception):
+    """Root of every error Replaybook raises on purpose."""
+
+    code = "replaybook_error"
+
+
+class InvalidInputError(ReplaybookError):
+    """Input that cannot be accepted; the message names the problem."""
+
+    code = "invalid_input"
+
+
+class CanonicalizationError(InvalidInputError):
+    """A value that has no RFC 8785 canonical form under Replaybook's rules."""
+
+    code = "not_canonicalizable"
+
+    def __init__(self, message: str, path: str = "$") -> None:
+        super().__init__(f"{message} at {path}")
+        self.reason = message
+        self.path = path
+
+
+class ConfigurationError(InvalidInputError):
+    code = "bad_configuration"
+
+
+class NotFoundError(ReplaybookError):
+    code = "not_found"
+
+
+class RunNotFoundError(NotFoundError):
+    code = "run_not_found"
+
+
+class ArtifactNotFoundError(NotFoundError):
+    code = "artifact_not_found"
+
+
+class ConflictError(ReplaybookError):
+    code = "conflict"
+
+
+class SequenceConflictError(ConflictError):
+    """An append that does not extend the chain head (taken sequence, wrong previous hash)."""
+
+    code = "sequence_conflict"
+
+
+class EvidenceLockedError(ConflictError):
+    """Deleting evidence that is under legal hold, retention or an incident freeze."""
+
+    code = "evidence_locked"
+
+
+class IntegrityError(ReplaybookError):
+    code = "integrity"
+
+
+class ArtifactIntegrityError(IntegrityError):
+    """Stored bytes whose SHA-256 is not the digest they are stored under."""
+
+    code = "artifact_corrupted"
+
+
+class ChainBrokenError(IntegrityError):
+    code = "chain_broken"
+
+    def __init__(self, message: str, sequence: int | None = None) -> None:
+        super().__init__(message)
+        self.sequence = sequence
+
+
+class SideEffectError(ReplaybookError):
+    code = "side_effect"
+
+
+class ReconciliationRequiredError(SideEffectError):
+    """A retry of a side effect whose outcome is UNKNOWN: reconcile first (rule 5)."""
+
+    code = "reconciliation_required"
+
+
+class StoreError(ReplaybookError):
+    """A storage backend failed; the original driver error is chained as ``__cause__``."""
+
+    code = "store_error"

@@ -1,0 +1,44 @@
+"""Incident records: evidence freezes and the forensic report."""
+
+from __future__ import annotations
+
+from pydantic import Field, field_validator
+
+from models.base import Digest, HashedRecord, Identifier, Instant, Record
+from models.enums import EvidenceType
+from models.replay import ReplayResult, TrajectoryDiff
+
+
+class EvidenceFreezeRequest(Record):
+    """Freeze a run's evidence of the given types until ``retention_until``."""
+
+    run_id: Identifier
+    incident_id: Identifier
+    types: tuple[EvidenceType, ...] = Field(min_length=1)
+    retention_until: Instant
+
+    @field_validator("types")
+    @classmethod
+    def _sorted_unique(cls, types: tuple[EvidenceType, ...]) -> tuple[EvidenceType, ...]:
+        # a set in the seed; kept sorted so that equal requests serialise (and hash) equally
+        return tuple(sorted(set(types)))
+
+
+class EvidenceRef(Record):
+    type: EvidenceType
+    ref: str
+    content_hash: Digest
+
+
+class FailureForensicsReport(HashedRecord):
+    incident_id: Identifier
+    source_run_id: Identifier
+    failure_signature: str
+    evidence: tuple[EvidenceRef, ...] = ()
+    replays: tuple[ReplayResult, ...] = ()
+    critical_diffs: tuple[TrajectoryDiff, ...] = ()
+    #: only ever a human's confirmation (rule 18); None until confirmed
+    confirmed_root_cause: str | None = None
+    fix_version: str | None = None
+    verified_by: str | None = None
+    generated_at: Instant | None = None

@@ -1,0 +1,214 @@
+"""A content-addressed artifact store in a local directory.
+
+Layout under ``root``::
+
+    sha256/<2 hex>/<62 hex>                    the object (read-only file)
+    locks/sha256/<2 hex>/<62 hex>.legal-hold   present while the legal hold is on
+    locks/sha256/<2 hex>/<62 hex>.retain-until the retain-until date (ISO 8601, UTC)
+
+Holds and retention are enforced by this code only (``enforced_by_backend()`` is False): anyone
+with write access to the directory can still remove files.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import os
+import tempfile
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from models.digest import digest_hex, sha256_digest
+from models.errors import (
+    ArtifactIntegrityError,
+    ArtifactNotFoundError,
+    EvidenceLockedError,
+    InvalidInputError,
+    StoreError,
+)
+
+
+def strict_digest_hex(digest: str) -> str:
+    """``digest_hex`` that also refuses a trailing newline (``is_digest`` lets one through)."""
+    hex_ = digest_hex(digest)
+    if len(hex_) != 64:
+        raise InvalidInputError(f"not a sha256 digest: {digest!r} (expected 'sha256:' + 64 hex)")
+    return hex_
+
+
+def normalize_retain_until(until: datetime) -> datetime:
+    """``until`` in UTC, rounded *up* to a whole second (S3 keeps seconds; never shorten)."""
+    if not isinstance(until, datetime) or until.tzinfo is None or until.utcoffset() is None:
+        raise InvalidInputError(f"retention date must be a timezone-aware datetime, got {until!r}")
+    until = until.astimezone(UTC)
+    if until.microsecond:
+        until = until.replace(microsecond=0) + timedelta(seconds=1)
+    return until
+
+
+def check_bytes(data: object) -> bytes:
+    if not isinstance(data, bytes | bytearray | memoryview):
+        raise InvalidInputError(f"artifact data must be bytes, got {type(data).__name__}")
+    return bytes(data)
+
+
+def _atomic_write(path: Path, data: bytes, mode: int = 0o444) -> None:
+    """Write ``data`` to ``path`` via a temp file in the same directory, fsync and rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+class LocalArtifactStore:
+    """``ArtifactStore`` on a local directory; see the module docstring for the layout."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root).expanduser().absolute()
+        self.location = self.root.as_uri()
+
+    def __repr__(self) -> str:
+        return f"LocalArtifactStore({str(self.root)!r})"
+
+    # -- paths ---------------------------------------------------------------------------------
+
+    def path_for(self, digest: str) -> Path:
+        """The file holding ``digest`` (validates the digest)."""
+        hex_ = strict_digest_hex(digest)
+        return self.root / "sha256" / hex_[:2] / hex_[2:]
+
+    def _lock_path(self, digest: str, suffix: str) -> Path:
+        hex_ = strict_digest_hex(digest)
+        return self.root / "locks" / "sha256" / hex_[:2] / f"{hex_[2:]}.{suffix}"
+
+    def _require(self, digest: str) -> Path:
+        path = self.path_for(digest)
+        if not path.is_file():
+            raise ArtifactNotFoundError(f"artifact {digest} not found in {self.location}")
+        return path
+
+    # -- objects -------------------------------------------------------------------------------
+
+    async def put(self, data: bytes) -> str:
+        data = check_bytes(data)
+        digest = sha256_digest(data)
+        path = self.path_for(digest)
+        try:
+            await asyncio.to_thread(self._put_sync, path, data, digest)
+        except OSError as e:
+            raise StoreError(f"cannot write artifact {digest} to {self.location}: {e}") from e
+        return digest
+
+    @staticmethod
+    def _put_sync(path: Path, data: bytes, digest: str) -> None:
+        # Content-addressed: an intact copy is already the object. A corrupted one is replaced.
+        with contextlib.suppress(FileNotFoundError):
+            if sha256_digest(path.read_bytes()) == digest:
+                return
+        _atomic_write(path, data)
+
+    async def get(self, digest: str) -> bytes:
+        path = self.path_for(digest)
+        try:
+            data = await asyncio.to_thread(path.read_bytes)
+        except FileNotFoundError as e:
+            raise ArtifactNotFoundError(f"artifact {digest} not found in {self.location}") from e
+        except OSError as e:
+            raise StoreError(f"cannot read artifact {digest} from {self.location}: {e}") from e
+        actual = hashlib.sha256(data).hexdigest()
+        if actual != strict_digest_hex(digest):
+            raise ArtifactIntegrityError(
+                f"artifact {digest} in {self.location} is corrupted: "
+                f"its {len(data)} bytes hash to sha256:{actual}"
+            )
+        return data
+
+    async def exists(self, digest: str) -> bool:
+        return self.path_for(digest).is_file()
+
+    async def delete(self, digest: str) -> None:
+        """Delete the object; a no-op when absent; ``EvidenceLockedError`` when locked."""
+        path = self.path_for(digest)
+        if not path.is_file():
+            return
+        reasons = []
+        if await self.legal_hold(digest):
+            reasons.append("it is under legal hold")
+        until = await self.retention(digest)
+        if until is not None and until > datetime.now(UTC):
+            reasons.append(f"it is retained until {until.isoformat()}")
+        if reasons:
+            raise EvidenceLockedError(
+                f"refusing to delete artifact {digest}: {' and '.join(reasons)}"
+            )
+        try:
+            path.unlink(missing_ok=True)
+            self._lock_path(digest, "retain-until").unlink(missing_ok=True)
+        except OSError as e:
+            raise StoreError(f"cannot delete artifact {digest} from {self.location}: {e}") from e
+
+    # -- legal hold and retention --------------------------------------------------------------
+
+    async def set_legal_hold(self, digest: str, on: bool) -> None:
+        self._require(digest)
+        hold = self._lock_path(digest, "legal-hold")
+        try:
+            if on:
+                if not hold.exists():
+                    _atomic_write(hold, datetime.now(UTC).isoformat().encode(), 0o644)
+            else:
+                hold.unlink(missing_ok=True)
+        except OSError as e:
+            raise StoreError(f"cannot set legal hold on {digest} in {self.location}: {e}") from e
+
+    async def legal_hold(self, digest: str) -> bool:
+        self._require(digest)
+        return self._lock_path(digest, "legal-hold").exists()
+
+    async def set_retention(self, digest: str, until: datetime) -> None:
+        """Keep the object at least until ``until``; an earlier date than the current one (or a
+        date already past) leaves the retention unchanged."""
+        until = normalize_retain_until(until)
+        current = await self.retention(digest)
+        if (current is not None and current >= until) or until <= datetime.now(UTC):
+            return
+        try:
+            _atomic_write(
+                self._lock_path(digest, "retain-until"), until.isoformat().encode(), 0o644
+            )
+        except OSError as e:
+            raise StoreError(f"cannot set retention on {digest} in {self.location}: {e}") from e
+
+    async def retention(self, digest: str) -> datetime | None:
+        self._require(digest)
+        path = self._lock_path(digest, "retain-until")
+        try:
+            text = path.read_text().strip()
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            raise StoreError(f"cannot read retention of {digest} in {self.location}: {e}") from e
+        try:
+            return datetime.fromisoformat(text).astimezone(UTC)
+        except ValueError as e:
+            # Fail closed: an unreadable retention file must not unlock the object.
+            raise StoreError(f"unreadable retention file {path}: {text[:64]!r}") from e
+
+    def enforced_by_backend(self) -> bool:
+        return False

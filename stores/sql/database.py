@@ -1,0 +1,143 @@
+"""Opening a database: URL normalisation, SQLite pragmas, automatic Alembic migrations."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import structlog
+from sqlalchemy import event, text
+from sqlalchemy.engine import Connection, make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError, SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+
+from models.errors import ConfigurationError, StoreError
+
+log = structlog.get_logger(__name__)
+
+MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
+# an arbitrary constant: serialises concurrent migrators on one PostgreSQL database
+_PG_MIGRATION_LOCK = 0x5245504C  # "REPL"
+
+
+def normalize_database_url(url: str) -> str:
+    """Accept the common spellings and return the async-driver URL SQLAlchemy needs."""
+    try:
+        parsed = make_url(url)
+    except ArgumentError as exc:
+        raise ConfigurationError(f"REPLAYBOOK_DATABASE_URL is not a database URL: {url!r}") from exc
+    backend = parsed.get_backend_name()
+    if backend in ("postgresql", "postgres"):
+        parsed = parsed.set(drivername="postgresql+asyncpg")
+    elif backend == "sqlite":
+        parsed = parsed.set(drivername="sqlite+aiosqlite")
+        if parsed.database in (None, "", ":memory:"):
+            raise ConfigurationError(
+                "SQLite needs a file path (an in-memory database is not shared)"
+            )
+    else:
+        raise ConfigurationError(
+            f"unsupported database {backend!r} in {url!r}: use postgresql:// or sqlite:///PATH"
+        )
+    return parsed.render_as_string(hide_password=False)
+
+
+def utc(value: datetime) -> datetime:
+    """SQLite returns naive datetimes; everything Replaybook stores is UTC."""
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+@dataclass
+class Database:
+    engine: AsyncEngine
+
+    @property
+    def dialect(self) -> str:
+        return self.engine.dialect.name
+
+    @property
+    def is_postgresql(self) -> bool:
+        return self.dialect == "postgresql"
+
+    @contextlib.asynccontextmanager
+    async def transaction(self) -> AsyncIterator[AsyncConnection]:
+        """A write transaction; driver errors leave as ``StoreError``."""
+        try:
+            async with self.engine.begin() as conn:
+                yield conn
+        except DBAPIError as exc:
+            raise StoreError(f"database error: {exc.orig!r}") from exc
+
+    @contextlib.asynccontextmanager
+    async def read(self) -> AsyncIterator[AsyncConnection]:
+        try:
+            async with self.engine.connect() as conn:
+                yield conn
+        except DBAPIError as exc:
+            raise StoreError(f"database error: {exc.orig!r}") from exc
+
+    async def dispose(self) -> None:
+        await self.engine.dispose()
+
+
+def _install_sqlite_pragmas(engine: AsyncEngine) -> None:
+    @event.listens_for(engine.sync_engine, "connect")
+    def _on_connect(dbapi_connection, _record) -> None:  # type: ignore[no-untyped-def]
+        # the driver's own implicit BEGIN is turned off so that we can say BEGIN IMMEDIATE
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute("PRAGMA busy_timeout=10000")
+        cursor.close()
+
+    @event.listens_for(engine.sync_engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        # IMMEDIATE takes the write lock up front: two writers can never both read the
+        # same chain head and then deadlock (or fork) when upgrading to a write lock
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+async def open_database(url: str, *, migrate: bool = True, echo: bool = False) -> Database:
+    """Open the database at ``url`` and bring its schema to the newest migration."""
+    url = normalize_database_url(url)
+    kwargs: dict[str, object] = {"echo": echo}
+    if url.startswith("sqlite"):
+        path = make_url(url).database
+        assert path is not None
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+    else:
+        kwargs["pool_pre_ping"] = True
+    engine = create_async_engine(url, **kwargs)
+    if url.startswith("sqlite"):
+        _install_sqlite_pragmas(engine)
+    db = Database(engine)
+    if migrate:
+        try:
+            await upgrade_schema(db)
+        except (SQLAlchemyError, OSError) as exc:
+            await engine.dispose()
+            raise StoreError(f"cannot open database {make_url(url)!r}: {exc}") from exc
+    return db
+
+
+async def upgrade_schema(db: Database) -> None:
+    """Apply every pending Alembic migration (idempotent; safe with concurrent callers)."""
+    async with db.engine.begin() as conn:
+        if db.is_postgresql:
+            await conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PG_MIGRATION_LOCK})
+        await conn.run_sync(_upgrade_sync)
+
+
+def _upgrade_sync(connection: Connection) -> None:
+    from alembic import command
+    from alembic.config import Config
+
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    config.attributes["connection"] = connection
+    command.upgrade(config, "head")

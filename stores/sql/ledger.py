@@ -1,0 +1,380 @@
+"""The event ledger: runs and their hash-chained events in SQL.
+
+Appends are serialised per run: PostgreSQL locks the run row (``FOR UPDATE``), SQLite takes
+its write lock at ``BEGIN IMMEDIATE``; the head is then moved with a compare-and-set and the
+``(run_id, sequence)`` primary key refuses a second event at one sequence. Two writers can
+therefore never fork a chain.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import JsonValue
+from sqlalchemy import insert, select, update
+from sqlalchemy.exc import IntegrityError as SAIntegrityError
+
+from models import ExecutionEvent, ExecutionEventType, HashedRecord, RunRecord, RunStatus
+from models.canonical import canonicalize
+from models.chain import GENESIS_HASH, ChainRow, ChainVerification, row_hash, verify_chain
+from models.digest import sha256_digest
+from models.errors import (
+    ConflictError,
+    InvalidInputError,
+    RunNotFoundError,
+    SequenceConflictError,
+    StoreError,
+)
+from runtime.ports import ArtifactStore
+from stores.sql import schema
+from stores.sql.database import Database, utc
+from stores.sql.projections import write_projection
+
+INLINE_PAYLOAD_LIMIT = 64 * 1024
+INLINE_REF = "inline"
+CAS_PREFIX = "cas:"
+
+
+@dataclass(frozen=True)
+class NewEvent:
+    """An event to append: a hashed record (projected into its table) or plain JSON."""
+
+    step_id: str
+    type: ExecutionEventType
+    logical_time: datetime
+    record: HashedRecord | None = None
+    payload: JsonValue = None
+    event_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+
+    def payload_json(self) -> Any:
+        return self.record.canonical_payload() if self.record is not None else self.payload
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    run_id: str
+    graph_id: str
+    graph_version: str
+    status: str
+    created_at: datetime
+    event_count: int
+    head_hash: str
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class SqlLedger:
+    """Runs and events. ``clock`` stamps ``recorded_at`` (the ledger's time, not the agent's)."""
+
+    def __init__(
+        self,
+        db: Database,
+        artifacts: ArtifactStore | None = None,
+        *,
+        clock: Callable[[], datetime] = _utcnow,
+        inline_limit: int = INLINE_PAYLOAD_LIMIT,
+    ) -> None:
+        self.db = db
+        self.artifacts = artifacts
+        self.clock = clock
+        self.inline_limit = inline_limit
+
+    # runs -----------------------------------------------------------------------------------
+
+    async def create_run(self, run: RunRecord) -> None:
+        """Record a run header; the same header again is accepted, a different one refused."""
+        body = run.model_dump(mode="json")
+        async with self.db.transaction() as conn:
+            existing = (
+                await conn.execute(
+                    select(schema.runs.c.record).where(schema.runs.c.run_id == run.run_id)
+                )
+            ).first()
+            if existing is not None:
+                if existing.record != body:
+                    raise ConflictError(f"run {run.run_id!r} already exists with another header")
+                return
+            await conn.execute(
+                insert(schema.runs).values(
+                    run_id=run.run_id,
+                    graph_id=run.graph_id,
+                    graph_version=run.graph_version,
+                    status=str(run.status),
+                    created_at=run.created_at,
+                    head_sequence=0,
+                    head_hash=GENESIS_HASH,
+                    record=body,
+                )
+            )
+
+    async def get_run(self, run_id: str) -> RunRecord:
+        async with self.db.read() as conn:
+            row = (
+                await conn.execute(
+                    select(schema.runs.c.record).where(schema.runs.c.run_id == run_id)
+                )
+            ).first()
+        if row is None:
+            raise RunNotFoundError(f"run not found: {run_id!r}")
+        return RunRecord.model_validate(row.record)
+
+    async def finish_run(
+        self, run_id: str, status: RunStatus, outcome: JsonValue = None
+    ) -> RunRecord:
+        run = await self.get_run(run_id)
+        finished = run.model_copy(update={"status": status, "outcome": outcome})
+        async with self.db.transaction() as conn:
+            await conn.execute(
+                update(schema.runs)
+                .where(schema.runs.c.run_id == run_id)
+                .values(status=str(status), record=finished.model_dump(mode="json"))
+            )
+        return finished
+
+    async def list_runs(self, *, limit: int = 1000) -> list[RunSummary]:
+        r = schema.runs.c
+        query = (
+            select(
+                r.run_id,
+                r.graph_id,
+                r.graph_version,
+                r.status,
+                r.created_at,
+                r.head_sequence,
+                r.head_hash,
+            )
+            .order_by(r.created_at.desc(), r.run_id)
+            .limit(limit)
+        )
+        async with self.db.read() as conn:
+            rows = (await conn.execute(query)).all()
+        return [
+            RunSummary(
+                row.run_id,
+                row.graph_id,
+                row.graph_version,
+                row.status,
+                utc(row.created_at),
+                row.head_sequence,
+                row.head_hash,
+            )
+            for row in rows
+        ]
+
+    # events ---------------------------------------------------------------------------------
+
+    async def append(
+        self, run_id: str, event: NewEvent, *, expected_sequence: int | None = None
+    ) -> ExecutionEvent:
+        """Append one event; ``expected_sequence`` makes the append conditional on the head."""
+        (appended,) = await self.append_many(run_id, [event], expected_sequence=expected_sequence)
+        return appended
+
+    async def append_many(
+        self, run_id: str, events: Sequence[NewEvent], *, expected_sequence: int | None = None
+    ) -> list[ExecutionEvent]:
+        """Append events atomically, in order. All or none are recorded."""
+        if not events:
+            return []
+        prepared = [await self._prepare_payload(e) for e in events]
+        recorded_at = self.clock()
+        runs = schema.runs
+        try:
+            async with self.db.transaction() as conn:
+                head_query = select(runs.c.head_sequence, runs.c.head_hash).where(
+                    runs.c.run_id == run_id
+                )
+                if self.db.is_postgresql:
+                    head_query = head_query.with_for_update()
+                head = (await conn.execute(head_query)).first()
+                if head is None:
+                    raise RunNotFoundError(f"run not found: {run_id!r}")
+                head_sequence, head_hash = head.head_sequence, head.head_hash
+                if expected_sequence is not None and expected_sequence != head_sequence + 1:
+                    raise SequenceConflictError(
+                        f"run {run_id!r}: append expected sequence {expected_sequence} but the "
+                        f"next sequence is {head_sequence + 1}"
+                    )
+                rows, out = [], []
+                previous, sequence = head_hash, head_sequence
+                for event, (payload_ref, payload_hash, inline) in zip(
+                    events, prepared, strict=True
+                ):
+                    sequence += 1
+                    chain_row = ChainRow(
+                        run_id=run_id,
+                        sequence=sequence,
+                        event_id=event.event_id,
+                        step_id=event.step_id,
+                        type=str(event.type),
+                        payload_ref=payload_ref,
+                        payload_hash=payload_hash,
+                        previous_hash=previous,
+                        hash="",
+                        logical_time=event.logical_time,
+                        recorded_at=recorded_at,
+                    )
+                    link = row_hash(chain_row, previous)
+                    rows.append(_event_row(chain_row, link, inline))
+                    out.append(_event_model(chain_row, link))
+                    previous = link
+                await conn.execute(insert(schema.execution_events), rows)
+                moved = await conn.execute(
+                    update(runs)
+                    .where(runs.c.run_id == run_id, runs.c.head_sequence == head_sequence)
+                    .values(head_sequence=sequence, head_hash=previous)
+                )
+                if moved.rowcount != 1:
+                    raise SequenceConflictError(
+                        f"run {run_id!r}: the chain head moved during append"
+                    )
+                for event, appended in zip(events, out, strict=True):
+                    if event.record is not None:
+                        await write_projection(
+                            conn,
+                            event.record,
+                            run_id=run_id,
+                            step_id=event.step_id,
+                            event_id=event.event_id,
+                            content_hash=appended.payload_hash,
+                            now=recorded_at,
+                        )
+        except StoreError as exc:
+            if isinstance(exc.__cause__, SAIntegrityError):
+                raise SequenceConflictError(
+                    f"run {run_id!r}: a concurrent append took the sequence or the event id is taken: {exc.__cause__.orig!r}"
+                ) from exc
+            raise
+        except SAIntegrityError as exc:
+            raise SequenceConflictError(
+                f"run {run_id!r}: conflicting append: {exc.orig!r}"
+            ) from exc
+        return out
+
+    async def _prepare_payload(self, event: NewEvent) -> tuple[str, str, bytes | None]:
+        data = canonicalize(event.payload_json())
+        digest = sha256_digest(data)
+        if len(data) <= self.inline_limit:
+            return INLINE_REF, digest, data
+        if self.artifacts is None:
+            raise InvalidInputError(
+                f"payload of {len(data)} bytes exceeds the inline limit of {self.inline_limit} "
+                "and no artifact store is configured"
+            )
+        await self.artifacts.put(data)
+        return CAS_PREFIX + digest, digest, None
+
+    async def events(self, run_id: str, *, from_sequence: int = 1) -> list[ExecutionEvent]:
+        e = schema.execution_events.c
+        query = (
+            select(schema.execution_events)
+            .where(e.run_id == run_id, e.sequence >= from_sequence)
+            .order_by(e.sequence)
+        )
+        async with self.db.read() as conn:
+            rows = (await conn.execute(query)).all()
+        return [_event_model(_chain_row(row), row.hash) for row in rows]
+
+    async def payload(self, event: ExecutionEvent) -> bytes:
+        """The payload bytes of ``event``, checked against its ``payload_hash``."""
+        if event.payload_ref.startswith(CAS_PREFIX):
+            if self.artifacts is None:
+                raise StoreError("payload is in the artifact store, which is not configured")
+            return await self.artifacts.get(event.payload_ref[len(CAS_PREFIX) :])
+        e = schema.execution_events.c
+        async with self.db.read() as conn:
+            row = (
+                await conn.execute(
+                    select(e.payload).where(e.run_id == event.run_id, e.sequence == event.sequence)
+                )
+            ).first()
+        if row is None or row.payload is None:
+            raise StoreError(f"payload of {event.run_id}#{event.sequence} is missing")
+        data = bytes(row.payload)
+        if sha256_digest(data) != event.payload_hash:
+            from models.errors import ArtifactIntegrityError
+
+            raise ArtifactIntegrityError(
+                f"payload of {event.run_id}#{event.sequence} does not hash to {event.payload_hash}"
+            )
+        return data
+
+    async def verify(self, run_id: str) -> ChainVerification:
+        """Verify the run's chain from the stored columns and inline payloads."""
+        r = schema.runs.c
+        e = schema.execution_events.c
+        async with self.db.read() as conn:
+            head = (
+                await conn.execute(select(r.head_sequence, r.head_hash).where(r.run_id == run_id))
+            ).first()
+            if head is None:
+                raise RunNotFoundError(f"run not found: {run_id!r}")
+            rows = (
+                await conn.execute(
+                    select(schema.execution_events).where(e.run_id == run_id).order_by(e.sequence)
+                )
+            ).all()
+        return verify_chain(
+            run_id,
+            [_chain_row(row) for row in rows],
+            expected_head=(head.head_sequence, head.head_hash),
+        )
+
+
+def _event_row(row: ChainRow, link: str, inline: bytes | None) -> dict[str, Any]:
+    return {
+        "run_id": row.run_id,
+        "sequence": row.sequence,
+        "event_id": row.event_id,
+        "step_id": row.step_id,
+        "type": row.type,
+        "payload_ref": row.payload_ref,
+        "payload_hash": row.payload_hash,
+        "previous_hash": row.previous_hash,
+        "hash": link,
+        "logical_time": row.logical_time,
+        "recorded_at": row.recorded_at,
+        "schema_version": row.schema_version,
+        "payload": inline,
+    }
+
+
+def _chain_row(row: Any) -> ChainRow:
+    return ChainRow(
+        run_id=row.run_id,
+        sequence=row.sequence,
+        event_id=row.event_id,
+        step_id=row.step_id,
+        type=row.type,
+        payload_ref=row.payload_ref,
+        payload_hash=row.payload_hash,
+        previous_hash=row.previous_hash,
+        hash=row.hash,
+        logical_time=utc(row.logical_time),
+        recorded_at=utc(row.recorded_at),
+        schema_version=row.schema_version,
+        payload=bytes(row.payload) if row.payload is not None else None,
+    )
+
+
+def _event_model(row: ChainRow, link: str) -> ExecutionEvent:
+    return ExecutionEvent(
+        sequence=row.sequence,
+        event_id=row.event_id,
+        run_id=row.run_id,
+        step_id=row.step_id,
+        type=ExecutionEventType(row.type),
+        payload_ref=row.payload_ref,
+        payload_hash=row.payload_hash,
+        previous_hash=row.previous_hash,
+        hash=link,
+        logical_time=row.logical_time,
+        recorded_at=row.recorded_at,
+        schema_version=row.schema_version,
+    )

@@ -1,0 +1,146 @@
+"""Evidence records written beside their ledger event, into tables they are looked up in.
+
+A record reaches its table in the same transaction as the event that carries it, so the
+ledger and the lookup tables never disagree about what was recorded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Table, insert, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from models import (
+    ApprovalRecord,
+    ContextSnapshot,
+    HashedRecord,
+    PolicyDecisionRecord,
+    PromptArtifact,
+    ReplayCheckpoint,
+    RetrievalFixture,
+    SideEffectRecord,
+    ToolFixture,
+)
+from models.errors import ConflictError
+from stores.sql import schema
+
+
+@dataclass(frozen=True)
+class Projection:
+    table: Table
+    key_column: str
+    #: the record's own id when it has one; else the carrying event's id is the key
+    natural_key: Callable[[Any], str] | None
+    columns: Callable[[Any], dict[str, Any]]
+    #: records whose row is updated by later events (side-effect status transitions)
+    mutable: bool = False
+
+
+PROJECTIONS: dict[type[HashedRecord], Projection] = {
+    ToolFixture: Projection(
+        schema.tool_fixtures,
+        "fixture_id",
+        None,
+        lambda r: {
+            "tool_call_id": r.tool_call_id,
+            "capability_id": r.capability_id,
+            "request_hash": r.request_hash,
+            "outcome": str(r.outcome),
+        },
+    ),
+    PromptArtifact: Projection(
+        schema.prompt_artifacts,
+        "artifact_id",
+        lambda r: r.artifact_id,
+        lambda r: {"template_version": r.template_version, "compiled_hash": r.compiled_hash},
+    ),
+    ContextSnapshot: Projection(
+        schema.context_snapshots, "snapshot_id", lambda r: r.snapshot_id, lambda r: {}
+    ),
+    RetrievalFixture: Projection(
+        schema.retrieval_fixtures,
+        "retrieval_id",
+        None,
+        lambda r: {"query_hash": r.query_hash, "retriever_version": r.retriever_version},
+    ),
+    PolicyDecisionRecord: Projection(
+        schema.policy_decisions,
+        "decision_id",
+        None,
+        lambda r: {
+            "policy_id": r.policy_id,
+            "policy_version": r.policy_version,
+            "decision": str(r.decision),
+        },
+    ),
+    ApprovalRecord: Projection(
+        schema.approvals,
+        "approval_id",
+        lambda r: r.approval_id,
+        lambda r: {"action_hash": r.action_hash},
+    ),
+    SideEffectRecord: Projection(
+        schema.side_effects,
+        "side_effect_id",
+        lambda r: r.side_effect_id,
+        lambda r: {
+            "capability_id": r.capability_id,
+            "idempotency_key": r.idempotency_key,
+            "status": str(r.status),
+        },
+        mutable=True,
+    ),
+    ReplayCheckpoint: Projection(
+        schema.checkpoints, "checkpoint_id", None, lambda r: {"sequence": r.sequence}
+    ),
+}
+
+
+async def write_projection(
+    conn: AsyncConnection,
+    record: HashedRecord,
+    *,
+    run_id: str,
+    step_id: str,
+    event_id: str,
+    content_hash: str,
+    now: datetime,
+) -> None:
+    """Insert (or, for mutable records, update) the lookup row of ``record``."""
+    projection = PROJECTIONS.get(type(record))
+    if projection is None:
+        return
+    table = projection.table
+    key = projection.natural_key(record) if projection.natural_key else event_id
+    row: dict[str, Any] = {
+        projection.key_column: key,
+        "run_id": run_id,
+        "step_id": step_id,
+        "content_hash": content_hash,
+        "record": record.model_dump(mode="json"),
+        **projection.columns(record),
+    }
+    if "updated_at" in table.c:
+        row["updated_at"] = now
+    key_col = table.c[projection.key_column]
+    existing = (
+        await conn.execute(select(table.c.run_id, table.c.content_hash).where(key_col == key))
+    ).first()
+    if existing is None:
+        await conn.execute(insert(table).values(row))
+        return
+    if existing.run_id != run_id:
+        raise ConflictError(f"{table.name} {key!r} is already recorded for run {existing.run_id!r}")
+    if existing.content_hash == content_hash:
+        return
+    if not projection.mutable:
+        raise ConflictError(f"{table.name} {key!r} is already recorded with other content")
+    await conn.execute(update(table).where(key_col == key).values(row))
+
+
+def record_from_row(record_type: type[HashedRecord], row_record: Any) -> HashedRecord:
+    return record_type.model_validate(row_record)

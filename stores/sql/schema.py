@@ -1,0 +1,163 @@
+"""The SQL schema as SQLAlchemy Core tables; Alembic migrations in ``stores/migrations`` build it.
+
+``execution_events`` has one column per ``ExecutionEvent`` field (the chain is verified from
+these columns). The other evidence tables keep the whole record as JSON in ``record`` plus the
+columns they are looked up by.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Column,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Table,
+    UniqueConstraint,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+
+metadata = MetaData(
+    naming_convention={
+        "ix": "ix_%(column_0_label)s",
+        "uq": "uq_%(table_name)s_%(column_0_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+Json = JSON().with_variant(JSONB(), "postgresql")
+Id = String(512)
+DigestCol = String(71)
+
+
+def _utc() -> DateTime:
+    return DateTime(timezone=True)
+
+
+runs = Table(
+    "runs",
+    metadata,
+    Column("run_id", Id, primary_key=True),
+    Column("graph_id", Id, nullable=False),
+    Column("graph_version", Id, nullable=False),
+    Column("status", String(32), nullable=False),
+    Column("created_at", _utc(), nullable=False),
+    # the chain head as of the last append: detects a deleted or added tail
+    Column("head_sequence", BigInteger, nullable=False),
+    Column("head_hash", DigestCol, nullable=False),
+    Column("record", Json, nullable=False),
+)
+
+execution_events = Table(
+    "execution_events",
+    metadata,
+    Column("run_id", Id, ForeignKey("runs.run_id"), primary_key=True),
+    Column("sequence", BigInteger, primary_key=True, autoincrement=False),
+    Column("event_id", Id, nullable=False, unique=True),
+    Column("step_id", Id, nullable=False),
+    Column("type", String(64), nullable=False),
+    Column("payload_ref", String(1024), nullable=False),
+    Column("payload_hash", DigestCol, nullable=False),
+    Column("previous_hash", DigestCol, nullable=False),
+    Column("hash", DigestCol, nullable=False),
+    Column("logical_time", _utc(), nullable=False),
+    Column("recorded_at", _utc(), nullable=False),
+    Column("schema_version", Integer, nullable=False),
+    # canonical JSON bytes of a small payload; larger ones live in the artifact store
+    Column("payload", LargeBinary, nullable=True),
+)
+
+
+def _evidence_table(name: str, key: str, *extra: Column, unique: tuple[str, ...] = ()) -> Table:
+    """A table of hashed evidence records: key, run, step, content hash and the record."""
+    table = Table(
+        name,
+        metadata,
+        Column(key, Id, primary_key=True),
+        Column("run_id", Id, ForeignKey("runs.run_id"), nullable=False, index=True),
+        Column("step_id", Id, nullable=True),
+        Column("content_hash", DigestCol, nullable=False),
+        *extra,
+        Column("record", Json, nullable=False),
+    )
+    for column in unique:
+        table.append_constraint(UniqueConstraint(column))
+    return table
+
+
+tool_fixtures = _evidence_table(
+    "tool_fixtures",
+    "fixture_id",
+    Column("tool_call_id", Id, nullable=False),
+    Column("capability_id", Id, nullable=False),
+    Column("request_hash", DigestCol, nullable=False),
+    Column("outcome", String(32), nullable=False),
+)
+Index("ix_tool_fixtures_lookup", tool_fixtures.c.run_id, tool_fixtures.c.request_hash)
+
+prompt_artifacts = _evidence_table(
+    "prompt_artifacts",
+    "artifact_id",
+    Column("template_version", Id, nullable=False),
+    Column("compiled_hash", DigestCol, nullable=False),
+)
+
+context_snapshots = _evidence_table("context_snapshots", "snapshot_id")
+
+retrieval_fixtures = _evidence_table(
+    "retrieval_fixtures",
+    "retrieval_id",
+    Column("query_hash", DigestCol, nullable=False),
+    Column("retriever_version", Id, nullable=False),
+)
+
+policy_decisions = _evidence_table(
+    "policy_decisions",
+    "decision_id",
+    Column("policy_id", Id, nullable=False),
+    Column("policy_version", Id, nullable=False),
+    Column("decision", String(32), nullable=False),
+)
+
+approvals = _evidence_table(
+    "approvals",
+    "approval_id",
+    Column("action_hash", DigestCol, nullable=False),
+)
+
+side_effects = _evidence_table(
+    "side_effects",
+    "side_effect_id",
+    Column("capability_id", Id, nullable=False),
+    Column("idempotency_key", Id, nullable=False),
+    Column("status", String(32), nullable=False),
+    Column("updated_at", _utc(), nullable=False),
+    unique=("idempotency_key",),
+)
+
+checkpoints = _evidence_table(
+    "checkpoints",
+    "checkpoint_id",
+    Column("sequence", BigInteger, nullable=False),
+)
+
+artifacts = Table(
+    "artifacts",
+    metadata,
+    Column("artifact_id", Id, primary_key=True),
+    Column("version", Integer, primary_key=True, autoincrement=False),
+    Column("run_id", Id, ForeignKey("runs.run_id"), nullable=True, index=True),
+    Column("content_hash", DigestCol, nullable=False),
+    Column("media_type", String(255), nullable=False),
+    Column("size", BigInteger, nullable=True),
+    Column("created_at", _utc(), nullable=False),
+    Column("deleted", Boolean, nullable=False, default=False),
+)

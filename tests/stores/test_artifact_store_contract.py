@@ -1,0 +1,587 @@
+"""One contract for every ``ArtifactStore`` backend, run against a local directory and a real
+SeaweedFS (S3 with Object Lock); then what the S3 server itself enforces, as observed on
+SeaweedFS 4.48."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import os
+from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from botocore import UNSIGNED
+from botocore.config import Config
+from botocore.exceptions import ClientError
+
+from models.digest import sha256_digest
+from models.errors import (
+    ArtifactIntegrityError,
+    ArtifactNotFoundError,
+    ConfigurationError,
+    EvidenceLockedError,
+    InvalidInputError,
+    StoreError,
+)
+from runtime.ports import ArtifactStore
+from stores.artifacts import LocalArtifactStore, S3ArtifactStore, open_artifact_store
+from tests.fixtures_s3 import make_s3_store, unique_bucket_name
+from worker.seaweedfs import SeaweedFS, free_ports, start_seaweedfs
+
+
+@pytest.fixture(params=["local", "s3"])
+def store(request: pytest.FixtureRequest) -> ArtifactStore:
+    return request.getfixturevalue(f"{request.param}_artifact_store")
+
+
+# -- helpers that act behind the store's back --------------------------------------------------
+
+
+def corrupt(store: ArtifactStore, digest: str, data: bytes) -> None:
+    """Overwrite the stored bytes of ``digest`` without going through the store."""
+    if isinstance(store, LocalArtifactStore):
+        path = store.path_for(digest)
+        path.chmod(0o644)
+        path.write_bytes(data)
+    else:
+        assert isinstance(store, S3ArtifactStore)
+        store.client.put_object(Bucket=store.bucket, Key=store.key_for(digest), Body=data)
+
+
+def stored_copies(store: ArtifactStore, digest: str) -> int:
+    """How many stored objects back ``digest`` (files incl. stray temp files; S3 versions)."""
+    if isinstance(store, LocalArtifactStore):
+        path = store.path_for(digest)
+        return len(list(path.parent.iterdir())) if path.parent.exists() else 0
+    assert isinstance(store, S3ArtifactStore)
+    response = store.client.list_object_versions(Bucket=store.bucket, Prefix=store.key_for(digest))
+    return len(response.get("Versions", []))
+
+
+def version_ids(store: S3ArtifactStore, digest: str) -> list[str]:
+    response = store.client.list_object_versions(Bucket=store.bucket, Prefix=store.key_for(digest))
+    return [v["VersionId"] for v in response.get("Versions", [])]
+
+
+def server_error(e: ClientError) -> tuple[str, int]:
+    return e.response["Error"]["Code"], e.response["ResponseMetadata"]["HTTPStatusCode"]
+
+
+def future(days: float = 1) -> datetime:
+    return (datetime.now(UTC) + timedelta(days=days)).replace(microsecond=0)
+
+
+# -- the contract ------------------------------------------------------------------------------
+
+
+async def test_is_an_artifact_store(store: ArtifactStore) -> None:
+    assert isinstance(store, ArtifactStore)
+    assert store.location.startswith(("file:///", "s3://"))
+    assert store.enforced_by_backend() is isinstance(store, S3ArtifactStore)
+
+
+async def test_put_get_round_trip(store: ArtifactStore) -> None:
+    data = b'{"role": "assistant", "content": "hello"}'
+    digest = await store.put(data)
+    assert digest == sha256_digest(data)
+    assert await store.exists(digest)
+    assert await store.get(digest) == data
+
+
+async def test_put_is_idempotent(store: ArtifactStore) -> None:
+    data = b"same bytes, same key, one object"
+    first = await store.put(data)
+    second = await store.put(data)
+    concurrent = await asyncio.gather(*(store.put(data) for _ in range(5)))
+    assert {first, second, *concurrent} == {sha256_digest(data)}
+    assert stored_copies(store, first) == 1
+    assert await store.get(first) == data
+
+
+async def test_empty_bytes(store: ArtifactStore) -> None:
+    digest = await store.put(b"")
+    assert digest == sha256_digest(b"")
+    assert await store.get(digest) == b""
+
+
+async def test_five_megabytes(store: ArtifactStore) -> None:
+    data = os.urandom(5 * 1024 * 1024)
+    digest = await store.put(data)
+    assert await store.get(digest) == data
+
+
+async def test_absent_digest(store: ArtifactStore) -> None:
+    digest = sha256_digest(b"never stored")
+    assert not await store.exists(digest)
+    with pytest.raises(ArtifactNotFoundError, match=digest):
+        await store.get(digest)
+    for call in (store.legal_hold(digest), store.retention(digest)):
+        with pytest.raises(ArtifactNotFoundError):
+            await call
+    with pytest.raises(ArtifactNotFoundError):
+        await store.set_legal_hold(digest, True)
+    with pytest.raises(ArtifactNotFoundError):
+        await store.set_retention(digest, future())
+    await store.delete(digest)  # deleting what is not there is a no-op
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "",
+        "sha256:",
+        "sha256:abc",
+        "sha256:" + "A" * 64,
+        "sha256:" + "g" * 64,
+        "SHA256:" + "a" * 64,
+        "md5:" + "a" * 32,
+        "a" * 64,
+        "sha256:../../../../etc/passwd",
+        "sha256:" + "a" * 64 + "\n",
+    ],
+)
+async def test_malformed_digest_is_refused(store: ArtifactStore, bad: str) -> None:
+    calls = [
+        lambda: store.get(bad),
+        lambda: store.exists(bad),
+        lambda: store.delete(bad),
+        lambda: store.set_legal_hold(bad, True),
+        lambda: store.legal_hold(bad),
+        lambda: store.set_retention(bad, future()),
+        lambda: store.retention(bad),
+    ]
+    for call in calls:
+        with pytest.raises(InvalidInputError, match="not a sha256 digest"):
+            await call()
+
+
+async def test_put_refuses_non_bytes(store: ArtifactStore) -> None:
+    with pytest.raises(InvalidInputError):
+        await store.put("text is not bytes")  # type: ignore[arg-type]
+
+
+async def test_corrupted_object_raises_and_never_returns_bad_bytes(store: ArtifactStore) -> None:
+    data = b"the original evidence"
+    digest = await store.put(data)
+    tampered = b"the tampered evidence"
+    corrupt(store, digest, tampered)
+
+    with pytest.raises(ArtifactIntegrityError) as caught:
+        await store.get(digest)
+    message = str(caught.value)
+    assert digest in message
+    assert sha256_digest(tampered) in message  # names the hash the bytes actually have
+
+    # Putting the right bytes again repairs the object (S3: as a new, latest version).
+    assert await store.put(data) == digest
+    assert await store.get(digest) == data
+
+
+async def test_legal_hold_blocks_delete(store: ArtifactStore) -> None:
+    data = b"held evidence"
+    digest = await store.put(data)
+    assert await store.legal_hold(digest) is False
+    await store.set_legal_hold(digest, True)
+    assert await store.legal_hold(digest) is True
+
+    with pytest.raises(EvidenceLockedError, match="legal hold") as caught:
+        await store.delete(digest)
+    assert digest in str(caught.value)
+    assert await store.get(digest) == data
+
+    await store.set_legal_hold(digest, False)
+    assert await store.legal_hold(digest) is False
+    await store.delete(digest)
+    assert not await store.exists(digest)
+    assert stored_copies(store, digest) == 0
+    with pytest.raises(ArtifactNotFoundError):
+        await store.get(digest)
+
+
+async def test_retention_blocks_delete(store: ArtifactStore) -> None:
+    data = b"retained evidence"
+    digest = await store.put(data)
+    assert await store.retention(digest) is None
+    until = future(days=30)
+    await store.set_retention(digest, until)
+    assert await store.retention(digest) == until
+
+    with pytest.raises(EvidenceLockedError, match="retained until") as caught:
+        await store.delete(digest)
+    assert until.isoformat() in str(caught.value)
+    assert await store.get(digest) == data
+
+
+async def test_retention_is_only_ever_extended(store: ArtifactStore) -> None:
+    digest = await store.put(b"retention goes one way")
+    later = future(days=60)
+    await store.set_retention(digest, later)
+
+    await store.set_retention(digest, future(days=1))  # shorter: no effect
+    assert await store.retention(digest) == later
+    await store.set_retention(digest, datetime.now(UTC) - timedelta(days=1))  # past: no effect
+    assert await store.retention(digest) == later
+
+    even_later = future(days=90)
+    await store.set_retention(digest, even_later)
+    assert await store.retention(digest) == even_later
+
+
+async def test_retention_rounds_up_to_whole_seconds_in_utc(store: ArtifactStore) -> None:
+    digest = await store.put(b"sub-second retention")
+    until = (datetime.now(UTC) + timedelta(days=2)).replace(microsecond=250_000)
+    await store.set_retention(digest, until.astimezone(timezone(timedelta(hours=2))))
+    stored = await store.retention(digest)
+    assert stored is not None
+    assert stored.utcoffset() == timedelta(0)
+    assert stored == until.replace(microsecond=0) + timedelta(seconds=1)
+
+
+async def test_retention_needs_an_aware_datetime(store: ArtifactStore) -> None:
+    digest = await store.put(b"naive dates are ambiguous")
+    with pytest.raises(InvalidInputError, match="timezone-aware"):
+        await store.set_retention(digest, datetime.now() + timedelta(days=1))
+
+
+async def test_hold_and_retention_are_both_named(store: ArtifactStore) -> None:
+    digest = await store.put(b"doubly locked")
+    await store.set_legal_hold(digest, True)
+    await store.set_retention(digest, future())
+    with pytest.raises(EvidenceLockedError, match=r"legal hold and it is retained until"):
+        await store.delete(digest)
+
+
+async def test_exists_and_delete(store: ArtifactStore) -> None:
+    digest = await store.put(b"short-lived")
+    assert await store.exists(digest)
+    await store.delete(digest)
+    assert not await store.exists(digest)
+    await store.delete(digest)  # again: no-op
+
+
+# -- local backend specifics -------------------------------------------------------------------
+
+
+async def test_local_layout(local_artifact_store: LocalArtifactStore) -> None:
+    digest = await local_artifact_store.put(b"where does it go")
+    hex_ = digest.removeprefix("sha256:")
+    path = local_artifact_store.root / "sha256" / hex_[:2] / hex_[2:]
+    assert local_artifact_store.path_for(digest) == path
+    assert path.read_bytes() == b"where does it go"
+    assert [p.name for p in path.parent.iterdir()] == [hex_[2:]]  # no temp file left behind
+    assert local_artifact_store.location == local_artifact_store.root.as_uri()
+
+
+# -- what the S3 server (SeaweedFS 4.48) enforces by itself ------------------------------------
+
+
+async def test_s3_server_refuses_deleting_a_held_version(
+    s3_artifact_store: S3ArtifactStore,
+) -> None:
+    store = s3_artifact_store
+    data = b"held at the server"
+    digest = await store.put(data)
+    await store.set_legal_hold(digest, True)
+    [version] = version_ids(store, digest)
+
+    with pytest.raises(ClientError) as caught:
+        store.client.delete_object(
+            Bucket=store.bucket, Key=store.key_for(digest), VersionId=version
+        )
+    assert server_error(caught.value) == ("AccessDenied", 403)
+    # Bypassing governance does not lift a legal hold.
+    with pytest.raises(ClientError):
+        store.client.delete_object(
+            Bucket=store.bucket,
+            Key=store.key_for(digest),
+            VersionId=version,
+            BypassGovernanceRetention=True,
+        )
+    # A batch delete reports the refusal per key.
+    response = store.client.delete_objects(
+        Bucket=store.bucket,
+        Delete={"Objects": [{"Key": store.key_for(digest), "VersionId": version}]},
+    )
+    assert [e["Code"] for e in response["Errors"]] == ["AccessDenied"]
+    assert await store.get(digest) == data
+
+
+async def test_s3_plain_delete_only_hides_a_held_object(s3_artifact_store: S3ArtifactStore) -> None:
+    """A DELETE without a version id is allowed: it adds a delete marker and the held version
+    survives. The store then reports the object absent, but refuses to delete it."""
+    store = s3_artifact_store
+    data = b"hidden, not gone"
+    digest = await store.put(data)
+    await store.set_legal_hold(digest, True)
+    [version] = version_ids(store, digest)
+
+    response = store.client.delete_object(Bucket=store.bucket, Key=store.key_for(digest))
+    assert response["DeleteMarker"] is True
+    assert not await store.exists(digest)
+    with pytest.raises(ArtifactNotFoundError):
+        await store.get(digest)
+    assert await store.legal_hold(digest) is True
+    with pytest.raises(EvidenceLockedError):
+        await store.delete(digest)
+    held = store.client.get_object(
+        Bucket=store.bucket, Key=store.key_for(digest), VersionId=version
+    )
+    assert held["Body"].read() == data
+
+
+async def test_s3_legal_hold_covers_every_version(s3_artifact_store: S3ArtifactStore) -> None:
+    store = s3_artifact_store
+    data = b"two versions, one digest"
+    digest = await store.put(data)
+    corrupt(store, digest, b"junk")
+    await store.put(data)  # repair: a third version
+    assert stored_copies(store, digest) == 3
+    await store.set_legal_hold(digest, True)
+    key = store.key_for(digest)
+    for version in version_ids(store, digest):
+        hold = store.client.get_object_legal_hold(Bucket=store.bucket, Key=key, VersionId=version)
+        assert hold["LegalHold"]["Status"] == "ON"
+
+
+async def test_s3_governance_retention_at_the_server(s3_artifact_store: S3ArtifactStore) -> None:
+    store = s3_artifact_store
+    digest = await store.put(b"governance retention")
+    until = future(days=10)
+    await store.set_retention(digest, until)
+    key = store.key_for(digest)
+    [version] = version_ids(store, digest)
+
+    # Shortening at the server is refused…
+    with pytest.raises(ClientError) as caught:
+        store.client.put_object_retention(
+            Bucket=store.bucket,
+            Key=key,
+            VersionId=version,
+            Retention={"Mode": "GOVERNANCE", "RetainUntilDate": future(days=1)},
+        )
+    assert server_error(caught.value) == ("AccessDenied", 403)
+    # …and so is deleting the version,
+    with pytest.raises(ClientError) as caught:
+        store.client.delete_object(Bucket=store.bucket, Key=key, VersionId=version)
+    assert server_error(caught.value) == ("AccessDenied", 403)
+    assert await store.retention(digest) == until
+    # but GOVERNANCE lets a privileged identity bypass it (what tests and admins rely on).
+    store.client.delete_object(
+        Bucket=store.bucket, Key=key, VersionId=version, BypassGovernanceRetention=True
+    )
+    assert not await store.exists(digest)
+
+
+async def test_s3_compliance_retention_cannot_be_bypassed(
+    seaweedfs: SeaweedFS, s3_artifact_store: S3ArtifactStore
+) -> None:
+    store = make_s3_store(seaweedfs, s3_artifact_store.bucket, retention_mode="COMPLIANCE")
+    digest = await store.put(b"compliance retention")
+    await store.set_retention(digest, future(days=1))
+    key = store.key_for(digest)
+    [version] = version_ids(store, digest)
+    retention = store.client.get_object_retention(Bucket=store.bucket, Key=key, VersionId=version)
+    assert retention["Retention"]["Mode"] == "COMPLIANCE"
+
+    with pytest.raises(ClientError) as caught:
+        store.client.delete_object(
+            Bucket=store.bucket, Key=key, VersionId=version, BypassGovernanceRetention=True
+        )
+    assert server_error(caught.value) == ("AccessDenied", 403)
+
+    # A GOVERNANCE store extending it keeps COMPLIANCE (the server refuses a downgrade).
+    later = future(days=2)
+    await s3_artifact_store.set_retention(digest, later)
+    retention = store.client.get_object_retention(Bucket=store.bucket, Key=key, VersionId=version)
+    assert retention["Retention"]["Mode"] == "COMPLIANCE"
+    assert await store.retention(digest) == later
+
+
+async def test_s3_server_verifies_the_upload_checksum(s3_artifact_store: S3ArtifactStore) -> None:
+    store = s3_artifact_store
+    digest = sha256_digest(b"claimed")
+    with pytest.raises(ClientError) as caught:
+        store.client.put_object(
+            Bucket=store.bucket,
+            Key=store.key_for(digest),
+            Body=b"actual",
+            ChecksumSHA256=base64.b64encode(hashlib.sha256(b"claimed").digest()).decode(),
+        )
+    assert server_error(caught.value) == ("BadDigest", 400)
+    assert not await store.exists(digest)
+
+
+async def test_s3_without_object_lock_refuses_in_code_only(seaweedfs: SeaweedFS) -> None:
+    store = make_s3_store(seaweedfs, unique_bucket_name())
+    await store.ensure_bucket(object_lock=False)
+    assert store.enforced_by_backend() is False
+
+    data = b"no object lock here"
+    digest = await store.put(data)
+    await store.set_legal_hold(digest, True)
+    await store.set_retention(digest, future())
+    assert await store.legal_hold(digest) is True
+    with pytest.raises(EvidenceLockedError):
+        await store.delete(digest)
+    assert await store.get(digest) == data
+
+    # The server does not enforce anything: a raw delete succeeds.
+    store.client.delete_object(Bucket=store.bucket, Key=store.key_for(digest))
+    assert not await store.exists(digest)
+
+    other = await store.put(b"released")
+    await store.set_legal_hold(other, True)
+    await store.set_legal_hold(other, False)
+    await store.delete(other)
+    assert not await store.exists(other)
+
+
+async def test_s3_ensure_bucket_is_idempotent(s3_artifact_store: S3ArtifactStore) -> None:
+    await s3_artifact_store.ensure_bucket(object_lock=True)
+    assert await s3_artifact_store.object_lock_enabled() is True
+    conf = s3_artifact_store.client.get_object_lock_configuration(Bucket=s3_artifact_store.bucket)
+    assert conf["ObjectLockConfiguration"]["ObjectLockEnabled"] == "Enabled"
+    versioning = s3_artifact_store.client.get_bucket_versioning(Bucket=s3_artifact_store.bucket)
+    assert versioning["Status"] == "Enabled"
+
+
+async def test_s3_key_layout(s3_artifact_store: S3ArtifactStore) -> None:
+    digest = await s3_artifact_store.put(b"key layout")
+    key = f"artifacts/sha256/{digest.removeprefix('sha256:')}"
+    assert s3_artifact_store.key_for(digest) == key
+    head = s3_artifact_store.client.head_object(Bucket=s3_artifact_store.bucket, Key=key)
+    assert head["ContentLength"] == len(b"key layout")
+    assert s3_artifact_store.location == f"s3://{s3_artifact_store.bucket}/artifacts"
+
+
+async def test_s3_missing_bucket_is_a_configuration_error(seaweedfs: SeaweedFS) -> None:
+    store = make_s3_store(seaweedfs, unique_bucket_name())
+    with pytest.raises(ConfigurationError, match="does not exist"):
+        await store.get(sha256_digest(b"x"))
+    # SeaweedFS runs with -s3.autoCreateBucket=false: a put does not create the bucket.
+    with pytest.raises(ConfigurationError, match="does not exist"):
+        await store.put(b"x")
+
+
+async def test_s3_unreachable_endpoint_is_a_store_error(seaweedfs: SeaweedFS) -> None:
+    [port] = free_ports(1)
+    store = S3ArtifactStore(
+        "some-bucket",
+        endpoint_url=f"http://127.0.0.1:{port}",
+        access_key="k",
+        secret_key="s",
+        connect_timeout=1,
+    )
+    with pytest.raises(StoreError) as caught:
+        await store.get(sha256_digest(b"x"))
+    assert caught.value.__cause__ is not None
+
+
+async def test_s3_requests_must_be_signed_with_the_configured_key(seaweedfs: SeaweedFS) -> None:
+    def client(**kwargs: Any) -> Any:
+        return boto3.session.Session().client(
+            "s3", endpoint_url=seaweedfs.endpoint_url, region_name="us-east-1", **kwargs
+        )
+
+    client(
+        aws_access_key_id=seaweedfs.access_key, aws_secret_access_key=seaweedfs.secret_key
+    ).list_buckets()
+    refused = {
+        "wrong secret": client(
+            aws_access_key_id=seaweedfs.access_key, aws_secret_access_key="wrong"
+        ),
+        "unknown key": client(aws_access_key_id="nobody", aws_secret_access_key="x"),
+        "unsigned": client(config=Config(signature_version=UNSIGNED)),
+    }
+    codes = {}
+    for name, c in refused.items():
+        with pytest.raises(ClientError) as caught:
+            c.list_buckets()
+        codes[name] = server_error(caught.value)[0]
+    assert codes == {
+        "wrong secret": "SignatureDoesNotMatch",
+        "unknown key": "InvalidAccessKeyId",
+        "unsigned": "AccessDenied",
+    }
+
+
+def test_second_seaweedfs_does_not_collide(seaweedfs: SeaweedFS, tmp_path: Path) -> None:
+    other = start_seaweedfs(tmp_path / "other", access_key="other-key", secret_key="other-secret")
+    try:
+        assert set(other.ports.values()).isdisjoint(seaweedfs.ports.values())
+        assert len(set(other.ports.values())) == 10
+        assert other.endpoint_url != seaweedfs.endpoint_url
+        assert other.running() and seaweedfs.running()
+    finally:
+        other.stop(timeout=10)
+    assert not other.running()
+    assert seaweedfs.running()
+
+
+def test_seaweedfs_refuses_a_taken_s3_port(seaweedfs: SeaweedFS, tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError, match="already in use"):
+        start_seaweedfs(tmp_path / "clash", s3_port=seaweedfs.ports["s3"])
+
+
+# -- open_artifact_store -----------------------------------------------------------------------
+
+
+def test_open_local_specs(tmp_path: Path) -> None:
+    for spec in (str(tmp_path), tmp_path.as_uri(), f"file://localhost{tmp_path}"):
+        store = open_artifact_store(spec)
+        assert isinstance(store, LocalArtifactStore)
+        assert store.root == tmp_path
+    relative = open_artifact_store("relative/artifacts")
+    assert isinstance(relative, LocalArtifactStore)
+    assert relative.root == Path.cwd() / "relative/artifacts"
+
+
+def test_open_s3_specs() -> None:
+    store = open_artifact_store(
+        "s3://evidence-bucket/team/a/", s3_endpoint_url="http://127.0.0.1:1"
+    )
+    assert isinstance(store, S3ArtifactStore)
+    assert (store.bucket, store.prefix) == ("evidence-bucket", "team/a")
+    assert store.location == "s3://evidence-bucket/team/a"
+    assert store.key_for("sha256:" + "ab" * 32) == "team/a/sha256/" + "ab" * 32
+    bare = open_artifact_store("s3://evidence-bucket", s3_retention_mode="COMPLIANCE")
+    assert isinstance(bare, S3ArtifactStore)
+    assert (bare.prefix, bare.location, bare.retention_mode) == (
+        "",
+        "s3://evidence-bucket",
+        "COMPLIANCE",
+    )
+    assert bare.key_for("sha256:" + "ab" * 32) == "sha256/" + "ab" * 32
+
+
+@pytest.mark.parametrize(
+    ("spec", "problem"),
+    [
+        ("", "empty"),
+        ("   ", "empty"),
+        ("s3://", "no bucket"),
+        ("s3:///prefix", "no bucket"),
+        ("s3://Bad_Bucket/x", "invalid S3 bucket name"),
+        ("s3://ab/x", "invalid S3 bucket name"),
+        ("s3://bucket:9000/x", "invalid S3 bucket name"),
+        ("s3://bucket/a/../b", "invalid S3 key prefix"),
+        ("s3://bucket/a//b", "invalid S3 key prefix"),
+        ("s3://bucket/p?versionId=1", "must not have"),
+        ("gs://bucket/prefix", "unsupported"),
+        ("http://example.com/x", "unsupported"),
+        ("file://otherhost/data", "must be local"),
+        ("file://", "no absolute path"),
+    ],
+)
+def test_open_refuses_bad_specs(spec: str, problem: str) -> None:
+    with pytest.raises(ConfigurationError, match=problem):
+        open_artifact_store(spec)
+
+
+def test_open_refuses_bad_retention_mode() -> None:
+    with pytest.raises(ConfigurationError, match="retention mode"):
+        open_artifact_store("s3://evidence-bucket", s3_retention_mode="FOREVER")  # type: ignore[arg-type]

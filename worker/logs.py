@@ -1,0 +1,32 @@
+"""structlog set-up: JSON lines when stderr is not a terminal, a readable console otherwise."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import structlog
+
+
+def configure_logging(fmt: str = "auto", level: int = logging.INFO) -> None:
+    """``fmt`` is ``json``, ``console`` or ``auto`` (console on a terminal). Logs go to stderr
+    so that command output on stdout stays machine-readable."""
+    as_json = fmt == "json" or (fmt == "auto" and not sys.stderr.isatty())
+    renderer = (
+        structlog.processors.JSONRenderer()
+        if as_json
+        else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
+    )
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.StackInfoRenderer(),
+            structlog.processors.format_exc_info,
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(level),
+        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        cache_logger_on_first_use=True,
+    )

@@ -1,0 +1,30 @@
+"""Composition of the stores from settings (the one place that connects to anything)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from runtime.ports import ArtifactStore
+from stores.artifacts import open_artifact_store
+from stores.sql.database import Database, open_database
+from stores.sql.ledger import SqlLedger
+from worker.settings import Settings
+
+
+@dataclass
+class Stores:
+    db: Database
+    artifacts: ArtifactStore
+    ledger: SqlLedger
+
+
+@contextlib.asynccontextmanager
+async def open_stores(settings: Settings) -> AsyncIterator[Stores]:
+    artifacts = open_artifact_store(settings.artifacts, s3_endpoint_url=settings.s3_endpoint_url)
+    db = await open_database(settings.database_url)
+    try:
+        yield Stores(db=db, artifacts=artifacts, ledger=SqlLedger(db, artifacts))
+    finally:
+        await db.dispose()
