@@ -26,9 +26,13 @@ __all__ = ["Digest", "HashedRecord", "Identifier", "Instant", "Record", "format_
 
 def format_instant(value: datetime) -> str:
     """The one textual form of an instant inside hashed material: UTC, microseconds, ``Z``."""
-    if value.tzinfo is None:
+    offset = value.utcoffset()
+    if offset is None:
         raise ValueError("an instant must carry a time zone")
-    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    if offset:
+        value = value.astimezone(UTC)
+    # isoformat is C code; in UTC it ends with "+00:00", replaced by "Z"
+    return value.isoformat(timespec="microseconds")[:-6] + "Z"
 
 
 class Record(BaseModel):

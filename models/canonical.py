@@ -39,6 +39,7 @@ __all__ = [
     "SAFE_INTEGER_MAX",
     "canonical_hash",
     "canonicalize",
+    "canonicalize_flat",
     "canonicalize_text",
     "format_number",
     "normalize_json",
@@ -65,7 +66,7 @@ class _Invalid(Exception):
 
 
 class _Rejected:
-    """Put into a parsed tree by the ``json`` hooks, so the validating pass reports it with its path."""
+    """Left in a parsed tree by the ``json`` hooks; the validating pass reports it with its path."""
 
     __slots__ = ("reason",)
 
@@ -125,13 +126,15 @@ def _float(f: float, marks: _Marks | None) -> float | int | str:
     if f.is_integer():
         if -_MAX <= f <= _MAX:
             return int(f)  # exact, and prints as ES6 prints it (1.0 -> 1, -0.0 -> 0)
+        special = abs(f) < 1e21
     elif not isfinite(f):
         raise _Invalid(f"number {f!r} is not a finite double (NaN, Infinity or overflow)")
-    elif marks is None or not (marks.everything or 9e-7 < abs(f) < 2e-5):
-        # the Rust serialiser writes these as ES6 does; it uses exponent form in [1e-6, 1e-5)
+    else:
+        special = 9e-7 < abs(f) < 2e-5
+    # pydantic-core writes every other double as ES6 does; the two "special" ranges it writes in
+    # exponent form (bounds here are generous: a placeholder's text is always right).
+    if marks is None or not (special or marks.everything):
         return f
-    if marks is None:
-        return f  # normalize_json: a big integral float stays a float
     marks.append(f)
     return f"{_MARK}{len(marks) - 1}"
 
@@ -168,15 +171,16 @@ def _value(v: Any, marks: _Marks | None) -> Any:
         return _value(v.model_dump(mode="json"), marks)
     if t is _Rejected:
         raise _Invalid(v.reason)
-    raise _Invalid(f"{t.__module__}.{t.__qualname__} is not a JSON value")
+    name = t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
+    raise _Invalid(f"unsupported type {name}: not a JSON value")
 
 
 def _unicode_keys(d: dict) -> tuple[dict, list[str]]:
-    """The slow path for keys: NFC them, refuse collisions, and order them by UTF-16 code units."""
+    """The slow path for keys: plain str in NFC, no collisions, ordered by UTF-16 code units."""
     named: dict[str, Any] = {}
     for key, v in d.items():
         if not isinstance(key, str):
-            raise _Invalid(f"object key {key!r} is a {type(key).__name__}, not a string")
+            raise _Invalid(f"object key {key!r} ({type(key).__name__}) is not a string")
         name = str.__str__(key)
         if not name.isascii():
             name = _text(name, f"object key {name!r}")
@@ -188,18 +192,23 @@ def _unicode_keys(d: dict) -> tuple[dict, list[str]]:
     return named, sorted(named, key=lambda name: name.encode("utf-16-be"))
 
 
-def _object(d: dict, marks: _Marks | None) -> dict:
-    try:
-        # ASCII keys (the usual case) are their own NFC form and code-point order is UTF-16
-        # order; join() also raises TypeError on a non-string key, sending it to the slow path.
-        keys = sorted(d) if "".join(d).isascii() else None
-    except TypeError:
-        keys = None
+def _object(d: dict, marks: _Marks | None, keys: list[str] | None = None) -> dict:
     if keys is None:
-        d, keys = _unicode_keys(d)
+        try:
+            # ASCII keys (the usual case) are their own NFC form and their code-point order is
+            # UTF-16 order; sorted() or join() raise TypeError on a non-string key.
+            keys = sorted(d)
+            plain = "".join(keys).isascii()
+        except TypeError:
+            plain = False
+        if not plain:
+            named, keys = _unicode_keys(d)
+            return _object(named, marks, keys)
     out = {}
     try:
         for k in keys:  # the common cases of _value, inlined: this loop is the hot path
+            if type(k) is not str:
+                break  # a str subclass (enum member) could collide with an equal plain key
             v = d[k]
             t = type(v)
             if t is str:
@@ -217,10 +226,13 @@ def _object(d: dict, marks: _Marks | None) -> dict:
             elif v is not None and t is not bool:
                 v = _value(v, marks)
             out[k] = v
+        else:
+            return out
     except _Invalid as e:
         e.path.append(k)
         raise
-    return out
+    named, keys = _unicode_keys(d)
+    return _object(named, marks, keys)
 
 
 def _array(a: list, marks: _Marks | None) -> list:
@@ -271,10 +283,6 @@ def _walk(value: Any, marks: _Marks | None) -> Any:
         raise CanonicalizationError("value is nested too deeply or contains a cycle") from None
 
 
-def _stdlib_emit(tree: Any) -> bytes:
-    return json.dumps(tree, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
-
-
 def _emit(value: Any, rust: bool) -> bytes:
     marks = _Marks(everything=not rust)
     tree = _walk(value, marks)
@@ -285,7 +293,7 @@ def _emit(value: Any, rust: bool) -> bytes:
             return _emit(value, rust=False)
     else:
         try:
-            out = _stdlib_emit(tree)
+            out = json.dumps(tree, ensure_ascii=False, separators=(",", ":")).encode()
         except RecursionError:
             raise CanonicalizationError("value is nested too deeply") from None
     if marks:
@@ -297,7 +305,7 @@ def _rust_agrees() -> bool:
     """Self-check: does pydantic-core write strings and (non-marked) floats as RFC 8785 does?"""
     text = "".join(map(chr, range(0x20))) + '"\\/\x7f\u2028\u2029é€😀'
     floats = [0.1, 1.5, 123.456, 0.30000000000000004, 2.5e-05, 0.0001, 2.5e-4, 3.7e-07, 8e-7]
-    floats += [1e-7, 1e-300, 5e-324, 1.7976931348623157e308, 1e21, 1.5e300, 4.35, 1e15 + 0.3]
+    floats += [1e-7, 1e-300, 5e-324, 1.7976931348623157e308, 1e21, 2.0**80, 4.35, 1e15 + 0.3]
     floats += [-f for f in floats]
     reference = f"[{json.dumps(text, ensure_ascii=False)},{','.join(map(format_number, floats))}]"
     try:
@@ -312,6 +320,29 @@ _RUST_OK = _rust_agrees()
 def canonicalize(value: Any) -> bytes:
     """The canonical UTF-8 bytes of a JSON value (see the module docstring for what is accepted)."""
     return _emit(value, _RUST_OK)
+
+
+def canonicalize_flat(fields: dict[str, str | int]) -> bytes:
+    """``canonicalize(fields)`` for a flat object on a hot path (the hash chain's metadata).
+
+    When the keys arrive already sorted and every key and string value is ASCII and every int
+    safe, the object is already in canonical form and goes straight to the emitter; anything
+    else takes the general path, so the bytes are always exactly ``canonicalize(fields)``.
+    """
+    if _RUST_OK:
+        previous = ""
+        for k, v in fields.items():
+            if type(k) is not str or k <= previous or not k.isascii():
+                break
+            t = type(v)
+            if (t is str and not v.isascii()) or (
+                t is not str and (t is not int or not -_MAX <= v <= _MAX)
+            ):
+                break
+            previous = k
+        else:
+            return to_json(fields)
+    return canonicalize(fields)
 
 
 def canonical_hash(value: Any) -> str:
@@ -334,8 +365,18 @@ def _object_pairs(pairs: list[tuple[str, Any]]) -> dict | _Rejected:
     return _Rejected(f"duplicate object key {dup!r}")
 
 
-def _constant(name: str) -> _Rejected:
-    return _Rejected(f"{name} is not a JSON number")
+def _int_literal(text: str) -> int | float:
+    """An integer literal beyond the safe range is refused (by the validating pass) unless it is
+    exactly the canonical text of a double, as canonicalize writes 1e16 (10000000000000000):
+    nothing is rounded then, and canonicalize_text(canonicalize(x)) == canonicalize(x) holds."""
+    n = int(text)
+    if -_MAX <= n <= _MAX:
+        return n
+    try:
+        f = float(n)
+    except OverflowError:
+        return n
+    return f if format_number(f) == text else n
 
 
 def _load(text: bytes | str) -> Any:
@@ -343,11 +384,20 @@ def _load(text: bytes | str) -> Any:
         try:
             text = bytes(text).decode("utf-8")
         except UnicodeDecodeError as e:
-            raise CanonicalizationError(f"invalid UTF-8 at byte offset {e.start}: {e.reason}") from None
+            raise CanonicalizationError(
+                f"invalid UTF-8 at byte offset {e.start}: {e.reason}"
+            ) from None
     try:
-        return json.loads(text, object_pairs_hook=_object_pairs, parse_constant=_constant)
+        return json.loads(
+            text,
+            object_pairs_hook=_object_pairs,
+            parse_constant=lambda name: _Rejected(f"{name} is not a JSON number"),
+            parse_int=_int_literal,
+        )
     except json.JSONDecodeError as e:
-        raise CanonicalizationError(f"invalid JSON: {e.msg} (line {e.lineno}, column {e.colno})") from None
+        raise CanonicalizationError(
+            f"invalid JSON: {e.msg} (line {e.lineno}, column {e.colno})"
+        ) from None
     except ValueError as e:  # e.g. an integer literal beyond Python's int-from-text digit limit
         raise CanonicalizationError(f"invalid JSON: {e}") from None
     except RecursionError:

@@ -23,7 +23,7 @@ from datetime import datetime
 from enum import StrEnum
 
 from models.base import Record, format_instant
-from models.canonical import canonicalize
+from models.canonical import canonicalize_flat
 from models.digest import DIGEST_PREFIX, sha256_digest
 
 GENESIS_HASH = sha256_digest(b"replaybook:execution-chain:v1")
@@ -50,54 +50,32 @@ class ChainRow:
     payload: bytes | None = None
 
 
-def chain_metadata(
-    *,
-    run_id: str,
-    sequence: int,
-    event_id: str,
-    step_id: str,
-    type: str,
-    payload_ref: str,
-    logical_time: datetime,
-    recorded_at: datetime,
-    schema_version: int = CHAIN_SCHEMA_VERSION,
-) -> dict[str, object]:
-    """The metadata of one event exactly as it enters the link hash."""
+def chain_metadata(row: ChainRow) -> dict[str, str | int]:
+    """The metadata of one event exactly as it enters the link hash (keys in canonical order)."""
     return {
-        "event_id": event_id,
-        "logical_time": format_instant(logical_time),
-        "payload_ref": payload_ref,
-        "recorded_at": format_instant(recorded_at),
-        "run_id": run_id,
-        "schema_version": schema_version,
-        "sequence": sequence,
-        "step_id": step_id,
-        "type": str(type),
+        "event_id": row.event_id,
+        "logical_time": format_instant(row.logical_time),
+        "payload_ref": row.payload_ref,
+        "recorded_at": format_instant(row.recorded_at),
+        "run_id": row.run_id,
+        "schema_version": row.schema_version,
+        "sequence": row.sequence,
+        "step_id": row.step_id,
+        "type": str(row.type),
     }
 
 
-def link_hash(previous_hash: str, metadata: dict[str, object], payload_hash: str) -> str:
+def link_hash(previous_hash: str, metadata: dict[str, str | int], payload_hash: str) -> str:
     """``SHA-256(previous_hash ‖ canonical(metadata) ‖ payload_hash)`` as a digest."""
     h = hashlib.sha256(previous_hash.encode("ascii"))
-    h.update(canonicalize(metadata))
+    h.update(canonicalize_flat(metadata))
     h.update(payload_hash.encode("ascii"))
     return DIGEST_PREFIX + h.hexdigest()
 
 
 def row_hash(row: ChainRow, previous_hash: str) -> str:
     """The hash ``row`` must carry when it follows ``previous_hash``."""
-    metadata = chain_metadata(
-        run_id=row.run_id,
-        sequence=row.sequence,
-        event_id=row.event_id,
-        step_id=row.step_id,
-        type=row.type,
-        payload_ref=row.payload_ref,
-        logical_time=row.logical_time,
-        recorded_at=row.recorded_at,
-        schema_version=row.schema_version,
-    )
-    return link_hash(previous_hash, metadata, row.payload_hash)
+    return link_hash(previous_hash, chain_metadata(row), row.payload_hash)
 
 
 class BreakReason(StrEnum):

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from runtime.ports import ArtifactStore
-from stores.artifacts import open_artifact_store
+from stores.artifacts import S3ArtifactStore, open_artifact_store
 from stores.sql.database import Database, open_database
 from stores.sql.ledger import SqlLedger
 from worker.settings import Settings
@@ -23,6 +23,9 @@ class Stores:
 @contextlib.asynccontextmanager
 async def open_stores(settings: Settings) -> AsyncIterator[Stores]:
     artifacts = open_artifact_store(settings.artifacts, s3_endpoint_url=settings.s3_endpoint_url)
+    if isinstance(artifacts, S3ArtifactStore):
+        # a new bucket gets Object Lock so that holds are enforced by the store itself
+        await artifacts.ensure_bucket(object_lock=True)
     db = await open_database(settings.database_url)
     try:
         yield Stores(db=db, artifacts=artifacts, ledger=SqlLedger(db, artifacts))

@@ -139,3 +139,20 @@ def test_bad_database_url_is_named(tmp_path: Path) -> None:
     )
     assert result.returncode == 2
     assert b"unsupported database 'mysql'" in result.stderr
+
+
+def test_demo_with_artifacts_on_seaweedfs(tmp_path: Path, seaweedfs) -> None:  # type: ignore[no-untyped-def]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("REPLAYBOOK_", "AWS_"))} | {
+        "REPLAYBOOK_HOME": str(tmp_path / "home"),
+        "REPLAYBOOK_ARTIFACTS": "s3://rb-demo-artifacts/evidence",
+        "REPLAYBOOK_S3_ENDPOINT_URL": seaweedfs.endpoint_url,
+        "AWS_ACCESS_KEY_ID": seaweedfs.access_key,
+        "AWS_SECRET_ACCESS_KEY": seaweedfs.secret_key,
+    }
+    result = subprocess.run(
+        [REPLAYBOOK, "demo"], capture_output=True, env=env, cwd=ROOT, timeout=120
+    )
+    assert result.returncode == 0, result.stderr.decode()
+    out = result.stdout.decode()
+    assert "artifacts: s3://rb-demo-artifacts/evidence" in out
+    assert ": intact: 12 events" in out

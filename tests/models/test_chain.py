@@ -6,7 +6,7 @@ import dataclasses
 import hashlib
 from datetime import UTC, datetime, timedelta
 
-from models.canonical import canonicalize
+from models.canonical import canonicalize, canonicalize_flat
 from models.chain import (
     GENESIS_HASH,
     BreakReason,
@@ -50,16 +50,20 @@ def test_genesis_is_the_documented_constant() -> None:
 
 
 def test_link_hash_is_sha256_of_previous_metadata_payload() -> None:
-    meta = chain_metadata(
+    row = ChainRow(
         run_id="r",
         sequence=1,
         event_id="e",
         step_id="s",
         type="RUN_STARTED",
         payload_ref="inline",
+        payload_hash="",
+        previous_hash=GENESIS_HASH,
+        hash="",
         logical_time=T0,
         recorded_at=T0,
     )
+    meta = chain_metadata(row)
     payload_hash = sha256_digest(b"{}")
     expected = hashlib.sha256(
         GENESIS_HASH.encode() + canonicalize(meta) + payload_hash.encode()
@@ -67,6 +71,15 @@ def test_link_hash_is_sha256_of_previous_metadata_payload() -> None:
     assert link_hash(GENESIS_HASH, meta, payload_hash) == "sha256:" + expected
     assert canonicalize(meta).startswith(
         b'{"event_id":"e","logical_time":"2026-08-20T10:15:00.000000Z"'
+    )
+    # the hot-path emitter gives exactly the general canonical bytes, also for non-ASCII ids
+    assert canonicalize_flat(meta) == canonicalize(meta)
+    odd = chain_metadata(dataclasses.replace(row, step_id="Cafe\u0301 \U0001f600", run_id='a"b'))
+    assert canonicalize_flat(odd) == canonicalize(odd)
+    assert "Café".encode() in canonicalize_flat(odd)
+    assert canonicalize_flat({"b": 1, "a": 2}) == b'{"a":2,"b":1}'
+    assert canonicalize_flat({"a": True, "b": 2**60 // 2**10}) == canonicalize(
+        {"a": True, "b": 2**50}
     )
 
 

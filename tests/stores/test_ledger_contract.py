@@ -305,3 +305,15 @@ async def test_migrations_are_idempotent(database) -> None:
     async with database.read() as conn:
         version = (await conn.execute(text("SELECT version_num FROM alembic_version"))).scalar_one()
     assert version == "0001"
+
+
+async def test_large_payloads_on_s3_verify_and_read_back(database, s3_artifact_store) -> None:
+    ledger = SqlLedger(database, s3_artifact_store, inline_limit=1024)
+    run_id = await make_run(ledger)
+    event = await ledger.append(
+        run_id, NewEvent("s", E.ARTIFACT, T0, payload={"csv": "a,b\n" * 2000})
+    )
+    assert event.payload_ref.startswith(CAS_PREFIX)
+    assert await s3_artifact_store.exists(event.payload_hash)
+    assert (await ledger.payload(event)).startswith(b'{"csv":"a,b\\n')
+    assert (await ledger.verify(run_id)).intact

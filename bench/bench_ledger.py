@@ -1,0 +1,195 @@
+"""Benchmark: ledger appends (SQLite and PostgreSQL) and chain verification.
+
+Run with ``.venv/bin/python -m bench.bench_ledger`` (or all benchmarks: ``python -m bench``).
+Baselines measured in the same run:
+
+* appends: a plain INSERT of an equally sized row per transaction on the same engine, with no
+  chain (no head lock, no link hash, no compare-and-set). The ratio is the price of the chain.
+* verification: one SHA-256 over each event's canonical metadata and payload (the least any
+  verification must do). The ratio is our overhead over that floor.
+
+Targets to aim at: >= 5,000 appends/s, >= 200,000 verified events/s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hashlib
+import os
+import tempfile
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+from sqlalchemy import BigInteger, Column, LargeBinary, MetaData, String, Table, insert
+
+from models import ExecutionEventType, RunRecord
+from models.canonical import canonicalize
+from models.chain import GENESIS_HASH, ChainRow, chain_metadata, row_hash, verify_chain
+from models.digest import sha256_digest
+from stores.sql.database import Database, open_database
+from stores.sql.ledger import NewEvent, SqlLedger
+
+PG_ADMIN_URL = os.environ.get("REPLAYBOOK_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
+T0 = datetime(2026, 8, 20, 10, 15, tzinfo=UTC)
+APPEND_TARGET = 5_000
+VERIFY_TARGET = 200_000
+
+_baseline = Table(
+    "bench_plain_events",
+    MetaData(),
+    Column("id", BigInteger, primary_key=True, autoincrement=False),
+    Column("run_id", String(64)),
+    Column("payload", LargeBinary),
+)
+
+
+def _event(i: int) -> NewEvent:
+    payload = {"tool": "crm.lookup", "arguments": {"customer_id": f"C-{i}"}, "i": i}
+    return NewEvent(
+        f"step-{i}", ExecutionEventType.TOOL_CALL, T0 + timedelta(seconds=i), payload=payload
+    )
+
+
+async def _append_rates(db: Database, n: int, batch: int) -> dict[str, float]:
+    ledger = SqlLedger(db)
+    run_id = f"bench-{uuid.uuid4().hex[:8]}"
+    await ledger.create_run(
+        RunRecord(run_id=run_id, graph_id="bench", graph_version="1", created_at=T0)
+    )
+    started = time.perf_counter()
+    for i in range(n):
+        await ledger.append(run_id, _event(i))
+    single = n / (time.perf_counter() - started)
+
+    started = time.perf_counter()
+    for i in range(0, n, batch):
+        await ledger.append_many(run_id, [_event(n + j) for j in range(i, i + batch)])
+    batched = n / (time.perf_counter() - started)
+
+    async with db.engine.begin() as conn:
+        await conn.run_sync(_baseline.create, checkfirst=True)
+    base_id = int(time.time() * 1000) * 1_000_000
+    started = time.perf_counter()
+    for i in range(n):
+        row = {"id": base_id + i, "run_id": run_id, "payload": canonicalize(_event(i).payload)}
+        async with db.transaction() as conn:
+            await conn.execute(insert(_baseline).values(row))
+    plain = n / (time.perf_counter() - started)
+
+    started = time.perf_counter()
+    result = await ledger.verify(run_id)
+    verify_from_db = result.event_count / (time.perf_counter() - started)
+    assert result.intact, result.summary()
+    return {
+        "single": single,
+        "batched": batched,
+        "plain_insert": plain,
+        "verify_from_db": verify_from_db,
+    }
+
+
+def _chain_rows(n: int) -> list[ChainRow]:
+    rows, previous = [], GENESIS_HASH
+    for i in range(1, n + 1):
+        payload = canonicalize({"tool": "crm.lookup", "arguments": {"customer_id": f"C-{i}"}})
+        row = ChainRow(
+            run_id="bench",
+            sequence=i,
+            event_id=f"e-{i}",
+            step_id=f"step-{i}",
+            type="TOOL_CALL",
+            payload_ref="inline",
+            payload_hash=sha256_digest(payload),
+            previous_hash=previous,
+            hash="",
+            logical_time=T0 + timedelta(seconds=i),
+            recorded_at=T0,
+            payload=payload,
+        )
+        row = dataclasses.replace(row, hash=row_hash(row, previous))
+        rows.append(row)
+        previous = row.hash
+    return rows
+
+
+def _verify_rates(n: int) -> dict[str, float]:
+    rows = _chain_rows(n)
+    started = time.perf_counter()
+    result = verify_chain("bench", rows, expected_head=(n, rows[-1].hash))
+    ours = n / (time.perf_counter() - started)
+    assert result.intact
+    metas = [canonicalize(chain_metadata(r)) for r in rows]
+    started = time.perf_counter()
+    for r, meta in zip(rows, metas, strict=True):
+        hashlib.sha256(r.previous_hash.encode() + meta + r.payload_hash.encode()).digest()
+        hashlib.sha256(r.payload or b"").digest()
+    floor = n / (time.perf_counter() - started)
+    return {"verify": ours, "sha256_floor": floor}
+
+
+async def _postgres_database() -> tuple[str, str]:
+    name = f"rb_bench_{uuid.uuid4().hex[:10]}"
+    admin = await asyncpg.connect(PG_ADMIN_URL)
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await admin.close()
+    return name, f"{PG_ADMIN_URL.rsplit('/', 1)[0]}/{name}"
+
+
+async def _drop_postgres_database(name: str) -> None:
+    admin = await asyncpg.connect(PG_ADMIN_URL)
+    try:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await admin.close()
+
+
+async def _run(n: int, batch: int) -> dict[str, Any]:
+    results: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        db = await open_database(f"sqlite+aiosqlite:///{Path(tmp) / 'bench.db'}")
+        try:
+            results["sqlite"] = await _append_rates(db, n, batch)
+        finally:
+            await db.dispose()
+    name, url = await _postgres_database()
+    try:
+        db = await open_database(url)
+        try:
+            results["postgresql"] = await _append_rates(db, n, batch)
+        finally:
+            await db.dispose()
+    finally:
+        await _drop_postgres_database(name)
+    return results
+
+
+def main(n: int = 3_000, batch: int = 100, verify_n: int = 100_000) -> dict[str, Any]:
+    results = asyncio.run(_run(n, batch))
+    for backend, r in results.items():
+        print(
+            f"ledger append {backend:<10}: {r['single']:>8,.0f} events/s one per transaction "
+            f"(plain INSERT baseline {r['plain_insert']:,.0f}/s, ratio {r['single'] / r['plain_insert']:.2f}x), "
+            f"{r['batched']:>8,.0f} events/s in batches of {batch} (target >= {APPEND_TARGET:,}/s)"
+        )
+        print(
+            f"ledger verify {backend:<10}: {r['verify_from_db']:>8,.0f} events/s read from the database and verified"
+        )
+    verify = _verify_rates(verify_n)
+    results["verify"] = verify
+    print(
+        f"chain verification (in memory): {verify['verify']:,.0f} events/s "
+        f"(sha256 floor {verify['sha256_floor']:,.0f}/s, ratio {verify['verify'] / verify['sha256_floor']:.2f}x; "
+        f"target >= {VERIFY_TARGET:,}/s)"
+    )
+    return results
+
+
+if __name__ == "__main__":
+    main()
