@@ -62,6 +62,8 @@ class ExecutionEventType(StrEnum):
     RANDOM_DRAW = "RANDOM_DRAW"
     STATE_MIGRATION = "STATE_MIGRATION"
     ARTIFACT = "ARTIFACT"
+    #: the runtime refused an action (policy DENY, missing/expired/mismatched approval)
+    ACTION_REFUSED = "ACTION_REFUSED"
     #: an imported span or event Replaybook could not interpret, kept rather than dropped
     OPAQUE = "OPAQUE"
     RUN_COMPLETED = "RUN_COMPLETED"
@@ -77,6 +79,8 @@ class EvidenceType(StrEnum):
     RETRIEVAL = "RETRIEVAL"
     POLICY_DECISION = "POLICY_DECISION"
     ARTIFACT = "ARTIFACT"
+    #: the runtime refused an action (policy DENY, missing/expired/mismatched approval)
+    ACTION_REFUSED = "ACTION_REFUSED"
     APPROVAL = "APPROVAL"
     AUTHORITY = "AUTHORITY"
     SIDE_EFFECT_RECEIPT = "SIDE_EFFECT_RECEIPT"

@@ -10,7 +10,9 @@ so they are never renamed. Each class carries a stable ``code`` for the CLI and 
     │   └── ConfigurationError         a setting that cannot be used
     ├── NotFoundError                  something named does not exist
     │   ├── RunNotFoundError
-    │   └── ArtifactNotFoundError
+    │   ├── ArtifactNotFoundError
+    │   ├── UnknownCapabilityError     a tool that is not in the capability registry
+    │   └── GraphNotFoundError         a graph id/version that was never registered
     ├── ConflictError                  a write that contradicts what is recorded
     │   ├── SequenceConflictError      an append that is not the next link of the chain
     │   └── EvidenceLockedError        deletion refused: legal hold, retention or freeze
@@ -18,8 +20,20 @@ so they are never renamed. Each class carries a stable ``code`` for the CLI and 
     │   ├── ArtifactIntegrityError     artifact bytes do not hash to their key
     │   └── ChainBrokenError           an event chain failed verification
     ├── SideEffectError
-    │   └── ReconciliationRequiredError   retry of an UNKNOWN side effect (rule 5)
-    └── StoreError                     a backend failed (connection, permissions, …)
+    │   ├── ReconciliationRequiredError   retry of an UNKNOWN side effect (rule 5)
+    │   ├── SideEffectOutcomeUnknownError a provider call whose outcome cannot be known
+    │   ├── ProviderRejectedError      a provider definitely refused (nothing was applied)
+    │   └── RetryNotAllowedError       retry of an effect that is applied or still in flight
+    ├── ActionRefusedError             the runtime refused to execute an action
+    │   ├── PolicyDeniedError          the policy said DENY
+    │   └── ApprovalError              no valid approval bound to this action
+    │       ├── ApprovalMissingError
+    │       ├── ApprovalExpiredError
+    │       ├── ApprovalDeniedError
+    │       └── ApprovalMismatchError  approval granted for a different action hash
+    ├── StateMigrationError            no migration path between state schema versions
+    ├── StoreError                     a backend failed (connection, permissions, …)
+    └── ModelProviderError             a model endpoint failed or answered nonsense
 
 A replay that differs from its source is a result (``TrajectoryDiff``), never an error.
 """
@@ -114,3 +128,74 @@ class StoreError(ReplaybookError):
     """A storage backend failed; the original driver error is chained as ``__cause__``."""
 
     code = "store_error"
+
+
+class ModelProviderError(ReplaybookError):
+    """A model provider failed (HTTP error, timeout, malformed answer); ``retryable`` tells
+    Temporal's retry policy whether trying again can help (429, 5xx, timeouts)."""
+
+    code = "model_provider_error"
+
+    def __init__(self, message: str, *, status: int | None = None, retryable: bool = False) -> None:
+        super().__init__(message)
+        self.status = status
+        self.retryable = retryable
+
+
+class UnknownCapabilityError(NotFoundError):
+    code = "unknown_capability"
+
+
+class GraphNotFoundError(NotFoundError):
+    code = "graph_not_found"
+
+
+class SideEffectOutcomeUnknownError(SideEffectError):
+    """Raised by a provider adapter when a write was sent but its outcome is unknowable
+    (timeout after send, lost response). The side effect is recorded UNKNOWN."""
+
+    code = "side_effect_outcome_unknown"
+
+
+class ProviderRejectedError(SideEffectError):
+    """The provider definitely refused the write: nothing was applied (recorded FAILED)."""
+
+    code = "provider_rejected"
+
+
+class RetryNotAllowedError(SideEffectError):
+    """Only a side effect proved not applied (FAILED, or RECONCILED not applied) is retried."""
+
+    code = "retry_not_allowed"
+
+
+class ActionRefusedError(ReplaybookError):
+    code = "action_refused"
+
+
+class PolicyDeniedError(ActionRefusedError):
+    code = "policy_denied"
+
+
+class ApprovalError(ActionRefusedError):
+    code = "approval_invalid"
+
+
+class ApprovalMissingError(ApprovalError):
+    code = "approval_missing"
+
+
+class ApprovalExpiredError(ApprovalError):
+    code = "approval_expired"
+
+
+class ApprovalDeniedError(ApprovalError):
+    code = "approval_denied"
+
+
+class ApprovalMismatchError(ApprovalError):
+    code = "approval_mismatch"
+
+
+class StateMigrationError(ReplaybookError):
+    code = "state_migration"

@@ -5,8 +5,17 @@ Declared here so the runtime depends on behaviour, not on SQLAlchemy or boto3.
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
+
+from pydantic import JsonValue
+
+from models import ExecutionEvent, ExecutionEventType, HashedRecord, RunRecord, RunStatus
+from models.chain import ChainVerification
+from models.model_call import ModelRequest, ModelResponse
 
 
 @runtime_checkable
@@ -47,4 +56,73 @@ class ArtifactStore(Protocol):
     def enforced_by_backend(self) -> bool:
         """True when holds and retention are enforced by the storage itself (S3 Object Lock),
         not only by Replaybook's own code."""
+        ...
+
+
+@runtime_checkable
+class ModelProvider(Protocol):
+    """Something that answers chat completions: an OpenAI-compatible endpoint, a scripted model.
+
+    Implementations never retry on their own (the caller, ultimately Temporal, owns retries)
+    and raise ``ModelProviderError`` with the provider's reason on failure.
+    """
+
+    #: e.g. ``openai-compatible:gpt-4o-mini@https://api.openai.com/v1`` or ``scripted:support-desk@1``
+    profile: str
+
+    async def complete(self, request: ModelRequest) -> ModelResponse: ...
+
+
+@dataclass(frozen=True)
+class NewEvent:
+    """An event to append: a hashed record (also written to its lookup table) or plain JSON."""
+
+    step_id: str
+    type: ExecutionEventType
+    logical_time: datetime
+    record: HashedRecord | None = None
+    payload: JsonValue = None
+    event_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+
+    def payload_json(self) -> Any:
+        return self.record.canonical_payload() if self.record is not None else self.payload
+
+
+@runtime_checkable
+class EventLedger(Protocol):
+    """The hash-chained event ledger (``stores.sql.ledger.SqlLedger``)."""
+
+    async def create_run(self, run: RunRecord) -> None: ...
+
+    async def get_run(self, run_id: str) -> RunRecord: ...
+
+    async def finish_run(
+        self, run_id: str, status: RunStatus, outcome: JsonValue = None
+    ) -> RunRecord: ...
+
+    async def append(
+        self, run_id: str, event: NewEvent, *, expected_sequence: int | None = None
+    ) -> ExecutionEvent: ...
+
+    async def append_many(
+        self, run_id: str, events: Sequence[NewEvent], *, expected_sequence: int | None = None
+    ) -> list[ExecutionEvent]: ...
+
+    async def events(self, run_id: str, *, from_sequence: int = 1) -> list[ExecutionEvent]: ...
+
+    async def payload(self, event: ExecutionEvent) -> bytes: ...
+
+    async def verify(self, run_id: str) -> ChainVerification: ...
+
+
+@runtime_checkable
+class EvidenceReader(Protocol):
+    """Lookups of recorded evidence (``stores.sql.evidence.SqlEvidenceReader``)."""
+
+    async def records(self, record_type: type[HashedRecord], run_id: str) -> list[Any]:
+        """Every record of ``record_type`` of a run, in recording order."""
+        ...
+
+    async def record(self, record_type: type[HashedRecord], key: str) -> Any:
+        """One record by its key; ``NotFoundError`` naming it when absent."""
         ...

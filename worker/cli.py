@@ -18,11 +18,14 @@ from typing import Annotated, Any, NoReturn, TypeVar
 import typer
 
 from models.errors import (
+    ActionRefusedError,
+    ConflictError,
     IntegrityError,
     InvalidInputError,
     NotFoundError,
     ReconciliationRequiredError,
     ReplaybookError,
+    SideEffectError,
 )
 from worker.logs import configure_logging
 from worker.settings import Settings
@@ -50,12 +53,15 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
 
 
 def _exit_code(exc: ReplaybookError) -> int:
-    if isinstance(exc, InvalidInputError | NotFoundError):
+    if isinstance(exc, ReconciliationRequiredError):
+        return EXIT_RECONCILE
+    if isinstance(
+        exc,
+        InvalidInputError | NotFoundError | ConflictError | SideEffectError | ActionRefusedError,
+    ):
         return EXIT_BAD_INPUT
     if isinstance(exc, IntegrityError):
         return EXIT_BROKEN
-    if isinstance(exc, ReconciliationRequiredError):
-        return EXIT_RECONCILE
     return EXIT_STORE
 
 
@@ -197,3 +203,7 @@ async def demo() -> None:
 
 def main() -> None:  # pragma: no cover - console entry point
     app()
+
+
+# commands defined in other modules register themselves on ``app``
+from worker import cli_agent  # noqa: E402, F401

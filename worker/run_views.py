@@ -7,6 +7,7 @@ from typing import Any
 from sqlalchemy import select
 
 from stores.sql import schema
+from stores.sql.completeness import evidence_completeness
 from worker.stores import Stores
 
 
@@ -15,12 +16,25 @@ async def describe_run(stores: Stores, run_id: str) -> dict[str, Any]:
     run = await stores.ledger.get_run(run_id)
     events = await stores.ledger.events(run_id)
     evidence: dict[str, list[dict[str, Any]]] = {}
+    tables = (
+        schema.tool_fixtures,
+        schema.prompt_artifacts,
+        schema.context_snapshots,
+        schema.retrieval_fixtures,
+        schema.policy_decisions,
+        schema.approvals,
+        schema.side_effects,
+        schema.checkpoints,
+    )
     async with stores.db.read() as conn:
-        for table in (schema.tool_fixtures, schema.prompt_artifacts, schema.side_effects):
-            rows = (
-                await conn.execute(select(table.c.record).where(table.c.run_id == run_id))
-            ).all()
-            evidence[table.name] = [row.record for row in rows]
+        for table in tables:
+            query = (
+                select(table.c.record).where(table.c.run_id == run_id).order_by(table.c.sequence)
+            )
+            evidence[table.name] = [row.record for row in (await conn.execute(query)).all()]
+    completeness = await evidence_completeness(
+        stores.ledger, stores.evidence, stores.artifacts, run_id
+    )
     return {
         **run.model_dump(mode="json"),
         "event_count": len(events),
@@ -28,5 +42,15 @@ async def describe_run(stores: Stores, run_id: str) -> dict[str, Any]:
         "events": [e.model_dump(mode="json") for e in events],
         "fixtures": evidence["tool_fixtures"],
         "prompt_artifacts": evidence["prompt_artifacts"],
+        "context_snapshots": evidence["context_snapshots"],
+        "retrievals": evidence["retrieval_fixtures"],
+        "policy_decisions": evidence["policy_decisions"],
+        "approvals": evidence["approvals"],
         "side_effects": evidence["side_effects"],
+        "checkpoints": evidence["checkpoints"],
+        "evidence_completeness": {
+            **completeness.model_dump(mode="json"),
+            "confidence": completeness.confidence.value,
+            "summary": completeness.summary(),
+        },
     }

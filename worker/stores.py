@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from runtime.ports import ArtifactStore
 from stores.artifacts import S3ArtifactStore, open_artifact_store
 from stores.sql.database import Database, open_database
+from stores.sql.evidence import SqlEvidenceReader
 from stores.sql.ledger import SqlLedger
 from worker.settings import Settings
 
@@ -18,6 +19,7 @@ class Stores:
     db: Database
     artifacts: ArtifactStore
     ledger: SqlLedger
+    evidence: SqlEvidenceReader
 
 
 @contextlib.asynccontextmanager
@@ -28,6 +30,11 @@ async def open_stores(settings: Settings) -> AsyncIterator[Stores]:
         await artifacts.ensure_bucket(object_lock=True)
     db = await open_database(settings.database_url)
     try:
-        yield Stores(db=db, artifacts=artifacts, ledger=SqlLedger(db, artifacts))
+        yield Stores(
+            db=db,
+            artifacts=artifacts,
+            ledger=SqlLedger(db, artifacts),
+            evidence=SqlEvidenceReader(db),
+        )
     finally:
         await db.dispose()

@@ -8,9 +8,8 @@ therefore never fork a chain.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -18,40 +17,28 @@ from pydantic import JsonValue
 from sqlalchemy import insert, select, update
 from sqlalchemy.exc import IntegrityError as SAIntegrityError
 
-from models import ExecutionEvent, ExecutionEventType, HashedRecord, RunRecord, RunStatus
+from models import ExecutionEvent, ExecutionEventType, RunRecord, RunStatus
 from models.canonical import canonicalize
 from models.chain import GENESIS_HASH, ChainRow, ChainVerification, row_hash, verify_chain
 from models.digest import sha256_digest
 from models.errors import (
+    ArtifactIntegrityError,
     ConflictError,
     InvalidInputError,
     RunNotFoundError,
     SequenceConflictError,
     StoreError,
 )
-from runtime.ports import ArtifactStore
+from runtime.ports import ArtifactStore, NewEvent
 from stores.sql import schema
 from stores.sql.database import Database, utc
 from stores.sql.projections import write_projection
 
+__all__ = ["CAS_PREFIX", "INLINE_REF", "NewEvent", "RunSummary", "SqlLedger"]
+
 INLINE_PAYLOAD_LIMIT = 64 * 1024
 INLINE_REF = "inline"
 CAS_PREFIX = "cas:"
-
-
-@dataclass(frozen=True)
-class NewEvent:
-    """An event to append: a hashed record (projected into its table) or plain JSON."""
-
-    step_id: str
-    type: ExecutionEventType
-    logical_time: datetime
-    record: HashedRecord | None = None
-    payload: JsonValue = None
-    event_id: str = field(default_factory=lambda: str(uuid.uuid4()))
-
-    def payload_json(self) -> Any:
-        return self.record.canonical_payload() if self.record is not None else self.payload
 
 
 @dataclass(frozen=True)
@@ -242,6 +229,7 @@ class SqlLedger:
                             run_id=run_id,
                             step_id=event.step_id,
                             event_id=event.event_id,
+                            sequence=appended.sequence,
                             content_hash=appended.payload_hash,
                             now=recorded_at,
                         )
@@ -298,8 +286,6 @@ class SqlLedger:
             raise StoreError(f"payload of {event.run_id}#{event.sequence} is missing")
         data = bytes(row.payload)
         if sha256_digest(data) != event.payload_hash:
-            from models.errors import ArtifactIntegrityError
-
             raise ArtifactIntegrityError(
                 f"payload of {event.run_id}#{event.sequence} does not hash to {event.payload_hash}"
             )

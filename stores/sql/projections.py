@@ -107,6 +107,7 @@ async def write_projection(
     run_id: str,
     step_id: str,
     event_id: str,
+    sequence: int,
     content_hash: str,
     now: datetime,
 ) -> None:
@@ -121,6 +122,7 @@ async def write_projection(
         "run_id": run_id,
         "step_id": step_id,
         "content_hash": content_hash,
+        "sequence": sequence,
         "record": record.model_dump(mode="json"),
         **projection.columns(record),
     }

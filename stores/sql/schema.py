@@ -85,6 +85,8 @@ def _evidence_table(name: str, key: str, *extra: Column, unique: tuple[str, ...]
         Column("run_id", Id, ForeignKey("runs.run_id"), nullable=False, index=True),
         Column("step_id", Id, nullable=True),
         Column("content_hash", DigestCol, nullable=False),
+        # the sequence of the event that carried the record (the latest one for side effects)
+        Column("sequence", BigInteger, nullable=False),
         *extra,
         Column("record", Json, nullable=False),
     )
@@ -143,11 +145,7 @@ side_effects = _evidence_table(
     unique=("idempotency_key",),
 )
 
-checkpoints = _evidence_table(
-    "checkpoints",
-    "checkpoint_id",
-    Column("sequence", BigInteger, nullable=False),
-)
+checkpoints = _evidence_table("checkpoints", "checkpoint_id")
 
 artifacts = Table(
     "artifacts",

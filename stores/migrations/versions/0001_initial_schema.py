@@ -41,6 +41,7 @@ def upgrade() -> None:
         sa.Column("run_id", sa.String(length=512), nullable=False),
         sa.Column("step_id", sa.String(length=512), nullable=True),
         sa.Column("content_hash", sa.String(length=71), nullable=False),
+        sa.Column("sequence", sa.BigInteger(), nullable=False),
         sa.Column("action_hash", sa.String(length=71), nullable=False),
         sa.Column(
             "record",
@@ -95,6 +96,7 @@ def upgrade() -> None:
         sa.Column("run_id", sa.String(length=512), nullable=False),
         sa.Column("step_id", sa.String(length=512), nullable=True),
         sa.Column("content_hash", sa.String(length=71), nullable=False),
+        sa.Column("sequence", sa.BigInteger(), nullable=False),
         sa.Column(
             "record",
             sa.JSON().with_variant(postgresql.JSONB(astext_type=sa.Text()), "postgresql"),
@@ -135,6 +137,7 @@ def upgrade() -> None:
         sa.Column("run_id", sa.String(length=512), nullable=False),
         sa.Column("step_id", sa.String(length=512), nullable=True),
         sa.Column("content_hash", sa.String(length=71), nullable=False),
+        sa.Column("sequence", sa.BigInteger(), nullable=False),
         sa.Column("policy_id", sa.String(length=512), nullable=False),
         sa.Column("policy_version", sa.String(length=512), nullable=False),
         sa.Column("decision", sa.String(length=32), nullable=False),
@@ -157,6 +160,7 @@ def upgrade() -> None:
         sa.Column("run_id", sa.String(length=512), nullable=False),
         sa.Column("step_id", sa.String(length=512), nullable=True),
         sa.Column("content_hash", sa.String(length=71), nullable=False),
+        sa.Column("sequence", sa.BigInteger(), nullable=False),
         sa.Column("template_version", sa.String(length=512), nullable=False),
         sa.Column("compiled_hash", sa.String(length=71), nullable=False),
         sa.Column(
@@ -178,6 +182,7 @@ def upgrade() -> None:
         sa.Column("run_id", sa.String(length=512), nullable=False),
         sa.Column("step_id", sa.String(length=512), nullable=True),
         sa.Column("content_hash", sa.String(length=71), nullable=False),
+        sa.Column("sequence", sa.BigInteger(), nullable=False),
         sa.Column("query_hash", sa.String(length=71), nullable=False),
         sa.Column("retriever_version", sa.String(length=512), nullable=False),
         sa.Column(
@@ -199,6 +204,7 @@ def upgrade() -> None:
         sa.Column("run_id", sa.String(length=512), nullable=False),
         sa.Column("step_id", sa.String(length=512), nullable=True),
         sa.Column("content_hash", sa.String(length=71), nullable=False),
+        sa.Column("sequence", sa.BigInteger(), nullable=False),
         sa.Column("capability_id", sa.String(length=512), nullable=False),
         sa.Column("idempotency_key", sa.String(length=512), nullable=False),
         sa.Column("status", sa.String(length=32), nullable=False),
@@ -223,6 +229,7 @@ def upgrade() -> None:
         sa.Column("run_id", sa.String(length=512), nullable=False),
         sa.Column("step_id", sa.String(length=512), nullable=True),
         sa.Column("content_hash", sa.String(length=71), nullable=False),
+        sa.Column("sequence", sa.BigInteger(), nullable=False),
         sa.Column("tool_call_id", sa.String(length=512), nullable=False),
         sa.Column("capability_id", sa.String(length=512), nullable=False),
         sa.Column("request_hash", sa.String(length=71), nullable=False),

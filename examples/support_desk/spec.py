@@ -1,0 +1,88 @@
+"""Assembling the support desk's ``AgentSpec`` and recording a scenario."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any
+
+from examples.support_desk.agent import (
+    CAPABILITIES,
+    POLICIES,
+    PROMPTS,
+    SCENARIOS,
+    SUPPORT_DESK_V1,
+    WRITE_POLICY,
+    SimulatedApprover,
+)
+from examples.support_desk.knowledge import KeywordRetriever
+from examples.support_desk.model import ScriptedSupportModel
+from examples.support_desk.providers import SimulatedWorld
+from models.errors import InvalidInputError
+from runtime.executor import RunResult
+from runtime.ports import ArtifactStore, EventLedger
+from runtime.session import AgentSpec, record_run
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def support_desk_spec(
+    world: SimulatedWorld, prompt_version: str = "v17", *, deny_approvals: bool = False
+) -> AgentSpec:
+    if prompt_version not in PROMPTS:
+        raise InvalidInputError(
+            f"unknown prompt bundle {prompt_version!r} (known: {', '.join(sorted(PROMPTS))})"
+        )
+    return AgentSpec(
+        graph=SUPPORT_DESK_V1,
+        prompts=PROMPTS[prompt_version],
+        capabilities=CAPABILITIES,
+        policies=POLICIES,
+        write_policy_id=WRITE_POLICY,
+        tool_providers={
+            "crm.get_customer": world.crm_get_customer,
+            "crm.find_by_phone": world.crm_find_by_phone,
+            "payment.refund": world.payment_refund,
+            "email.send": world.email_send,
+        },
+        model=ScriptedSupportModel(),
+        model_name="support-desk-model@1",
+        retriever=KeywordRetriever(),
+        approver=SimulatedApprover(deny=deny_approvals),
+        source_root=ROOT,
+    )
+
+
+async def run_scenario(
+    world: SimulatedWorld,
+    ledger: EventLedger,
+    artifacts: ArtifactStore,
+    scenario: str,
+    *,
+    prompt_version: str = "v17",
+    seed: int = 0,
+    run_id: str | None = None,
+) -> RunResult:
+    """Record one live run of ``scenario`` against the simulated providers."""
+    if scenario not in SCENARIOS:
+        raise InvalidInputError(f"unknown scenario {scenario!r} (known: {', '.join(SCENARIOS)})")
+    ticket: dict[str, Any] = dict(SCENARIOS[scenario])
+    if scenario == "refund-timeout":
+        world.drop_refund_response_for.add(ticket["order_id"])
+    # each run gets its own ticket id and order so that idempotency keys never collide
+    suffix = uuid.uuid4().hex[:6]
+    ticket["ticket_id"] = f"{ticket['ticket_id']}-{suffix}"
+    if "order_id" in ticket:
+        ticket["order_id"] = f"{ticket['order_id']}-{suffix}"
+        if scenario == "refund-timeout":
+            world.drop_refund_response_for.add(ticket["order_id"])
+    await world.ensure()
+    return await record_run(
+        support_desk_spec(world, prompt_version),
+        ledger,
+        artifacts,
+        run_id=run_id or f"run-{uuid.uuid4().hex[:12]}",
+        agent_input=ticket,
+        seed=seed,
+        labels={"scenario": scenario, "agent": "support-desk"},
+    )

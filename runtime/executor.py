@@ -1,0 +1,111 @@
+"""Runs a graph step by step, checkpointing the state after every step."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from models import ExecutionEventType, RunStatus
+from models.canonical import normalize_json
+from runtime.environment import AgentEnvironment
+from runtime.graph import GraphDefinition, State
+from runtime.ports import EventLedger
+from runtime.recorder import RunRecorder
+
+log = structlog.get_logger(__name__)
+E = ExecutionEventType
+
+
+@dataclass(frozen=True)
+class RunResult:
+    run_id: str
+    status: RunStatus
+    outcome: Any
+    state: State
+    steps: int
+
+
+class StepLimitExceeded(RuntimeError):
+    pass
+
+
+async def execute_graph(
+    graph: GraphDefinition,
+    env: AgentEnvironment,
+    recorder: RunRecorder,
+    ledger: EventLedger,
+    agent_input: Any,
+    *,
+    state: State | None = None,
+    start_step: str | None = None,
+    seed: int,
+    max_steps: int = 1000,
+) -> RunResult:
+    """Execute ``graph`` from its entry step and record everything; a step that raises ends the
+    run FAILED (recorded with the error) and the error propagates."""
+    state = dict(state or {})
+    await recorder.record(
+        E.RUN_STARTED,
+        payload={
+            "graph": graph.key,
+            "input": normalize_json(agent_input),
+            "seed": seed,
+            "state_schema_version": graph.state_schema_version,
+        },
+        step_id="run",
+    )
+    step_id: str | None = start_step or graph.entry
+    steps, output = 0, None
+    try:
+        while step_id is not None:
+            if steps >= max_steps:
+                raise StepLimitExceeded(f"{graph.key} exceeded {max_steps} steps")
+            recorder.step_id = step_id
+            await recorder.record(E.STEP_STARTED, payload={"step": step_id})
+            result = await graph.steps[step_id](env, state, agent_input)
+            state = result.state
+            await recorder.checkpoint(step_id, state, graph.state_schema_version, None)
+            await recorder.record(
+                E.STEP_COMPLETED,
+                payload={"next": result.next, "output": normalize_json(result.output)},
+            )
+            output = result.output
+            step_id = result.next
+            steps += 1
+    except Exception as exc:
+        recorder.step_id = "run"
+        await recorder.record(
+            E.RUN_FAILED, payload={"error": type(exc).__name__, "message": str(exc), "steps": steps}
+        )
+        await ledger.finish_run(
+            recorder.run_id, RunStatus.FAILED, {"error": type(exc).__name__, "message": str(exc)}
+        )
+        log.warning("run failed", run_id=recorder.run_id, error=type(exc).__name__)
+        raise
+    recorder.step_id = "run"
+    outcome = normalize_json(output)
+    await recorder.record(E.RUN_COMPLETED, payload={"outcome": outcome, "steps": steps})
+    await ledger.finish_run(recorder.run_id, RunStatus.COMPLETED, outcome)
+    log.info("run completed", run_id=recorder.run_id, graph=graph.key, steps=steps)
+    return RunResult(recorder.run_id, RunStatus.COMPLETED, outcome, state, steps)
+
+
+async def migrate_recorded_state(
+    graph: GraphDefinition, recorder: RunRecorder, raw_state: State, recorded_schema_version: int
+) -> State:
+    """The state a step recorded under an older schema, migrated to ``graph``'s schema. The raw
+    snapshot, the migrated snapshot and the migration version are all recorded (rule 11)."""
+    migrated, migration_version = graph.migrate(raw_state, recorded_schema_version)
+    if migration_version is not None:
+        await recorder.record(
+            E.STATE_MIGRATION,
+            payload={
+                "raw_state_ref": await recorder.store_json(raw_state),
+                "migrated_state_ref": await recorder.store_json(migrated),
+                "migration_version": migration_version,
+                "graph": graph.key,
+            },
+        )
+    return migrated

@@ -1,0 +1,1 @@
+"""Model providers: implementations of ``runtime.ports.ModelProvider``."""

@@ -1,0 +1,202 @@
+"""``ModelProvider`` for any OpenAI-compatible chat-completions endpoint (OpenAI, vLLM, Ollama,
+a LiteLLM proxy), built on the official ``openai`` SDK."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from decimal import Decimal
+from typing import Any
+
+import openai
+from pydantic import ValidationError
+
+from models.errors import ConfigurationError, ModelProviderError
+from models.model_call import ChatMessage, ModelRequest, ModelResponse, TokenUsage, ToolCallRequest
+
+#: Local servers ignore the key, but the SDK refuses to start without one; passing it explicitly
+#: also stops the SDK from silently picking up ``OPENAI_API_KEY`` on its own.
+PLACEHOLDER_API_KEY = "no-key"
+DEFAULT_TIMEOUT = 60.0
+_THOUSAND = Decimal(1000)
+
+
+class OpenAICompatibleProvider:
+    """One endpoint and model; never retries by itself (see ``max_retries`` below)."""
+
+    def __init__(
+        self,
+        *,
+        base_url: str,
+        model: str,
+        api_key: str | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        price_per_1k_prompt: Decimal | None = None,
+        price_per_1k_completion: Decimal | None = None,
+        default_headers: Mapping[str, str] | None = None,
+    ) -> None:
+        # One spelling per endpoint, so that the profile recorded with every call is stable.
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self.timeout = timeout
+        self.price_per_1k_prompt = price_per_1k_prompt
+        self.price_per_1k_completion = price_per_1k_completion
+        self.profile = f"openai-compatible:{model}@{self.base_url}"
+        self._client = openai.AsyncOpenAI(
+            base_url=self.base_url,
+            api_key=api_key or PLACEHOLDER_API_KEY,
+            timeout=timeout,
+            # The caller (ultimately Temporal's retry policy) owns retries: SDK retries would hide
+            # attempts from the recorded history and multiply the caller's own back-off.
+            max_retries=0,
+            default_headers=default_headers,
+        )
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> OpenAICompatibleProvider:
+        env = os.environ if env is None else env
+        base_url = env.get("REPLAYBOOK_MODEL_BASE_URL", "").strip()
+        if not base_url:
+            raise ConfigurationError("REPLAYBOOK_MODEL_BASE_URL is not set")
+        model = env.get("REPLAYBOOK_MODEL_NAME", "").strip()
+        if not model:
+            raise ConfigurationError("REPLAYBOOK_MODEL_NAME is not set")
+        raw_timeout = env.get("REPLAYBOOK_MODEL_TIMEOUT", "").strip()
+        try:
+            timeout = float(raw_timeout) if raw_timeout else DEFAULT_TIMEOUT
+        except ValueError:
+            timeout = float("nan")  # refused just below, with the other unusable values
+        if not 0 < timeout < float("inf"):
+            raise ConfigurationError(
+                f"REPLAYBOOK_MODEL_TIMEOUT must be a positive number of seconds, got {raw_timeout!r}"
+            )
+        api_key = env.get("REPLAYBOOK_MODEL_API_KEY") or env.get("OPENAI_API_KEY")
+        return cls(base_url=base_url, model=model, api_key=api_key, timeout=timeout)
+
+    async def aclose(self) -> None:
+        await self._client.close()
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        # The configured model is sent, not ``request.model``: a replay against another endpoint
+        # keeps the agent's requests unchanged, and the profile names what actually answered.
+        kwargs: dict[str, Any] = {
+            "model": self.model,
+            "messages": [_wire_message(m) for m in request.messages],
+        }
+        if request.tools:
+            kwargs["tools"] = [
+                {
+                    "type": "function",
+                    "function": {
+                        "name": t.name,
+                        "description": t.description,
+                        "parameters": t.parameters,
+                    },
+                }
+                for t in request.tools
+            ]
+        for name in ("temperature", "max_tokens", "seed"):
+            if (value := getattr(request, name)) is not None:
+                kwargs[name] = value
+        try:
+            completion = await self._client.chat.completions.create(**kwargs)
+        except openai.APITimeoutError as exc:  # before APIConnectionError: it is a subclass
+            raise self._error(f"timed out after {self.timeout:g}s", retryable=True) from exc
+        except openai.APIConnectionError as exc:
+            cause = exc.__cause__ or exc
+            raise self._error(f"cannot connect: {cause}", retryable=True) from exc
+        except openai.APIStatusError as exc:
+            status = exc.status_code
+            raise self._error(
+                f"HTTP {status}: {_server_message(exc)}",
+                status=status,
+                retryable=status == 429 or status >= 500,
+            ) from exc
+        except openai.OpenAIError as exc:
+            raise self._error(f"unusable answer: {exc}") from exc
+        return self._response(completion)
+
+    def _response(self, completion: Any) -> ModelResponse:
+        # Lenient SDK parsing builds objects without validation, so absent fields are possible.
+        choices = getattr(completion, "choices", None)
+        if not choices:
+            raise self._error("answer has no choices")
+        choice = choices[0]
+        message = choice.message
+        calls = tuple(self._tool_call(c) for c in (message.tool_calls or ()))
+        usage = getattr(completion, "usage", None)
+        prompt = getattr(usage, "prompt_tokens", None) or 0
+        completion_tokens = getattr(usage, "completion_tokens", None) or 0
+        cost = (
+            prompt * (self.price_per_1k_prompt or Decimal(0))
+            + completion_tokens * (self.price_per_1k_completion or Decimal(0))
+        ) / _THOUSAND
+        try:
+            return ModelResponse(
+                model=getattr(completion, "model", None) or self.model,
+                content=message.content,
+                tool_calls=calls,
+                finish_reason=choice.finish_reason,
+                usage=TokenUsage(prompt_tokens=prompt, completion_tokens=completion_tokens),
+                cost=cost,
+                response_id=getattr(completion, "id", None),
+            )
+        except ValidationError as exc:
+            raise self._error(f"malformed answer: {exc}") from exc
+
+    def _tool_call(self, call: Any) -> ToolCallRequest:
+        function = getattr(call, "function", None)
+        if function is None:  # e.g. a "custom" tool call: only function tools are ever offered
+            raise self._error(f"tool call {call.id!r} is of unsupported type {call.type!r}")
+        where = f"tool call {call.id!r} ({function.name})"
+        try:
+            arguments = json.loads(function.arguments, parse_constant=_refuse_constant)
+        except (TypeError, ValueError) as exc:
+            raise self._error(f"{where} has arguments that are not valid JSON: {exc}") from exc
+        if not isinstance(arguments, dict):
+            raise self._error(f"{where} has arguments that are not a JSON object")
+        return ToolCallRequest(id=call.id, name=function.name, arguments=arguments)
+
+    def _error(
+        self, problem: str, *, status: int | None = None, retryable: bool = False
+    ) -> ModelProviderError:
+        return ModelProviderError(
+            f"model endpoint {self.base_url} ({self.model}): {problem}",
+            status=status,
+            retryable=retryable,
+        )
+
+
+def _wire_message(message: ChatMessage) -> dict[str, Any]:
+    wire: dict[str, Any] = {"role": message.role, "content": message.content}
+    if message.tool_calls:
+        wire["tool_calls"] = [
+            {
+                "id": c.id,
+                "type": "function",
+                "function": {"name": c.name, "arguments": json.dumps(c.arguments)},
+            }
+            for c in message.tool_calls
+        ]
+    if message.role == "tool":
+        wire["tool_call_id"] = message.tool_call_id
+        wire["content"] = message.content or ""  # the API requires a string for tool results
+    if message.name is not None:
+        wire["name"] = message.name
+    return wire
+
+
+def _server_message(exc: openai.APIStatusError) -> str:
+    # The SDK stores the JSON ``error`` object as ``body``; proxies often answer plain text.
+    body = exc.body
+    if isinstance(body, Mapping) and isinstance(body.get("message"), str):
+        return body["message"]
+    if isinstance(body, str) and body:
+        return body[:500]
+    return exc.message
+
+
+def _refuse_constant(name: str) -> Any:
+    # NaN and Infinity are not JSON, and would break the canonical hashing of the evidence.
+    raise ValueError(f"{name} is not a JSON value")

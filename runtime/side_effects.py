@@ -1,0 +1,122 @@
+"""The side-effect ledger (rule 5): every WRITE is PLANNED durably before the provider hears
+of it, then EXECUTING, then CONFIRMED, FAILED, or UNKNOWN when its outcome cannot be known.
+
+An UNKNOWN effect is never retried: ``retry`` raises ``ReconciliationRequiredError`` before
+anything reaches the provider. Only an effect proved not applied (FAILED, or RECONCILED with
+``reconciled_applied=False``) is retried, with its original idempotency key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from models import ExecutionEventType, SideEffectRecord, SideEffectStatus
+from models.canonical import canonical_hash
+from models.digest import digest_hex
+from models.errors import (
+    ProviderRejectedError,
+    ReconciliationRequiredError,
+    RetryNotAllowedError,
+    SideEffectOutcomeUnknownError,
+)
+from runtime.ports import EvidenceReader
+from runtime.recorder import RunRecorder
+
+#: the provider call: (idempotency_key, provider_request_id) -> receipt (JSON)
+ProviderCall = Callable[[str, str], Awaitable[dict[str, Any]]]
+
+
+def idempotency_key(run_id: str, step_id: str, action_hash: str) -> str:
+    """Stable for one action of one step of one run: a retry sends the same key."""
+    return (
+        "idem-"
+        + digest_hex(canonical_hash({"run": run_id, "step": step_id, "action": action_hash}))[:40]
+    )
+
+
+def provider_request_id(key: str) -> str:
+    """The id the provider is asked to file the request under (used to reconcile later)."""
+    return "preq-" + key.removeprefix("idem-")[:32]
+
+
+class SideEffectLedger:
+    def __init__(self, recorder: RunRecorder) -> None:
+        self.recorder = recorder
+
+    async def _transition(self, record: SideEffectRecord, **changes: Any) -> SideEffectRecord:
+        updated = record.model_copy(update=changes)
+        await self.recorder.record(
+            ExecutionEventType.SIDE_EFFECT, record=updated, step_id=record.step_id
+        )
+        return updated
+
+    async def execute(
+        self, *, capability_id: str, step_id: str, action_hash: str, call: ProviderCall
+    ) -> tuple[SideEffectRecord, dict[str, Any] | None]:
+        """Run one write through the state machine; returns the final record and the receipt."""
+        run_id = self.recorder.run_id
+        key = idempotency_key(run_id, step_id, action_hash)
+        planned = SideEffectRecord(
+            side_effect_id=f"se-{key.removeprefix('idem-')[:24]}",
+            run_id=run_id,
+            step_id=step_id,
+            capability_id=capability_id,
+            idempotency_key=key,
+            action_hash=action_hash,
+            status=SideEffectStatus.PLANNED,
+            provider_request_id=provider_request_id(key),
+        )
+        await self._transition(planned)
+        return await self._attempt(planned, call)
+
+    async def _attempt(
+        self, record: SideEffectRecord, call: ProviderCall
+    ) -> tuple[SideEffectRecord, dict[str, Any] | None]:
+        executing = await self._transition(record, status=SideEffectStatus.EXECUTING)
+        try:
+            receipt = await call(executing.idempotency_key, executing.provider_request_id or "")
+        except SideEffectOutcomeUnknownError as exc:
+            unknown = await self._transition(
+                executing,
+                status=SideEffectStatus.UNKNOWN,
+                provider_receipt=f"outcome unknown: {exc}",
+            )
+            return unknown, None
+        except ProviderRejectedError as exc:
+            failed = await self._transition(
+                executing, status=SideEffectStatus.FAILED, provider_receipt=f"rejected: {exc}"
+            )
+            return failed, None
+        confirmed = await self._transition(
+            executing,
+            status=SideEffectStatus.CONFIRMED,
+            provider_receipt=str(
+                receipt.get("receipt") or receipt.get("id") or canonical_hash(receipt)
+            ),
+            executed_at=self.recorder.logical_time(),
+        )
+        return confirmed, receipt
+
+
+async def retry_side_effect(
+    evidence: EvidenceReader, recorder: RunRecorder, side_effect_id: str, call: ProviderCall
+) -> tuple[SideEffectRecord, dict[str, Any] | None]:
+    """Retry a write only when it is proved not applied; never touch the provider otherwise."""
+    record: SideEffectRecord = await evidence.record(SideEffectRecord, side_effect_id)
+    status = record.status
+    if status is SideEffectStatus.UNKNOWN:
+        raise ReconciliationRequiredError(
+            f"reconciliation required: side effect {side_effect_id} ({record.capability_id}) is "
+            "UNKNOWN; its outcome must be reconciled with the provider before any retry"
+        )
+    proved_not_applied = status is SideEffectStatus.FAILED or (
+        status is SideEffectStatus.RECONCILED and record.reconciled_applied is False
+    )
+    if not proved_not_applied:
+        raise RetryNotAllowedError(
+            f"side effect {side_effect_id} is {status.value}"
+            + (" (applied)" if record.reconciled_applied else "")
+            + ": only an effect proved not applied may be retried"
+        )
+    return await SideEffectLedger(recorder)._attempt(record, call)
