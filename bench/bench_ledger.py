@@ -24,7 +24,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import asyncpg
 from sqlalchemy import BigInteger, Column, LargeBinary, MetaData, String, Table, insert
 
 from models import ExecutionEventType, RunRecord
@@ -33,6 +32,7 @@ from models.chain import GENESIS_HASH, ChainRow, chain_metadata, row_hash, verif
 from models.digest import sha256_digest
 from stores.sql.database import Database, open_database
 from stores.sql.ledger import NewEvent, SqlLedger
+from stores.sql.scratch import create_scratch_database, drop_scratch_database
 
 PG_ADMIN_URL = os.environ.get("REPLAYBOOK_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
 T0 = datetime(2026, 8, 20, 10, 15, tzinfo=UTC)
@@ -132,24 +132,6 @@ def _verify_rates(n: int) -> dict[str, float]:
     return {"verify": ours, "sha256_floor": floor}
 
 
-async def _postgres_database() -> tuple[str, str]:
-    name = f"rb_bench_{uuid.uuid4().hex[:10]}"
-    admin = await asyncpg.connect(PG_ADMIN_URL)
-    try:
-        await admin.execute(f'CREATE DATABASE "{name}"')
-    finally:
-        await admin.close()
-    return name, f"{PG_ADMIN_URL.rsplit('/', 1)[0]}/{name}"
-
-
-async def _drop_postgres_database(name: str) -> None:
-    admin = await asyncpg.connect(PG_ADMIN_URL)
-    try:
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    finally:
-        await admin.close()
-
-
 async def _run(n: int, batch: int) -> dict[str, Any]:
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -158,7 +140,7 @@ async def _run(n: int, batch: int) -> dict[str, Any]:
             results["sqlite"] = await _append_rates(db, n, batch)
         finally:
             await db.dispose()
-    name, url = await _postgres_database()
+    url = await create_scratch_database(PG_ADMIN_URL, "rb_bench")
     try:
         db = await open_database(url)
         try:
@@ -166,7 +148,7 @@ async def _run(n: int, batch: int) -> dict[str, Any]:
         finally:
             await db.dispose()
     finally:
-        await _drop_postgres_database(name)
+        await drop_scratch_database(PG_ADMIN_URL, url)
     return results
 
 

@@ -8,7 +8,7 @@ from typing import Annotated
 
 from pydantic import StringConstraints
 
-from models.errors import InvalidInputError
+from models.errors import ArtifactIntegrityError, InvalidInputError
 
 DIGEST_PREFIX = "sha256:"
 DIGEST_PATTERN = r"^sha256:[0-9a-f]{64}$"
@@ -33,3 +33,12 @@ def digest_hex(digest: str) -> str:
     if not is_digest(digest):
         raise InvalidInputError(f"not a sha256 digest: {digest!r} (expected 'sha256:' + 64 hex)")
     return digest[len(DIGEST_PREFIX) :]
+
+
+def verify_content(data: bytes, digest: str, what: str) -> bytes:
+    """Return ``data`` if it hashes to ``digest``; otherwise raise ``ArtifactIntegrityError``
+    naming ``what`` and the actual hash (bad bytes are never handed on)."""
+    actual = sha256_digest(data)
+    if actual != digest:
+        raise ArtifactIntegrityError(f"{what} is corrupted: its {len(data)} bytes hash to {actual}")
+    return data

@@ -8,14 +8,13 @@ Override the server with ``REPLAYBOOK_TEST_PG_URL``.
 from __future__ import annotations
 
 import os
-import uuid
 from collections.abc import AsyncIterator
 
-import asyncpg
 import pytest
 import pytest_asyncio
 
 from stores.sql.database import Database, open_database
+from stores.sql.scratch import create_scratch_database, drop_scratch_database
 
 PG_ADMIN_URL = os.environ.get("REPLAYBOOK_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
 
@@ -23,19 +22,9 @@ PG_ADMIN_URL = os.environ.get("REPLAYBOOK_TEST_PG_URL", "postgresql://postgres@1
 @pytest_asyncio.fixture(scope="session", loop_scope="session")
 async def postgres_url() -> AsyncIterator[str]:
     """A fresh, empty PostgreSQL database for this test session."""
-    name = f"rb_test_{uuid.uuid4().hex[:12]}"
-    admin = await asyncpg.connect(PG_ADMIN_URL)
-    try:
-        await admin.execute(f'CREATE DATABASE "{name}"')
-    finally:
-        await admin.close()
-    base = PG_ADMIN_URL.rsplit("/", 1)[0]
-    yield f"{base}/{name}"
-    admin = await asyncpg.connect(PG_ADMIN_URL)
-    try:
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    finally:
-        await admin.close()
+    url = await create_scratch_database(PG_ADMIN_URL, "rb_test")
+    yield url
+    await drop_scratch_database(PG_ADMIN_URL, url)
 
 
 @pytest.fixture(scope="session")

@@ -14,15 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import os
 import tempfile
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from models.digest import digest_hex, sha256_digest
+from models.digest import digest_hex, sha256_digest, verify_content
 from models.errors import (
-    ArtifactIntegrityError,
     ArtifactNotFoundError,
     EvidenceLockedError,
     InvalidInputError,
@@ -131,13 +129,7 @@ class LocalArtifactStore:
             raise ArtifactNotFoundError(f"artifact {digest} not found in {self.location}") from e
         except OSError as e:
             raise StoreError(f"cannot read artifact {digest} from {self.location}: {e}") from e
-        actual = hashlib.sha256(data).hexdigest()
-        if actual != strict_digest_hex(digest):
-            raise ArtifactIntegrityError(
-                f"artifact {digest} in {self.location} is corrupted: "
-                f"its {len(data)} bytes hash to sha256:{actual}"
-            )
-        return data
+        return verify_content(data, digest, f"artifact {digest} in {self.location}")
 
     async def exists(self, digest: str) -> bool:
         return self.path_for(digest).is_file()

@@ -27,7 +27,7 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, FlexibleChecksumError
 
-from models.digest import sha256_digest
+from models.digest import sha256_digest, verify_content
 from models.errors import (
     ArtifactIntegrityError,
     ArtifactNotFoundError,
@@ -253,13 +253,7 @@ class S3ArtifactStore:
                 return body.read()
 
         data = await self._run("get", digest, get)
-        actual = hashlib.sha256(data).hexdigest()
-        if actual != strict_digest_hex(digest):
-            raise ArtifactIntegrityError(
-                f"artifact {digest} in {self.location} is corrupted: "
-                f"its {len(data)} bytes hash to sha256:{actual}"
-            )
-        return data
+        return verify_content(data, digest, f"artifact {digest} in {self.location}")
 
     async def exists(self, digest: str) -> bool:
         key = self.key_for(digest)

@@ -20,9 +20,8 @@ from sqlalchemy.exc import IntegrityError as SAIntegrityError
 from models import ExecutionEvent, ExecutionEventType, RunRecord, RunStatus
 from models.canonical import canonicalize
 from models.chain import GENESIS_HASH, ChainRow, ChainVerification, row_hash, verify_chain
-from models.digest import sha256_digest
+from models.digest import sha256_digest, verify_content
 from models.errors import (
-    ArtifactIntegrityError,
     ConflictError,
     InvalidInputError,
     RunNotFoundError,
@@ -284,12 +283,9 @@ class SqlLedger:
             ).first()
         if row is None or row.payload is None:
             raise StoreError(f"payload of {event.run_id}#{event.sequence} is missing")
-        data = bytes(row.payload)
-        if sha256_digest(data) != event.payload_hash:
-            raise ArtifactIntegrityError(
-                f"payload of {event.run_id}#{event.sequence} does not hash to {event.payload_hash}"
-            )
-        return data
+        return verify_content(
+            bytes(row.payload), event.payload_hash, f"payload of {event.run_id}#{event.sequence}"
+        )
 
     async def verify(self, run_id: str) -> ChainVerification:
         """Verify the run's chain from the stored columns and inline payloads."""
