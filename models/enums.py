@@ -64,6 +64,10 @@ class ExecutionEventType(StrEnum):
     ARTIFACT = "ARTIFACT"
     #: the runtime refused an action (policy DENY, missing/expired/mismatched approval)
     ACTION_REFUSED = "ACTION_REFUSED"
+    #: replay only: a WRITE the agent attempted, answered from the recording or dry-run, never executed
+    WRITE_BLOCKED = "WRITE_BLOCKED"
+    #: replay only: a request with no recorded fixture, and what the miss policy did about it
+    FIXTURE_MISS = "FIXTURE_MISS"
     #: an imported span or event Replaybook could not interpret, kept rather than dropped
     OPAQUE = "OPAQUE"
     RUN_COMPLETED = "RUN_COMPLETED"
@@ -81,6 +85,10 @@ class EvidenceType(StrEnum):
     ARTIFACT = "ARTIFACT"
     #: the runtime refused an action (policy DENY, missing/expired/mismatched approval)
     ACTION_REFUSED = "ACTION_REFUSED"
+    #: replay only: a WRITE the agent attempted, answered from the recording or dry-run, never executed
+    WRITE_BLOCKED = "WRITE_BLOCKED"
+    #: replay only: a request with no recorded fixture, and what the miss policy did about it
+    FIXTURE_MISS = "FIXTURE_MISS"
     APPROVAL = "APPROVAL"
     AUTHORITY = "AUTHORITY"
     SIDE_EFFECT_RECEIPT = "SIDE_EFFECT_RECEIPT"

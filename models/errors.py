@@ -32,6 +32,8 @@ so they are never renamed. Each class carries a stable ``code`` for the CLI and 
     │       ├── ApprovalDeniedError
     │       └── ApprovalMismatchError  approval granted for a different action hash
     ├── StateMigrationError            no migration path between state schema versions
+    ├── FixtureMissError               replay met a request with no recorded fixture (policy FAIL)
+    ├── BudgetExhaustedError           a replay's budget ran out (the replay ends partial)
     ├── StoreError                     a backend failed (connection, permissions, …)
     └── ModelProviderError             a model endpoint failed or answered nonsense
 
@@ -199,3 +201,15 @@ class ApprovalMismatchError(ApprovalError):
 
 class StateMigrationError(ReplaybookError):
     code = "state_migration"
+
+
+class FixtureMissError(ReplaybookError):
+    """A replay request with no recorded answer, under the FAIL miss policy (rule 3)."""
+
+    code = "fixture_miss"
+
+
+class BudgetExhaustedError(ReplaybookError):
+    """A replay's budget ran out; the replay stops cleanly with a partial result (rule 15)."""
+
+    code = "budget_exhausted"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import random
 from dataclasses import dataclass
 from typing import Any
 
@@ -11,7 +13,7 @@ from models import ExecutionEventType, RunStatus
 from models.canonical import normalize_json
 from runtime.environment import AgentEnvironment
 from runtime.graph import GraphDefinition, State
-from runtime.ports import EventLedger
+from runtime.ports import ArtifactStore, EventLedger
 from runtime.recorder import RunRecorder
 
 log = structlog.get_logger(__name__)
@@ -109,3 +111,15 @@ async def migrate_recorded_state(
             },
         )
     return migrated
+
+
+async def store_random_state(recorder: RunRecorder, rng: random.Random) -> str:
+    version, internal, gauss = rng.getstate()
+    return await recorder.store_json({"version": version, "state": list(internal), "gauss": gauss})
+
+
+async def load_random_state(artifacts: ArtifactStore, ref: str) -> random.Random:
+    data = json.loads(await artifacts.get(ref))
+    rng = random.Random()
+    rng.setstate((data["version"], tuple(data["state"]), data["gauss"]))
+    return rng

@@ -47,6 +47,11 @@ class RecordingPolicyEngine:
         self.sanitize = sanitize
         self._by_input_hash: dict[str, PolicyDecisionRecord] = {}
 
+    def remember(self, decisions: Iterable[PolicyDecisionRecord]) -> None:
+        """Decisions already taken in this run by an earlier process (a replay step activity)."""
+        for decision in decisions:
+            self._by_input_hash[decision.input_hash] = decision
+
     def decision_for(self, input_hash: str) -> PolicyDecisionRecord | None:
         """The decision already taken in this run on an input with this hash (for a write:
         its action hash), so the tool gateway does not decide the same action twice."""

@@ -35,6 +35,8 @@ class RunRecorder:
         artifacts: ArtifactStore,
         run_id: str,
         clock: SystemAgentClock | None = None,
+        *,
+        deferred: bool = False,
     ) -> None:
         self.ledger = ledger
         self.artifacts = artifacts
@@ -44,6 +46,9 @@ class RunRecorder:
         self.step_id = "run"
         self._pending: list[NewEvent] = []
         self.last_sequence = 0
+        #: deferred: keep every event until ``flush`` writes them in one atomic append (a replay
+        #: step is recorded whole or not at all, so a retried step never duplicates events)
+        self.deferred = deferred
 
     def logical_time(self) -> datetime:
         return self.clock.logical_time()
@@ -60,22 +65,28 @@ class RunRecorder:
         record: HashedRecord | None = None,
         payload: JsonValue = None,
         step_id: str | None = None,
-    ) -> ExecutionEvent:
-        """Append one event (after any buffered ones) and return it once it is durable."""
+    ) -> ExecutionEvent | None:
+        """Append one event (after any buffered ones) and return it once it is durable; in
+        deferred mode only buffer it (and return None)."""
         event = NewEvent(
             step_id or self.step_id, type, self.logical_time(), record=record, payload=payload
         )
+        if self.deferred:
+            self._pending.append(event)
+            return None
         events = [*self._pending, event]
         self._pending.clear()
         appended = await self.ledger.append_many(self.run_id, events)
         self.last_sequence = appended[-1].sequence
         return appended[-1]
 
-    async def flush(self) -> None:
+    async def flush(self, *, expected_sequence: int | None = None) -> None:
         if self._pending:
             events = list(self._pending)
+            appended = await self.ledger.append_many(
+                self.run_id, events, expected_sequence=expected_sequence
+            )
             self._pending.clear()
-            appended = await self.ledger.append_many(self.run_id, events)
             self.last_sequence = appended[-1].sequence
 
     async def store_json(self, value: Any) -> str:

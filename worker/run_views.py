@@ -6,8 +6,8 @@ from typing import Any
 
 from sqlalchemy import select
 
+from runtime.completeness import evidence_completeness
 from stores.sql import schema
-from stores.sql.completeness import evidence_completeness
 from worker.stores import Stores
 
 

@@ -13,7 +13,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ from pathlib import Path
 from typing import IO
 
 from models.errors import ConfigurationError, StoreError
+from worker.ports import free_ports, port_is_free
 
 DEFAULT_ACCESS_KEY = "replaybook"
 DEFAULT_SECRET_KEY = "replaybook-dev-secret"
@@ -99,33 +99,6 @@ def find_weed() -> Path:
     return Path(found)
 
 
-def free_ports(count: int, host: str = "127.0.0.1", exclude: set[int] | None = None) -> list[int]:
-    """``count`` distinct ports the OS reports free on ``host`` (bound to port 0, then released)."""
-    held: list[socket.socket] = []
-    ports: list[int] = []
-    try:
-        while len(ports) < count:
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.bind((host, 0))
-            held.append(sock)
-            port = sock.getsockname()[1]
-            if not exclude or port not in exclude:
-                ports.append(port)
-    finally:
-        for sock in held:
-            sock.close()
-    return ports
-
-
-def _port_is_free(host: str, port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind((host, port))
-        except OSError:
-            return False
-    return True
-
-
 def weed_mini_command(
     weed: Path, data_dir: Path, host: str, ports: dict[str, int], s3_config: Path
 ) -> list[str]:
@@ -174,7 +147,7 @@ def start_seaweedfs(
     (data_dir / "logs").mkdir(exist_ok=True)
     (data_dir / "master").mkdir(exist_ok=True)
 
-    if s3_port is not None and not _port_is_free(host, s3_port):
+    if s3_port is not None and not port_is_free(host, s3_port):
         raise ConfigurationError(f"S3 port {host}:{s3_port} is already in use")
     names = [name for c in _COMPONENTS for name in (c, c + ".grpc")]
     if s3_port is not None:

@@ -1,4 +1,8 @@
-"""Configuration from the environment. Every variable is documented in README.md."""
+"""Configuration from the environment. Every variable is documented in README.md.
+
+Where a variable is unset and ``replaybook dev up`` runs the embedded stack under
+``REPLAYBOOK_HOME``, the stack's own Temporal address and S3 endpoint are used.
+"""
 
 from __future__ import annotations
 
@@ -17,20 +21,38 @@ class Settings:
     temporal_address: str
     temporal_namespace: str
     log_format: str
+    s3_access_key: str | None = None
+    s3_secret_key: str | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        from worker.devstack import load_stack_state
+
         env = os.environ if env is None else env
         home = Path(env.get("REPLAYBOOK_HOME") or ".replaybook").expanduser().resolve()
+        stack = (load_stack_state(home) or {}).get("components", {})
+        s3_endpoint = env.get("REPLAYBOOK_S3_ENDPOINT_URL") or env.get("AWS_ENDPOINT_URL") or None
+        access_key = secret_key = None
+        if s3_endpoint is None and "seaweedfs" in stack:
+            s3_endpoint = stack["seaweedfs"]["endpoint_url"]
+            access_key, secret_key = (
+                stack["seaweedfs"]["access_key"],
+                stack["seaweedfs"]["secret_key"],
+            )
+        temporal = (
+            env.get("TEMPORAL_ADDRESS")
+            or stack.get("temporal", {}).get("address")
+            or "127.0.0.1:7233"
+        )
         return cls(
             home=home,
             database_url=env.get("REPLAYBOOK_DATABASE_URL")
             or f"sqlite+aiosqlite:///{home / 'replaybook.db'}",
             artifacts=env.get("REPLAYBOOK_ARTIFACTS") or str(home / "artifacts"),
-            s3_endpoint_url=env.get("REPLAYBOOK_S3_ENDPOINT_URL")
-            or env.get("AWS_ENDPOINT_URL")
-            or None,
-            temporal_address=env.get("TEMPORAL_ADDRESS") or "127.0.0.1:7233",
+            s3_endpoint_url=s3_endpoint,
+            temporal_address=temporal,
             temporal_namespace=env.get("TEMPORAL_NAMESPACE") or "default",
             log_format=env.get("REPLAYBOOK_LOG_FORMAT") or "auto",
+            s3_access_key=access_key,
+            s3_secret_key=secret_key,
         )

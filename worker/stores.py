@@ -24,7 +24,12 @@ class Stores:
 
 @contextlib.asynccontextmanager
 async def open_stores(settings: Settings) -> AsyncIterator[Stores]:
-    artifacts = open_artifact_store(settings.artifacts, s3_endpoint_url=settings.s3_endpoint_url)
+    artifacts = open_artifact_store(
+        settings.artifacts,
+        s3_endpoint_url=settings.s3_endpoint_url,
+        s3_access_key=settings.s3_access_key,
+        s3_secret_key=settings.s3_secret_key,
+    )
     if isinstance(artifacts, S3ArtifactStore):
         # a new bucket gets Object Lock so that holds are enforced by the store itself
         await artifacts.ensure_bucket(object_lock=True)

@@ -26,9 +26,13 @@ def _tokens(text: str) -> int:
 
 
 class ScriptedSupportModel:
-    """``ModelProvider`` of the support desk (a simulation, not an LLM)."""
+    """``ModelProvider`` of the support desk (a simulation, not an LLM). ``version`` 2 is a
+    candidate "model upgrade" that looks customers up by phone far less often."""
 
-    profile = "scripted:support-desk-model@1 (simulation)"
+    def __init__(self, version: int = 1, phone_lookup_rate: float = PHONE_LOOKUP_RATE) -> None:
+        self.version = version
+        self.phone_lookup_rate = phone_lookup_rate
+        self.profile = f"scripted:support-desk-model@{version} (simulation)"
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         system = request.messages[0].content or ""
@@ -45,7 +49,7 @@ class ScriptedSupportModel:
             content or json.dumps([c.model_dump(mode="json") for c in calls])
         )
         return ModelResponse(
-            model="support-desk-model@1",
+            model=f"support-desk-model@{self.version}",
             content=content,
             tool_calls=calls,
             finish_reason="tool_calls" if calls else "stop",
@@ -60,7 +64,7 @@ class ScriptedSupportModel:
         by_id = (
             ID_RULE in system.lower()
             or not ticket.get("phone")
-            or rng.random() >= PHONE_LOOKUP_RATE
+            or rng.random() >= self.phone_lookup_rate
         )
         lookup = (
             ToolCallRequest(

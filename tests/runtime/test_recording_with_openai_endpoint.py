@@ -9,9 +9,9 @@ from decimal import Decimal
 
 from examples.support_desk.spec import support_desk_spec
 from models import ExecutionEventType
+from runtime.completeness import evidence_completeness
 from runtime.providers.openai_compat import OpenAICompatibleProvider
 from runtime.session import record_run
-from stores.sql.completeness import evidence_completeness
 from tests.runtime.chat_server import ChatServer, text_answer, tool_call_answer
 
 

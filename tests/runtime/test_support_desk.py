@@ -18,10 +18,10 @@ from models import (
     ToolFixture,
 )
 from models.errors import ReconciliationRequiredError
+from runtime.completeness import evidence_completeness
 from runtime.recorder import RunRecorder
 from runtime.side_effects import retry_side_effect
 from runtime.tools import request_hash
-from stores.sql.completeness import evidence_completeness
 
 SEEDS = range(20)
 

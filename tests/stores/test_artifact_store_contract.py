@@ -30,7 +30,8 @@ from models.errors import (
 from runtime.ports import ArtifactStore
 from stores.artifacts import LocalArtifactStore, S3ArtifactStore, open_artifact_store
 from tests.fixtures_s3 import make_s3_store, unique_bucket_name
-from worker.seaweedfs import SeaweedFS, free_ports, start_seaweedfs
+from worker.ports import free_ports
+from worker.seaweedfs import SeaweedFS, start_seaweedfs
 
 
 @pytest.fixture(params=["local", "s3"])

@@ -1,0 +1,66 @@
+"""Replay activities: thin Temporal shells over ``runtime.replay.engine.ReplayEngine``."""
+
+from __future__ import annotations
+
+import asyncio
+
+import structlog
+from temporalio import activity
+
+from models import RunStatus
+from models.comparison import compare_trajectories, reproduces
+from models.replay_flow import ComparisonResult, PreparedReplay, ReplayPlan, StepInput, StepOutput
+from runtime.replay.engine import ReplayEngine
+from stores.sql.trajectory import load_trajectory
+
+log = structlog.get_logger(__name__)
+
+
+async def _heartbeat(detail: str, every: float = 1.0) -> None:
+    while True:
+        activity.heartbeat(detail)
+        await asyncio.sleep(every)
+
+
+class ReplayActivities:
+    """Activity methods; the engine (and through it every store) is injected by the worker."""
+
+    def __init__(self, engine: ReplayEngine) -> None:
+        self.engine = engine
+
+    @activity.defn(name="prepare_replay")
+    async def prepare_replay(self, plan: ReplayPlan) -> PreparedReplay:
+        prepared = await self.engine.prepare(plan)
+        log.info(
+            "replay prepared",
+            replay_id=plan.replay_id,
+            source_run_id=plan.source_run_id,
+            ok=prepared.ok,
+            problems=list(prepared.problems),
+        )
+        return prepared
+
+    @activity.defn(name="replay_step")
+    async def replay_step(self, step: StepInput) -> StepOutput:
+        # heartbeats let Temporal notice a dead worker within the heartbeat timeout instead of
+        # waiting out the whole start-to-close timeout (a live model call can be slow)
+        beating = asyncio.create_task(_heartbeat(step.step_id))
+        try:
+            return await self.engine.run_step(step)
+        finally:
+            beating.cancel()
+
+    @activity.defn(name="compare_replay")
+    async def compare_replay(self, plan: ReplayPlan) -> ComparisonResult:
+        source = await load_trajectory(self.engine.ledger, plan.source_run_id)
+        replay = await load_trajectory(self.engine.ledger, plan.replay_id)
+        comparison = compare_trajectories(source, replay)
+        return ComparisonResult(comparison=comparison, reproduced=reproduces(comparison))
+
+    @activity.defn(name="close_replay_run")
+    async def close_replay_run(self, replay_id: str, reason: str) -> None:
+        """Mark the replay run ended early (canceled or failed) in its header."""
+        try:
+            await self.engine.ledger.finish_run(replay_id, RunStatus.FAILED, {"ended": reason})
+        except Exception as exc:  # the run may not exist yet (canceled while preparing)
+            log.info("no replay run to close", replay_id=replay_id, error=str(exc))

@@ -1,0 +1,143 @@
+"""A synthetic agent of any length (SIMULATION), for long-replay tests and benchmarks.
+
+Graph ``synthetic-chain`` version ``N`` has N steps; step i reads ``counter.read(i)`` (a READ
+tool) and adds the value to its state. No model calls, no writes.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+from typing import Any
+
+from models import ApprovalDecision, PolicyDecision, SideEffectClass
+from models.capability import Capability
+from models.model_call import ModelRequest, ModelResponse
+from runtime.capabilities import CapabilityRegistry
+from runtime.executor import RunResult
+from runtime.graph import GraphDefinition, GraphRegistry, StepResult
+from runtime.knowledge import RetrievedChunk
+from runtime.policy import Policy, PolicySet
+from runtime.ports import ArtifactStore, EventLedger
+from runtime.prompts import PromptBundle
+from runtime.replay.catalog import AgentCatalog
+from runtime.session import AgentSpec, record_run
+from runtime.tools import ToolCallContext
+
+GRAPH_ID = "synthetic-chain"
+LENGTHS = (10, 200, 1000, 10000)
+
+CAPABILITIES = CapabilityRegistry(
+    "synthetic-1",
+    [
+        Capability(
+            capability_id="counter.read",
+            schema={"type": "object", "required": ["i"], "properties": {"i": {"type": "integer"}}},
+            side_effect_class=SideEffectClass.READ,
+            sandbox_live_allowed=True,
+            stub={"value": 0},
+        )
+    ],
+)
+POLICIES = PolicySet(
+    "synthetic-policies-1",
+    [Policy("allow-all", "1", lambda action: (PolicyDecision.ALLOW, ["synthetic"]))],
+)
+PROMPTS = {"v1": PromptBundle("v1", {"noop": "ROLE: none\n"})}
+
+
+def _step(index: int, total: int):  # type: ignore[no-untyped-def]
+    async def step(env, state, agent_input):  # type: ignore[no-untyped-def]
+        result = await env.tools.call("counter.read", {"i": index})
+        value = result.response.get("value", 0) if isinstance(result.response, dict) else 0
+        state = {"count": state.get("count", 0) + value, "last": index}
+        following = f"s{index + 1:05d}" if index + 1 < total else None
+        return StepResult(state, following, {"count": state["count"], "steps": index + 1})
+
+    return step
+
+
+def chain(total: int) -> GraphDefinition:
+    return GraphDefinition(
+        graph_id=GRAPH_ID,
+        version=str(total),
+        entry="s00000",
+        steps={f"s{i:05d}": _step(i, total) for i in range(total)},
+        description=f"{total} steps, one READ tool call each",
+    )
+
+
+GRAPHS = GraphRegistry()
+for _n in LENGTHS:
+    GRAPHS.register(chain(_n))
+
+
+async def counter_read(arguments: dict[str, Any], context: ToolCallContext) -> dict[str, Any]:
+    return {"value": arguments["i"] % 7}
+
+
+class _NoModel:
+    profile = "none:synthetic"
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        raise RuntimeError("the synthetic agent makes no model calls")
+
+
+class _NoRetriever:
+    version = "none"
+    snapshot = "none"
+
+    async def search(self, query: str, k: int) -> list[RetrievedChunk]:
+        return []
+
+
+class _NoApprover:
+    async def review(self, capability_id, arguments):  # type: ignore[no-untyped-def]
+        return "nobody", ApprovalDecision.DENIED, timedelta(0)
+
+
+def synthetic_spec(total: int) -> AgentSpec:
+    return AgentSpec(
+        graph=GRAPHS.get(GRAPH_ID, str(total)),
+        prompts=PROMPTS["v1"],
+        capabilities=CAPABILITIES,
+        policies=POLICIES,
+        write_policy_id="allow-all",
+        tool_providers={"counter.read": counter_read},
+        model=_NoModel(),
+        model_name="none",
+        retriever=_NoRetriever(),
+        approver=_NoApprover(),
+    )
+
+
+async def record_synthetic_run(
+    ledger: EventLedger, artifacts: ArtifactStore, total: int, run_id: str | None = None
+) -> RunResult:
+    return await record_run(
+        synthetic_spec(total),
+        ledger,
+        artifacts,
+        run_id=run_id or f"run-synthetic-{uuid.uuid4().hex[:10]}",
+        agent_input={"steps": total},
+        seed=0,
+        labels={"agent": GRAPH_ID},
+    )
+
+
+def synthetic_catalog() -> AgentCatalog:
+    async def read_providers():  # type: ignore[no-untyped-def]
+        return {"counter.read": counter_read}
+
+    return AgentCatalog(
+        graph_id=GRAPH_ID,
+        graphs=GRAPHS,
+        prompt_bundles=PROMPTS,
+        capabilities=CAPABILITIES,
+        policy_sets={POLICIES.version: POLICIES},
+        write_policy_id="allow-all",
+        models={"none": _NoModel()},
+        default_model="none",
+        retrievers={},
+        read_providers=read_providers,
+    )

@@ -1,0 +1,595 @@
+"""Behavioural equivalence of a replay with its source run (rule 13).
+
+``compare_trajectories`` reduces two ``Trajectory`` objects to a ``ReplayComparison``: four
+summary judgements (outcome, tool sequence, side effects, answer wording) and typed,
+explained ``TrajectoryDiff`` items in execution order. A difference is a result, never an error.
+
+How the two runs are aligned:
+
+- model decisions: by position (the n-th model call of each run); only the first one that
+  differs is reported (later ones usually follow from it);
+- tool calls: by capability sequence (``difflib`` alignment), so one extra or missing call does
+  not make every later call look changed; aligned calls whose request hash differs are
+  ``ARGUMENT_CHANGED``, unaligned ones ``TOOL_CHANGED``;
+- policy decisions: the same policy on the same input first (a different verdict is a changed
+  policy), then remaining ones with the same verdict (an input change, reported elsewhere), then
+  the same policy in the same step (a different verdict on another input); leftovers are
+  decisions one run made and the other did not;
+- side effects: identical ``(capability, action hash)`` first, then the same capability in the
+  same step (``SIDE_EFFECT_CHANGED``); leftovers are ``SIDE_EFFECT_REMOVED`` (source only) or
+  ``SIDE_EFFECT_ADDED`` (replay only). Every side-effect diff is critical. Statuses are not
+  compared: a replay's writes are blocked by design.
+
+Explanations are one line and name what changed (capabilities, changed argument values when
+they are short), never whole payloads.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from itertools import zip_longest
+from typing import Any, TypeVar
+
+from models.canonical import canonicalize
+from models.enums import DiffType
+from models.errors import CanonicalizationError
+from models.replay import ReplayComparison, TrajectoryDiff
+from models.trajectory import ModelDecision, PolicyFact, SideEffectFact, ToolCallFact, Trajectory
+
+__all__ = ["answer_similarity", "compare_trajectories", "reproduces"]
+
+T = TypeVar("T")
+
+#: longest argument or outcome value quoted in an explanation
+_MAX_VALUE = 40
+#: most values quoted in one explanation
+_MAX_SHOWN = 2
+_TOKEN = re.compile(r"\w+|[^\w\s]")
+_MISSING = object()
+
+# order of diffs within one step, as its events are recorded: the model's output, policy
+# decisions, the side effect (PLANNED before the provider is called), then the tool call
+_RANK = {
+    DiffType.MODEL_DECISION_CHANGED: 0,
+    DiffType.ANSWER_CHANGED: 0,
+    DiffType.POLICY_CHANGED: 1,
+    DiffType.SIDE_EFFECT_CHANGED: 2,
+    DiffType.SIDE_EFFECT_REMOVED: 2,
+    DiffType.SIDE_EFFECT_ADDED: 2,
+    DiffType.TOOL_CHANGED: 3,
+    DiffType.ARGUMENT_CHANGED: 3,
+    DiffType.OUTCOME_CHANGED: 4,
+}
+_AFTER_ALL = 1 << 62  # the outcome comes after every step
+
+
+@dataclass(frozen=True)
+class _Found:
+    diff: TrajectoryDiff
+    position: int  # index into the run's step sequence: execution order
+    serial: int = 0
+
+
+# rendering ----------------------------------------------------------------------------------
+
+
+def _one_line(text: str, limit: int = _MAX_VALUE) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _value(value: Any) -> str:
+    """A JSON value as quoted in an explanation (strings bare, the rest as compact JSON)."""
+    if isinstance(value, str):
+        return _one_line(value, 10**6)
+    try:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+def _short(value: Any) -> str | None:
+    """The rendered value when it is short enough to quote, else None."""
+    text = _value(value)
+    return text if len(text) <= _MAX_VALUE else None
+
+
+def _hash(digest: str) -> str:
+    algorithm, _, hexdigest = digest.partition(":")
+    return f"{algorithm}:{hexdigest[:12]}" if hexdigest else digest[:19]
+
+
+def _call(capability: str, arguments: Any) -> str:
+    """``capability(k=v, …)`` showing only short values; long or extra ones are elided."""
+    if arguments is None:
+        return capability
+    if not isinstance(arguments, dict):
+        return f"{capability}({_one_line(_value(arguments))})"
+    shown = [f"{k}={v}" for k in sorted(arguments) if (v := _short(arguments[k])) is not None]
+    elided = len(arguments) > len(shown[:_MAX_SHOWN])
+    return f"{capability}({', '.join([*shown[:_MAX_SHOWN], *(['…'] if elided else [])])})"
+
+
+def _changed_keys(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    return [
+        k
+        for k in sorted(before.keys() | after.keys())
+        if before.get(k, _MISSING) != after.get(k, _MISSING)
+    ]
+
+
+def _argument_change(
+    capability: str, before: Any, after: Any, hash_before: str, hash_after: str
+) -> str:
+    """``email.send(to=bob@…) became email.send(to=carol@…)``, quoting changed values only."""
+    if isinstance(before, dict) and isinstance(after, dict):
+        changed = _changed_keys(before, after)
+        shown = [
+            k
+            for k in changed
+            if _short(before.get(k)) is not None and _short(after.get(k)) is not None
+        ][:_MAX_SHOWN]
+        rest = [k for k in changed if k not in shown]
+        if shown:
+
+            def side(args: dict[str, Any]) -> str:
+                return ", ".join(f"{k}={_value(args[k])}" for k in shown if k in args)
+
+            text = f"{capability}({side(before)}) became {capability}({side(after)})"
+            return text + (f"; {', '.join(rest)} also changed" if rest else "")
+        if changed:
+            more = f", +{len(changed) - 3} more" if len(changed) > 3 else ""
+            return f"{capability} arguments changed: {', '.join(changed[:3])}{more}"
+    if before is not None and after is not None and before != after:
+        return (
+            f"{capability}({_one_line(_value(before))}) became "
+            f"{capability}({_one_line(_value(after))})"
+        )
+    return f"{capability} {_hash(hash_before)} became {_hash(hash_after)}"
+
+
+def _names(names: Sequence[str]) -> str:
+    if not names:
+        return "no tools"
+    shown = ", ".join(names[:4])
+    return shown + (f" (+{len(names) - 4} more)" if len(names) > 4 else "")
+
+
+# alignment helpers --------------------------------------------------------------------------
+
+
+def _positions(steps: Sequence[str], step_ids: Iterable[str]) -> list[int]:
+    """For facts in execution order, the index of the step occurrence each belongs to.
+
+    A fact maps to the first occurrence of its step at or after the previous fact's one (so a
+    step that runs twice is told apart); a step that was never started (``run``) keeps the
+    current place.
+    """
+    out: list[int] = []
+    cursor = 0
+    for step in step_ids:
+        found = next((j for j in range(cursor, len(steps)) if steps[j] == step), None)
+        if found is None:
+            found = next((j for j in range(cursor) if steps[j] == step), cursor)
+        else:
+            cursor = found
+        out.append(found)
+    return out
+
+
+def _match(
+    a: Sequence[T], b: Sequence[T], same: Callable[[T, T], bool], free_a: set[int], free_b: set[int]
+) -> list[tuple[int, int]]:
+    """Pair still-free items of ``a`` and ``b`` for which ``same`` holds, greedily in order."""
+    pairs = []
+    for i in sorted(free_a):
+        j = next((j for j in sorted(free_b) if same(a[i], b[j])), None)
+        if j is not None:
+            pairs.append((i, j))
+            free_a.discard(i)
+            free_b.discard(j)
+    return pairs
+
+
+# the diffs ----------------------------------------------------------------------------------
+
+
+def _model_decision_diff(
+    a: Sequence[ModelDecision], b: Sequence[ModelDecision], pa: list[int], pb: list[int]
+) -> _Found | None:
+    for i, (da, db) in enumerate(zip_longest(a, b)):
+        if (
+            da is not None
+            and db is not None
+            and (da.tool_names, da.argument_hashes) == (db.tool_names, db.argument_hashes)
+        ):
+            continue
+        if da is None:
+            text = f"the replay made an extra model call at {db.step_id} ({_names(db.tool_names)})"
+        elif db is None:
+            text = (
+                f"the replay made no model call like the one at {da.step_id} "
+                f"({_names(da.tool_names)})"
+            )
+        elif da.tool_names != db.tool_names:
+            removed = list((Counter(da.tool_names) - Counter(db.tool_names)).elements())
+            added = list((Counter(db.tool_names) - Counter(da.tool_names)).elements())
+            if removed and added:
+                change = f"{_names(removed)} became {_names(added)}"
+            elif added:
+                change = f"also asked for {_names(added)}"
+            elif removed:
+                change = f"no longer asked for {_names(removed)}"
+            else:
+                change = f"asked for the same tools in another order ({_names(db.tool_names)})"
+            text = f"model at {da.step_id}: {change}"
+        else:
+            changed = [
+                name
+                for name, ha, hb in zip_longest(
+                    da.tool_names, da.argument_hashes, db.argument_hashes
+                )
+                if ha != hb
+            ]
+            text = (
+                f"model at {da.step_id} asked for {_names([n or '?' for n in changed])} "
+                "with other arguments"
+            )
+        diff = TrajectoryDiff(
+            type=DiffType.MODEL_DECISION_CHANGED,
+            source_step=da.step_id if da is not None else None,
+            replay_step=db.step_id if db is not None else None,
+            explanation=text,
+        )
+        return _Found(diff, pa[i] if da is not None else pb[i])
+    return None
+
+
+def _tool_diffs(
+    a: Sequence[ToolCallFact], b: Sequence[ToolCallFact], pa: list[int], pb: list[int]
+) -> list[_Found]:
+    found: list[_Found] = []
+    matcher = difflib.SequenceMatcher(
+        None, [t.capability_id for t in a], [t.capability_id for t in b], autojunk=False
+    )
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal":
+            for i, j in zip(range(i1, i2), range(j1, j2), strict=True):
+                ta, tb = a[i], b[j]
+                if ta.request_hash != tb.request_hash:
+                    text = _argument_change(
+                        ta.capability_id,
+                        ta.arguments,
+                        tb.arguments,
+                        ta.request_hash,
+                        tb.request_hash,
+                    )
+                    found.append(
+                        _Found(
+                            TrajectoryDiff(
+                                type=DiffType.ARGUMENT_CHANGED,
+                                source_step=ta.step_id,
+                                replay_step=tb.step_id,
+                                explanation=text,
+                            ),
+                            pa[i],
+                        )
+                    )
+            continue
+        for i, j in zip_longest(range(i1, i2), range(j1, j2)):
+            ta = a[i] if i is not None else None
+            tb = b[j] if j is not None else None
+            if ta is not None and tb is not None:
+                text = f"{_call(ta.capability_id, ta.arguments)} became {_call(tb.capability_id, tb.arguments)}"
+            elif ta is not None:
+                text = f"the replay did not call {_call(ta.capability_id, ta.arguments)}"
+            else:
+                assert tb is not None
+                text = f"the replay also called {_call(tb.capability_id, tb.arguments)}"
+            diff = TrajectoryDiff(
+                type=DiffType.TOOL_CHANGED,
+                source_step=ta.step_id if ta is not None else None,
+                replay_step=tb.step_id if tb is not None else None,
+                explanation=text,
+            )
+            found.append(_Found(diff, pa[i] if i is not None else pb[j]))  # type: ignore[index]
+    return found
+
+
+def _policy_diffs(
+    a: Sequence[PolicyFact], b: Sequence[PolicyFact], pa: list[int], pb: list[int]
+) -> list[_Found]:
+    free_a, free_b = set(range(len(a))), set(range(len(b)))
+    same_input = _match(
+        a,
+        b,
+        lambda x, y: (x.policy_id, x.input_hash) == (y.policy_id, y.input_hash),
+        free_a,
+        free_b,
+    )
+    # another input with the same verdict: the input change is reported by other diffs
+    _match(
+        a, b, lambda x, y: (x.policy_id, x.decision) == (y.policy_id, y.decision), free_a, free_b
+    )
+    other_input = _match(
+        a, b, lambda x, y: (x.policy_id, x.step_id) == (y.policy_id, y.step_id), free_a, free_b
+    )
+    found: list[_Found] = []
+    for pairs, how in ((same_input, "on the same input"), (other_input, "on another input")):
+        for i, j in pairs:
+            pa_, pb_ = a[i], b[j]
+            if pa_.decision == pb_.decision:
+                continue
+            text = f"{pa_.policy_id} at {pa_.step_id}: {pa_.decision} became {pb_.decision} {how}"
+            diff = TrajectoryDiff(
+                type=DiffType.POLICY_CHANGED,
+                source_step=pa_.step_id,
+                replay_step=pb_.step_id,
+                explanation=text,
+            )
+            found.append(_Found(diff, pa[i]))
+    for i in sorted(free_a):
+        text = f"the replay made no {a[i].policy_id} decision like the source's {a[i].decision} at {a[i].step_id}"
+        diff = TrajectoryDiff(
+            type=DiffType.POLICY_CHANGED, source_step=a[i].step_id, explanation=text
+        )
+        found.append(_Found(diff, pa[i]))
+    for j in sorted(free_b):
+        text = (
+            f"the replay made an extra {b[j].policy_id} decision: {b[j].decision} at {b[j].step_id}"
+        )
+        diff = TrajectoryDiff(
+            type=DiffType.POLICY_CHANGED, replay_step=b[j].step_id, explanation=text
+        )
+        found.append(_Found(diff, pb[j]))
+    return found
+
+
+def _side_effect_diffs(
+    a: Sequence[SideEffectFact], b: Sequence[SideEffectFact], pa: list[int], pb: list[int]
+) -> list[_Found]:
+    free_a, free_b = set(range(len(a))), set(range(len(b)))
+    _match(
+        a,
+        b,
+        lambda x, y: (x.capability_id, x.action_hash) == (y.capability_id, y.action_hash),
+        free_a,
+        free_b,
+    )
+    changed = _match(
+        a,
+        b,
+        lambda x, y: (x.capability_id, x.step_id) == (y.capability_id, y.step_id),
+        free_a,
+        free_b,
+    )
+    found: list[_Found] = []
+    for i, j in changed:
+        ea, eb = a[i], b[j]
+        text = _argument_change(
+            ea.capability_id, ea.arguments, eb.arguments, ea.action_hash, eb.action_hash
+        )
+        diff = TrajectoryDiff(
+            type=DiffType.SIDE_EFFECT_CHANGED,
+            source_step=ea.step_id,
+            replay_step=eb.step_id,
+            explanation=text,
+            critical=True,
+        )
+        found.append(_Found(diff, pa[i]))
+    for i in sorted(free_a):
+        e = a[i]
+        text = f"{_call(e.capability_id, e.arguments)} ({e.status} in the source) was not attempted by the replay"
+        diff = TrajectoryDiff(
+            type=DiffType.SIDE_EFFECT_REMOVED,
+            source_step=e.step_id,
+            explanation=text,
+            critical=True,
+        )
+        found.append(_Found(diff, pa[i]))
+    for j in sorted(free_b):
+        e = b[j]
+        text = f"the replay attempted {_call(e.capability_id, e.arguments)} ({e.status}), not in the source"
+        diff = TrajectoryDiff(
+            type=DiffType.SIDE_EFFECT_ADDED, replay_step=e.step_id, explanation=text, critical=True
+        )
+        found.append(_Found(diff, pb[j]))
+    return found
+
+
+def _canonical(value: Any) -> bytes:
+    try:
+        return canonicalize(value)
+    except CanonicalizationError:
+        return b"\x00" + repr(value).encode()  # never equal to canonical JSON
+
+
+def _same_outcome(source: Trajectory, replay: Trajectory) -> bool:
+    return source.completed == replay.completed and _canonical(source.outcome) == _canonical(
+        replay.outcome
+    )
+
+
+def _run_state(t: Trajectory) -> str:
+    if t.completed:
+        return "completed"
+    if isinstance(t.outcome, dict) and t.outcome.get("error"):
+        return f"failed ({_one_line(str(t.outcome['error']))})"
+    return "did not finish"
+
+
+def _outcome_change(source: Trajectory, replay: Trajectory) -> str:
+    before, after = source.outcome, replay.outcome
+    if source.completed != replay.completed:
+        return f"the source {_run_state(source)}, the replay {_run_state(replay)}"
+    if isinstance(before, dict) and isinstance(after, dict):
+        changed = _changed_keys(before, after)
+        shown = [
+            k
+            for k in changed
+            if _short(before.get(k)) is not None and _short(after.get(k)) is not None
+        ][:_MAX_SHOWN]
+        parts = [f"{k} {_value(before.get(k))} became {_value(after.get(k))}" for k in shown]
+        rest = [k for k in changed if k not in shown]
+        if rest:
+            parts.append(f"also changed: {', '.join(rest[:3])}" + (" …" if len(rest) > 3 else ""))
+        return "outcome: " + "; ".join(parts)
+    return f"outcome {_one_line(_value(before))} became {_one_line(_value(after))}"
+
+
+def _tokens(text: str | None) -> list[str]:
+    return _TOKEN.findall(text or "")
+
+
+def answer_similarity(source: str | None, replay: str | None) -> float:
+    """Word-level similarity of two answers in [0, 1] (``difflib`` ratio over word and
+    punctuation tokens; whitespace is ignored). 1.0 when both are None (or empty) or equal;
+    0.0 when exactly one of them is empty or None."""
+    if source == replay:
+        return 1.0
+    a, b = _tokens(source), _tokens(replay)
+    if not a and not b:
+        return 1.0
+    if not a or not b:
+        return 0.0
+    return min(1.0, max(0.0, difflib.SequenceMatcher(None, a, b, autojunk=False).ratio()))
+
+
+def _answer_change(source: str | None, replay: str | None, similarity: float) -> str:
+    head = f"final answer changed (similarity {similarity:.2f})"
+    if not (source or "").strip():
+        return f"{head}: the source gave none"
+    if not (replay or "").strip():
+        return f"{head}: the replay gave none"
+    sa = list(_TOKEN.finditer(source or ""))
+    sb = list(_TOKEN.finditer(replay or ""))
+    matcher = difflib.SequenceMatcher(
+        None, [m.group() for m in sa], [m.group() for m in sb], autojunk=False
+    )
+
+    def span(matches: list[re.Match[str]], lo: int, hi: int, text: str) -> str:
+        return _one_line(text[matches[lo].start() : matches[hi - 1].end()]) if hi > lo else ""
+
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal":
+            continue
+        old, new = span(sa, i1, i2, source or ""), span(sb, j1, j2, replay or "")
+        if old and new:
+            return f"{head}: “{old}” became “{new}”"
+        return f"{head}: removed “{old}”" if old else f"{head}: added “{new}”"
+    return head
+
+
+def _last_answer(decisions: Sequence[ModelDecision]) -> int | None:
+    for i in range(len(decisions) - 1, -1, -1):
+        if (decisions[i].content or "").strip():
+            return i
+    return None
+
+
+# public -------------------------------------------------------------------------------------
+
+
+def compare_trajectories(source: Trajectory, replay: Trajectory) -> ReplayComparison:
+    """Compare a replay with its source run (see the module docstring for the alignment).
+
+    - ``same_outcome``: both finished the same way (completed or not) with canonically equal
+      outcomes;
+    - ``same_tool_sequence``: the same ``(capability, request hash)`` sequence;
+    - ``same_side_effects``: the same multiset of ``(capability, action hash)`` writes (executed
+      in the source, attempted-and-blocked in a replay);
+    - ``answer_similarity``: ``answer_similarity(source.final_answer, replay.final_answer)``;
+    - ``first_divergent_step``: the step of the earliest diff in execution order (its source
+      step, else its replay step), None when there is no diff.
+    """
+    src_models = _positions(source.steps, (d.step_id for d in source.model_decisions))
+    rep_models = _positions(replay.steps, (d.step_id for d in replay.model_decisions))
+    found: list[_Found] = []
+
+    decision = _model_decision_diff(
+        source.model_decisions, replay.model_decisions, src_models, rep_models
+    )
+    if decision is not None:
+        found.append(decision)
+    found += _policy_diffs(
+        source.policy_decisions,
+        replay.policy_decisions,
+        _positions(source.steps, (p.step_id for p in source.policy_decisions)),
+        _positions(replay.steps, (p.step_id for p in replay.policy_decisions)),
+    )
+    found += _tool_diffs(
+        source.tool_calls,
+        replay.tool_calls,
+        _positions(source.steps, (t.step_id for t in source.tool_calls)),
+        _positions(replay.steps, (t.step_id for t in replay.tool_calls)),
+    )
+    found += _side_effect_diffs(
+        source.side_effects,
+        replay.side_effects,
+        _positions(source.steps, (e.step_id for e in source.side_effects)),
+        _positions(replay.steps, (e.step_id for e in replay.side_effects)),
+    )
+
+    similarity = answer_similarity(source.final_answer, replay.final_answer)
+    if similarity < 1.0:
+        ia, ib = _last_answer(source.model_decisions), _last_answer(replay.model_decisions)
+        diff = TrajectoryDiff(
+            type=DiffType.ANSWER_CHANGED,
+            source_step=source.model_decisions[ia].step_id if ia is not None else None,
+            replay_step=replay.model_decisions[ib].step_id if ib is not None else None,
+            explanation=_answer_change(source.final_answer, replay.final_answer, similarity),
+        )
+        position = src_models[ia] if ia is not None else rep_models[ib] if ib is not None else 0
+        found.append(_Found(diff, position))
+
+    same_outcome = _same_outcome(source, replay)
+    if not same_outcome:
+        diff = TrajectoryDiff(
+            type=DiffType.OUTCOME_CHANGED,
+            source_step=source.steps[-1] if source.steps else None,
+            replay_step=replay.steps[-1] if replay.steps else None,
+            explanation=_outcome_change(source, replay),
+        )
+        found.append(_Found(diff, _AFTER_ALL))
+
+    ordered = sorted(
+        (_Found(f.diff, f.position, n) for n, f in enumerate(found)),
+        key=lambda f: (f.position, _RANK[f.diff.type], f.serial),
+    )
+    diffs = tuple(f.diff for f in ordered)
+    first = next(
+        (
+            d.source_step if d.source_step is not None else d.replay_step
+            for d in diffs
+            if d.source_step is not None or d.replay_step is not None
+        ),
+        None,
+    )
+    return ReplayComparison(
+        same_outcome=same_outcome,
+        same_tool_sequence=[(t.capability_id, t.request_hash) for t in source.tool_calls]
+        == [(t.capability_id, t.request_hash) for t in replay.tool_calls],
+        same_side_effects=Counter((e.capability_id, e.action_hash) for e in source.side_effects)
+        == Counter((e.capability_id, e.action_hash) for e in replay.side_effects),
+        answer_similarity=similarity,
+        diffs=diffs,
+        first_divergent_step=first,
+    )
+
+
+def reproduces(comparison: ReplayComparison) -> bool:
+    """Whether a replay reproduced the incident's behaviour: the same outcome
+    (``same_outcome``: finished the same way, canonically equal outcome) AND the same side
+    effects (``same_side_effects``: the same multiset of ``(capability, action hash)`` writes,
+    executed in the source, attempted in the replay).
+
+    The tool sequence, policy verdicts and the answer's wording are not part of it: a replay
+    that reaches the same result and the same writes by another path still reproduces the
+    incident (those differences are in ``comparison.diffs``).
+    """
+    return comparison.same_outcome and comparison.same_side_effects

@@ -1,0 +1,137 @@
+"""What travels through Temporal for a replay: ids, hashes, small counters — never payloads."""
+
+from __future__ import annotations
+
+from pydantic import Field, JsonValue
+
+from models.base import Instant, Record
+from models.budget import BudgetUsage
+from models.enums import FixtureMissPolicy, ReplayConfidence, ReplayMode, ReplayStatus
+from models.replay import ReplayBudget, ReplayComparison
+
+
+class ReplayCursorsView(Record):
+    model_calls: int = 0
+    clock_reads: int = 0
+    fixtures: dict[str, int] = Field(default_factory=dict)
+    retrievals: dict[str, int] = Field(default_factory=dict)
+    random_state_ref: str | None = None
+
+
+class ReplayPlan(Record):
+    """The resolved request: every override named, nothing left to look up."""
+
+    replay_id: str
+    source_run_id: str
+    mode: ReplayMode
+    prompt_version: str | None = None
+    model_name: str | None = None
+    policy_version: str | None = None
+    retriever_version: str | None = None
+    deny_approvals: tuple[str, ...] = ()
+    from_step: str | None = None
+    miss_policy: FixtureMissPolicy = FixtureMissPolicy.FAIL
+    budget: ReplayBudget = ReplayBudget()
+    repeat: int = Field(default=1, ge=1)
+    simulation: bool = False
+    #: varies the live model's sampling between repeats
+    sampling_seed: int = 0
+
+
+class PreparedReplay(Record):
+    ok: bool
+    problems: tuple[str, ...] = ()
+    completeness_score: int = 0
+    completeness_total: int = 6
+    missing_evidence: tuple[str, ...] = ()
+    confidence: ReplayConfidence = ReplayConfidence.LIMITED
+    graph: str = ""
+    start_step: str | None = None
+    state_ref: str | None = None
+    cursors: ReplayCursorsView = ReplayCursorsView()
+    #: the replay run's head after its header events
+    head: int = 0
+    source_steps: int = 0
+
+
+class StepInput(Record):
+    plan: ReplayPlan
+    step_id: str
+    state_ref: str | None
+    cursors: ReplayCursorsView
+    head: int
+    usage: BudgetUsage = BudgetUsage()
+    step_index: int = 0
+
+
+class StepOutput(Record):
+    step_id: str
+    next_step: str | None = None
+    state_ref: str | None = None
+    cursors: ReplayCursorsView = ReplayCursorsView()
+    head: int
+    writes_blocked: int = 0
+    fixture_misses: int = 0
+    sandbox_live_calls: int = 0
+    usage: BudgetUsage = BudgetUsage()
+    #: set when the replay stops here: budget spent, fixture miss, refused action…
+    stopped: str | None = None
+    finished: bool = False
+
+
+class ComparisonResult(Record):
+    comparison: ReplayComparison
+    reproduced: bool
+
+
+class ReplayOutcome(Record):
+    replay_id: str
+    source_run_id: str
+    mode: ReplayMode
+    status: ReplayStatus
+    confidence: ReplayConfidence = ReplayConfidence.LIMITED
+    completeness: str = ""
+    comparison: ReplayComparison | None = None
+    reproduced: bool | None = None
+    writes_blocked: int = 0
+    writes_executed: int = 0
+    fixture_misses: int = 0
+    steps_executed: int = 0
+    budget_used: BudgetUsage = BudgetUsage()
+    partial: bool = False
+    reason: str | None = None
+    simulation: bool = False
+    #: with --repeat: the children and the reproduction summary
+    children: tuple[str, ...] = ()
+    summary: dict[str, JsonValue] | None = None
+
+
+class ResumePoint(Record):
+    """Where a replay stands between steps (carried across continue-as-new)."""
+
+    prepared: PreparedReplay
+    step_id: str | None
+    state_ref: str | None
+    cursors: ReplayCursorsView
+    head: int
+    started_at: Instant
+    usage: BudgetUsage = BudgetUsage()
+    writes_blocked: int = 0
+    fixture_misses: int = 0
+    steps_executed: int = 0
+
+
+class ReplayWorkflowInput(Record):
+    plan: ReplayPlan
+    resume: ResumePoint | None = None
+
+
+class ReplayProgress(Record):
+    """What the ``status`` query answers."""
+
+    status: ReplayStatus
+    confidence: ReplayConfidence | None = None
+    completeness: str | None = None
+    steps_executed: int = 0
+    writes_blocked: int = 0
+    reason: str | None = None

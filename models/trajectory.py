@@ -1,0 +1,62 @@
+"""A run's behaviour reduced to what behavioural equivalence compares (rule 13).
+
+Both a source run and a replay are read into a ``Trajectory`` (``stores.sql.trajectory``);
+``models.comparison`` compares two of them.
+"""
+
+from __future__ import annotations
+
+from pydantic import JsonValue
+
+from models.base import Record
+
+
+class ModelDecision(Record):
+    """One model call: which tools it asked for, and its text answer."""
+
+    step_id: str
+    tool_names: tuple[str, ...] = ()
+    #: canonical hash of each requested tool call's arguments, aligned with ``tool_names``
+    argument_hashes: tuple[str, ...] = ()
+    content: str | None = None
+
+
+class ToolCallFact(Record):
+    step_id: str
+    capability_id: str
+    request_hash: str
+    arguments: JsonValue = None
+    outcome: str
+    side_effect_class: str
+
+
+class SideEffectFact(Record):
+    """A write: for a source run one that was executed (final status), for a replay one the
+    agent attempted and the runtime blocked (status ``BLOCKED``)."""
+
+    step_id: str
+    capability_id: str
+    action_hash: str
+    arguments: JsonValue = None
+    status: str
+
+
+class PolicyFact(Record):
+    step_id: str
+    policy_id: str
+    input_hash: str
+    decision: str
+
+
+class Trajectory(Record):
+    run_id: str
+    #: step ids in execution order
+    steps: tuple[str, ...] = ()
+    model_decisions: tuple[ModelDecision, ...] = ()
+    tool_calls: tuple[ToolCallFact, ...] = ()
+    side_effects: tuple[SideEffectFact, ...] = ()
+    policy_decisions: tuple[PolicyFact, ...] = ()
+    outcome: JsonValue = None
+    #: the last text the model produced (what the user would read)
+    final_answer: str | None = None
+    completed: bool = True

@@ -1,0 +1,1 @@
+"""The replay flavour of the runtime: the same graph and gateways, answered from evidence."""

@@ -1,0 +1,435 @@
+"""The replay engine: prepare a replay, then execute it one step at a time.
+
+Each step is recorded whole or not at all (the recorder is deferred and flushes with the
+expected sequence), so a step retried after a crash never duplicates events: if the step was
+already recorded, its recorded result is returned instead of running it again.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import OrderedDict
+from collections.abc import Mapping
+from typing import Any
+
+from models import (
+    ExecutionEventType,
+    FixtureMissPolicy,
+    PolicyDecisionRecord,
+    PromptArtifact,
+    ReplayConfidence,
+    ReplayManifest,
+    ReplayMode,
+    RunRecord,
+    RunStatus,
+)
+from models.budget import BudgetUsage
+from models.canonical import normalize_json
+from models.errors import (
+    ActionRefusedError,
+    BudgetExhaustedError,
+    FixtureMissError,
+    ReplaybookError,
+    SequenceConflictError,
+)
+from models.replay_flow import PreparedReplay, ReplayCursorsView, ReplayPlan, StepInput, StepOutput
+from runtime.completeness import evidence_completeness
+from runtime.environment import AgentEnvironment
+from runtime.executor import load_random_state, migrate_recorded_state, store_random_state
+from runtime.model_gateway import RecordingModelGateway
+from runtime.policy import RecordingPolicyEngine
+from runtime.ports import ArtifactStore, EventLedger, EvidenceReader, NewEvent
+from runtime.recorder import RunRecorder
+from runtime.replay.catalog import AgentCatalog
+from runtime.replay.gateways import (
+    FixedAgentClock,
+    LiveModelProvider,
+    RecordedModelProvider,
+    ReplayApprovalGateway,
+    ReplayKnowledgeGateway,
+    ReplayToolGateway,
+    StepLedger,
+)
+from runtime.replay.source import SourceEvidence, load_source_evidence
+
+E = ExecutionEventType
+#: errors that end a replay with a (partial) result instead of failing it
+STOPPING_ERRORS = (BudgetExhaustedError, FixtureMissError, ActionRefusedError)
+
+
+class ReplayEngine:
+    def __init__(
+        self,
+        ledger: EventLedger,
+        evidence: EvidenceReader,
+        artifacts: ArtifactStore,
+        catalogs: Mapping[str, AgentCatalog],
+        cache_size: int = 64,
+    ) -> None:
+        self.ledger = ledger
+        self.evidence = evidence
+        self.artifacts = artifacts
+        self.catalogs = catalogs
+        self._cache: OrderedDict[str, SourceEvidence] = OrderedDict()
+        self._cache_size = cache_size
+
+    async def source(self, run_id: str) -> SourceEvidence:
+        """The source evidence, cached: a replay's steps all read the same recording."""
+        if run_id in self._cache:
+            self._cache.move_to_end(run_id)
+            return self._cache[run_id]
+        source = await load_source_evidence(self.ledger, self.evidence, self.artifacts, run_id)
+        self._cache[run_id] = source
+        while len(self._cache) > self._cache_size:
+            self._cache.popitem(last=False)
+        return source
+
+    def catalog(self, graph_id: str) -> AgentCatalog:
+        try:
+            return self.catalogs[graph_id]
+        except KeyError:
+            raise ReplaybookError(
+                f"no agent catalog for graph {graph_id!r}: its code is not deployed on this worker"
+            ) from None
+
+    # PREPARING ------------------------------------------------------------------------------
+
+    async def prepare(self, plan: ReplayPlan) -> PreparedReplay:
+        """Check the source and the request; each problem names what is missing. On success the
+        replay run is created (header and RUN_STARTED with the replay manifest)."""
+        problems: list[str] = []
+        verification = await self.ledger.verify(plan.source_run_id)
+        if not verification.intact:
+            return PreparedReplay(
+                ok=False, problems=(f"source run chain {verification.summary()}",)
+            )
+        source = await self.source(plan.source_run_id)
+        run = source.run
+        completeness = await evidence_completeness(
+            self.ledger, self.evidence, self.artifacts, plan.source_run_id
+        )
+        try:
+            catalog = self.catalog(run.graph_id)
+            graph = catalog.graphs.get(run.graph_id, run.graph_version)
+        except ReplaybookError as exc:
+            return PreparedReplay(ok=False, problems=(str(exc),))
+        for prompt in await self.evidence.records(PromptArtifact, plan.source_run_id):
+            if not await self.artifacts.exists(prompt.content_ref):
+                problems.append(
+                    f"compiled prompt {prompt.artifact_id} ({prompt.content_ref}) is not retrievable"
+                )
+        for fixtures in source.retrievals.values():
+            for item in fixtures[0].evidence:
+                if not await self.artifacts.exists(item.chunk_hash):
+                    problems.append(
+                        f"retrieved chunk {item.chunk_id} ({item.chunk_hash}) is not retrievable"
+                    )
+        for checkpoint in source.checkpoints.values():
+            try:
+                graph.migration_path(checkpoint.state_schema_version)
+            except ReplaybookError as exc:
+                problems.append(f"checkpoint of step {checkpoint.step_id}: {exc}")
+        if catalog.bundle_by_hash(run.pinned.prompt_bundle_hash) is None:
+            problems.append(
+                f"the source's prompt bundle {run.pinned.prompt_bundle_hash} is not deployed"
+            )
+        try:
+            if plan.prompt_version:
+                catalog.bundle(plan.prompt_version)
+            if plan.mode is not ReplayMode.RECORDED:
+                catalog.model(plan.model_name or catalog.default_model)
+            if plan.policy_version:
+                catalog.policy_set(plan.policy_version)
+            if plan.retriever_version:
+                catalog.retriever(plan.retriever_version)
+        except ReplaybookError as exc:
+            problems.append(str(exc))
+
+        start_step: str | None = graph.entry
+        state_ref: str | None = None
+        cursors = ReplayCursorsView()
+        if plan.from_step is not None:
+            marks = source.marks.get(plan.from_step)
+            checkpoint = source.checkpoints.get(plan.from_step)
+            if marks is None or checkpoint is None:
+                problems.append(
+                    f"step {plan.from_step!r} has no checkpoint in run {plan.source_run_id} "
+                    f"(steps: {', '.join(source.steps)})"
+                )
+            else:
+                start_step, state_ref = marks.next_step, checkpoint.state_ref
+                cursors = ReplayCursorsView(
+                    model_calls=marks.model_calls,
+                    clock_reads=marks.clock_reads,
+                    fixtures=marks.fixtures,
+                    retrievals=marks.retrievals,
+                    random_state_ref=marks.random_state_ref,
+                )
+        if problems:
+            return PreparedReplay(ok=False, problems=tuple(problems))
+        head = await self._begin(plan, source, catalog, completeness.score == completeness.total)
+        return PreparedReplay(
+            ok=True,
+            completeness_score=completeness.score,
+            completeness_total=completeness.total,
+            missing_evidence=completeness.missing,
+            confidence=completeness.confidence,
+            graph=graph.key,
+            start_step=start_step,
+            state_ref=state_ref,
+            cursors=cursors,
+            head=head,
+            source_steps=len(source.steps),
+        )
+
+    async def _begin(
+        self, plan: ReplayPlan, source: SourceEvidence, catalog: AgentCatalog, full: bool
+    ) -> int:
+        """Create the replay run: header with the pinned (and overridden) versions, then
+        RUN_STARTED carrying the replay manifest. Idempotent for a retried activity."""
+        run = source.run
+        bundle = (
+            catalog.bundle(plan.prompt_version)
+            if plan.prompt_version
+            else catalog.bundle_by_hash(run.pinned.prompt_bundle_hash)
+        )
+        model_profile = (
+            f"recorded:{run.pinned.model_profile}"
+            if plan.mode is ReplayMode.RECORDED
+            else catalog.model(plan.model_name or catalog.default_model).profile
+        )
+        pinned = run.pinned.model_copy(
+            update={
+                "model_profile": model_profile,
+                "prompt_bundle_hash": bundle.bundle_hash()
+                if bundle
+                else run.pinned.prompt_bundle_hash,
+                "policy_version": plan.policy_version or run.pinned.policy_version,
+                "knowledge_snapshot": plan.retriever_version or run.pinned.knowledge_snapshot,
+            }
+        )
+        manifest = ReplayManifest(
+            replay_id=plan.replay_id,
+            source_run_id=run.run_id,
+            source_run_version=str(source.event_count),
+            model_profile=model_profile,
+            prompt_bundle_hash=pinned.prompt_bundle_hash,
+            graph_version=run.graph_version,
+            policy_version=pinned.policy_version,
+            capability_registry_version=run.pinned.capability_registry_version,
+            knowledge_snapshot=pinned.knowledge_snapshot,
+            evaluator_version=run.pinned.evaluator_version,
+            logical_time=source.start_time,
+            environment_hash=run.pinned.environment_hash,
+            mode=plan.mode,
+            simulation=plan.simulation,
+        )
+        await self.ledger.create_run(
+            RunRecord(
+                run_id=plan.replay_id,
+                graph_id=run.graph_id,
+                graph_version=run.graph_version,
+                created_at=source.start_time,
+                pinned=pinned,
+                environment=run.environment,
+                source_code=run.source_code,
+                labels={
+                    "kind": "replay",
+                    "source_run_id": run.run_id,
+                    "mode": plan.mode.value,
+                    "simulation": str(plan.simulation).lower(),
+                    "confidence": (
+                        ReplayConfidence.FULL if full else ReplayConfidence.LIMITED
+                    ).value,
+                },
+            )
+        )
+        existing = await self.ledger.events(plan.replay_id)
+        if existing:  # prepared before (a retried activity): the header is already there
+            return existing[-1].sequence
+        payload = {
+            "input": normalize_json(source.agent_input),
+            "seed": source.seed,
+            "manifest": manifest.model_dump(mode="json"),
+            "from_step": plan.from_step,
+        }
+        started = await self.ledger.append(
+            plan.replay_id,
+            NewEvent("run", E.RUN_STARTED, source.start_time, payload=payload),
+            expected_sequence=1,
+        )
+        return started.sequence
+
+    # RUNNING --------------------------------------------------------------------------------
+
+    async def run_step(self, step: StepInput) -> StepOutput:
+        """Execute one step of the replay; idempotent across retries (see module docstring)."""
+        recorded = await self._already_recorded(step)
+        if recorded is not None:
+            return recorded
+        plan = step.plan
+        source = await self.source(plan.source_run_id)
+        catalog = self.catalog(source.run.graph_id)
+        graph = catalog.graphs.get(source.run.graph_id, source.run.graph_version)
+        positions = StepLedger(
+            model_calls=step.cursors.model_calls,
+            clock_reads=step.cursors.clock_reads,
+            fixtures=dict(step.cursors.fixtures),
+            retrievals=dict(step.cursors.retrievals),
+        )
+        recorder = RunRecorder(self.ledger, self.artifacts, plan.replay_id, deferred=True)
+        recorder.clock = FixedAgentClock(source, positions, recorder)  # type: ignore[assignment]
+        recorder.last_sequence = step.head
+        recorder.step_id = step.step_id
+        env = await self._environment(
+            plan, source, catalog, recorder, positions, step.usage, step.cursors
+        )
+        state: dict[str, Any] = (
+            json.loads(await self.artifacts.get(step.state_ref)) if step.state_ref else {}
+        )
+        if step.state_ref and step.step_index == 0 and plan.from_step:
+            recorded_version = source.checkpoints[plan.from_step].state_schema_version
+            state = await migrate_recorded_state(graph, recorder, state, recorded_version)
+
+        await recorder.record(E.STEP_STARTED, payload={"step": step.step_id})
+        stopped: str | None = None
+        next_step: str | None = None
+        outcome: Any = None
+        state_ref = step.state_ref
+        try:
+            result = await graph.steps[step.step_id](env, state, source.agent_input)
+        except STOPPING_ERRORS as exc:
+            stopped = f"{type(exc).__name__}: {exc}"
+        else:
+            checkpoint = await recorder.checkpoint(
+                step.step_id, result.state, graph.state_schema_version, None
+            )
+            state_ref, next_step, outcome = (
+                checkpoint.state_ref,
+                result.next,
+                normalize_json(result.output),
+            )
+        finished = stopped is not None or next_step is None
+        output = StepOutput(
+            step_id=step.step_id,
+            next_step=next_step,
+            state_ref=state_ref,
+            cursors=ReplayCursorsView(
+                model_calls=positions.model_calls,
+                clock_reads=positions.clock_reads,
+                fixtures=positions.fixtures,
+                retrievals=positions.retrievals,
+                random_state_ref=await store_random_state(recorder, env.random),
+            ),
+            head=step.head,
+            writes_blocked=positions.writes_blocked,
+            fixture_misses=positions.fixture_misses,
+            sandbox_live_calls=positions.sandbox_live_calls,
+            usage=positions.usage(),
+            stopped=stopped,
+            finished=finished,
+        )
+        marker = {"replay_step": output.model_dump(mode="json")}
+        await recorder.record(
+            E.STEP_COMPLETED, payload={"next": next_step, "output": outcome, **marker}
+        )
+        if stopped is not None:
+            recorder.step_id = "run"
+            error = stopped.split(":", 1)[0]
+            await recorder.record(
+                E.RUN_FAILED,
+                payload={"error": error, "message": stopped, "partial": True, **marker},
+            )
+        elif finished:
+            recorder.step_id = "run"
+            await recorder.record(E.RUN_COMPLETED, payload={"outcome": outcome, **marker})
+        try:
+            await recorder.flush(expected_sequence=step.head + 1)
+        except SequenceConflictError:
+            again = await self._already_recorded(step)
+            if again is None:
+                raise
+            return again
+        if finished:
+            status = RunStatus.FAILED if stopped else RunStatus.COMPLETED
+            await self.ledger.finish_run(
+                plan.replay_id, status, outcome if not stopped else {"stopped": stopped}
+            )
+        return output.model_copy(update={"head": recorder.last_sequence})
+
+    async def _already_recorded(self, step: StepInput) -> StepOutput | None:
+        """This step's output if an earlier attempt recorded it (the chain moved past ``head``)."""
+        events = await self.ledger.events(step.plan.replay_id, from_sequence=step.head + 1)
+        for event in events:
+            if event.type is E.STEP_COMPLETED:
+                payload = json.loads(await self.ledger.payload(event))
+                output = StepOutput.model_validate(payload["replay_step"])
+                return output.model_copy(update={"head": events[-1].sequence})
+        return None
+
+    async def _environment(
+        self,
+        plan: ReplayPlan,
+        source: SourceEvidence,
+        catalog: AgentCatalog,
+        recorder: RunRecorder,
+        positions: StepLedger,
+        used: BudgetUsage,
+        cursors: ReplayCursorsView,
+    ) -> AgentEnvironment:
+        run = source.run
+        if plan.mode is ReplayMode.RECORDED:
+            provider: Any = RecordedModelProvider(source, positions)
+        else:
+            live = catalog.model(plan.model_name or catalog.default_model)
+            provider = LiveModelProvider(live, positions, plan.budget, used, plan.sampling_seed)
+        bundle = (
+            catalog.bundle(plan.prompt_version)
+            if plan.prompt_version
+            else catalog.bundle_by_hash(run.pinned.prompt_bundle_hash)
+        )
+        assert bundle is not None  # checked in prepare
+        policy = RecordingPolicyEngine(
+            catalog.policy_set(plan.policy_version or run.pinned.policy_version or ""), recorder
+        )
+        # decisions the replay took in its earlier steps (each step is a fresh process)
+        policy.remember(await self.evidence.records(PolicyDecisionRecord, plan.replay_id))
+        rng = (
+            await load_random_state(self.artifacts, cursors.random_state_ref)
+            if cursors.random_state_ref
+            else random.Random(source.seed)
+        )
+        live_reads = (
+            await catalog.read_providers()
+            if plan.miss_policy is FixtureMissPolicy.SANDBOX_LIVE
+            else {}
+        )
+        return AgentEnvironment(
+            run_id=plan.replay_id,
+            clock=recorder.clock,
+            random=rng,
+            model=RecordingModelGateway(
+                provider, bundle, recorder, model=plan.model_name or catalog.default_model
+            ),
+            tools=ReplayToolGateway(  # type: ignore[arg-type]
+                catalog.capabilities,
+                live_reads,
+                recorder,
+                policy,
+                catalog.write_policy_id,
+                source,
+                positions,
+                plan.miss_policy,
+            ),
+            knowledge=ReplayKnowledgeGateway(  # type: ignore[arg-type]
+                source,
+                self.artifacts,
+                recorder,
+                positions,
+                catalog.retriever(plan.retriever_version) if plan.retriever_version else None,
+                plan.miss_policy,
+            ),
+            policy=policy,
+            approvals=ReplayApprovalGateway(source, recorder, plan.deny_approvals),  # type: ignore[arg-type]
+        )

@@ -1,0 +1,492 @@
+"""Replay flavours of the clock, model, tools, knowledge and approvals.
+
+Nothing here reaches today's world unless a mode says so: tools answer from fixtures matched
+by canonical request hash, WRITEs are never executed (the recorded result when the request
+matches, a dry run when it does not, each attempt counted and recorded as WRITE_BLOCKED), the
+clock reproduces the recorded readings, retrieval returns the recorded evidence.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from models import (
+    ApprovalDecision,
+    ApprovalRecord,
+    ExecutionEventType,
+    FixtureMissPolicy,
+    PolicyDecision,
+    SideEffectRecord,
+    SideEffectStatus,
+    ToolFixture,
+    ToolOutcome,
+)
+from models.budget import BudgetUsage
+from models.errors import (
+    BudgetExhaustedError,
+    FixtureMissError,
+    InvalidInputError,
+    PolicyDeniedError,
+)
+from models.model_call import ModelRequest, ModelResponse
+from models.replay import ReplayBudget
+from runtime.approvals import action_hash, check_approval
+from runtime.capabilities import CapabilityRegistry
+from runtime.knowledge import RetrievedChunk, Retriever, query_hash
+from runtime.policy import RecordingPolicyEngine
+from runtime.ports import ArtifactStore, ModelProvider
+from runtime.recorder import RunRecorder
+from runtime.replay.source import SourceEvidence
+from runtime.tools import ToolCallContext, ToolProvider, ToolResult, request_hash
+
+E = ExecutionEventType
+
+
+@dataclass
+class StepLedger:
+    """Mutable positions and counters during one replay step."""
+
+    model_calls: int = 0
+    clock_reads: int = 0
+    fixtures: dict[str, int] = field(default_factory=dict)
+    retrievals: dict[str, int] = field(default_factory=dict)
+    writes_blocked: int = 0
+    fixture_misses: int = 0
+    sandbox_live_calls: int = 0
+    live_model_calls: int = 0
+    tokens: int = 0
+    cost: Decimal = Decimal(0)
+
+    def usage(self) -> BudgetUsage:
+        return BudgetUsage(model_calls=self.live_model_calls, tokens=self.tokens, cost=self.cost)
+
+
+class FixedAgentClock:
+    """Returns the recorded clock readings in order (rule 6); past the last one it stays there."""
+
+    def __init__(
+        self, source: SourceEvidence, positions: StepLedger, recorder: RunRecorder | None = None
+    ) -> None:
+        self.source = source
+        self.positions = positions
+        self.recorder = recorder
+        reads = source.clock_reads
+        self.current = (
+            reads[positions.clock_reads - 1]
+            if positions.clock_reads and reads
+            else source.start_time
+        )
+
+    def now(self) -> datetime:
+        reads = self.source.clock_reads
+        index = self.positions.clock_reads
+        value = (
+            reads[index] if index < len(reads) else (reads[-1] if reads else self.source.start_time)
+        )
+        self.positions.clock_reads += 1
+        self.current = value
+        if self.recorder is not None:
+            self.recorder.buffer_clock_read(value)
+        return value
+
+    def logical_time(self) -> datetime:
+        return self.current
+
+
+class RecordedModelProvider:
+    """Zero model calls: the source run's responses, in order (the ``recorded`` mode)."""
+
+    def __init__(self, source: SourceEvidence, positions: StepLedger) -> None:
+        self.source = source
+        self.positions = positions
+        self.profile = f"recorded:{source.run.pinned.model_profile}"
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        index = self.positions.model_calls
+        if index >= len(self.source.model_responses):
+            raise FixtureMissError(
+                f"the source run recorded {len(self.source.model_responses)} model calls; the replay "
+                f"asked for call {index + 1}"
+            )
+        self.positions.model_calls += 1
+        return self.source.model_responses[index]
+
+
+class LiveModelProvider:
+    """A live model under a budget, sampled with a seed of this replay (so repeats differ)."""
+
+    def __init__(
+        self,
+        inner: ModelProvider,
+        positions: StepLedger,
+        budget: ReplayBudget,
+        used_before: BudgetUsage,
+        sampling_seed: int,
+    ) -> None:
+        self.inner = inner
+        self.positions = positions
+        self.budget = budget
+        self.used_before = used_before
+        self.sampling_seed = sampling_seed
+        self.profile = inner.profile
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        calls = self.used_before.model_calls + self.positions.live_model_calls
+        if self.budget.max_model_calls is not None and calls >= self.budget.max_model_calls:
+            raise BudgetExhaustedError(f"max_model_calls {self.budget.max_model_calls} reached")
+        seed = int.from_bytes(
+            hashlib.sha256(f"{self.sampling_seed}:{self.positions.model_calls}".encode()).digest()[
+                :4
+            ],
+            "big",
+        )
+        self.positions.model_calls += 1
+        response = await self.inner.complete(request.model_copy(update={"seed": seed}))
+        self.positions.live_model_calls += 1
+        self.positions.tokens += response.usage.total_tokens
+        self.positions.cost += response.cost
+        used = self.used_before.plus(self.positions.usage())
+        if self.budget.max_tokens is not None and used.tokens > self.budget.max_tokens:
+            raise BudgetExhaustedError(
+                f"max_tokens {self.budget.max_tokens} exceeded ({used.tokens})"
+            )
+        if self.budget.max_cost is not None and used.cost > self.budget.max_cost:
+            raise BudgetExhaustedError(f"max_cost {self.budget.max_cost} exceeded ({used.cost})")
+        return response
+
+
+class ReplayToolGateway:
+    """Same interface as the recording gateway; answers from fixtures, never executes a WRITE."""
+
+    def __init__(
+        self,
+        registry: CapabilityRegistry,
+        read_providers: Mapping[str, ToolProvider],
+        recorder: RunRecorder,
+        policy: RecordingPolicyEngine,
+        write_policy_id: str,
+        source: SourceEvidence,
+        positions: StepLedger,
+        miss_policy: FixtureMissPolicy,
+    ) -> None:
+        self.registry = registry
+        # only READ providers are ever handed to a replay: no write credential is held here
+        self.read_providers = {
+            k: v for k, v in read_providers.items() if not registry.get(k).is_write
+        }
+        self.recorder = recorder
+        self.policy = policy
+        self.write_policy_id = write_policy_id
+        self.source = source
+        self.positions = positions
+        self.miss_policy = miss_policy
+
+    def _next_fixture(self, rhash: str) -> ToolFixture | None:
+        recorded = self.source.fixtures.get(rhash, [])
+        used = self.positions.fixtures.get(rhash, 0)
+        if used < len(recorded):
+            self.positions.fixtures[rhash] = used + 1
+            return recorded[used]
+        # a request seen more often than recorded gets the last recorded answer again
+        return recorded[-1] if recorded else None
+
+    async def call(
+        self,
+        capability_id: str,
+        arguments: Mapping[str, Any],
+        *,
+        approval: ApprovalRecord | None = None,
+        tool_call_id: str | None = None,
+    ) -> ToolResult:
+        capability = self.registry.get(capability_id)
+        arguments = dict(arguments)
+        started = self.recorder.logical_time()
+        rhash = request_hash(capability_id, arguments)
+        try:
+            self.registry.validate_arguments(capability_id, arguments)
+        except InvalidInputError as exc:
+            return await self._record(
+                tool_call_id,
+                capability_id,
+                arguments,
+                {"error": str(exc)},
+                ToolOutcome.ERROR,
+                started,
+            )
+        if capability.is_write:
+            return await self._blocked_write(
+                capability_id, arguments, approval, tool_call_id, started
+            )
+        fixture = self._next_fixture(rhash)
+        if fixture is not None:
+            return await self._record(
+                tool_call_id or fixture.tool_call_id,
+                capability_id,
+                arguments,
+                fixture.sanitized_response,
+                fixture.outcome,
+                started,
+            )
+        return await self._miss(capability_id, arguments, tool_call_id, started, rhash)
+
+    async def _miss(
+        self,
+        capability_id: str,
+        arguments: dict[str, Any],
+        call_id: str | None,
+        started: datetime,
+        rhash: str,
+    ) -> ToolResult:
+        capability = self.registry.get(capability_id)
+        self.positions.fixture_misses += 1
+        policy = self.miss_policy
+        if policy is FixtureMissPolicy.SANDBOX_LIVE and not (
+            capability.sandbox_live_allowed and capability_id in self.read_providers
+        ):
+            policy = FixtureMissPolicy.FAIL  # sandbox-live only for READ capabilities that allow it
+        await self.recorder.record(
+            E.FIXTURE_MISS,
+            payload={
+                "capability_id": capability_id,
+                "request_hash": rhash,
+                "policy": policy.value,
+                "requested": self.miss_policy.value,
+            },
+        )
+        if policy is FixtureMissPolicy.STUB:
+            return await self._record(
+                call_id, capability_id, arguments, capability.stub, ToolOutcome.STUBBED, started
+            )
+        if policy is FixtureMissPolicy.SANDBOX_LIVE:
+            self.positions.sandbox_live_calls += 1
+            # called with the run's logical time, never today's (rule 6)
+            context = ToolCallContext(
+                run_id=self.recorder.run_id, logical_time=self.recorder.logical_time()
+            )
+            response = await self.read_providers[capability_id](arguments, context)
+            return await self._record(
+                call_id,
+                capability_id,
+                arguments,
+                {**response, "sandbox_live": True},
+                ToolOutcome.SUCCESS,
+                started,
+            )
+        raise FixtureMissError(
+            f"no recorded fixture for {capability_id} request {rhash} (fixture miss policy FAIL)"
+        )
+
+    async def _blocked_write(
+        self,
+        capability_id: str,
+        arguments: dict[str, Any],
+        approval: ApprovalRecord | None,
+        call_id: str | None,
+        started: datetime,
+    ) -> ToolResult:
+        ahash = action_hash(capability_id, arguments)
+        decision = self.policy.decision_for(ahash) or await self.policy.decide(
+            self.write_policy_id, {"capability": capability_id, "arguments": arguments}
+        )
+        if decision.decision is PolicyDecision.DENY:
+            await self.recorder.record(
+                E.ACTION_REFUSED,
+                payload={
+                    "capability_id": capability_id,
+                    "action_hash": ahash,
+                    "error": "PolicyDeniedError",
+                    "reason": "; ".join(decision.reasons),
+                },
+            )
+            raise PolicyDeniedError(
+                f"policy {decision.policy_id}@{decision.policy_version} denies {capability_id}: "
+                + "; ".join(decision.reasons)
+            )
+        if decision.decision is PolicyDecision.REQUIRE_APPROVAL:
+            try:
+                check_approval(approval, ahash, self.recorder.logical_time())
+            except Exception as exc:
+                await self.recorder.record(
+                    E.ACTION_REFUSED,
+                    payload={
+                        "capability_id": capability_id,
+                        "action_hash": ahash,
+                        "error": type(exc).__name__,
+                        "reason": str(exc),
+                    },
+                )
+                raise
+        recorded = self.source.side_effects.get(ahash)
+        fixture = next(
+            (
+                f
+                for fs in self.source.fixtures.values()
+                for f in fs
+                if recorded and f.provider_request_id == recorded.provider_request_id
+            ),
+            None,
+        )
+        self.positions.writes_blocked += 1
+        await self.recorder.record(
+            E.WRITE_BLOCKED,
+            payload={
+                "capability_id": capability_id,
+                "action_hash": ahash,
+                "arguments": arguments,
+                "answered_with": "recorded" if recorded else "dry_run",
+                "source_side_effect_id": recorded.side_effect_id if recorded else None,
+            },
+        )
+        if recorded is not None:
+            response = fixture.sanitized_response if fixture else {"status": recorded.status.value}
+            outcome = fixture.outcome if fixture else ToolOutcome.SUCCESS
+            effect = recorded
+        else:
+            response = {"dry_run": True, "status": "NOT_EXECUTED", "capability_id": capability_id}
+            outcome = ToolOutcome.DRY_RUN
+            effect = SideEffectRecord(
+                side_effect_id=f"dry-run-{ahash[7:31]}",
+                run_id=self.recorder.run_id,
+                step_id=self.recorder.step_id,
+                capability_id=capability_id,
+                idempotency_key=f"dry-run-{ahash[7:47]}",
+                action_hash=ahash,
+                status=SideEffectStatus.CONFIRMED,
+                provider_receipt="dry-run: not executed",
+            )
+        result = await self._record(call_id, capability_id, arguments, response, outcome, started)
+        return ToolResult(capability_id, outcome, response, result.fixture, effect)
+
+    async def _record(
+        self,
+        call_id: str | None,
+        capability_id: str,
+        arguments: dict[str, Any],
+        response: Any,
+        outcome: ToolOutcome,
+        started: datetime,
+    ) -> ToolResult:
+        capability = self.registry.get(capability_id)
+        fixture = ToolFixture(
+            tool_call_id=call_id or f"replay-call-{self.positions.model_calls}-{capability_id}",
+            capability_id=capability_id,
+            request_hash=request_hash(capability_id, arguments),
+            sanitized_request=arguments,
+            sanitized_response=response,
+            outcome=outcome,
+            started_at=started,
+            completed_at=self.recorder.logical_time(),
+            run_id=self.recorder.run_id,
+            step_id=self.recorder.step_id,
+            side_effect_class=capability.side_effect_class,
+        )
+        await self.recorder.record(E.TOOL_CALL, record=fixture)
+        return ToolResult(capability_id, outcome, response, fixture, None)
+
+
+class ReplayKnowledgeGateway:
+    def __init__(
+        self,
+        source: SourceEvidence,
+        artifacts: ArtifactStore,
+        recorder: RunRecorder,
+        positions: StepLedger,
+        retriever: Retriever | None,
+        miss_policy: FixtureMissPolicy,
+    ) -> None:
+        self.source = source
+        self.artifacts = artifacts
+        self.recorder = recorder
+        self.positions = positions
+        self.retriever = retriever
+        self.miss_policy = miss_policy
+
+    async def search(self, query: str, k: int = 3) -> list[RetrievedChunk]:
+        from runtime.knowledge import RecordingKnowledgeGateway
+
+        if self.retriever is not None:  # a retriever counterfactual queries the candidate retriever
+            return await RecordingKnowledgeGateway(self.retriever, self.recorder).search(query, k)
+        qhash = query_hash(query, k)
+        recorded = self.source.retrievals.get(qhash, [])
+        used = self.positions.retrievals.get(qhash, 0)
+        if not recorded:
+            self.positions.fixture_misses += 1
+            await self.recorder.record(
+                E.FIXTURE_MISS,
+                payload={
+                    "capability_id": "knowledge.search",
+                    "request_hash": qhash,
+                    "policy": self.miss_policy.value,
+                },
+            )
+            if self.miss_policy is FixtureMissPolicy.FAIL:
+                raise FixtureMissError(f"no recorded retrieval for query {qhash}")
+            return []
+        fixture = recorded[min(used, len(recorded) - 1)]
+        self.positions.retrievals[qhash] = used + 1
+        chunks = []
+        for item in fixture.evidence:
+            text = (await self.artifacts.get(item.chunk_hash)).decode()
+            chunks.append(
+                RetrievedChunk(
+                    item.document_id, item.document_version, item.chunk_id, text, item.score
+                )
+            )
+        await self.recorder.record(
+            E.RETRIEVAL,
+            record=fixture.model_copy(
+                update={"run_id": self.recorder.run_id, "step_id": self.recorder.step_id}
+            ),
+        )
+        return chunks
+
+
+class ReplayApprovalGateway:
+    """Recorded approvals by action hash; ``deny`` replays "what if the approver had refused"."""
+
+    def __init__(
+        self, source: SourceEvidence, recorder: RunRecorder, deny: tuple[str, ...] = ()
+    ) -> None:
+        self.source = source
+        self.recorder = recorder
+        self.deny = set(deny)
+
+    async def request(self, capability_id: str, arguments: Mapping[str, Any]) -> ApprovalRecord:
+        ahash = action_hash(capability_id, arguments)
+        recorded = self.source.approvals.get(ahash)
+        now = self.recorder.logical_time()
+        if capability_id in self.deny:
+            approval = ApprovalRecord(
+                approval_id=f"counterfactual-deny-{ahash[7:23]}",
+                approver="counterfactual (replay)",
+                action_hash=ahash,
+                decision=ApprovalDecision.DENIED,
+                approved_at=now,
+                expires_at=now + timedelta(minutes=15),
+            )
+        elif recorded is not None:
+            approval = recorded
+        else:
+            # an action the source never asked approval for: approved in simulation, and marked so
+            approval = ApprovalRecord(
+                approval_id=f"simulated-{ahash[7:23]}",
+                approver="simulated approver (replay)",
+                action_hash=ahash,
+                approved_at=now,
+                expires_at=now + timedelta(minutes=15),
+            )
+        # a copy in the replay run, under its own id (the source run keeps the original)
+        approval = approval.model_copy(
+            update={
+                "approval_id": f"{self.recorder.run_id}:{approval.approval_id}",
+                "run_id": self.recorder.run_id,
+                "step_id": self.recorder.step_id,
+            }
+        )
+        await self.recorder.record(E.APPROVAL, record=approval)
+        return approval

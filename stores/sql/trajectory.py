@@ -1,0 +1,160 @@
+"""Reading a recorded run (source or replay) from the ledger into a ``Trajectory``.
+
+Only the ``EventLedger`` port is used (no SQL here), so any ledger implementation works. What
+is read, per event type (payloads are the runtime's canonical JSON):
+
+- ``STEP_STARTED``: the step sequence, in ledger order (the event's ``step_id`` is the step).
+- ``MODEL_CALL``: one ``ModelDecision``: requested tool names, the canonical hash of each
+  tool call's arguments, and the response text.
+- ``TOOL_CALL``: one ``ToolCallFact`` from the recorded ``ToolFixture``.
+- ``SIDE_EFFECT``: one fact per ``side_effect_id`` with its last status (a run's effects are
+  recorded once per status transition); its arguments are those of the ``TOOL_CALL`` fixture
+  filed under the same ``provider_request_id``.
+- ``WRITE_BLOCKED`` (replays): one fact per event, status ``BLOCKED``.
+- ``POLICY_DECISION``: one ``PolicyFact``.
+- ``RUN_COMPLETED`` / ``RUN_FAILED``: the outcome; a run with neither is partial.
+
+A run holds both kinds of write facts only if a replay really executed a write (e.g. a
+sandbox-live miss policy); each is kept, in the order it first appears.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from models import ExecutionEventType
+from models.canonical import canonical_hash
+from models.trajectory import (
+    ModelDecision,
+    PolicyFact,
+    SideEffectFact,
+    ToolCallFact,
+    Trajectory,
+)
+from runtime.ports import EventLedger
+
+__all__ = ["BLOCKED", "load_trajectory"]
+
+E = ExecutionEventType
+
+#: status of a write the replay runtime blocked (``WRITE_BLOCKED``)
+BLOCKED = "BLOCKED"
+
+#: event types whose payload is read; every other event is skipped without a payload read
+_READ = {
+    E.MODEL_CALL,
+    E.TOOL_CALL,
+    E.SIDE_EFFECT,
+    E.WRITE_BLOCKED,
+    E.POLICY_DECISION,
+    E.RUN_COMPLETED,
+    E.RUN_FAILED,
+}
+
+
+def _model_decision(step_id: str, payload: dict[str, Any]) -> ModelDecision:
+    response = payload.get("response") or {}
+    calls = response.get("tool_calls") or ()
+    content = response.get("content")
+    return ModelDecision(
+        step_id=step_id,
+        tool_names=tuple(str(call.get("name")) for call in calls),
+        argument_hashes=tuple(canonical_hash(call.get("arguments") or {}) for call in calls),
+        content=content if isinstance(content, str) else None,
+    )
+
+
+def _has_text(content: str | None) -> bool:
+    return content is not None and content.strip() != ""
+
+
+async def load_trajectory(ledger: EventLedger, run_id: str) -> Trajectory:
+    """The behaviour of run ``run_id`` as recorded in ``ledger`` (see the module docstring)."""
+    steps: list[str] = []
+    decisions: list[ModelDecision] = []
+    tool_calls: list[ToolCallFact] = []
+    policies: list[PolicyFact] = []
+    # ordered by first appearance: a side effect's id, or the sequence of a WRITE_BLOCKED event
+    writes: dict[str, dict[str, Any]] = {}
+    arguments_by_request: dict[str, Any] = {}
+    outcome: Any = None
+    completed = False
+    final_answer: str | None = None
+
+    for event in await ledger.events(run_id):
+        if event.type is E.STEP_STARTED:
+            steps.append(event.step_id)
+            continue
+        if event.type not in _READ:
+            continue
+        payload = json.loads(await ledger.payload(event))
+        if event.type is E.MODEL_CALL:
+            decision = _model_decision(event.step_id, payload)
+            decisions.append(decision)
+            if _has_text(decision.content):
+                final_answer = decision.content
+        elif event.type is E.TOOL_CALL:
+            arguments = payload.get("sanitized_request")
+            tool_calls.append(
+                ToolCallFact(
+                    step_id=payload.get("step_id") or event.step_id,
+                    capability_id=payload["capability_id"],
+                    request_hash=payload["request_hash"],
+                    arguments=arguments,
+                    outcome=payload["outcome"],
+                    side_effect_class=payload.get("side_effect_class", "WRITE"),
+                )
+            )
+            if payload.get("provider_request_id"):
+                arguments_by_request.setdefault(payload["provider_request_id"], arguments)
+        elif event.type is E.SIDE_EFFECT:
+            writes[f"effect:{payload['side_effect_id']}"] = payload  # the last status wins
+        elif event.type is E.WRITE_BLOCKED:
+            writes[f"blocked:{event.sequence}"] = {
+                "step_id": event.step_id,
+                "capability_id": payload["capability_id"],
+                "action_hash": payload["action_hash"],
+                "arguments": payload.get("arguments"),
+                "status": BLOCKED,
+            }
+        elif event.type is E.POLICY_DECISION:
+            policies.append(
+                PolicyFact(
+                    step_id=payload.get("step_id") or event.step_id,
+                    policy_id=payload["policy_id"],
+                    input_hash=payload["input_hash"],
+                    decision=payload["decision"],
+                )
+            )
+        elif event.type is E.RUN_COMPLETED:
+            outcome, completed = payload.get("outcome"), True
+        elif event.type is E.RUN_FAILED:
+            outcome = {"error": payload.get("error"), "message": payload.get("message")}
+            completed = False
+
+    side_effects = tuple(
+        SideEffectFact(
+            step_id=write["step_id"],
+            capability_id=write["capability_id"],
+            action_hash=write["action_hash"],
+            arguments=(
+                write["arguments"]
+                if "arguments" in write
+                else arguments_by_request.get(write.get("provider_request_id") or "")
+            ),
+            status=write["status"],
+        )
+        for write in writes.values()
+    )
+    return Trajectory(
+        run_id=run_id,
+        steps=tuple(steps),
+        model_decisions=tuple(decisions),
+        tool_calls=tuple(tool_calls),
+        side_effects=side_effects,
+        policy_decisions=tuple(policies),
+        outcome=outcome,
+        final_answer=final_answer,
+        completed=completed,
+    )

@@ -1,0 +1,135 @@
+"""The Temporal dev server launcher against the real ``temporal`` binary."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from temporalio.api.enums.v1 import IndexedValueType
+from temporalio.api.operatorservice.v1 import (
+    ListSearchAttributesRequest,
+    RemoveSearchAttributesRequest,
+)
+from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
+
+from models.errors import ConfigurationError, StoreError
+from worker.devstack import pid_alive
+from worker.ports import free_ports, port_is_free
+from worker.temporal_server import (
+    SEARCH_ATTRIBUTES,
+    TemporalDevServer,
+    start_temporal_dev_server,
+)
+
+KEYWORD = IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD
+
+
+def answers(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+async def custom_attributes(client: Client, namespace: str) -> dict[str, int]:
+    response = await client.operator_service.list_search_attributes(
+        ListSearchAttributesRequest(namespace=namespace)
+    )
+    return dict(response.custom_attributes)
+
+
+def assert_gone(server: TemporalDevServer) -> None:
+    assert not server.running()
+    assert not pid_alive(server.pid)
+    for port in server.ports.values():
+        assert port_is_free(server.host, port), port
+
+
+async def test_session_server_is_ready_with_search_attributes(
+    temporal_server: TemporalDevServer, temporal_client: Client
+) -> None:
+    assert temporal_server.running()
+    assert temporal_server.address == f"127.0.0.1:{temporal_server.port}"
+    for port in temporal_server.ports.values():  # every port it was given answers
+        assert answers(temporal_server.host, port), port
+    registered = await custom_attributes(temporal_client, temporal_server.namespace)
+    assert {name: registered.get(name) for name in SEARCH_ATTRIBUTES} == dict.fromkeys(
+        SEARCH_ATTRIBUTES, KEYWORD
+    )
+    assert temporal_server.db_path.is_file()
+
+
+async def wait_for_count(client: Client, query: str, expected: int) -> None:
+    """Visibility is eventually consistent: poll the count with a deadline."""
+    async with asyncio.timeout(15):
+        while True:
+            if (await client.count_workflows(query)).count == expected:
+                return
+            await asyncio.sleep(0.1)
+
+
+async def test_restart_on_the_same_db_keeps_workflows(tmp_path: Path) -> None:
+    grpc_port, ui_port = free_ports(2)
+    replay_status = SearchAttributeKey.for_keyword("ReplayStatus")
+    workflow_id = f"restart-{uuid.uuid4().hex}"
+
+    first = start_temporal_dev_server(tmp_path, port=grpc_port, ui_port=ui_port)
+    try:
+        assert (first.port, first.ui_port) == (grpc_port, ui_port)
+        assert first.ui_url == f"http://127.0.0.1:{ui_port}"
+        assert answers(first.host, ui_port)
+        client = await Client.connect(first.address)
+        # A workflow nobody works on: it stays RUNNING, in the database only.
+        await client.start_workflow(
+            "NobodyRunsThis",
+            id=workflow_id,
+            task_queue=f"nobody-{uuid.uuid4().hex}",
+            search_attributes=TypedSearchAttributes(
+                [SearchAttributePair(replay_status, "pending")]
+            ),
+        )
+        await wait_for_count(client, 'ReplayStatus = "pending"', 1)
+        # A database that lacks an attribute (created by an older release) gets it on restart.
+        await client.operator_service.remove_search_attributes(
+            RemoveSearchAttributesRequest(namespace="default", search_attributes=["IncidentPhase"])
+        )
+        assert "IncidentPhase" not in await custom_attributes(client, "default")
+    finally:
+        first.stop()
+    assert_gone(first)
+
+    with start_temporal_dev_server(tmp_path, port=grpc_port, ui_port=ui_port) as second:
+        assert second.pid != first.pid
+        client = await Client.connect(second.address)
+        description = await client.get_workflow_handle(workflow_id).describe()
+        assert description.status == WorkflowExecutionStatus.RUNNING
+        assert description.workflow_type == "NobodyRunsThis"
+        assert description.typed_search_attributes.get(replay_status) == "pending"
+        assert (await custom_attributes(client, "default")).get("IncidentPhase") == KEYWORD
+        await wait_for_count(client, 'ReplayStatus = "pending"', 1)
+    assert_gone(second)
+
+
+def test_taken_port_is_refused(tmp_path: Path) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        with pytest.raises(ConfigurationError, match=f"{port} is already in use"):
+            start_temporal_dev_server(tmp_path, port=port, headless=True)
+    assert not (tmp_path / "temporal.log").exists()  # nothing was started
+
+
+def test_exit_during_startup_fails_fast_with_the_log(tmp_path: Path) -> None:
+    (tmp_path / "temporal.db").mkdir()  # not a file: SQLite cannot open it
+    started = time.monotonic()
+    with pytest.raises(StoreError, match="exited with code") as excinfo:
+        start_temporal_dev_server(tmp_path, headless=True)
+    assert time.monotonic() - started < 30
+    assert "temporal.log" in str(excinfo.value)

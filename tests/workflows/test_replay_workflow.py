@@ -1,0 +1,167 @@
+"""ReplayWorkflow on a real Temporal dev server with real workers."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+
+from sqlalchemy import update
+from temporalio.client import WorkflowExecutionStatus
+
+from examples.support_desk.spec import run_scenario
+from examples.synthetic import record_synthetic_run
+from models import ExecutionEventType, FixtureMissPolicy, ReplayBudget, ReplayMode, ReplayStatus
+from models.replay_flow import ReplayPlan
+from stores.sql import schema
+
+WRITES = ("payments", "email")
+
+
+def plan(run_id: str, mode: ReplayMode = ReplayMode.RECORDED, **kw) -> ReplayPlan:  # type: ignore[no-untyped-def]
+    return ReplayPlan(
+        replay_id=f"replay-{uuid.uuid4().hex[:12]}", source_run_id=run_id, mode=mode, **kw
+    )
+
+
+async def write_calls(stack) -> int:  # type: ignore[no-untyped-def]
+    return sum([await stack.world.call_count(p) for p in WRITES])
+
+
+async def test_recorded_replay_reproduces_every_reference_run(replay_stack) -> None:  # type: ignore[no-untyped-def]
+    stack = replay_stack
+    runs = []
+    for scenario in ("happy", "wrong-customer", "refund-timeout"):
+        for seed in range(20):
+            result = await run_scenario(
+                stack.world, stack.stores.ledger, stack.stores.artifacts, scenario, seed=seed
+            )
+            runs.append(result.run_id)
+    before = await write_calls(stack)
+    outcomes = await asyncio.gather(*(stack.replay(plan(r)) for r in runs))
+    assert len(outcomes) == 60
+    for outcome in outcomes:
+        assert outcome.status is ReplayStatus.COMPLETED, outcome.reason
+        comparison = outcome.comparison
+        assert (
+            comparison.same_outcome
+            and comparison.same_tool_sequence
+            and comparison.same_side_effects
+        )
+        assert (
+            outcome.reproduced
+            and outcome.writes_executed == 0
+            and outcome.budget_used.model_calls == 0
+        )
+        assert outcome.confidence.value == "FULL" and outcome.completeness == "6/6"
+    assert sum(o.writes_blocked for o in outcomes) == 20 * 2 + 20 + 20
+    assert await write_calls(stack) == before  # no write reached a provider
+
+
+async def _wrong_customer_run(stack) -> str:  # type: ignore[no-untyped-def]
+    for seed in range(50):
+        result = await run_scenario(
+            stack.world, stack.stores.ledger, stack.stores.artifacts, "wrong-customer", seed=seed
+        )
+        if result.outcome["emailed"] == "bob@example.com":
+            return result.run_id
+    raise AssertionError("no wrong-customer run emailed the wrong customer")
+
+
+async def test_prompt_v18_counterfactual_does_not_reproduce_and_exact_does_at_the_model_rate(
+    replay_stack,
+) -> None:  # type: ignore[no-untyped-def]
+    stack = replay_stack
+    run_id = await _wrong_customer_run(stack)
+    before = await write_calls(stack)
+    swap = await stack.replay(
+        plan(
+            run_id,
+            ReplayMode.PROMPT_SWAP,
+            prompt_version="v18",
+            miss_policy=FixtureMissPolicy.SANDBOX_LIVE,
+            repeat=50,
+        )
+    )
+    assert swap.summary["reproduced"] == 0 and swap.summary["runs"] == 50
+    assert swap.summary["ci95"][0] == 0.0 and swap.summary["ci95"][1] < 0.08
+    types = {d.type.value for d in swap.comparison.diffs}
+    assert "SIDE_EFFECT_CHANGED" in types and swap.comparison.critical
+    assert swap.comparison.first_divergent_step == "planner"
+    assert len(swap.children) == 50
+
+    exact = await stack.replay(plan(run_id, ReplayMode.EXACT, repeat=50, sampling_seed=7))
+    low, high = exact.summary["ci95"]
+    assert low <= 0.8 <= high  # the scripted model looks up by phone 80% of the time
+    assert 30 <= exact.summary["reproduced"] <= 48
+    assert await write_calls(stack) == before
+
+
+async def test_fork_executes_only_the_steps_after_the_fork(replay_stack) -> None:  # type: ignore[no-untyped-def]
+    stack = replay_stack
+    source = await record_synthetic_run(stack.stores.ledger, stack.stores.artifacts, 200)
+    forked = await stack.replay(plan(source.run_id, ReplayMode.FORK_FROM_STEP, from_step="s00179"))
+    assert forked.status is ReplayStatus.COMPLETED and forked.steps_executed == 20
+    events = await stack.stores.ledger.events(forked.replay_id)
+    started = [e.step_id for e in events if e.type is ExecutionEventType.STEP_STARTED]
+    assert started == [f"s{i:05d}" for i in range(180, 200)]
+    assert forked.comparison.same_outcome and forked.reproduced
+
+
+async def test_a_replay_of_an_edited_chain_fails_in_preparing(replay_stack) -> None:  # type: ignore[no-untyped-def]
+    stack = replay_stack
+    result = await run_scenario(
+        stack.world, stack.stores.ledger, stack.stores.artifacts, "happy", seed=3
+    )
+    ev = schema.execution_events
+    async with stack.stores.db.transaction() as conn:
+        await conn.execute(
+            update(ev)
+            .where(ev.c.run_id == result.run_id, ev.c.sequence == 4)
+            .values(step_id="tampered")
+        )
+    outcome = await stack.replay(plan(result.run_id))
+    assert outcome.status is ReplayStatus.FAILED
+    assert "broken at sequence 4" in outcome.reason
+
+
+async def test_budget_ends_a_replay_with_a_partial_result(replay_stack) -> None:  # type: ignore[no-untyped-def]
+    stack = replay_stack
+    run_id = await _wrong_customer_run(stack)
+    outcome = await stack.replay(
+        plan(run_id, ReplayMode.EXACT, budget=ReplayBudget(max_model_calls=1))
+    )
+    assert outcome.status is ReplayStatus.COMPLETED and outcome.partial
+    assert "max_model_calls 1" in outcome.reason
+    assert outcome.budget_used.model_calls == 1
+    assert not outcome.comparison.same_outcome
+
+
+async def test_cancel_ends_in_canceled(replay_stack) -> None:  # type: ignore[no-untyped-def]
+    stack = replay_stack
+    source = await record_synthetic_run(stack.stores.ledger, stack.stores.artifacts, 200)
+    p = plan(source.run_id)
+    from models.queues import CONTROL_QUEUE
+    from models.replay_flow import ReplayProgress, ReplayWorkflowInput
+    from workflows.replay import ReplayWorkflow
+
+    handle = await stack.client.start_workflow(
+        ReplayWorkflow.run, ReplayWorkflowInput(plan=p), id=p.replay_id, task_queue=CONTROL_QUEUE
+    )
+    # wait until it is running steps, then cancel
+    for _ in range(200):
+        progress = await handle.query("status", result_type=ReplayProgress)
+        if progress.steps_executed >= 3:
+            break
+        await asyncio.sleep(0.05)
+    await handle.cancel()
+    for _ in range(400):
+        description = await handle.describe()
+        if description.status != WorkflowExecutionStatus.RUNNING:
+            break
+        await asyncio.sleep(0.05)
+    assert description.status == WorkflowExecutionStatus.CANCELED
+    attrs = description.typed_search_attributes
+    assert any(pair.key.name == "ReplayStatus" and pair.value == "CANCELED" for pair in attrs)
+    run = await stack.stores.ledger.get_run(p.replay_id)
+    assert json.dumps(run.outcome) == '{"ended": "canceled"}'

@@ -1,0 +1,82 @@
+"""Connecting to Temporal and running Replaybook's workers."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Mapping
+
+import structlog
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Worker
+
+from activities.replay import ReplayActivities
+from examples.support_desk.agent import GRAPH_ID as SUPPORT_DESK
+from examples.support_desk.catalog import support_desk_catalog
+from examples.synthetic import GRAPH_ID as SYNTHETIC
+from examples.synthetic import synthetic_catalog
+from models.queues import CONTROL_QUEUE, REPLAY_QUEUE
+from runtime.replay.catalog import AgentCatalog
+from runtime.replay.engine import ReplayEngine
+from stores.sql.database import Database
+from worker.settings import Settings
+from worker.stores import open_stores
+from workflows.replay import ReplayWorkflow
+
+log = structlog.get_logger(__name__)
+WORKFLOWS = [ReplayWorkflow]
+
+
+async def connect(settings: Settings) -> Client:
+    """A client whose payloads are pydantic models (the same converter as the workers)."""
+    return await Client.connect(
+        settings.temporal_address,
+        namespace=settings.temporal_namespace,
+        data_converter=pydantic_data_converter,
+    )
+
+
+def catalogs(db: Database) -> Mapping[str, AgentCatalog]:
+    """The agents whose code this worker can replay."""
+    return {SUPPORT_DESK: support_desk_catalog(db), SYNTHETIC: synthetic_catalog()}
+
+
+@contextlib.asynccontextmanager
+async def running_workers(
+    settings: Settings, queues: str = "all", client: Client | None = None
+) -> AsyncIterator[list[Worker]]:
+    """Workers for ``control``, ``replay`` or ``all`` queues, running until the block exits."""
+    if queues not in ("control", "replay", "all"):
+        raise ValueError(f"unknown queue {queues!r} (control, replay or all)")
+    client = client or await connect(settings)
+    async with open_stores(settings) as stores:
+        engine = ReplayEngine(stores.ledger, stores.evidence, stores.artifacts, catalogs(stores.db))
+        acts = ReplayActivities(engine)
+        workers = []
+        if queues in ("control", "all"):
+            workers.append(
+                Worker(
+                    client,
+                    task_queue=CONTROL_QUEUE,
+                    workflows=WORKFLOWS,
+                    activities=[acts.prepare_replay, acts.compare_replay, acts.close_replay_run],
+                )
+            )
+        if queues in ("replay", "all"):
+            # the replay pool executes agent steps: it is given no write provider at all
+            workers.append(Worker(client, task_queue=REPLAY_QUEUE, activities=[acts.replay_step]))
+        tasks = [asyncio.create_task(w.run()) for w in workers]
+        log.info("workers started", queues=queues, address=settings.temporal_address)
+        try:
+            yield workers
+        finally:
+            for w in workers:
+                await w.shutdown()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def run_workers(settings: Settings, queues: str = "all") -> None:
+    """Run until cancelled (SIGINT/SIGTERM)."""
+    async with running_workers(settings, queues):
+        await asyncio.Event().wait()

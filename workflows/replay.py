@@ -1,0 +1,308 @@
+"""ReplayWorkflow: CREATED → PREPARING → RUNNING → COMPARING → COMPLETED | FAILED | CANCELED.
+
+Deterministic: no I/O, no clock but ``workflow.now()``, ids and hashes only in history (states,
+prompts and payloads stay in the stores). Steps run as activities on the replay task queue;
+long replays continue as new. With ``repeat > 1`` the workflow runs that many child replays and
+reports the reproduction rate with a 95% Wilson interval.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy, SearchAttributeKey
+from temporalio.exceptions import ActivityError, CancelledError, ChildWorkflowError
+
+with workflow.unsafe.imports_passed_through():
+    from activities.replay import ReplayActivities
+    from models import ReplayConfidence, ReplayStatus
+    from models.budget import BudgetUsage, exhausted
+    from models.queues import CONTROL_QUEUE, REPLAY_QUEUE
+    from models.replay_flow import (
+        PreparedReplay,
+        ReplayOutcome,
+        ReplayPlan,
+        ReplayProgress,
+        ReplayWorkflowInput,
+        ResumePoint,
+        StepInput,
+        StepOutput,
+    )
+    from models.statistics import reproduction_summary
+
+REPLAY_STATUS = SearchAttributeKey.for_keyword("ReplayStatus")
+SOURCE_RUN_ID = SearchAttributeKey.for_keyword("SourceRunId")
+REPLAY_MODE = SearchAttributeKey.for_keyword("ReplayMode")
+
+#: steps per workflow run before continuing as new (keeps history far below its limits)
+STEPS_PER_RUN = 250
+#: a step activity whose worker stopped heartbeating this long is retried elsewhere
+STEP_HEARTBEAT_SECONDS = 5
+#: child replays running at once for --repeat
+REPEAT_CONCURRENCY = 10
+#: errors that retrying cannot fix
+NON_RETRYABLE = [
+    "InvalidInputError",
+    "ConfigurationError",
+    "ChainBrokenError",
+    "GraphNotFoundError",
+    "UnknownCapabilityError",
+    "StateMigrationError",
+    "ReplaybookError",
+]
+RETRY = RetryPolicy(maximum_attempts=5, non_retryable_error_types=NON_RETRYABLE)
+
+
+@workflow.defn(name="Replay")
+class ReplayWorkflow:
+    def __init__(self) -> None:
+        self._progress = ReplayProgress(status=ReplayStatus.CREATED)
+
+    @workflow.query(name="status")
+    def status(self) -> ReplayProgress:
+        return self._progress
+
+    def _set(self, status: ReplayStatus, **changes: object) -> None:
+        self._progress = self._progress.model_copy(update={"status": status, **changes})
+        workflow.upsert_search_attributes([REPLAY_STATUS.value_set(status.value)])
+
+    @workflow.run
+    async def run(self, inp: ReplayWorkflowInput) -> ReplayOutcome:
+        plan = inp.plan
+        workflow.upsert_search_attributes(
+            [SOURCE_RUN_ID.value_set(plan.source_run_id), REPLAY_MODE.value_set(plan.mode.value)]
+        )
+        try:
+            if plan.repeat > 1:
+                return await self._repeat(plan)
+            return await self._single(inp)
+        except asyncio.CancelledError:
+            self._set(ReplayStatus.CANCELED)
+            await workflow.execute_activity_method(
+                ReplayActivities.close_replay_run,
+                args=[plan.replay_id, "canceled"],
+                start_to_close_timeout=timedelta(seconds=30),
+                retry_policy=RETRY,
+            )
+            workflow.logger.info("replay %s canceled", plan.replay_id)
+            raise
+
+    async def _single(self, inp: ReplayWorkflowInput) -> ReplayOutcome:
+        plan = inp.plan
+        resume = inp.resume
+        if resume is None:
+            self._set(ReplayStatus.PREPARING)
+            prepared: PreparedReplay = await workflow.execute_activity_method(
+                ReplayActivities.prepare_replay,
+                plan,
+                start_to_close_timeout=timedelta(minutes=5),
+                retry_policy=RETRY,
+            )
+            if not prepared.ok:
+                self._set(ReplayStatus.FAILED, reason="; ".join(prepared.problems))
+                return self._outcome(
+                    plan, ReplayStatus.FAILED, prepared, reason="; ".join(prepared.problems)
+                )
+            resume = ResumePoint(
+                prepared=prepared,
+                step_id=prepared.start_step,
+                state_ref=prepared.state_ref,
+                cursors=prepared.cursors,
+                head=prepared.head,
+                started_at=workflow.now(),
+            )
+        prepared = resume.prepared
+        self._set(
+            ReplayStatus.RUNNING,
+            confidence=prepared.confidence,
+            completeness=f"{prepared.completeness_score}/{prepared.completeness_total}",
+        )
+        stopped: str | None = None
+        steps_this_run = 0
+        while resume.step_id is not None and stopped is None:
+            elapsed = (workflow.now() - resume.started_at).total_seconds()
+            used = resume.usage.model_copy(update={"duration_seconds": elapsed})
+            reason = exhausted(plan.budget, used)
+            if reason is not None:
+                stopped = f"budget: {reason}"
+                break
+            if steps_this_run >= STEPS_PER_RUN:
+                workflow.continue_as_new(ReplayWorkflowInput(plan=plan, resume=resume))
+            try:
+                out: StepOutput = await workflow.execute_activity_method(
+                    ReplayActivities.replay_step,
+                    StepInput(
+                        plan=plan,
+                        step_id=resume.step_id,
+                        state_ref=resume.state_ref,
+                        cursors=resume.cursors,
+                        head=resume.head,
+                        usage=resume.usage,
+                        step_index=resume.steps_executed,
+                    ),
+                    task_queue=REPLAY_QUEUE,
+                    start_to_close_timeout=timedelta(minutes=10),
+                    heartbeat_timeout=timedelta(seconds=STEP_HEARTBEAT_SECONDS),
+                    retry_policy=RETRY,
+                )
+            except ActivityError as exc:
+                if isinstance(exc.cause, CancelledError):
+                    # the replay was canceled while this step ran
+                    raise asyncio.CancelledError() from exc
+                reason = f"step {resume.step_id} failed: {exc.cause or exc}"
+                self._set(ReplayStatus.FAILED, reason=reason)
+                return self._outcome(
+                    plan, ReplayStatus.FAILED, prepared, resume=resume, reason=reason
+                )
+            steps_this_run += 1
+            resume = resume.model_copy(
+                update={
+                    "step_id": None if out.finished else out.next_step,
+                    "state_ref": out.state_ref,
+                    "cursors": out.cursors,
+                    "head": out.head,
+                    "usage": resume.usage.plus(out.usage),
+                    "writes_blocked": resume.writes_blocked + out.writes_blocked,
+                    "fixture_misses": resume.fixture_misses + out.fixture_misses,
+                    "steps_executed": resume.steps_executed + 1,
+                }
+            )
+            self._progress = self._progress.model_copy(
+                update={
+                    "steps_executed": resume.steps_executed,
+                    "writes_blocked": resume.writes_blocked,
+                }
+            )
+            stopped = out.stopped
+        if stopped is not None and stopped.startswith("budget"):
+            await workflow.execute_activity_method(
+                ReplayActivities.close_replay_run,
+                args=[plan.replay_id, stopped],
+                start_to_close_timeout=timedelta(seconds=30),
+                retry_policy=RETRY,
+            )
+        self._set(ReplayStatus.COMPARING)
+        result = await workflow.execute_activity_method(
+            ReplayActivities.compare_replay,
+            plan,
+            start_to_close_timeout=timedelta(minutes=5),
+            retry_policy=RETRY,
+        )
+        self._set(ReplayStatus.COMPLETED)
+        outcome = self._outcome(
+            plan, ReplayStatus.COMPLETED, prepared, resume=resume, reason=stopped
+        )
+        outcome = outcome.model_copy(
+            update={
+                "comparison": result.comparison,
+                "reproduced": result.reproduced,
+                "partial": stopped is not None,
+            }
+        )
+        workflow.logger.info(
+            "replay %s completed: reproduced=%s writes_blocked=%s",
+            plan.replay_id,
+            result.reproduced,
+            resume.writes_blocked,
+        )
+        return outcome
+
+    def _outcome(
+        self,
+        plan: ReplayPlan,
+        status: ReplayStatus,
+        prepared: PreparedReplay,
+        *,
+        resume: ResumePoint | None = None,
+        reason: str | None = None,
+    ) -> ReplayOutcome:
+        return ReplayOutcome(
+            replay_id=plan.replay_id,
+            source_run_id=plan.source_run_id,
+            mode=plan.mode,
+            status=status,
+            confidence=prepared.confidence,
+            completeness=f"{prepared.completeness_score}/{prepared.completeness_total}"
+            + (
+                f" (missing: {', '.join(prepared.missing_evidence)})"
+                if prepared.missing_evidence
+                else ""
+            ),
+            writes_blocked=resume.writes_blocked if resume else 0,
+            fixture_misses=resume.fixture_misses if resume else 0,
+            steps_executed=resume.steps_executed if resume else 0,
+            budget_used=resume.usage if resume else BudgetUsage(),
+            reason=reason,
+            simulation=plan.simulation,
+        )
+
+    async def _repeat(self, plan: ReplayPlan) -> ReplayOutcome:
+        self._set(ReplayStatus.RUNNING)
+        children = [
+            plan.model_copy(
+                update={
+                    "replay_id": f"{plan.replay_id}-{i:03d}",
+                    "repeat": 1,
+                    "sampling_seed": plan.sampling_seed * 1000 + i,
+                }
+            )
+            for i in range(plan.repeat)
+        ]
+        outcomes: list[ReplayOutcome] = []
+        for start in range(0, len(children), REPEAT_CONCURRENCY):
+            batch = children[start : start + REPEAT_CONCURRENCY]
+            handles = [
+                workflow.execute_child_workflow(
+                    ReplayWorkflow.run,
+                    ReplayWorkflowInput(plan=child),
+                    id=child.replay_id,
+                    task_queue=CONTROL_QUEUE,
+                )
+                for child in batch
+            ]
+            try:
+                outcomes.extend(await asyncio.gather(*handles))
+            except ChildWorkflowError as exc:
+                self._set(ReplayStatus.FAILED, reason=str(exc))
+                raise
+            self._progress = self._progress.model_copy(update={"steps_executed": len(outcomes)})
+        self._set(ReplayStatus.COMPARING)
+        valid = [
+            o for o in outcomes if o.status is ReplayStatus.COMPLETED and o.reproduced is not None
+        ]
+        reproduced = sum(1 for o in valid if o.reproduced)
+        summary = reproduction_summary(reproduced, len(valid)) if valid else None
+        self._set(ReplayStatus.COMPLETED)
+        first = valid[0] if valid else outcomes[0]
+        confidence = (
+            ReplayConfidence.FULL
+            if all(o.confidence is ReplayConfidence.FULL for o in outcomes)
+            else ReplayConfidence.LIMITED
+        )
+        return ReplayOutcome(
+            replay_id=plan.replay_id,
+            source_run_id=plan.source_run_id,
+            mode=plan.mode,
+            status=ReplayStatus.COMPLETED if valid else ReplayStatus.FAILED,
+            confidence=confidence,
+            completeness=first.completeness,
+            comparison=first.comparison,
+            reproduced=None,
+            writes_blocked=sum(o.writes_blocked for o in outcomes),
+            fixture_misses=sum(o.fixture_misses for o in outcomes),
+            steps_executed=sum(o.steps_executed for o in outcomes),
+            budget_used=_total_usage(outcomes),
+            partial=any(o.partial for o in outcomes),
+            simulation=plan.simulation,
+            children=tuple(o.replay_id for o in outcomes),
+            summary=summary,
+        )
+
+
+def _total_usage(outcomes: list[ReplayOutcome]) -> BudgetUsage:
+    total = BudgetUsage()
+    for outcome in outcomes:
+        total = total.plus(outcome.budget_used)
+    return total
