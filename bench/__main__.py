@@ -6,11 +6,15 @@ import json
 import sys
 from pathlib import Path
 
-from bench import bench_canonical, bench_ledger
+from bench import bench_canonical, bench_ledger, bench_replay
 
 
 def main() -> None:
-    results = {"canonical": bench_canonical.main(), "ledger": bench_ledger.main()}
+    results = {
+        "canonical": bench_canonical.main(),
+        "ledger": bench_ledger.main(),
+        "replay": bench_replay.main(),
+    }
     out = Path(".replaybook") / "bench-results.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2, default=str))

@@ -311,3 +311,22 @@ async def replay_cancel(replay_id: str) -> None:
     except RPCError as exc:
         raise InvalidInputError(f"cannot cancel replay {replay_id!r}: {exc.message}") from None
     typer.echo(f"cancel requested for {replay_id}")
+
+
+@app.command("worker")
+def worker_command(
+    queue: Annotated[str, typer.Option(help="control | replay | all")] = "all",
+) -> None:
+    """Run Replaybook's Temporal workers in the foreground (same as ``python -m worker``)."""
+    import asyncio
+    import contextlib
+
+    from worker.logs import configure_logging
+    from worker.temporal import run_workers
+
+    if queue not in ("control", "replay", "all"):
+        raise InvalidInputError(f"--queue must be control, replay or all, not {queue!r}")
+    settings = Settings.from_env()
+    configure_logging(settings.log_format)
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(run_workers(settings, queue))

@@ -165,3 +165,36 @@ async def test_cancel_ends_in_canceled(replay_stack) -> None:  # type: ignore[no
     assert any(pair.key.name == "ReplayStatus" and pair.value == "CANCELED" for pair in attrs)
     run = await stack.stores.ledger.get_run(p.replay_id)
     assert json.dumps(run.outcome) == '{"ended": "canceled"}'
+
+
+async def test_model_swap_and_denied_approval_counterfactuals(replay_stack) -> None:  # type: ignore[no-untyped-def]
+    stack = replay_stack
+    happy = await run_scenario(
+        stack.world, stack.stores.ledger, stack.stores.artifacts, "happy", seed=2
+    )
+    before = await write_calls(stack)
+    denied = await stack.replay(
+        plan(happy.run_id, ReplayMode.EXACT, deny_approvals=("payment.refund",))
+    )
+    assert denied.status is ReplayStatus.COMPLETED and denied.partial
+    assert "ApprovalDeniedError" in denied.reason
+    assert {d.type.value for d in denied.comparison.diffs} >= {"SIDE_EFFECT_REMOVED"}
+    assert not denied.reproduced
+
+    run_id = await _wrong_customer_run(stack)
+    before = await write_calls(stack)  # recording that run sent a real (simulated) email
+    swapped = await stack.replay(
+        plan(
+            run_id,
+            ReplayMode.MODEL_SWAP,
+            model_name="support-desk-model@2",
+            miss_policy=FixtureMissPolicy.SANDBOX_LIVE,
+            repeat=10,
+        )
+    )
+    # the candidate model rarely looks up by phone: the wrong email mostly disappears
+    assert swapped.summary["reproduced"] <= 3
+    events = await stack.stores.ledger.events(swapped.children[0])
+    started = json.loads(await stack.stores.ledger.payload(events[0]))
+    assert started["manifest"]["model_profile"].startswith("scripted:support-desk-model@2")
+    assert await write_calls(stack) == before

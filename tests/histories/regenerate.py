@@ -1,0 +1,77 @@
+"""Regenerate the saved workflow histories: ``.venv/bin/python -m tests.histories.regenerate``.
+
+Runs each workflow once on a throw-away dev server and saves its history as JSON here. The
+histories are committed; ``tests/workflows/test_determinism.py`` replays them with Temporal's
+``Replayer`` so that a change that breaks determinism fails CI. Regenerate only on purpose
+(a deliberate, patched workflow change), never to make that test pass.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import tempfile
+import uuid
+from pathlib import Path
+
+from examples.support_desk.providers import SimulatedWorld
+from examples.support_desk.spec import run_scenario
+from models import FixtureMissPolicy, ReplayMode
+from models.queues import CONTROL_QUEUE
+from models.replay_flow import ReplayPlan, ReplayWorkflowInput
+from tests.fixtures_replay import stack_settings
+from worker.stores import open_stores
+from worker.temporal import connect, running_workers
+from worker.temporal_server import start_temporal_dev_server
+from workflows.replay import ReplayWorkflow
+
+HERE = Path(__file__).resolve().parent
+
+
+async def main() -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        home = Path(tmp)
+        server = start_temporal_dev_server(home / "temporal", headless=True)
+        try:
+            settings = stack_settings(home, server.address)
+            async with open_stores(settings) as stores:
+                world = SimulatedWorld(stores.db)
+                run = await run_scenario(
+                    world, stores.ledger, stores.artifacts, "wrong-customer", seed=1
+                )
+                client = await connect(settings)
+                plans = {
+                    "replay_recorded": ReplayPlan(
+                        replay_id=f"replay-{uuid.uuid4().hex[:8]}",
+                        source_run_id=run.run_id,
+                        mode=ReplayMode.RECORDED,
+                    ),
+                    "replay_prompt_swap_repeat": ReplayPlan(
+                        replay_id=f"replay-{uuid.uuid4().hex[:8]}",
+                        source_run_id=run.run_id,
+                        mode=ReplayMode.PROMPT_SWAP,
+                        prompt_version="v18",
+                        miss_policy=FixtureMissPolicy.SANDBOX_LIVE,
+                        repeat=3,
+                    ),
+                }
+                async with running_workers(settings, "all", client):
+                    for name, plan in plans.items():
+                        handle = await client.start_workflow(
+                            ReplayWorkflow.run,
+                            ReplayWorkflowInput(plan=plan),
+                            id=plan.replay_id,
+                            task_queue=CONTROL_QUEUE,
+                        )
+                        await handle.result()
+                        history = await handle.fetch_history()
+                        (HERE / f"{name}.json").write_text(
+                            json.dumps(json.loads(history.to_json()), indent=1) + "\n"
+                        )
+                        print(f"saved {name}.json ({len(history.events)} events)")
+        finally:
+            server.stop(timeout=20)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
