@@ -46,13 +46,16 @@ class ReplayActivities:
         # waiting out the whole start-to-close timeout (a live model call can be slow)
         beating = asyncio.create_task(_heartbeat(step.step_id))
         try:
-            return await self.engine.run_step(step)
+            return await self.engine.run_steps(step)
         finally:
             beating.cancel()
 
     @activity.defn(name="compare_replay")
     async def compare_replay(self, plan: ReplayPlan) -> ComparisonResult:
-        source = await load_trajectory(self.engine.ledger, plan.source_run_id)
+        after = 0
+        if plan.from_step:  # a fork is compared on what it re-executed
+            after = (await self.engine.source(plan.source_run_id)).marks[plan.from_step].sequence
+        source = await load_trajectory(self.engine.ledger, plan.source_run_id, after_sequence=after)
         replay = await load_trajectory(self.engine.ledger, plan.replay_id)
         comparison = compare_trajectories(source, replay)
         return ComparisonResult(comparison=comparison, reproduced=reproduces(comparison))

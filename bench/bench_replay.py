@@ -54,7 +54,7 @@ async def _in_process(engine: ReplayEngine, plan: ReplayPlan) -> int:
         0,
     )
     while step is not None:
-        out = await engine.run_step(
+        out = await engine.run_steps(
             StepInput(
                 plan=plan,
                 step_id=step,
@@ -65,13 +65,13 @@ async def _in_process(engine: ReplayEngine, plan: ReplayPlan) -> int:
             )
         )
         if out.finished:
-            return index + 1
+            return index + out.steps
         step, state_ref, cursors, head, index = (
             out.next_step,
             out.state_ref,
             out.cursors,
             out.head,
-            index + 1,
+            index + out.steps,
         )
     return index
 

@@ -11,10 +11,11 @@ from models.replay import ReplayBudget, ReplayComparison
 
 
 class ReplayCursorsView(Record):
+    """Positions in the source's model-call and clock streams. Which fixtures were consumed is
+    not carried here (it grows with the run): the engine derives it from the replay's events."""
+
     model_calls: int = 0
     clock_reads: int = 0
-    fixtures: dict[str, int] = Field(default_factory=dict)
-    retrievals: dict[str, int] = Field(default_factory=dict)
     random_state_ref: str | None = None
 
 
@@ -36,6 +37,15 @@ class ReplayPlan(Record):
     simulation: bool = False
     #: varies the live model's sampling between repeats
     sampling_seed: int = 0
+    #: steps one activity may run, each still recorded atomically; 0 = automatic: 25, or 1 when
+    #: a duration budget must be checked between steps (model, token and cost budgets are
+    #: enforced inside a step)
+    steps_per_activity: int = Field(default=0, ge=0, le=1000)
+
+    def activity_batch(self) -> int:
+        if self.steps_per_activity:
+            return self.steps_per_activity
+        return 1 if self.budget.max_duration is not None else 25
 
 
 class PreparedReplay(Record):
@@ -66,6 +76,8 @@ class StepInput(Record):
 
 class StepOutput(Record):
     step_id: str
+    #: steps this activity ran (their counters are summed here)
+    steps: int = 1
     next_step: str | None = None
     state_ref: str | None = None
     cursors: ReplayCursorsView = ReplayCursorsView()

@@ -14,7 +14,6 @@ from models import (
     SideEffectRecord,
 )
 from models.completeness import CompletenessFacts, EvidenceCompleteness, score_completeness
-from models.errors import ReplaybookError
 from runtime.ports import ArtifactStore, EventLedger, EvidenceReader
 
 
@@ -22,7 +21,11 @@ async def gather_completeness_facts(
     ledger: EventLedger, evidence: EvidenceReader, artifacts: ArtifactStore, run_id: str
 ) -> CompletenessFacts:
     run = await ledger.get_run(run_id)
-    events = await ledger.events(run_id)
+    loaded = await ledger.events_with_payloads(
+        run_id,
+        types=frozenset({ExecutionEventType.MODEL_CALL, ExecutionEventType.TOOL_CALL}),
+        missing_ok=True,
+    )
     prompts = {p.artifact_id: p for p in await evidence.records(PromptArtifact, run_id)}
     contexts = {c.snapshot_id for c in await evidence.records(ContextSnapshot, run_id)}
     effects = await evidence.records(SideEffectRecord, run_id)
@@ -30,27 +33,25 @@ async def gather_completeness_facts(
     approvals = {a.action_hash for a in await evidence.records(ApprovalRecord, run_id)}
 
     model_calls = with_prompt = with_context = 0
-    for event in events:
+    for event, data in loaded:
         if event.type is not ExecutionEventType.MODEL_CALL:
             continue
         model_calls += 1
-        try:
-            payload = json.loads(await ledger.payload(event))
-        except ReplaybookError:
+        if data is None:  # destroyed or corrupted: the call counts, its evidence does not
             continue
+        payload = json.loads(data)
         prompt = prompts.get(payload.get("prompt_artifact_id"))
         if prompt is not None and await artifacts.exists(prompt.content_ref):
             with_prompt += 1
         if payload.get("context_snapshot_id") in contexts:
             with_context += 1
     tool_calls = with_fixture = 0
-    for event in events:
+    for event, data in loaded:
         if event.type is ExecutionEventType.TOOL_CALL:
             tool_calls += 1
-            try:
-                payload = json.loads(await ledger.payload(event))
-            except ReplaybookError:
+            if data is None:
                 continue
+            payload = json.loads(data)
             if (
                 isinstance(payload, dict)
                 and payload.get("request_hash")

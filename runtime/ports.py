@@ -112,6 +112,14 @@ class EventLedger(Protocol):
 
     async def payload(self, event: ExecutionEvent) -> bytes: ...
 
+    async def events_with_payloads(
+        self,
+        run_id: str,
+        *,
+        types: frozenset[ExecutionEventType] | None = None,
+        missing_ok: bool = False,
+    ) -> list[tuple[ExecutionEvent, bytes | None]]: ...
+
     async def verify(self, run_id: str) -> ChainVerification: ...
 
 

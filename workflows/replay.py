@@ -156,7 +156,7 @@ class ReplayWorkflow:
                 return self._outcome(
                     plan, ReplayStatus.FAILED, prepared, resume=resume, reason=reason
                 )
-            steps_this_run += 1
+            steps_this_run += out.steps
             resume = resume.model_copy(
                 update={
                     "step_id": None if out.finished else out.next_step,
@@ -166,7 +166,7 @@ class ReplayWorkflow:
                     "usage": resume.usage.plus(out.usage),
                     "writes_blocked": resume.writes_blocked + out.writes_blocked,
                     "fixture_misses": resume.fixture_misses + out.fixture_misses,
-                    "steps_executed": resume.steps_executed + 1,
+                    "steps_executed": resume.steps_executed + out.steps,
                 }
             )
             self._progress = self._progress.model_copy(

@@ -72,6 +72,8 @@ class ReplayEngine:
         self.artifacts = artifacts
         self.catalogs = catalogs
         self._cache: OrderedDict[str, SourceEvidence] = OrderedDict()
+        #: replay id -> (head, consumed fixtures, consumed retrievals) after its last step here
+        self._consumption: dict[str, tuple[int, dict[str, int], dict[str, int]]] = {}
         self._cache_size = cache_size
 
     async def source(self, run_id: str) -> SourceEvidence:
@@ -162,8 +164,6 @@ class ReplayEngine:
                 cursors = ReplayCursorsView(
                     model_calls=marks.model_calls,
                     clock_reads=marks.clock_reads,
-                    fixtures=marks.fixtures,
-                    retrievals=marks.retrievals,
                     random_state_ref=marks.random_state_ref,
                 )
         if problems:
@@ -272,11 +272,12 @@ class ReplayEngine:
         source = await self.source(plan.source_run_id)
         catalog = self.catalog(source.run.graph_id)
         graph = catalog.graphs.get(source.run.graph_id, source.run.graph_version)
+        fixtures, retrievals = await self._consumed(plan, source, step.head)
         positions = StepLedger(
             model_calls=step.cursors.model_calls,
             clock_reads=step.cursors.clock_reads,
-            fixtures=dict(step.cursors.fixtures),
-            retrievals=dict(step.cursors.retrievals),
+            fixtures=fixtures,
+            retrievals=retrievals,
         )
         recorder = RunRecorder(self.ledger, self.artifacts, plan.replay_id, deferred=True)
         recorder.clock = FixedAgentClock(source, positions, recorder)  # type: ignore[assignment]
@@ -318,8 +319,6 @@ class ReplayEngine:
             cursors=ReplayCursorsView(
                 model_calls=positions.model_calls,
                 clock_reads=positions.clock_reads,
-                fixtures=positions.fixtures,
-                retrievals=positions.retrievals,
                 random_state_ref=await store_random_state(recorder, env.random),
             ),
             head=step.head,
@@ -351,21 +350,96 @@ class ReplayEngine:
             if again is None:
                 raise
             return again
+        self._consumption[plan.replay_id] = (
+            recorder.last_sequence,
+            positions.fixtures,
+            positions.retrievals,
+        )
         if finished:
+            self._consumption.pop(plan.replay_id, None)
             status = RunStatus.FAILED if stopped else RunStatus.COMPLETED
             await self.ledger.finish_run(
                 plan.replay_id, status, outcome if not stopped else {"stopped": stopped}
             )
         return output.model_copy(update={"head": recorder.last_sequence})
 
+    async def run_steps(self, step: StepInput) -> StepOutput:
+        """Run up to ``plan.activity_batch()`` steps, each recorded atomically; their counters
+        are summed and the last step's position is returned."""
+        total: StepOutput | None = None
+        current = step
+        for _ in range(step.plan.activity_batch()):
+            out = await self.run_step(current)
+            total = (
+                out
+                if total is None
+                else out.model_copy(
+                    update={
+                        "steps": total.steps + 1,
+                        "writes_blocked": total.writes_blocked + out.writes_blocked,
+                        "fixture_misses": total.fixture_misses + out.fixture_misses,
+                        "sandbox_live_calls": total.sandbox_live_calls + out.sandbox_live_calls,
+                        "usage": total.usage.plus(out.usage),
+                    }
+                )
+            )
+            if out.finished or out.next_step is None:
+                break
+            current = current.model_copy(
+                update={
+                    "step_id": out.next_step,
+                    "state_ref": out.state_ref,
+                    "cursors": out.cursors,
+                    "head": out.head,
+                    "usage": current.usage.plus(out.usage),
+                    "step_index": current.step_index + 1,
+                }
+            )
+        assert total is not None
+        return total
+
+    async def _consumed(
+        self, plan: ReplayPlan, source: SourceEvidence, head: int
+    ) -> tuple[dict[str, int], dict[str, int]]:
+        """How often each recorded request was already answered in this replay: the fork's
+        position in the source plus the replay's own TOOL_CALL and RETRIEVAL events (kept per
+        replay in this process; recomputed from the ledger when another worker ran the step)."""
+        cached = self._consumption.get(plan.replay_id)
+        if cached is not None and cached[0] == head:
+            return dict(cached[1]), dict(cached[2])
+        fixtures: dict[str, int] = {}
+        retrievals: dict[str, int] = {}
+        if plan.from_step and plan.from_step in source.marks:
+            fixtures = dict(source.marks[plan.from_step].fixtures)
+            retrievals = dict(source.marks[plan.from_step].retrievals)
+        loaded = await self.ledger.events_with_payloads(
+            plan.replay_id, types=frozenset({E.TOOL_CALL, E.RETRIEVAL})
+        )
+        for event, data in loaded:
+            if event.sequence > head:
+                break
+            payload = json.loads(data or b"{}")
+            if event.type is E.TOOL_CALL:
+                fixtures[payload["request_hash"]] = fixtures.get(payload["request_hash"], 0) + 1
+            else:
+                retrievals[payload["query_hash"]] = retrievals.get(payload["query_hash"], 0) + 1
+        return fixtures, retrievals
+
     async def _already_recorded(self, step: StepInput) -> StepOutput | None:
-        """This step's output if an earlier attempt recorded it (the chain moved past ``head``)."""
+        """This step's output if an earlier attempt recorded it (the chain moved past ``head``):
+        the first STEP_COMPLETED after ``head``, ending at it (or at the run's end right after)."""
         events = await self.ledger.events(step.plan.replay_id, from_sequence=step.head + 1)
-        for event in events:
+        for index, event in enumerate(events):
             if event.type is E.STEP_COMPLETED:
                 payload = json.loads(await self.ledger.payload(event))
                 output = StepOutput.model_validate(payload["replay_step"])
-                return output.model_copy(update={"head": events[-1].sequence})
+                end = event.sequence
+                if index + 1 < len(events) and events[index + 1].type in (
+                    E.RUN_COMPLETED,
+                    E.RUN_FAILED,
+                ):
+                    end = events[index + 1].sequence
+                return output.model_copy(update={"head": end})
         return None
 
     async def _environment(

@@ -36,6 +36,8 @@ class StepMarks:
     retrievals: dict[str, int] = field(default_factory=dict)
     next_step: str | None = None
     random_state_ref: str | None = None
+    #: the sequence of the step's STEP_COMPLETED event
+    sequence: int = 0
 
 
 @dataclass
@@ -62,7 +64,7 @@ async def load_source_evidence(
     ledger: EventLedger, evidence: EvidenceReader, artifacts: ArtifactStore, run_id: str
 ) -> SourceEvidence:
     run = await ledger.get_run(run_id)
-    events = await ledger.events(run_id)
+    loaded = await ledger.events_with_payloads(run_id, types=frozenset(_INTERESTING))
     responses: list[ModelResponse] = []
     reads: list[datetime] = []
     fixtures: dict[str, list[ToolFixture]] = {}
@@ -72,13 +74,11 @@ async def load_source_evidence(
     steps: list[str] = []
     agent_input: Any = None
     seed = 0
-    start = events[0].logical_time if events else run.created_at
+    start = loaded[0][0].logical_time if loaded else run.created_at
     fixture_counts: dict[str, int] = {}
     retrieval_counts: dict[str, int] = {}
-    for event in events:
-        if event.type not in _INTERESTING:
-            continue
-        payload = json.loads(await ledger.payload(event))
+    for event, data in loaded:
+        payload = json.loads(data or b"{}")
         if event.type is E.RUN_STARTED:
             agent_input, seed = payload.get("input"), int(payload.get("seed") or 0)
         elif event.type is E.MODEL_CALL:
@@ -108,6 +108,7 @@ async def load_source_evidence(
                 retrievals=dict(retrieval_counts),
                 next_step=payload.get("next"),
                 random_state_ref=payload.get("random_state_ref"),
+                sequence=event.sequence,
             )
     approvals = {a.action_hash: a for a in await evidence.records(ApprovalRecord, run_id)}
     decisions = {d.input_hash: d for d in await evidence.records(PolicyDecisionRecord, run_id)}
@@ -127,7 +128,8 @@ async def load_source_evidence(
         checkpoints=checkpoints,
         marks=marks,
         steps=steps,
-        event_count=len(events),
+        # the run's last event (RUN_COMPLETED/RUN_FAILED) is among those loaded
+        event_count=loaded[-1][0].sequence if loaded else 0,
     )
 
 
@@ -140,6 +142,8 @@ _INTERESTING = {
     E.SIDE_EFFECT,
     E.STEP_STARTED,
     E.STEP_COMPLETED,
+    E.RUN_COMPLETED,
+    E.RUN_FAILED,
 }
 
 

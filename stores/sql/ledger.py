@@ -23,7 +23,9 @@ from models.chain import GENESIS_HASH, ChainRow, ChainVerification, row_hash, ve
 from models.digest import sha256_digest, verify_content
 from models.errors import (
     ConflictError,
+    IntegrityError,
     InvalidInputError,
+    NotFoundError,
     RunNotFoundError,
     SequenceConflictError,
     StoreError,
@@ -267,6 +269,38 @@ class SqlLedger:
         async with self.db.read() as conn:
             rows = (await conn.execute(query)).all()
         return [_event_model(_chain_row(row), row.hash) for row in rows]
+
+    async def events_with_payloads(
+        self,
+        run_id: str,
+        *,
+        types: frozenset[ExecutionEventType] | None = None,
+        missing_ok: bool = False,
+    ) -> list[tuple[ExecutionEvent, bytes | None]]:
+        """Events (optionally only some types) with their checked payload bytes, in one query
+        for the inline payloads: what replay, completeness and comparison read a run with.
+        ``missing_ok``: an unreadable or corrupted payload is ``None`` instead of an error."""
+        e = schema.execution_events.c
+        query = select(schema.execution_events).where(e.run_id == run_id).order_by(e.sequence)
+        if types is not None:
+            query = query.where(e.type.in_([str(t) for t in types]))
+        async with self.db.read() as conn:
+            rows = (await conn.execute(query)).all()
+        out: list[tuple[ExecutionEvent, bytes | None]] = []
+        for row in rows:
+            event = _event_model(_chain_row(row), row.hash)
+            try:
+                if row.payload is not None:
+                    what = f"payload of {run_id}#{row.sequence}"
+                    data: bytes | None = verify_content(bytes(row.payload), row.payload_hash, what)
+                else:
+                    data = await self.payload(event)
+            except (IntegrityError, NotFoundError, StoreError):
+                if not missing_ok:
+                    raise
+                data = None
+            out.append((event, data))
+        return out
 
     async def payload(self, event: ExecutionEvent) -> bytes:
         """The payload bytes of ``event``, checked against its ``payload_hash``."""

@@ -11,7 +11,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Table, insert, select, update
+from sqlalchemy import Table, select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from models import (
@@ -129,12 +131,14 @@ async def write_projection(
     if "updated_at" in table.c:
         row["updated_at"] = now
     key_col = table.c[projection.key_column]
+    # the usual case is a new key: one INSERT that does nothing on a conflict, then look only
+    # when it did nothing (a repeated record, or a side effect's next status)
+    inserted = await conn.execute(_insert_if_absent(conn, table, projection.key_column).values(row))
+    if inserted.rowcount == 1:
+        return
     existing = (
         await conn.execute(select(table.c.run_id, table.c.content_hash).where(key_col == key))
-    ).first()
-    if existing is None:
-        await conn.execute(insert(table).values(row))
-        return
+    ).one()
     if existing.run_id != run_id:
         raise ConflictError(f"{table.name} {key!r} is already recorded for run {existing.run_id!r}")
     if existing.content_hash == content_hash:
@@ -144,5 +148,7 @@ async def write_projection(
     await conn.execute(update(table).where(key_col == key).values(row))
 
 
-def record_from_row(record_type: type[HashedRecord], row_record: Any) -> HashedRecord:
-    return record_type.model_validate(row_record)
+def _insert_if_absent(conn: AsyncConnection, table: Table, key_column: str) -> Any:
+    if conn.dialect.name == "postgresql":
+        return pg_insert(table).on_conflict_do_nothing(index_elements=[key_column])
+    return sqlite_insert(table).on_conflict_do_nothing(index_elements=[key_column])

@@ -69,8 +69,12 @@ def _has_text(content: str | None) -> bool:
     return content is not None and content.strip() != ""
 
 
-async def load_trajectory(ledger: EventLedger, run_id: str) -> Trajectory:
-    """The behaviour of run ``run_id`` as recorded in ``ledger`` (see the module docstring)."""
+async def load_trajectory(
+    ledger: EventLedger, run_id: str, *, after_sequence: int = 0
+) -> Trajectory:
+    """The behaviour of run ``run_id`` as recorded in ``ledger`` (see the module docstring).
+    ``after_sequence``: only what happened after that event (a fork compares the part of the
+    source it re-executed, not the history it took over)."""
     steps: list[str] = []
     decisions: list[ModelDecision] = []
     tool_calls: list[ToolCallFact] = []
@@ -82,13 +86,15 @@ async def load_trajectory(ledger: EventLedger, run_id: str) -> Trajectory:
     completed = False
     final_answer: str | None = None
 
-    for event in await ledger.events(run_id):
+    for event, data in await ledger.events_with_payloads(
+        run_id, types=frozenset({E.STEP_STARTED, *_READ})
+    ):
+        if event.sequence <= after_sequence:
+            continue
         if event.type is E.STEP_STARTED:
             steps.append(event.step_id)
             continue
-        if event.type not in _READ:
-            continue
-        payload = json.loads(await ledger.payload(event))
+        payload = json.loads(data or b"null")
         if event.type is E.MODEL_CALL:
             decision = _model_decision(event.step_id, payload)
             decisions.append(decision)
