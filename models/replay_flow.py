@@ -41,6 +41,8 @@ class ReplayPlan(Record):
     #: a duration budget must be checked between steps (model, token and cost budgets are
     #: enforced inside a step)
     steps_per_activity: int = Field(default=0, ge=0, le=1000)
+    #: steps per workflow run before it continues as new (history stays far below its limits)
+    steps_per_run: int = Field(default=250, ge=1, le=5000)
 
     def activity_batch(self) -> int:
         if self.steps_per_activity:

@@ -23,6 +23,11 @@ class Settings:
     log_format: str
     s3_access_key: str | None = None
     s3_secret_key: str | None = None
+    temporal_tls: bool = False
+    temporal_tls_cert: str | None = None
+    temporal_tls_key: str | None = None
+    temporal_tls_ca: str | None = None
+    temporal_api_key: str | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -55,4 +60,9 @@ class Settings:
             log_format=env.get("REPLAYBOOK_LOG_FORMAT") or "auto",
             s3_access_key=access_key,
             s3_secret_key=secret_key,
+            temporal_tls=(env.get("TEMPORAL_TLS") or "").lower() in ("1", "true", "yes"),
+            temporal_tls_cert=env.get("TEMPORAL_TLS_CERT") or None,
+            temporal_tls_key=env.get("TEMPORAL_TLS_KEY") or None,
+            temporal_tls_ca=env.get("TEMPORAL_TLS_CA") or None,
+            temporal_api_key=env.get("TEMPORAL_API_KEY") or None,
         )

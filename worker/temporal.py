@@ -5,10 +5,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
 
 import structlog
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.service import TLSConfig
 from temporalio.worker import Worker
 
 from activities.replay import ReplayActivities
@@ -16,6 +18,7 @@ from examples.support_desk.agent import GRAPH_ID as SUPPORT_DESK
 from examples.support_desk.catalog import support_desk_catalog
 from examples.synthetic import GRAPH_ID as SYNTHETIC
 from examples.synthetic import synthetic_catalog
+from models.errors import ConfigurationError
 from models.queues import CONTROL_QUEUE, REPLAY_QUEUE
 from runtime.replay.catalog import AgentCatalog
 from runtime.replay.engine import ReplayEngine
@@ -29,11 +32,35 @@ WORKFLOWS = [ReplayWorkflow]
 
 
 async def connect(settings: Settings) -> Client:
-    """A client whose payloads are pydantic models (the same converter as the workers)."""
+    """A client whose payloads are pydantic models (the same converter as the workers). Against
+    a real cluster only the address, namespace and TLS/API-key settings change."""
     return await Client.connect(
         settings.temporal_address,
         namespace=settings.temporal_namespace,
         data_converter=pydantic_data_converter,
+        tls=_tls(settings),
+        api_key=settings.temporal_api_key,
+    )
+
+
+def _tls(settings: Settings) -> TLSConfig | bool:
+    if not (settings.temporal_tls_cert or settings.temporal_tls_ca or settings.temporal_tls):
+        return False
+
+    def read(path: str | None) -> bytes | None:
+        if path is None:
+            return None
+        try:
+            return Path(path).read_bytes()
+        except OSError as exc:
+            raise ConfigurationError(
+                f"cannot read Temporal TLS file {path}: {exc.strerror}"
+            ) from exc
+
+    return TLSConfig(
+        client_cert=read(settings.temporal_tls_cert),
+        client_private_key=read(settings.temporal_tls_key),
+        server_root_ca_cert=read(settings.temporal_tls_ca),
     )
 
 

@@ -36,8 +36,6 @@ REPLAY_STATUS = SearchAttributeKey.for_keyword("ReplayStatus")
 SOURCE_RUN_ID = SearchAttributeKey.for_keyword("SourceRunId")
 REPLAY_MODE = SearchAttributeKey.for_keyword("ReplayMode")
 
-#: steps per workflow run before continuing as new (keeps history far below its limits)
-STEPS_PER_RUN = 250
 #: a step activity whose worker stopped heartbeating this long is retried elsewhere
 STEP_HEARTBEAT_SECONDS = 5
 #: child replays running at once for --repeat
@@ -128,7 +126,7 @@ class ReplayWorkflow:
             if reason is not None:
                 stopped = f"budget: {reason}"
                 break
-            if steps_this_run >= STEPS_PER_RUN:
+            if steps_this_run >= plan.steps_per_run:
                 workflow.continue_as_new(ReplayWorkflowInput(plan=plan, resume=resume))
             try:
                 out: StepOutput = await workflow.execute_activity_method(

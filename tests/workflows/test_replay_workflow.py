@@ -198,3 +198,43 @@ async def test_model_swap_and_denied_approval_counterfactuals(replay_stack) -> N
     started = json.loads(await stack.stores.ledger.payload(events[0]))
     assert started["manifest"]["model_profile"].startswith("scripted:support-desk-model@2")
     assert await write_calls(stack) == before
+
+
+async def test_long_replays_continue_as_new(replay_stack) -> None:  # type: ignore[no-untyped-def]
+    from models.queues import CONTROL_QUEUE
+    from models.replay_flow import ReplayOutcome, ReplayWorkflowInput
+    from workflows.replay import ReplayWorkflow
+
+    stack = replay_stack
+    source = await record_synthetic_run(stack.stores.ledger, stack.stores.artifacts, 200)
+    p = plan(source.run_id, steps_per_activity=10, steps_per_run=50)
+    handle = await stack.client.start_workflow(
+        ReplayWorkflow.run, ReplayWorkflowInput(plan=p), id=p.replay_id, task_queue=CONTROL_QUEUE
+    )
+    first_run = handle.first_execution_run_id or handle.result_run_id
+    outcome: ReplayOutcome = await handle.result()
+    assert outcome.steps_executed == 200 and outcome.reproduced and outcome.writes_executed == 0
+    latest = await stack.client.get_workflow_handle(p.replay_id).describe()
+    assert latest.run_id != first_run  # the replay went on in a new run of the same workflow id
+    history = await stack.client.get_workflow_handle(p.replay_id, run_id=first_run).fetch_history()
+    assert len(history.events) < 200  # each run's history stays small
+    await assert_each_step_once_here(stack, p.replay_id)
+
+
+async def assert_each_step_once_here(stack, replay_id: str) -> None:  # type: ignore[no-untyped-def]
+    events = await stack.stores.ledger.events(replay_id)
+    started = [e.step_id for e in events if e.type is ExecutionEventType.STEP_STARTED]
+    assert started == [f"s{i:05d}" for i in range(200)]
+
+
+async def test_fixture_miss_policies(replay_stack) -> None:  # type: ignore[no-untyped-def]
+    stack = replay_stack
+    run_id = await _wrong_customer_run(stack)
+    swap = dict(mode=ReplayMode.PROMPT_SWAP, prompt_version="v18")
+    failed = await stack.replay(plan(run_id, **swap))
+    assert failed.partial and "FixtureMissError" in failed.reason and failed.fixture_misses == 1
+    assert "crm.get_customer" in failed.reason
+    stubbed = await stack.replay(plan(run_id, miss_policy=FixtureMissPolicy.STUB, **swap))
+    # the CRM capability declares no stub: the agent gets nothing back and finds no customer
+    assert stubbed.fixture_misses == 1 and stubbed.status is ReplayStatus.COMPLETED
+    assert stubbed.comparison.same_outcome is False
