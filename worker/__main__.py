@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import signal
+import sys
 
 from worker.logs import configure_logging
 from worker.settings import Settings
@@ -29,6 +31,11 @@ def main() -> None:
             pass
 
     asyncio.run(serve())
+    # skip interpreter teardown, which the Temporal SDK's runtime threads can abort
+    # (temporalio/sdk-python#300); the workers have shut down cleanly by now
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import os
 import sys
 from collections.abc import Callable, Coroutine
 from pathlib import Path
@@ -72,11 +73,32 @@ def run_async(fn: Callable[..., Coroutine[Any, Any, T]]) -> Callable[..., T]:
     def wrapper(*args: Any, **kwargs: Any) -> T:
         configure_logging(Settings.from_env().log_format)
         try:
-            return asyncio.run(fn(*args, **kwargs))
+            result = asyncio.run(fn(*args, **kwargs))
         except ReplaybookError as exc:
+            _leave_if_temporal_was_used(_exit_code(exc), f"replaybook: {exc}")
             fail(str(exc), _exit_code(exc))
+        except typer.Exit as exc:
+            _leave_if_temporal_was_used(exc.exit_code)
+            raise
+        _leave_if_temporal_was_used(0)
+        return result
 
     return wrapper
+
+
+def _leave_if_temporal_was_used(code: int, message: str | None = None) -> None:
+    """A process that used a Temporal client exits without interpreter teardown: the SDK's
+    Rust runtime threads can outlive the event loop and abort CPython's finalization
+    (temporalio/sdk-python#300). Output is flushed first; stores are closed by then."""
+    from worker import temporal_state
+
+    if not temporal_state.client_used:
+        return
+    if message:
+        typer.echo(message, err=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def print_json(value: Any) -> None:

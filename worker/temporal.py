@@ -34,6 +34,9 @@ WORKFLOWS = [ReplayWorkflow]
 async def connect(settings: Settings) -> Client:
     """A client whose payloads are pydantic models (the same converter as the workers). Against
     a real cluster only the address, namespace and TLS/API-key settings change."""
+    from worker import temporal_state
+
+    temporal_state.client_used = True
     return await Client.connect(
         settings.temporal_address,
         namespace=settings.temporal_namespace,
