@@ -55,8 +55,29 @@ def _event(i: int) -> NewEvent:
     )
 
 
+async def _concurrent_rate(db: Database, n: int, writers: int, group_commit: bool) -> float:
+    """``writers`` recorders appending one event at a time, each to its own run."""
+    ledger = SqlLedger(db, group_commit=group_commit)
+    runs = []
+    for _ in range(writers):
+        run_id = f"bench-{uuid.uuid4().hex[:8]}"
+        await ledger.create_run(
+            RunRecord(run_id=run_id, graph_id="bench", graph_version="1", created_at=T0)
+        )
+        runs.append(run_id)
+    per_writer = n // writers
+
+    async def writer(run_id: str) -> None:
+        for i in range(per_writer):
+            await ledger.append(run_id, _event(i))
+
+    started = time.perf_counter()
+    await asyncio.gather(*(writer(r) for r in runs))
+    return per_writer * writers / (time.perf_counter() - started)
+
+
 async def _append_rates(db: Database, n: int, batch: int) -> dict[str, float]:
-    ledger = SqlLedger(db)
+    ledger = SqlLedger(db, group_commit=False)
     run_id = f"bench-{uuid.uuid4().hex[:8]}"
     await ledger.create_run(
         RunRecord(run_id=run_id, graph_id="bench", graph_version="1", created_at=T0)
@@ -85,7 +106,11 @@ async def _append_rates(db: Database, n: int, batch: int) -> dict[str, float]:
     result = await ledger.verify(run_id)
     verify_from_db = result.event_count / (time.perf_counter() - started)
     assert result.intact, result.summary()
+    concurrent_plain = await _concurrent_rate(db, n, 32, group_commit=False)
+    concurrent_group = await _concurrent_rate(db, n, 32, group_commit=True)
     return {
+        "concurrent_one_commit_each": concurrent_plain,
+        "concurrent_group_commit": concurrent_group,
         "single": single,
         "batched": batched,
         "plain_insert": plain,
@@ -159,6 +184,11 @@ def main(n: int = 3_000, batch: int = 100, verify_n: int = 100_000) -> dict[str,
             f"ledger append {backend:<10}: {r['single']:>8,.0f} events/s one per transaction "
             f"(plain INSERT baseline {r['plain_insert']:,.0f}/s, ratio {r['single'] / r['plain_insert']:.2f}x), "
             f"{r['batched']:>8,.0f} events/s in batches of {batch} (target >= {APPEND_TARGET:,}/s)"
+        )
+        print(
+            f"ledger append {backend:<10}: {r['concurrent_group_commit']:>8,.0f} events/s from 32 concurrent "
+            f"recorders with group commit (one commit each: {r['concurrent_one_commit_each']:,.0f}/s, "
+            f"ratio {r['concurrent_group_commit'] / r['concurrent_one_commit_each']:.1f}x)"
         )
         print(
             f"ledger verify {backend:<10}: {r['verify_from_db']:>8,.0f} events/s read from the database and verified"

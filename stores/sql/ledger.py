@@ -33,6 +33,7 @@ from models.errors import (
 from runtime.ports import ArtifactStore, NewEvent
 from stores.sql import schema
 from stores.sql.database import Database, utc
+from stores.sql.group_commit import GroupCommitter
 from stores.sql.projections import write_projection
 
 __all__ = ["CAS_PREFIX", "INLINE_REF", "NewEvent", "RunSummary", "SqlLedger"]
@@ -40,6 +41,15 @@ __all__ = ["CAS_PREFIX", "INLINE_REF", "NewEvent", "RunSummary", "SqlLedger"]
 INLINE_PAYLOAD_LIMIT = 64 * 1024
 INLINE_REF = "inline"
 CAS_PREFIX = "cas:"
+
+
+@dataclass(frozen=True)
+class AppendRequest:
+    run_id: str
+    events: list[NewEvent]
+    #: (payload_ref, payload_hash, inline bytes) per event, prepared before any lock is taken
+    prepared: list[tuple[str, str, bytes | None]]
+    expected_sequence: int | None
 
 
 @dataclass(frozen=True)
@@ -67,11 +77,13 @@ class SqlLedger:
         *,
         clock: Callable[[], datetime] = _utcnow,
         inline_limit: int = INLINE_PAYLOAD_LIMIT,
+        group_commit: bool = True,
     ) -> None:
         self.db = db
         self.artifacts = artifacts
         self.clock = clock
         self.inline_limit = inline_limit
+        self._committer = GroupCommitter(self._write_batch) if group_commit else None
 
     # runs -----------------------------------------------------------------------------------
 
@@ -167,84 +179,116 @@ class SqlLedger:
     async def append_many(
         self, run_id: str, events: Sequence[NewEvent], *, expected_sequence: int | None = None
     ) -> list[ExecutionEvent]:
-        """Append events atomically, in order. All or none are recorded."""
+        """Append events atomically, in order. All or none are recorded.
+
+        With group commit, appends that arrive while a transaction is being written are
+        written together in the next one (one commit for many appenders); each append still
+        succeeds or fails on its own."""
         if not events:
             return []
         prepared = [await self._prepare_payload(e) for e in events]
+        request = AppendRequest(run_id, list(events), prepared, expected_sequence)
+        if self._committer is not None:
+            return await self._committer.submit(request)
+        return (await self._write_batch([request]))[0]
+
+    async def _write_batch(self, requests: list[AppendRequest]) -> list[list[ExecutionEvent]]:
+        """Write appends of one or more runs in one transaction; any failure fails them all
+        (the committer then retries them one by one)."""
         recorded_at = self.clock()
         runs = schema.runs
+        run_ids = sorted({r.run_id for r in requests})
         try:
             async with self.db.transaction() as conn:
-                head_query = select(runs.c.head_sequence, runs.c.head_hash).where(
-                    runs.c.run_id == run_id
+                head_query = select(runs.c.run_id, runs.c.head_sequence, runs.c.head_hash).where(
+                    runs.c.run_id.in_(run_ids)
                 )
                 if self.db.is_postgresql:
-                    head_query = head_query.with_for_update()
-                head = (await conn.execute(head_query)).first()
-                if head is None:
-                    raise RunNotFoundError(f"run not found: {run_id!r}")
-                head_sequence, head_hash = head.head_sequence, head.head_hash
-                if expected_sequence is not None and expected_sequence != head_sequence + 1:
-                    raise SequenceConflictError(
-                        f"run {run_id!r}: append expected sequence {expected_sequence} but the "
-                        f"next sequence is {head_sequence + 1}"
-                    )
-                rows, out = [], []
-                previous, sequence = head_hash, head_sequence
-                for event, (payload_ref, payload_hash, inline) in zip(
-                    events, prepared, strict=True
-                ):
-                    sequence += 1
-                    chain_row = ChainRow(
-                        run_id=run_id,
-                        sequence=sequence,
-                        event_id=event.event_id,
-                        step_id=event.step_id,
-                        type=str(event.type),
-                        payload_ref=payload_ref,
-                        payload_hash=payload_hash,
-                        previous_hash=previous,
-                        hash="",
-                        logical_time=event.logical_time,
-                        recorded_at=recorded_at,
-                    )
-                    link = row_hash(chain_row, previous)
-                    rows.append(_event_row(chain_row, link, inline))
-                    out.append(_event_model(chain_row, link))
-                    previous = link
-                await conn.execute(insert(schema.execution_events), rows)
-                moved = await conn.execute(
-                    update(runs)
-                    .where(runs.c.run_id == run_id, runs.c.head_sequence == head_sequence)
-                    .values(head_sequence=sequence, head_hash=previous)
-                )
-                if moved.rowcount != 1:
-                    raise SequenceConflictError(
-                        f"run {run_id!r}: the chain head moved during append"
-                    )
-                for event, appended in zip(events, out, strict=True):
-                    if event.record is not None:
-                        await write_projection(
-                            conn,
-                            event.record,
-                            run_id=run_id,
-                            step_id=event.step_id,
-                            event_id=event.event_id,
-                            sequence=appended.sequence,
-                            content_hash=appended.payload_hash,
-                            now=recorded_at,
+                    # serialises appenders per run: a second writer waits here, then sees
+                    # the new head (ordered by run id so two batches cannot deadlock)
+                    head_query = head_query.order_by(runs.c.run_id).with_for_update()
+                heads = {
+                    row.run_id: (row.head_sequence, row.head_hash)
+                    for row in (await conn.execute(head_query)).all()
+                }
+                start = dict(heads)
+                rows: list[dict[str, Any]] = []
+                results: list[list[ExecutionEvent]] = []
+                projections = []
+                for request in requests:
+                    if request.run_id not in heads:
+                        raise RunNotFoundError(f"run not found: {request.run_id!r}")
+                    sequence, previous = heads[request.run_id]
+                    expected = request.expected_sequence
+                    if expected is not None and expected != sequence + 1:
+                        raise SequenceConflictError(
+                            f"run {request.run_id!r}: append expected sequence {expected} but "
+                            f"the next sequence is {sequence + 1}"
                         )
+                    out = []
+                    for event, (payload_ref, payload_hash, inline) in zip(
+                        request.events, request.prepared, strict=True
+                    ):
+                        sequence += 1
+                        chain_row = ChainRow(
+                            run_id=request.run_id,
+                            sequence=sequence,
+                            event_id=event.event_id,
+                            step_id=event.step_id,
+                            type=str(event.type),
+                            payload_ref=payload_ref,
+                            payload_hash=payload_hash,
+                            previous_hash=previous,
+                            hash="",
+                            logical_time=event.logical_time,
+                            recorded_at=recorded_at,
+                        )
+                        link = row_hash(chain_row, previous)
+                        rows.append(_event_row(chain_row, link, inline))
+                        appended = _event_model(chain_row, link)
+                        out.append(appended)
+                        if event.record is not None:
+                            projections.append((event, appended))
+                        previous = link
+                    heads[request.run_id] = (sequence, previous)
+                    results.append(out)
+                await conn.execute(insert(schema.execution_events), rows)
+                for run_id in run_ids:
+                    (old, _), (new, new_hash) = start[run_id], heads[run_id]
+                    if new == old:
+                        continue
+                    moved = await conn.execute(
+                        update(runs)
+                        .where(runs.c.run_id == run_id, runs.c.head_sequence == old)
+                        .values(head_sequence=new, head_hash=new_hash)
+                    )
+                    if moved.rowcount != 1:
+                        raise SequenceConflictError(
+                            f"run {run_id!r}: the chain head moved during append"
+                        )
+                for event, appended in projections:
+                    await write_projection(
+                        conn,
+                        event.record,
+                        run_id=appended.run_id,
+                        step_id=event.step_id,
+                        event_id=event.event_id,
+                        sequence=appended.sequence,
+                        content_hash=appended.payload_hash,
+                        now=recorded_at,
+                    )
         except StoreError as exc:
             if isinstance(exc.__cause__, SAIntegrityError):
                 raise SequenceConflictError(
-                    f"run {run_id!r}: a concurrent append took the sequence or the event id is taken: {exc.__cause__.orig!r}"
+                    f"runs {', '.join(run_ids)}: a concurrent append took the sequence or the "
+                    f"event id is taken: {exc.__cause__.orig!r}"
                 ) from exc
             raise
         except SAIntegrityError as exc:
             raise SequenceConflictError(
-                f"run {run_id!r}: conflicting append: {exc.orig!r}"
+                f"runs {', '.join(run_ids)}: conflicting append: {exc.orig!r}"
             ) from exc
-        return out
+        return results
 
     async def _prepare_payload(self, event: NewEvent) -> tuple[str, str, bytes | None]:
         data = canonicalize(event.payload_json())

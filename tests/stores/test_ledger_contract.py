@@ -28,9 +28,14 @@ T0 = datetime(2026, 8, 20, 10, 15, tzinfo=UTC)
 E = ExecutionEventType
 
 
-@pytest.fixture
-def ledger(database, tmp_path) -> SqlLedger:
-    return SqlLedger(database, LocalArtifactStore(tmp_path / "artifacts"), inline_limit=4096)
+@pytest.fixture(params=[True, False], ids=["group-commit", "one-commit-each"])
+def ledger(request, database, tmp_path) -> SqlLedger:  # type: ignore[no-untyped-def]
+    return SqlLedger(
+        database,
+        LocalArtifactStore(tmp_path / "artifacts"),
+        inline_limit=4096,
+        group_commit=request.param,
+    )
 
 
 def new_run_id() -> str:
@@ -317,3 +322,25 @@ async def test_large_payloads_on_s3_verify_and_read_back(database, s3_artifact_s
     assert await s3_artifact_store.exists(event.payload_hash)
     assert (await ledger.payload(event)).startswith(b'{"csv":"a,b\\n')
     assert (await ledger.verify(run_id)).intact
+
+
+async def test_group_commit_shares_transactions_and_isolates_failures(database, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    ledger = SqlLedger(database, LocalArtifactStore(tmp_path / "a"), group_commit=True)
+    runs = [await make_run(ledger) for _ in range(20)]
+    batches: list[int] = []
+    write_batch = ledger._write_batch
+
+    async def counting(requests):  # type: ignore[no-untyped-def]
+        batches.append(len(requests))
+        return await write_batch(requests)
+
+    ledger._committer._write_batch = counting  # type: ignore[union-attr]
+    appends = [ledger.append(r, payload_event(i)) for r in runs for i in range(5)]
+    appends.append(ledger.append("run-that-does-not-exist", payload_event(0)))
+    results = await asyncio.gather(*appends, return_exceptions=True)
+    assert isinstance(results[-1], RunNotFoundError)
+    assert all(not isinstance(r, Exception) for r in results[:-1])
+    assert sum(1 for b in batches if b > 1) >= 1  # appenders did share transactions
+    for run_id in runs:
+        verified = await ledger.verify(run_id)
+        assert verified.intact and verified.event_count == 5
