@@ -195,25 +195,54 @@ class RecordingToolGateway:
         started: datetime,
         effect: SideEffectRecord | None = None,
     ) -> ToolResult:
-        capability = self.registry.get(capability_id)
         provider_request_id = effect.provider_request_id if effect else None
         if provider_request_id is None and isinstance(response, dict):
             provider_request_id = response.get("provider_request_id")  # type: ignore[assignment]
-        fixture = ToolFixture(
-            tool_call_id=call_id,
-            capability_id=capability_id,
-            request_hash=request_hash(capability_id, arguments),
-            sanitized_request=self.sanitize(arguments),
-            sanitized_response=self.sanitize(response),
-            outcome=outcome,
-            started_at=started,
-            completed_at=self.recorder.logical_time(),
+        fixture = await record_tool_call(
+            self.recorder,
+            self.registry,
+            call_id,
+            capability_id,
+            self.sanitize(arguments),
+            self.sanitize(response),
+            outcome,
+            started,
+            request=arguments,
             provider_request_id=provider_request_id
             if isinstance(provider_request_id, str)
             else None,
-            run_id=self.recorder.run_id,
-            step_id=self.recorder.step_id,
-            side_effect_class=capability.side_effect_class,
         )
-        await self.recorder.record(ExecutionEventType.TOOL_CALL, record=fixture)
         return ToolResult(capability_id, outcome, response, fixture, effect)
+
+
+async def record_tool_call(
+    recorder: RunRecorder,
+    registry: CapabilityRegistry,
+    call_id: str,
+    capability_id: str,
+    sanitized_request: JsonValue,
+    sanitized_response: JsonValue,
+    outcome: ToolOutcome,
+    started: datetime,
+    *,
+    request: Mapping[str, Any],
+    provider_request_id: str | None = None,
+) -> ToolFixture:
+    """Record one tool call as a ``ToolFixture`` (TOOL_CALL event), keyed by the hash of the
+    exact ``request``; the recording and the replay gateways both record through this."""
+    fixture = ToolFixture(
+        tool_call_id=call_id,
+        capability_id=capability_id,
+        request_hash=request_hash(capability_id, request),
+        sanitized_request=sanitized_request,
+        sanitized_response=sanitized_response,
+        outcome=outcome,
+        started_at=started,
+        completed_at=recorder.logical_time(),
+        provider_request_id=provider_request_id,
+        run_id=recorder.run_id,
+        step_id=recorder.step_id,
+        side_effect_class=registry.get(capability_id).side_effect_class,
+    )
+    await recorder.record(ExecutionEventType.TOOL_CALL, record=fixture)
+    return fixture

