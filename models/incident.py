@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from pydantic import Field, field_validator
+from pydantic import Field, JsonValue, field_validator
 
 from models.base import Digest, HashedRecord, Identifier, Instant, Record
-from models.enums import EvidenceType
+from models.enums import AgentFailureType, EvidenceType
 from models.replay import ReplayResult, TrajectoryDiff
 
 
@@ -42,3 +42,19 @@ class FailureForensicsReport(HashedRecord):
     fix_version: str | None = None
     verified_by: str | None = None
     generated_at: Instant | None = None
+
+
+class StoredIncident(Record):
+    """An incident as the incident store keeps it: the looked-up columns and the caller's
+    ``record`` (the workflow's own view). ``signature`` and ``failure_type`` are None until
+    the incident is signed."""
+
+    incident_id: Identifier
+    source_run_id: Identifier
+    failure_type: AgentFailureType | None = None
+    signature: str | None = None
+    signature_key: str | None = None
+    phase: str
+    created_at: Instant
+    updated_at: Instant
+    record: dict[str, JsonValue] = Field(default_factory=dict)

@@ -6,8 +6,10 @@ from collections.abc import Mapping
 
 from examples.support_desk.agent import GRAPH_ID as SUPPORT_DESK
 from examples.support_desk.providers import SimulatedWorld
+from examples.support_desk.reconcilers import support_desk_reconcilers
 from examples.support_desk.spec import support_desk_spec
 from models.errors import InvalidInputError
+from runtime.reconcile import SideEffectReconciler
 from runtime.tools import ToolProvider
 from stores.sql.database import Database
 
@@ -23,3 +25,10 @@ async def tool_providers_for(graph_id: str, db: Database) -> Mapping[str, ToolPr
     raise InvalidInputError(
         f"no tool providers are configured for agent {graph_id!r} (known: {', '.join(KNOWN_AGENTS)})"
     )
+
+
+def reconcilers_for(graph_id: str, db: Database) -> list[SideEffectReconciler]:
+    """The read-only reconcilers of an agent's providers; none means a human decides."""
+    if graph_id == SUPPORT_DESK:
+        return support_desk_reconcilers(SimulatedWorld(db))
+    return []

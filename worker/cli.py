@@ -228,4 +228,4 @@ def main() -> None:  # pragma: no cover - console entry point
 
 
 # commands defined in other modules register themselves on ``app``
-from worker import cli_agent, cli_dev, cli_replay  # noqa: E402, F401
+from worker import cli_agent, cli_dev, cli_incident, cli_replay  # noqa: E402, F401

@@ -13,6 +13,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import TLSConfig
 from temporalio.worker import Worker
 
+from activities.incident import IncidentActivities
 from activities.replay import ReplayActivities
 from examples.support_desk.agent import GRAPH_ID as SUPPORT_DESK
 from examples.support_desk.catalog import support_desk_catalog
@@ -23,12 +24,15 @@ from models.queues import CONTROL_QUEUE, REPLAY_QUEUE
 from runtime.replay.catalog import AgentCatalog
 from runtime.replay.engine import ReplayEngine
 from stores.sql.database import Database
+from stores.sql.incidents import SqlIncidentStore
+from worker.agents import reconcilers_for
 from worker.settings import Settings
 from worker.stores import open_stores
+from workflows.incident import IncidentWorkflow
 from workflows.replay import ReplayWorkflow
 
 log = structlog.get_logger(__name__)
-WORKFLOWS = [ReplayWorkflow]
+WORKFLOWS = [ReplayWorkflow, IncidentWorkflow]
 
 
 async def connect(settings: Settings) -> Client:
@@ -83,6 +87,11 @@ async def running_workers(
     async with open_stores(settings) as stores:
         engine = ReplayEngine(stores.ledger, stores.evidence, stores.artifacts, catalogs(stores.db))
         acts = ReplayActivities(engine)
+        incident_acts = IncidentActivities(
+            stores,
+            SqlIncidentStore(stores.db),
+            lambda graph_id: reconcilers_for(graph_id, stores.db),
+        )
         workers = []
         if queues in ("control", "all"):
             workers.append(
@@ -90,7 +99,19 @@ async def running_workers(
                     client,
                     task_queue=CONTROL_QUEUE,
                     workflows=WORKFLOWS,
-                    activities=[acts.prepare_replay, acts.compare_replay, acts.close_replay_run],
+                    activities=[
+                        acts.prepare_replay,
+                        acts.compare_replay,
+                        acts.close_replay_run,
+                        incident_acts.freeze_incident_evidence,
+                        incident_acts.unknown_side_effects,
+                        incident_acts.reconcile_side_effect,
+                        incident_acts.resolve_side_effect_by_human,
+                        incident_acts.sign_failure,
+                        incident_acts.save_incident,
+                        incident_acts.create_regression_case,
+                        incident_acts.build_incident_report,
+                    ],
                 )
             )
         if queues in ("replay", "all"):

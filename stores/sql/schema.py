@@ -159,3 +159,52 @@ artifacts = Table(
     Column("created_at", _utc(), nullable=False),
     Column("deleted", Boolean, nullable=False, default=False),
 )
+
+# incidents (migration 0002) -------------------------------------------------------------------
+
+incidents = Table(
+    "incidents",
+    metadata,
+    Column("incident_id", Id, primary_key=True),
+    Column("source_run_id", Id, ForeignKey("runs.run_id"), nullable=False, index=True),
+    # None until the incident is signed
+    Column("failure_type", String(32), nullable=True),
+    Column("signature", Id, nullable=True, index=True),
+    Column("signature_key", Id, nullable=True),
+    Column("phase", String(64), nullable=False),
+    Column("created_at", _utc(), nullable=False),
+    Column("updated_at", _utc(), nullable=False),
+    Column("record", Json, nullable=False),
+)
+
+evidence_freezes = Table(
+    "evidence_freezes",
+    metadata,
+    Column("freeze_id", Id, primary_key=True),
+    Column("incident_id", Id, nullable=False, index=True),
+    Column("run_id", Id, ForeignKey("runs.run_id"), nullable=False, index=True),
+    Column("chain_head_sequence", BigInteger, nullable=False),
+    Column("chain_head_hash", DigestCol, nullable=False),
+    Column("retention_until", _utc(), nullable=False),
+    Column("types", Json, nullable=False),
+    Column("artifact_count", Integer, nullable=False),
+    Column("enforced_by_backend", Boolean, nullable=False),
+    Column("created_at", _utc(), nullable=False),
+    Column("released_at", _utc(), nullable=True),
+    # a models.freeze.FreezeRecord
+    Column("record", Json, nullable=False),
+)
+
+regression_cases = Table(
+    "regression_cases",
+    metadata,
+    Column("case_id", Id, primary_key=True),
+    Column("incident_id", Id, nullable=False, index=True),
+    Column("source_run_id", Id, nullable=False),
+    Column("status", String(32), nullable=False, index=True),
+    Column("created_at", _utc(), nullable=False),
+    Column("retired_at", _utc(), nullable=True),
+    Column("retired_reason", String(), nullable=True),
+    # a models.regression.RegressionCase
+    Column("record", Json, nullable=False),
+)

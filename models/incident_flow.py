@@ -1,0 +1,135 @@
+"""What travels through Temporal for an incident (ids, hashes, small facts — no payloads)."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import Field
+
+from models.base import Instant, Record
+from models.enums import FixtureMissPolicy, ReplayMode
+
+
+class IncidentPhase(StrEnum):
+    FREEZING = "FREEZING"
+    RECONCILING = "RECONCILING"
+    SIGNING = "SIGNING"
+    REPLAYING = "REPLAYING"
+    COUNTERFACTUALS = "COUNTERFACTUALS"
+    AWAITING_CONFIRMATION = "AWAITING_CONFIRMATION"
+    CREATING_REGRESSION_CASE = "CREATING_REGRESSION_CASE"
+    REPORTING = "REPORTING"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+
+
+class Counterfactual(Record):
+    """One swap to try against the incident: ``prompt=v18``, ``model=M``, ``policy=V``…"""
+
+    kind: Literal["prompt", "model", "policy", "retriever"]
+    value: str = Field(min_length=1)
+
+    @property
+    def label(self) -> str:
+        return f"{self.kind}={self.value}"
+
+    @property
+    def mode(self) -> ReplayMode:
+        return {"prompt": ReplayMode.PROMPT_SWAP, "model": ReplayMode.MODEL_SWAP}.get(
+            self.kind, ReplayMode.EXACT
+        )
+
+
+class IncidentRequest(Record):
+    incident_id: str = Field(min_length=1)
+    source_run_id: str = Field(min_length=1)
+    counterfactuals: tuple[Counterfactual, ...] = ()
+    repeat: int = Field(default=20, ge=1, le=1000)
+    miss_policy: FixtureMissPolicy = FixtureMissPolicy.FAIL
+    retention_days: int = Field(default=730, ge=1)
+
+
+class SideEffectResolution(Record):
+    side_effect_id: str = Field(min_length=1)
+    outcome: Literal["applied", "not-applied"]
+    evidence: str = Field(min_length=1)
+    resolved_by: str = Field(min_length=1)
+
+
+class RootCauseConfirmation(Record):
+    """A human's conclusion from evidence and replays (rule 18): never produced automatically."""
+
+    root_cause: str = Field(min_length=1)
+    fix_version: str = Field(min_length=1)
+    verified_by: str = Field(min_length=1)
+    #: the replays of this incident the conclusion rests on (at least one)
+    replay_ids: tuple[str, ...] = Field(min_length=1)
+
+
+class PendingTask(Record):
+    kind: Literal["resolve_side_effect", "confirm_root_cause"]
+    side_effect_id: str | None = None
+    detail: str
+
+
+class IncidentReplay(Record):
+    replay_id: str
+    label: str
+    mode: ReplayMode
+    status: str
+    reproduced: int | None = None
+    runs: int | None = None
+    rate: float | None = None
+    ci95: tuple[float, float] | None = None
+    critical: bool = False
+    first_divergent_step: str | None = None
+
+
+class ReconcileOutcome(Record):
+    side_effect_id: str
+    capability_id: str
+    status: str
+    applied: bool | None = None
+    needs_human: bool
+    reason: str
+
+
+class SignatureResult(Record):
+    failure_type: str
+    signature: str
+    key: str
+    explanation: str
+
+
+class FreezeSummary(Record):
+    freeze_id: str
+    artifact_count: int
+    chain_head_sequence: int
+    chain_head_hash: str
+    retention_until: Instant
+    enforced_by_backend: bool
+
+
+class TimelineEntry(Record):
+    phase: str
+    at: Instant
+    detail: str = ""
+
+
+class IncidentView(Record):
+    """What the ``status`` query answers and the report is built from."""
+
+    incident_id: str
+    source_run_id: str
+    phase: IncidentPhase = IncidentPhase.FREEZING
+    signature: SignatureResult | None = None
+    freeze: FreezeSummary | None = None
+    side_effects: tuple[ReconcileOutcome, ...] = ()
+    replays: tuple[IncidentReplay, ...] = ()
+    pending: tuple[PendingTask, ...] = ()
+    confirmation: RootCauseConfirmation | None = None
+    regression_case_id: str | None = None
+    report_refs: dict[str, str] = Field(default_factory=dict)
+    timeline: tuple[TimelineEntry, ...] = ()
+    error: str | None = None

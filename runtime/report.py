@@ -1,0 +1,414 @@
+"""The incident report as JSON, Markdown and one self-contained HTML page (pure: no I/O, no clock).
+
+Written for someone reading an incident at 3 a.m.: the answer first (signature, the root cause
+if a human confirmed it, reproduction rates with their 95 % interval), then pending human tasks,
+timeline, replays, critical differences, source and replay side by side, evidence with hashes
+and regression cases. Markdown and HTML render one intermediate page (``_page``).
+
+- Rule 18: only ``report.confirmed_root_cause`` is shown as the root cause; without it the page
+  carries a "not confirmed by a human" banner and the classification is labelled automatic.
+- Evidence is untrusted (a prompt or argument may hold ``<script>``): in HTML every value goes
+  through ``html.escape``; in Markdown identifiers go in code spans and text is backslash-escaped.
+  The page has no script, no external asset, no link leaving it.
+- Side by side: source and replay steps are aligned on the longest common subsequence of their
+  step ids; a fact belongs to the first occurrence of its step at or after the previous fact's.
+  The first divergent step (``comparison.first_divergent_step``, computed with
+  ``compare_trajectories`` when the bundle has a replay but no comparison) is the first row
+  whose source step, else replay step, has that id: class and anchor ``first-divergence``.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from models.comparison import compare_trajectories
+from models.enums import ReplayConfidence
+from models.regression import describe
+from models.replay import ReplayComparison, ReplayResult, TrajectoryDiff
+from models.report_bundle import ReportBundle
+from models.statistics import wilson_interval
+from models.trajectory import Trajectory
+
+if TYPE_CHECKING:  # annotations only
+    from collections.abc import Sequence
+    from datetime import datetime
+
+__all__ = ["NOT_CONFIRMED", "render_html", "render_json", "render_markdown", "reproduction_text"]
+
+NOT_CONFIRMED = "Root cause not confirmed by a human."
+_HOW_TO_CONFIRM = (
+    "Nothing here is a confirmed root cause yet; the classification is automatic (rule 18). "
+    "A human confirms with: replaybook incident confirm {} --root-cause TEXT --fix-version V "
+    "--verified-by NAME"
+)
+ANCHOR = "first-divergence"
+
+#: a piece of a cell: (style, text); styles: "" text, code, strong, critical, kind, link, br
+_Span = tuple[str, str]
+_Cell = list[_Span]
+_BR: _Span = ("br", "")
+
+
+class _Section(NamedTuple):
+    anchor: str
+    title: _Cell
+    head: list[str]
+    rows: list[list[_Cell]]
+    marked: int | None = None  # the row of the first divergence
+
+
+class _Page(NamedTuple):
+    title: _Cell
+    cause: str | None
+    facts: list[tuple[str, _Cell]]
+    rates: list[_Cell]
+    sections: list[_Section]
+
+
+# values -------------------------------------------------------------------------------------
+
+
+def _json(value: Any) -> str:
+    try:
+        return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+def _when(at: datetime) -> str:
+    return at.strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def reproduction_text(result: ReplayResult) -> str:
+    """``0/50 reproduced (0%, 95% CI 0.0%–7.1%)``: counts, rate and Wilson interval."""
+    k, n = result.reproduced, result.runs
+    if k is not None and n is not None:
+        if k > n:
+            return f"{k}/{n} reproduced (inconsistent counts)"
+        low, high = wilson_interval(k, n)
+        return f"{k}/{n} reproduced ({k / n:.0%}, 95% CI {low:.1%}–{high:.1%})"
+    if result.rate is not None:
+        return f"{result.rate:.0%} reproduced (counts not recorded)"
+    return "reproduction not measured"
+
+
+def _confidence(result: ReplayResult) -> _Cell:
+    if result.confidence is ReplayConfidence.LIMITED:
+        return [("critical", "LIMITED"), ("", "(evidence incomplete: not an exact replay)")]
+    return [("", result.confidence.value)]
+
+
+_REPLAY_HEAD = "replay|variant|mode|status|confidence|reproduction (95% CI)|first divergence"
+
+
+def _t(value: Any) -> _Cell:
+    return [("", str(value))]
+
+
+def _c(value: Any) -> _Cell:
+    return [("code", str(value))]
+
+
+def _step(diff: TrajectoryDiff) -> str:
+    return diff.source_step or diff.replay_step or "(run)"
+
+
+def _diff(d: TrajectoryDiff) -> _Cell:
+    return [("critical", "critical")] * d.critical + [("code", d.type), ("", d.explanation)]
+
+
+def _joined(cells: Sequence[_Cell]) -> _Cell:
+    return [span for n, cell in enumerate(cells) for span in ([_BR] if n else []) + cell]
+
+
+# side by side -------------------------------------------------------------------------------
+
+
+def _align(a: Sequence[str], b: Sequence[str]) -> list[tuple[str, int | None, int | None]]:
+    """Rows ``(step, i, j)`` along the longest common subsequence of the step ids of source
+    (``a``) and replay (``b``); a step of one run only has ``None`` for the other's index."""
+    lcs = [[0] * (len(b) + 1) for _ in range(len(a) + 1)]
+    for i in range(len(a) - 1, -1, -1):
+        for j in range(len(b) - 1, -1, -1):
+            lcs[i][j] = lcs[i + 1][j + 1] + 1 if a[i] == b[j] else max(lcs[i + 1][j], lcs[i][j + 1])
+    rows: list[tuple[str, int | None, int | None]] = []
+    i = j = 0
+    while i < len(a) or j < len(b):
+        if i < len(a) and j < len(b) and a[i] == b[j]:
+            rows.append((a[i], i, j))
+            i, j = i + 1, j + 1
+        elif j >= len(b) or (i < len(a) and lcs[i + 1][j] >= lcs[i][j + 1]):
+            rows.append((a[i], i, None))
+            i += 1
+        else:
+            rows.append((b[j], None, j))
+            j += 1
+    return rows
+
+
+def _fact(kind: str, name: str, args: Any = None, status: str = "", text: str = "") -> _Cell:
+    cell: _Cell = [("kind", kind), ("code", name)]
+    cell += [("code", _json(args))] if args is not None else []
+    cell += [("strong", status)] if status else []
+    return cell + ([_BR, ("code", text)] if text else [])
+
+
+def _facts(t: Trajectory) -> dict[int | None, list[_Cell]]:
+    """Each fact as a cell, by step occurrence (None: a step the run never started)."""
+    groups: list[list[tuple[str, _Cell]]] = [
+        [
+            (d.step_id, _fact("model", ", ".join(d.tool_names) or "answer", text=d.content or ""))
+            for d in t.model_decisions
+        ],
+        [(p.step_id, _fact("policy", p.policy_id, status=p.decision)) for p in t.policy_decisions],
+        [(c.step_id, _fact("tool", c.capability_id, c.arguments, c.outcome)) for c in t.tool_calls],
+        [
+            (e.step_id, _fact("write", e.capability_id, e.arguments, e.status))
+            for e in t.side_effects
+        ],
+    ]
+    out: dict[int | None, list[_Cell]] = {}
+    for group in groups:
+        cursor = 0
+        for step, cell in group:
+            at = next((k for k in range(cursor, len(t.steps)) if t.steps[k] == step), None)
+            if at is None:
+                at = next((k for k in range(cursor) if t.steps[k] == step), None)
+            else:
+                cursor = at
+            out.setdefault(at, []).append(cell)
+    return out
+
+
+def _side_by_side(bundle: ReportBundle, comparison: ReplayComparison | None) -> _Section:
+    source, replay = bundle.source, bundle.replay
+    sf, rf = _facts(source), (_facts(replay) if replay is not None else {})
+    aligned = _align(source.steps, replay.steps if replay is not None else ())
+    first = comparison.first_divergent_step if comparison is not None else None
+    marked = next((r for r, (s, i, _) in enumerate(aligned) if i is not None and s == first), None)
+    if marked is None:
+        marked = next((r for r, (s, _, _) in enumerate(aligned) if s == first), None)
+    diffs: dict[int | None, list[_Cell]] = {}
+    for d in comparison.diffs if comparison is not None else ():
+        at = next((r for r, (s, _, _) in enumerate(aligned) if s == _step(d)), None)
+        diffs.setdefault(at, []).append(_diff(d))
+    rows = [
+        [
+            _c(s),
+            *(
+                _joined(x.get(k, []) if k is not None else [])
+                for x, k in ((sf, i), (rf, j), (diffs, r))
+            ),
+        ]
+        for r, (s, i, j) in enumerate(aligned)
+    ]
+    if sf.get(None) or rf.get(None) or diffs.get(None):
+        rows.append([_t("(no step)"), *(_joined(x.get(None, [])) for x in (sf, rf, diffs))])
+    title = [("", "Source"), ("code", source.run_id), ("", "vs replay")]
+    title += [("code", replay.run_id)] if replay is not None else [("", "(none in this report)")]
+    return _Section("side-by-side", title, ["step", "source", "replay", "difference"], rows, marked)
+
+
+# the page -----------------------------------------------------------------------------------
+
+
+def _page(bundle: ReportBundle) -> _Page:
+    report, c = bundle.report, bundle.classification
+    comparison = bundle.comparison
+    if comparison is None and bundle.replay is not None:
+        comparison = compare_trajectories(bundle.source, bundle.replay)
+    cause = report.confirmed_root_cause if (report.confirmed_root_cause or "").strip() else None
+
+    def label(r: ReplayResult) -> str:
+        return bundle.replay_labels.get(r.replay_id) or r.mode.value
+
+    facts: list[tuple[str, _Cell]] = [("Source run", _c(report.source_run_id))]
+    if c is not None:
+        facts.append(("Failure type", _c(c.failure_type)))
+        automatic = ("strong", "(automatic, not a root cause)")
+        facts.append(("Classification", [("code", c.signature), ("", c.explanation), automatic]))
+    facts += [
+        ("Fix version", _c(report.fix_version or "—")),
+        ("Verified by", _t(report.verified_by or "—")),
+    ]
+    side_by_side = _side_by_side(bundle, comparison)
+    if comparison is not None and comparison.first_divergent_step is not None:
+        link = "link" if side_by_side.marked is not None else "code"  # no dangling anchor
+        facts.append(("First divergence", [("", "step"), (link, comparison.first_divergent_step)]))
+    if report.generated_at is not None:
+        facts.append(("Generated", _t(_when(report.generated_at))))
+    limited = [("critical", "LIMITED evidence")]
+    rates = [
+        [("code", label(r)), ("strong", reproduction_text(r))]
+        + limited * (r.confidence is ReplayConfidence.LIMITED)
+        for r in report.replays
+    ]
+    pending = [
+        [_c(p.kind), _c(p.subject or ""), _t(p.detail), _c(p.command or "")] for p in bundle.pending
+    ]
+    timeline = [[_c(t.phase), _t(_when(t.at)), _t(t.detail)] for t in bundle.timeline]
+    replays = [
+        [
+            _c(r.replay_id),
+            _t(label(r)),
+            _c(r.mode),
+            _c(r.status),
+            _confidence(r),
+            _t(reproduction_text(r)),
+            _c((r.comparison and r.comparison.first_divergent_step) or "—"),
+        ]
+        for r in report.replays
+    ]
+    critical = [[_c(d.type), _c(_step(d)), _t(d.explanation)] for d in report.critical_diffs]
+    evidence = [[_t(e.type), _c(e.ref), _c(e.content_hash)] for e in report.evidence]
+    cases = {case.case_id: case for case in bundle.regression_cases}
+    regression = []
+    for case_id in bundle.regression_case_ids:
+        case = cases.get(case_id)
+        checks = _joined([_t(describe(a)) for a in case.assertions]) if case else []
+        status, about = (case.status, case.description) if case else ("", "")
+        regression.append([_c(case_id), _t(status), _t(about), checks])
+    spec = [
+        ("pending", "Waiting for a human", "task|subject|detail|command", pending),
+        ("timeline", "Timeline", "phase|at|detail", timeline),
+        ("replays", "Replays", _REPLAY_HEAD, replays),
+        ("critical-diffs", "Critical differences", "type|step|explanation", critical),
+        ("evidence", "Evidence", "type|ref|sha256", evidence),
+        ("regression", "Regression cases", "case|status|description|assertions", regression),
+    ]
+    sections = [
+        _Section(a, _t(t), h.split("|"), rows) for a, t, h, rows in spec if rows or a != "pending"
+    ]
+    sections.insert(-2, side_by_side)
+    title = [("", "Incident"), ("code", report.incident_id), ("code", report.failure_signature)]
+    return _Page(title, cause, facts, rates, sections)
+
+
+# renderers ----------------------------------------------------------------------------------
+
+
+def render_json(bundle: ReportBundle) -> str:
+    """The bundle as JSON: sorted keys, indent 2 (``ReportBundle.model_validate_json`` reads it)."""
+    data = bundle.model_dump(mode="json")
+    return json.dumps(data, ensure_ascii=False, sort_keys=True, indent=2) + "\n"
+
+
+def _md(text: str) -> str:
+    out = " ".join(text.split())
+    for ch in "\\`*[]<>|":
+        out = out.replace(ch, "\\" + ch)
+    return out
+
+
+def _md_cell(cell: _Cell) -> str:
+    parts = []
+    for style, text in cell:
+        value = " ".join(str(text).split())
+        if style == "br":
+            parts.append("<br>")
+        elif not value:
+            continue
+        elif style in ("code", "link"):
+            value = value.replace("|", "\\|")
+            parts.append(f"`` {value} ``" if "`" in value else f"`{value}`")
+        else:
+            parts.append(f"**{_md(value)}**" if style in ("strong", "critical") else _md(value))
+    return " ".join(parts)
+
+
+def render_markdown(bundle: ReportBundle) -> str:
+    page = _page(bundle)
+    out = [f"# {_md_cell(page.title)}", ""]
+    if page.cause:
+        out += [f"**Confirmed root cause** (by a human): {_md(page.cause)}", ""]
+    else:
+        out += [f"> **{NOT_CONFIRMED}** {_md(_HOW_TO_CONFIRM.format(bundle.incident_id))}", ""]
+    out += [f"- {label}: {_md_cell(cell)}" for label, cell in page.facts]
+    out += ["", "## Reproduction", ""]
+    out += [f"- {_md_cell(r)}" for r in page.rates] or ["No replay yet."]
+    for s in page.sections:
+        out += ["", f"## {_md_cell(s.title)}", ""]
+        if not s.rows:
+            out.append("None.")
+            continue
+        out += ["| " + " | ".join(s.head) + " |", "|" + " --- |" * len(s.head)]
+        for n, row in enumerate(s.rows):
+            cells = [_md_cell(cell) for cell in row]
+            if n == s.marked:
+                cells[0] = f"**⚑ first divergence** {cells[0]}"
+            out.append("| " + " | ".join(cells) + " |")
+    return "\n".join(out) + "\n"
+
+
+_CSS = """
+body{font:14px/1.45 system-ui,sans-serif;margin:0 auto;max-width:1400px;padding:1em 2em}
+h1{font-size:1.5em}h2{font-size:1.15em;border-bottom:1px solid #ccc;margin-top:1.6em}
+code{font:12px ui-monospace,monospace;white-space:pre-wrap;word-break:break-all}
+table{border-collapse:collapse;width:100%}th{background:#f3f3f3}
+th,td{border:1px solid #ddd;padding:4px 6px;vertical-align:top;text-align:left}
+.banner{background:#fde2e1;border:2px solid #c0392b;padding:.8em;font-size:1.1em}
+.confirmed{background:#e3f5e6;border:2px solid #2e7d32;padding:.8em;font-size:1.1em}
+dl{display:grid;grid-template-columns:max-content 1fr;gap:.2em 1em}dt{font-weight:600}dd{margin:0}
+ul.rates{font-size:1.1em}.critical{color:#b00020;font-weight:600}
+.kind{display:inline-block;min-width:3.5em;color:#555;font-size:11px;text-transform:uppercase}
+tr.first-divergence td{background:#fff3c4}
+tr.first-divergence td:first-child{border-left:6px solid #e0a800}
+"""
+_TAGS = {"code": ("<code>", "</code>"), "strong": ("<strong>", "</strong>")}
+_TAGS |= {k: (f'<span class="{k}">', "</span>") for k in ("critical", "kind")}
+
+
+def _e(value: Any) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _html_cell(cell: _Cell) -> str:
+    parts = []
+    for style, text in cell:
+        if style == "br":
+            parts.append("<br>")
+        elif not str(text):
+            continue
+        elif style == "link":
+            parts.append(f'<a href="#{ANCHOR}"><code>{_e(text)}</code></a>')
+        else:
+            start, end = _TAGS.get(style, ("", ""))
+            parts.append(f"{start}{_e(text)}{end}")
+    return " ".join(parts)
+
+
+def render_html(bundle: ReportBundle) -> str:
+    """One self-contained page: inline CSS, no script, every evidence value escaped."""
+    page, report = _page(bundle), bundle.report
+    out = [
+        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">',
+        f"<title>Incident {_e(report.incident_id)}: {_e(report.failure_signature)}</title>",
+        f"<style>{_CSS}</style></head><body><header><h1>{_html_cell(page.title)}</h1>",
+    ]
+    if page.cause:
+        head = "<strong>Confirmed root cause</strong> (by a human):"
+        out.append(f'<div class="confirmed">{head} {_e(page.cause)}</div>')
+    else:
+        how = _e(_HOW_TO_CONFIRM.format(bundle.incident_id))
+        out.append(f'<div class="banner" role="alert"><strong>{NOT_CONFIRMED}</strong> {how}</div>')
+    out += [
+        f"<dl>{''.join(f'<dt>{_e(k)}</dt><dd>{_html_cell(v)}</dd>' for k, v in page.facts)}</dl>"
+    ]
+    rates = "".join(f"<li>{_html_cell(r)}</li>" for r in page.rates) or "<li>No replay yet.</li>"
+    out.append(f'<h2>Reproduction</h2><ul class="rates">{rates}</ul></header>')
+    for s in page.sections:
+        out.append(f'<section id="{s.anchor}"><h2>{_html_cell(s.title)}</h2>')
+        if not s.rows:
+            out.append("<p>None.</p></section>")
+            continue
+        out.append(
+            f"<table><thead><tr>{''.join(f'<th>{_e(h)}</th>' for h in s.head)}</tr></thead><tbody>"
+        )
+        for n, row in enumerate(s.rows):
+            attrs = f' class="{ANCHOR}" id="{ANCHOR}"' if n == s.marked else ""
+            out.append(f"<tr{attrs}>{''.join(f'<td>{_html_cell(c)}</td>' for c in row)}</tr>")
+        out.append("</tbody></table></section>")
+    out.append("</body></html>")
+    return "\n".join(out) + "\n"

@@ -1,0 +1,217 @@
+"""IncidentWorkflow end to end on a real Temporal dev server with real workers."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+
+import pytest
+from sqlalchemy import func, select, update
+from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
+
+from examples.support_desk.providers import refunds
+from examples.support_desk.spec import run_scenario
+from models import FixtureMissPolicy, SideEffectRecord, SideEffectStatus
+from models.incident_flow import (
+    Counterfactual,
+    IncidentPhase,
+    IncidentRequest,
+    IncidentView,
+    RootCauseConfirmation,
+    SideEffectResolution,
+)
+from models.queues import CONTROL_QUEUE
+from stores.sql.incidents import SqlIncidentStore
+from workflows.incident import IncidentWorkflow
+
+
+async def open_incident(stack, run_id: str, **kw) -> WorkflowHandle:  # type: ignore[no-untyped-def]
+    request = IncidentRequest(incident_id=f"INC-{uuid.uuid4().hex[:8]}", source_run_id=run_id, **kw)
+    return await stack.client.start_workflow(
+        IncidentWorkflow.run, request, id=request.incident_id, task_queue=CONTROL_QUEUE
+    )
+
+
+async def wait_phase(
+    handle: WorkflowHandle, phase: IncidentPhase, deadline_s: float = 180
+) -> IncidentView:
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        view = await handle.query("status", result_type=IncidentView)
+        if view is not None and view.phase is phase:
+            return view
+        if view is not None and view.phase is IncidentPhase.FAILED:
+            raise AssertionError(f"incident failed: {view.error}")
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"incident did not reach {phase} in {deadline_s}s")
+
+
+async def wrong_customer_run(stack) -> str:  # type: ignore[no-untyped-def]
+    for seed in range(30):
+        result = await run_scenario(
+            stack.world, stack.stores.ledger, stack.stores.artifacts, "wrong-customer", seed=seed
+        )
+        if result.outcome["emailed"] == "bob@example.com":
+            return result.run_id
+    raise AssertionError("no run emailed the wrong customer")
+
+
+async def test_wrong_customer_incident_end_to_end(replay_stack) -> None:  # type: ignore[no-untyped-def]
+    stack = replay_stack
+    run_id = await wrong_customer_run(stack)
+    handle = await open_incident(
+        stack,
+        run_id,
+        counterfactuals=(Counterfactual(kind="prompt", value="v18"),),
+        repeat=10,
+        miss_policy=FixtureMissPolicy.SANDBOX_LIVE,
+    )
+    view = await wait_phase(handle, IncidentPhase.AWAITING_CONFIRMATION)
+    assert view.signature.signature == "DATA_NONUNIQUE_LOOKUP_WRONG_RECIPIENT"
+    assert view.freeze is not None and view.freeze.artifact_count > 0
+    exact, v18 = view.replays
+    assert (exact.label, v18.label) == ("exact", "prompt=v18")
+    assert exact.runs == 10 and exact.reproduced >= 5
+    assert v18.reproduced == 0 and v18.critical
+    assert [p.kind for p in view.pending] == ["confirm_root_cause"]
+
+    for bad, needle in (
+        (
+            RootCauseConfirmation(
+                root_cause=" ", fix_version="v18", verified_by="dana", replay_ids=(v18.replay_id,)
+            ),
+            "root_cause",
+        ),
+        (
+            RootCauseConfirmation(
+                root_cause="x",
+                fix_version="v18",
+                verified_by="dana",
+                replay_ids=("replay-elsewhere",),
+            ),
+            "cite",
+        ),
+    ):
+        with pytest.raises(WorkflowUpdateFailedError) as refused:
+            await handle.execute_update("confirm_root_cause", bad)
+        assert needle in str(refused.value.cause)
+
+    cause = "prompt v17 does not prefer customer_id; lookup by phone returned two customers; v18 does not reproduce"
+    await handle.execute_update(
+        "confirm_root_cause",
+        RootCauseConfirmation(
+            root_cause=cause, fix_version="v18", verified_by="dana", replay_ids=(v18.replay_id,)
+        ),
+    )
+    final: IncidentView = await handle.result()
+    assert final.phase is IncidentPhase.COMPLETED and final.confirmation.root_cause == cause
+    assert final.regression_case_id and set(final.report_refs) >= {"json", "md", "html"}
+    html = (await stack.stores.artifacts.get(final.report_refs["html"])).decode()
+    assert cause in html and "first-divergence" in html
+    incidents = SqlIncidentStore(stack.stores.db)
+    case = await incidents.get_case(final.regression_case_id)
+    assert case.source_run_id == run_id and case.assertions
+    groups = {g["signature"]: g for g in await incidents.signature_groups()}
+    assert final.incident_id in groups["DATA_NONUNIQUE_LOOKUP_WRONG_RECIPIENT"]["incident_ids"]
+
+    from worker.regress import run_gate
+
+    v17_gate = await run_gate(stack.settings, [("prompt", "v17")], repeat=3)
+    v18_gate = await run_gate(stack.settings, [("prompt", "v18")], repeat=3)
+    mine = lambda gate: next(c for c in gate["cases"] if c["case_id"] == case.case_id)  # noqa: E731
+    assert mine(v17_gate)["passed"] is False and mine(v17_gate)["failures"]
+    assert mine(v18_gate)["passed"] is True
+
+
+async def _refund_count(stack, preq: str) -> int:  # type: ignore[no-untyped-def]
+    async with stack.stores.db.read() as conn:
+        return (
+            await conn.execute(
+                select(func.count())
+                .select_from(refunds)
+                .where(refunds.c.provider_request_id == preq)
+            )
+        ).scalar_one()
+
+
+async def test_refund_timeout_incident_reconciles_without_retrying(replay_stack) -> None:  # type: ignore[no-untyped-def]
+    stack = replay_stack
+    result = await run_scenario(
+        stack.world, stack.stores.ledger, stack.stores.artifacts, "refund-timeout", seed=4
+    )
+    (effect,) = await stack.stores.evidence.records(SideEffectRecord, result.run_id)
+    assert await _refund_count(stack, effect.provider_request_id) == 1
+    refunds_before = await stack.world.call_count("payments", "refund")
+    handle = await open_incident(stack, result.run_id, repeat=3)
+    view = await wait_phase(handle, IncidentPhase.AWAITING_CONFIRMATION)
+    assert view.signature.signature == "SIDE_EFFECT_UNKNOWN_NO_RETRY"
+    (reconciled,) = view.side_effects
+    assert (
+        reconciled.status == "RECONCILED"
+        and reconciled.applied is True
+        and not reconciled.needs_human
+    )
+    record = await stack.stores.evidence.record(SideEffectRecord, effect.side_effect_id)
+    assert record.status is SideEffectStatus.RECONCILED and record.reconciled_applied is True
+    await handle.execute_update(
+        "confirm_root_cause",
+        RootCauseConfirmation(
+            root_cause="the payment provider dropped the response after committing the refund",
+            fix_version="payments-client-2",
+            verified_by="dana",
+            replay_ids=(view.replays[0].replay_id,),
+        ),
+    )
+    final: IncidentView = await handle.result()
+    assert final.phase is IncidentPhase.COMPLETED
+    assert await _refund_count(stack, effect.provider_request_id) == 1
+    assert (
+        await stack.world.call_count("payments", "refund") == refunds_before
+    )  # no retry reached it
+    assert (await stack.stores.ledger.verify(result.run_id)).intact
+
+
+async def test_an_inconclusive_side_effect_waits_for_a_human(replay_stack) -> None:  # type: ignore[no-untyped-def]
+    stack = replay_stack
+    result = await run_scenario(
+        stack.world, stack.stores.ledger, stack.stores.artifacts, "refund-timeout", seed=5
+    )
+    (effect,) = await stack.stores.evidence.records(SideEffectRecord, result.run_id)
+    # the provider has the refund under another key: the reconciler cannot tell
+    async with stack.stores.db.transaction() as conn:
+        await conn.execute(
+            update(refunds)
+            .where(refunds.c.provider_request_id == effect.provider_request_id)
+            .values(idempotency_key="someone-else")
+        )
+    handle = await open_incident(stack, result.run_id, repeat=2)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        view = await handle.query("status", result_type=IncidentView)
+        if view and view.pending:
+            break
+        await asyncio.sleep(0.1)
+    assert view.phase is IncidentPhase.RECONCILING
+    assert [p.side_effect_id for p in view.pending] == [effect.side_effect_id]
+    with pytest.raises(WorkflowUpdateFailedError):
+        await handle.execute_update(
+            "resolve_side_effect",
+            SideEffectResolution(
+                side_effect_id="se-unknown", outcome="applied", evidence="x", resolved_by="dana"
+            ),
+        )
+    await handle.execute_update(
+        "resolve_side_effect",
+        SideEffectResolution(
+            side_effect_id=effect.side_effect_id,
+            outcome="applied",
+            evidence="provider dashboard shows refund rf-… paid on 2026-08-20",
+            resolved_by="dana",
+        ),
+    )
+    view = await wait_phase(handle, IncidentPhase.AWAITING_CONFIRMATION)
+    assert view.side_effects[0].applied is True
+    record = await stack.stores.evidence.record(SideEffectRecord, effect.side_effect_id)
+    assert record.status is SideEffectStatus.RECONCILED and "dana" in record.provider_receipt
+    await handle.terminate("test done")

@@ -1,0 +1,334 @@
+"""``replaybook incident …``, ``signatures``, ``report``, ``regress``: incidents on Temporal."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from models import FixtureMissPolicy
+from models.errors import InvalidInputError, NotFoundError
+from models.incident_flow import (
+    Counterfactual,
+    IncidentRequest,
+    IncidentView,
+    RootCauseConfirmation,
+    SideEffectResolution,
+)
+from models.queues import CONTROL_QUEUE
+from worker.cli import JsonOption, app, print_json, run_async
+from worker.settings import Settings
+
+incident_app = typer.Typer(
+    help="Incidents: freeze, reconcile, sign, replay, confirm, report.", no_args_is_help=True
+)
+regress_app = typer.Typer(
+    help="The regression gate: every active incident case against a candidate.",
+    invoke_without_command=True,
+)
+app.add_typer(incident_app, name="incident")
+app.add_typer(regress_app, name="regress")
+
+
+def parse_pairs(
+    values: list[str] | None, what: str, allowed: tuple[str, ...]
+) -> list[tuple[str, str]]:
+    pairs = []
+    for value in values or []:
+        kind, sep, item = value.partition("=")
+        if not sep or not item or kind not in allowed:
+            raise InvalidInputError(
+                f"{what} {value!r}: expected KIND=VALUE with KIND one of {', '.join(allowed)}"
+            )
+        pairs.append((kind, item))
+    return pairs
+
+
+async def _handle(incident_id: str):  # type: ignore[no-untyped-def]
+    from temporalio.service import RPCError
+
+    from worker.temporal import connect
+
+    client = await connect(Settings.from_env())
+    handle = client.get_workflow_handle(incident_id, result_type=IncidentView)
+    try:
+        await handle.describe()
+    except RPCError as exc:
+        raise InvalidInputError(f"incident not found: {incident_id!r} ({exc.message})") from None
+    return handle
+
+
+def view_json(view: IncidentView) -> dict[str, Any]:
+    data = view.model_dump(mode="json")
+    data["phase"] = view.phase.value
+    data["signature"] = view.signature.signature if view.signature else None
+    data["failure_type"] = view.signature.failure_type if view.signature else None
+    data["replays"] = [
+        {
+            "replay_id": r.replay_id,
+            "label": r.label,
+            "mode": r.mode.value,
+            "status": r.status,
+            "rate": r.rate,
+            "reproduced": r.reproduced,
+            "runs": r.runs,
+            "ci95": r.ci95,
+        }
+        for r in view.replays
+    ]
+    return data
+
+
+@incident_app.command("open")
+@run_async
+async def incident_open(
+    run_id: str,
+    counterfactual: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--counterfactual", help="prompt=V, model=M, policy=V or retriever=V (repeatable)."
+        ),
+    ] = None,
+    repeat: Annotated[int, typer.Option(help="Replays per exact and counterfactual replay.")] = 20,
+    on_fixture_miss: Annotated[
+        str, typer.Option("--on-fixture-miss", help="fail | stub | sandbox-live")
+    ] = "fail",
+    incident_id: Annotated[str | None, typer.Option("--incident-id")] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Open an incident for RUN_ID: starts the Incident workflow (id = incident id)."""
+    from activities.incident import new_incident_id
+    from worker.stores import open_stores
+    from worker.temporal import connect
+    from workflows.incident import IncidentWorkflow
+
+    pairs = parse_pairs(
+        counterfactual, "--counterfactual", ("prompt", "model", "policy", "retriever")
+    )
+    miss = on_fixture_miss.upper().replace("-", "_")
+    if miss not in FixtureMissPolicy.__members__:
+        raise InvalidInputError(
+            f"--on-fixture-miss must be fail, stub or sandbox-live, not {on_fixture_miss!r}"
+        )
+    settings = Settings.from_env()
+    async with open_stores(settings) as stores:
+        await stores.ledger.get_run(run_id)  # an unknown run is refused before anything starts
+    request = IncidentRequest(
+        incident_id=incident_id or new_incident_id(),
+        source_run_id=run_id,
+        counterfactuals=tuple(Counterfactual(kind=k, value=v) for k, v in pairs),  # type: ignore[arg-type]
+        repeat=repeat,
+        miss_policy=FixtureMissPolicy[miss],
+    )
+    client = await connect(settings)
+    await client.start_workflow(
+        IncidentWorkflow.run, request, id=request.incident_id, task_queue=CONTROL_QUEUE
+    )
+    view = {"incident_id": request.incident_id, "source_run_id": run_id, "phase": "FREEZING"}
+    print_json(view) if as_json else typer.echo(f"opened {request.incident_id} for {run_id}")
+
+
+@incident_app.command("status")
+@run_async
+async def incident_status(incident_id: str, as_json: JsonOption = False) -> None:
+    """Phase, signature, replays with rates, and the human tasks it waits for."""
+    handle = await _handle(incident_id)
+    view = await handle.query("status", result_type=IncidentView)
+    if view is None:
+        raise NotFoundError(f"incident {incident_id} has not started yet")
+    data = view_json(view)
+    if as_json:
+        print_json(data)
+        return
+    typer.echo(f"{incident_id}: {data['phase']}  signature {data['signature'] or '-'}")
+    for r in data["replays"]:
+        typer.echo(
+            f"  {r['label']:<16} {r['replay_id']}  {r['status']}  reproduced {r['reproduced']}/{r['runs']}"
+        )
+    for p in view.pending:
+        typer.echo(f"  waiting: {p.detail}")
+
+
+@incident_app.command("resolve-side-effect")
+@run_async
+async def incident_resolve(
+    incident_id: str,
+    side_effect_id: str,
+    outcome: Annotated[str, typer.Option(help="applied | not-applied")],
+    evidence: Annotated[str, typer.Option(help="What the decision rests on.")],
+    by: Annotated[str, typer.Option("--by", help="Who decides.")] = "operator",
+    as_json: JsonOption = False,
+) -> None:
+    """Settle an UNKNOWN side effect no reconciler could (a Temporal update)."""
+    from temporalio.client import WorkflowUpdateFailedError
+
+    if outcome not in ("applied", "not-applied"):
+        raise InvalidInputError(f"--outcome must be applied or not-applied, not {outcome!r}")
+    handle = await _handle(incident_id)
+    resolution = SideEffectResolution(
+        side_effect_id=side_effect_id, outcome=outcome, evidence=evidence, resolved_by=by
+    )  # type: ignore[arg-type]
+    try:
+        result = await handle.execute_update("resolve_side_effect", resolution)
+    except WorkflowUpdateFailedError as exc:
+        raise InvalidInputError(f"refused: {exc.cause}") from None
+    print_json(
+        result if isinstance(result, dict) else {"result": str(result)}
+    ) if as_json else typer.echo(f"{side_effect_id}: resolved ({outcome})")
+
+
+@incident_app.command("confirm")
+@run_async
+async def incident_confirm(
+    incident_id: str,
+    root_cause: Annotated[str, typer.Option("--root-cause")],
+    fix_version: Annotated[str, typer.Option("--fix-version")],
+    verified_by: Annotated[str, typer.Option("--verified-by")],
+    replay: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--replay", help="A replay of this incident the cause rests on (default: all of them)."
+        ),
+    ] = None,
+) -> None:
+    """Confirm the root cause (a Temporal update, validated: non-empty, cites replays)."""
+    from temporalio.client import WorkflowUpdateFailedError
+
+    handle = await _handle(incident_id)
+    view = await handle.query("status", result_type=IncidentView)
+    cited = tuple(replay or (r.replay_id for r in (view.replays if view else ())))
+    try:
+        confirmation = RootCauseConfirmation(
+            root_cause=root_cause,
+            fix_version=fix_version,
+            verified_by=verified_by,
+            replay_ids=cited,
+        )
+    except ValueError as exc:
+        raise InvalidInputError(f"refused: {exc}") from None
+    try:
+        await handle.execute_update("confirm_root_cause", confirmation)
+    except WorkflowUpdateFailedError as exc:
+        raise InvalidInputError(f"refused: {exc.cause}") from None
+    typer.echo(f"{incident_id}: root cause confirmed by {verified_by}")
+
+
+@app.command()
+@run_async
+async def signatures(as_json: JsonOption = False) -> None:
+    """Incidents grouped by failure signature, with counts."""
+    from stores.sql.incidents import SqlIncidentStore
+    from worker.stores import open_stores
+
+    async with open_stores(Settings.from_env()) as stores:
+        groups = await SqlIncidentStore(stores.db).signature_groups()
+    if as_json:
+        print_json({"signatures": groups})
+        return
+    for g in groups:
+        typer.echo(
+            f"{g['count']:>4}  {g['signature']}  ({g['failure_type']})  {', '.join(g['incident_ids'])}"
+        )
+
+
+@app.command()
+@run_async
+async def report(
+    incident_id: str,
+    fmt: Annotated[str, typer.Option("--format", help="json | md | html")] = "md",
+    output: Annotated[Path | None, typer.Option("-o", "--output", help="Write to FILE.")] = None,
+) -> None:
+    """The incident's FailureForensicsReport as JSON, Markdown or a single-file HTML page."""
+    from stores.sql.incidents import SqlIncidentStore
+    from worker.stores import open_stores
+
+    if fmt not in ("json", "md", "html"):
+        raise InvalidInputError(f"--format must be json, md or html, not {fmt!r}")
+    async with open_stores(Settings.from_env()) as stores:
+        incident = await SqlIncidentStore(stores.db).get_incident(incident_id)
+        refs = (incident.record or {}).get("report_refs") or {}
+        if fmt not in refs:
+            raise InvalidInputError(
+                f"incident {incident_id} has no report yet (phase {incident.phase})"
+            )
+        data = await stores.artifacts.get(refs[fmt])
+    if output:
+        output.write_bytes(data)
+        typer.echo(str(output))
+    else:
+        typer.echo(data.decode(), nl=False)
+
+
+@regress_app.callback()
+def regress(
+    ctx: typer.Context,
+    candidate: Annotated[
+        list[str] | None,
+        typer.Option("--candidate", help="prompt=V, model=M, policy=V, retriever=V (repeatable)."),
+    ] = None,
+    repeat: Annotated[
+        int, typer.Option(help="Replays per case; a case holds only if all hold.")
+    ] = 5,
+    on_fixture_miss: Annotated[
+        str, typer.Option("--on-fixture-miss", help="fail | stub | sandbox-live")
+    ] = "sandbox-live",
+    as_json: JsonOption = False,
+) -> None:
+    """Replay every active regression case with the candidate; exit 0 only if every case holds."""
+    if ctx.invoked_subcommand is not None:
+        return
+    _gate(candidate, repeat, on_fixture_miss, as_json)
+
+
+@run_async
+async def _gate(
+    candidate: list[str] | None, repeat: int, on_fixture_miss: str, as_json: bool
+) -> None:
+    from worker.regress import run_gate
+
+    pairs = parse_pairs(
+        candidate, "--candidate", ("prompt", "model", "policy", "retriever", "graph")
+    )
+    if not pairs:
+        raise InvalidInputError(
+            "name the candidate: --candidate prompt=V (or model=, policy=, retriever=)"
+        )
+    miss = on_fixture_miss.upper().replace("-", "_")
+    if miss not in FixtureMissPolicy.__members__:
+        raise InvalidInputError(
+            f"--on-fixture-miss must be fail, stub or sandbox-live, not {on_fixture_miss!r}"
+        )
+    result = await run_gate(Settings.from_env(), pairs, repeat=repeat, miss=FixtureMissPolicy[miss])
+    if as_json:
+        print_json(result)
+    else:
+        for case in result["cases"]:
+            typer.echo(
+                f"{'PASS' if case['passed'] else 'FAIL'}  {case['case_id']}  ({case['incident_id']})"
+            )
+            for failure in case["failures"][:3]:
+                typer.echo(f"      {failure['assertion']}: {failure['reason']}")
+        typer.echo(
+            "regression gate "
+            + ("passed" if result["passed"] else "FAILED")
+            + f" ({len(result['cases'])} cases)"
+        )
+    if not result["passed"]:
+        raise typer.Exit(1)
+
+
+@regress_app.command("retire")
+@run_async
+async def regress_retire(
+    case_id: str, reason: Annotated[str, typer.Option(help="Why the case no longer applies.")]
+) -> None:
+    """Retire a regression case (it stays on record, inactive)."""
+    from datetime import UTC, datetime
+
+    from stores.sql.incidents import SqlIncidentStore
+    from worker.stores import open_stores
+
+    async with open_stores(Settings.from_env()) as stores:
+        await SqlIncidentStore(stores.db).retire_case(case_id, reason, datetime.now(UTC))
+    typer.echo(f"retired {case_id}")
