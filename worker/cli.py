@@ -216,11 +216,22 @@ async def runs_verify(run_id: str, as_json: JsonOption = False) -> None:
 
 @app.command()
 @run_async
-async def demo() -> None:
-    """Record a small sample run through the real ledger and verify it."""
-    from worker.demo import run_demo
+async def demo(
+    sample_only: Annotated[
+        bool,
+        typer.Option("--sample-only", help="Only record and verify one sample run (no Temporal)."),
+    ] = False,
+) -> None:
+    """The end-to-end demo on the embedded stack (what ``make demo`` runs): reference runs,
+    two incidents with replays and counterfactuals, confirmation, regression gate, reports."""
+    if sample_only:
+        from worker.demo import run_demo
 
-    await run_demo(Settings.from_env(), echo=typer.echo)
+        await run_demo(Settings.from_env(), echo=typer.echo)
+        return
+    from worker.demo_incidents import run_incident_demo
+
+    await run_incident_demo(Settings.from_env(), echo=typer.echo)
 
 
 def main() -> None:  # pragma: no cover - console entry point

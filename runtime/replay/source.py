@@ -75,6 +75,7 @@ async def load_source_evidence(
     agent_input: Any = None
     seed = 0
     start = loaded[0][0].logical_time if loaded else run.created_at
+    ended = False
     fixture_counts: dict[str, int] = {}
     retrieval_counts: dict[str, int] = {}
     for event, data in loaded:
@@ -95,9 +96,13 @@ async def load_source_evidence(
             retrieval_counts[retrieval.query_hash] = (
                 retrieval_counts.get(retrieval.query_hash, 0) + 1
             )
-        elif event.type is E.SIDE_EFFECT:
+        elif event.type is E.SIDE_EFFECT and not ended:
+            # what the agent saw during the run; a later reconciliation (appended after the
+            # run ended) must not change what a replay of the run is answered
             record = SideEffectRecord.model_validate(payload)
             effects[record.action_hash] = record
+        elif event.type in (E.RUN_COMPLETED, E.RUN_FAILED):
+            ended = True
         elif event.type is E.STEP_STARTED:
             steps.append(event.step_id)
         elif event.type is E.STEP_COMPLETED:

@@ -34,7 +34,7 @@ def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def demo_run(home: Path) -> str:
-    result = run(["demo"], home)
+    result = run(["demo", "--sample-only"], home)
     assert result.returncode == 0, result.stderr.decode()
     lines = result.stdout.decode().splitlines()
     assert any(line.startswith("verify run-") and ": intact:" in line for line in lines)
@@ -99,7 +99,7 @@ def test_runs_list_show_verify(home: Path, demo_run: str) -> None:
 
 def test_verify_names_the_sequence_edited_in_sqlite(tmp_path: Path) -> None:
     home = tmp_path / "home"
-    demo = run(["demo"], home)
+    demo = run(["demo", "--sample-only"], home)
     assert demo.returncode == 0, demo.stderr.decode()
     run_id = next(
         line.split()[1]
@@ -150,7 +150,7 @@ def test_demo_with_artifacts_on_seaweedfs(tmp_path: Path, seaweedfs) -> None:  #
         "AWS_SECRET_ACCESS_KEY": seaweedfs.secret_key,
     }
     result = subprocess.run(
-        [REPLAYBOOK, "demo"], capture_output=True, env=env, cwd=ROOT, timeout=120
+        [REPLAYBOOK, "demo", "--sample-only"], capture_output=True, env=env, cwd=ROOT, timeout=120
     )
     assert result.returncode == 0, result.stderr.decode()
     out = result.stdout.decode()

@@ -69,8 +69,39 @@ async def main() -> None:
                             json.dumps(json.loads(history.to_json()), indent=1) + "\n"
                         )
                         print(f"saved {name}.json ({len(history.events)} events)")
+                    await _incident(client, world, stores)
         finally:
             server.stop(timeout=20)
+
+
+async def _incident(client, world, stores) -> None:  # type: ignore[no-untyped-def]
+    from models.incident_flow import IncidentPhase, IncidentRequest, RootCauseConfirmation
+    from tests.workflows.test_incident_workflow import wait_phase
+    from workflows.incident import IncidentWorkflow
+
+    run = await run_scenario(world, stores.ledger, stores.artifacts, "refund-timeout", seed=2)
+    request = IncidentRequest(
+        incident_id=f"INC-{uuid.uuid4().hex[:8]}", source_run_id=run.run_id, repeat=2
+    )
+    handle = await client.start_workflow(
+        IncidentWorkflow.run, request, id=request.incident_id, task_queue=CONTROL_QUEUE
+    )
+    view = await wait_phase(handle, IncidentPhase.AWAITING_CONFIRMATION)
+    await handle.execute_update(
+        "confirm_root_cause",
+        RootCauseConfirmation(
+            root_cause="lost response",
+            fix_version="v2",
+            verified_by="history",
+            replay_ids=(view.replays[0].replay_id,),
+        ),
+    )
+    await handle.result()
+    history = await handle.fetch_history()
+    (HERE / "incident_refund_timeout.json").write_text(
+        json.dumps(json.loads(history.to_json()), indent=1) + "\n"
+    )
+    print(f"saved incident_refund_timeout.json ({len(history.events)} events)")
 
 
 if __name__ == "__main__":

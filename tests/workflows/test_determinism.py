@@ -10,6 +10,7 @@ from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
+from workflows.incident import IncidentWorkflow
 from workflows.replay import ReplayWorkflow
 
 HISTORIES = Path(__file__).resolve().parents[1] / "histories"
@@ -18,7 +19,9 @@ HISTORIES = Path(__file__).resolve().parents[1] / "histories"
 @pytest.mark.parametrize("name", sorted(p.stem for p in HISTORIES.glob("*.json")))
 async def test_saved_history_replays_deterministically(name: str) -> None:
     history = WorkflowHistory.from_json(name, (HISTORIES / f"{name}.json").read_text())
-    replayer = Replayer(workflows=[ReplayWorkflow], data_converter=pydantic_data_converter)
+    replayer = Replayer(
+        workflows=[ReplayWorkflow, IncidentWorkflow], data_converter=pydantic_data_converter
+    )
     result = await replayer.replay_workflow(history, raise_on_replay_failure=True)
     assert result.replay_failure is None
 

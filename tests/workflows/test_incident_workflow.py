@@ -170,6 +170,18 @@ async def test_refund_timeout_incident_reconciles_without_retrying(replay_stack)
         await stack.world.call_count("payments", "refund") == refunds_before
     )  # no retry reached it
     assert (await stack.stores.ledger.verify(result.run_id)).intact
+    # a replay is answered with what the agent saw then (UNKNOWN), not the later reconciliation
+    from models import ReplayMode
+    from models.replay_flow import ReplayPlan
+
+    again = await stack.replay(
+        ReplayPlan(
+            replay_id=f"replay-{uuid.uuid4().hex[:8]}",
+            source_run_id=result.run_id,
+            mode=ReplayMode.RECORDED,
+        )
+    )
+    assert again.reproduced and again.comparison.same_outcome
 
 
 async def test_an_inconclusive_side_effect_waits_for_a_human(replay_stack) -> None:  # type: ignore[no-untyped-def]

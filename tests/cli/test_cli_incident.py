@@ -1,0 +1,194 @@
+"""Incidents from the command line against ``replaybook dev up`` (the real worker)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.cli.test_cli import run
+from worker.ports import free_ports
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    home = tmp_path_factory.mktemp("incident-cli")
+    port, ui_port = free_ports(2)
+    up = run(["dev", "up", "--temporal-port", str(port), "--ui-port", str(ui_port)], home)
+    assert up.returncode == 0, up.stdout.decode() + up.stderr.decode()
+    try:
+        yield home
+    finally:
+        assert run(["dev", "down"], home).returncode == 0
+
+
+def ok(result: subprocess.CompletedProcess[bytes], code: int = 0) -> str:
+    assert result.returncode == code, result.stdout.decode() + result.stderr.decode()
+    return result.stdout.decode()
+
+
+def status(home: Path, incident_id: str) -> dict:
+    return json.loads(ok(run(["incident", "status", incident_id, "--json"], home)))
+
+
+def wait_phase(home: Path, incident_id: str, phase: str, deadline_s: float = 120) -> dict:
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        view = status(home, incident_id)
+        if view["phase"] == phase:
+            return view
+        assert view["phase"] != "FAILED", view.get("error")
+        time.sleep(0.3)
+    raise AssertionError(f"{incident_id} did not reach {phase}")
+
+
+def test_incident_commands_end_to_end(home: Path, tmp_path: Path) -> None:
+    run_id = None
+    for seed in range(20):
+        view = json.loads(
+            ok(
+                run(
+                    [
+                        "agent",
+                        "run",
+                        "support-desk",
+                        "--scenario",
+                        "wrong-customer",
+                        "--seed",
+                        str(seed),
+                        "--json",
+                    ],
+                    home,
+                )
+            )
+        )
+        if view["outcome"]["emailed"] == "bob@example.com":
+            run_id = view["run_id"]
+            break
+    assert run_id
+    opened = json.loads(
+        ok(
+            run(
+                [
+                    "incident",
+                    "open",
+                    run_id,
+                    "--counterfactual",
+                    "prompt=v18",
+                    "--repeat",
+                    "4",
+                    "--on-fixture-miss",
+                    "sandbox-live",
+                    "--json",
+                ],
+                home,
+            )
+        )
+    )
+    incident_id = opened["incident_id"]
+    view = wait_phase(home, incident_id, "AWAITING_CONFIRMATION")
+    assert view["signature"] == "DATA_NONUNIQUE_LOOKUP_WRONG_RECIPIENT"
+    assert [r["label"] for r in view["replays"]] == ["exact", "prompt=v18"]
+    assert view["replays"][1]["reproduced"] == 0 and view["replays"][1]["runs"] == 4
+    assert [p["kind"] for p in view["pending"]] == ["confirm_root_cause"]
+
+    empty = run(
+        [
+            "incident",
+            "confirm",
+            incident_id,
+            "--root-cause",
+            "",
+            "--fix-version",
+            "v18",
+            "--verified-by",
+            "dana",
+        ],
+        home,
+    )
+    assert empty.returncode == 2 and b"refused" in empty.stderr
+    ok(
+        run(
+            [
+                "incident",
+                "confirm",
+                incident_id,
+                "--root-cause",
+                "prompt v17 prefers phone lookups",
+                "--fix-version",
+                "v18",
+                "--verified-by",
+                "dana",
+            ],
+            home,
+        )
+    )
+    final = wait_phase(home, incident_id, "COMPLETED")
+    assert final["confirmation"]["verified_by"] == "dana" and final["regression_case_id"]
+
+    out = tmp_path / "report.html"
+    ok(run(["report", incident_id, "--format", "html", "-o", str(out)], home))
+    page = out.read_text()
+    assert "prompt v17 prefers phone lookups" in page and "<script" not in page
+    assert (
+        json.loads(ok(run(["report", incident_id, "--format", "json"], home)))["report"][
+            "incident_id"
+        ]
+        == incident_id
+    )
+    groups = json.loads(ok(run(["signatures", "--json"], home)))["signatures"]
+    assert {g["signature"]: g["count"] for g in groups}[
+        "DATA_NONUNIQUE_LOOKUP_WRONG_RECIPIENT"
+    ] == 1
+
+    v17 = run(["regress", "--candidate", "prompt=v17", "--repeat", "3", "--json"], home)
+    assert v17.returncode == 1 and json.loads(v17.stdout)["passed"] is False
+    v18 = json.loads(
+        ok(run(["regress", "--candidate", "prompt=v18", "--repeat", "3", "--json"], home))
+    )
+    assert v18["passed"] is True and v18["cases"][0]["case_id"] == final["regression_case_id"]
+
+    # the same gate from a project's own pytest run
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "test_release.py").write_text(
+        "def test_v18(replaybook_gate):\n    replaybook_gate(prompt='v18', repeat=2)\n"
+        "def test_v17(replaybook_gate):\n    replaybook_gate(prompt='v17', repeat=3)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REPLAYBOOK_")} | {
+        "REPLAYBOOK_HOME": str(home)
+    }
+    gate = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(project)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=project,
+        timeout=300,
+    )
+    assert "1 passed, 1 failed" in gate.stdout or "1 failed, 1 passed" in gate.stdout, (
+        gate.stdout + gate.stderr
+    )
+    assert "no email.send where to equal 'bob@example.com'" in gate.stdout
+
+    retired = run(
+        [
+            "regress",
+            "retire",
+            final["regression_case_id"],
+            "--reason",
+            "superseded by the v18 rollout",
+        ],
+        home,
+    )
+    assert retired.returncode == 0
+    after = json.loads(ok(run(["regress", "--candidate", "prompt=v17", "--json"], home)))
+    assert after["cases"] == [] and after["passed"] is True
+    missing = run(["incident", "status", "INC-nope"], home)
+    assert missing.returncode == 2 and b"incident not found" in missing.stderr
