@@ -49,7 +49,8 @@ RETRY = RetryPolicy(
         "RunNotFoundError",
     ],
 )
-SHORT = timedelta(minutes=2)
+# short activities (store reads and writes): a worker that died holding one is noticed quickly
+SHORT = timedelta(seconds=20)
 
 
 @workflow.defn(name="Incident")
