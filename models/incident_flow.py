@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import Field
 
 from models.base import Instant, Record
-from models.enums import FixtureMissPolicy, ReplayMode
+from models.enums import FixtureMissPolicy, ReplayConfidence, ReplayMode
 
 
 class IncidentPhase(StrEnum):
@@ -78,6 +78,7 @@ class IncidentReplay(Record):
     label: str
     mode: ReplayMode
     status: str
+    confidence: ReplayConfidence = ReplayConfidence.LIMITED
     reproduced: int | None = None
     runs: int | None = None
     rate: float | None = None

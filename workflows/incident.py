@@ -299,6 +299,7 @@ class IncidentWorkflow:
                     label=label,
                     mode=outcome.mode,
                     status=outcome.status.value,
+                    confidence=outcome.confidence,
                     reproduced=summary.get(
                         "reproduced",
                         1 if outcome.reproduced else 0 if outcome.reproduced is not None else None,
