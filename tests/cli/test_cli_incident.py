@@ -192,3 +192,86 @@ def test_incident_commands_end_to_end(home: Path, tmp_path: Path) -> None:
     assert after["cases"] == [] and after["passed"] is True
     missing = run(["incident", "status", "INC-nope"], home)
     assert missing.returncode == 2 and b"incident not found" in missing.stderr
+
+
+def test_resolve_side_effect_from_the_command_line(home: Path) -> None:
+    import sqlite3
+
+    view = json.loads(
+        ok(
+            run(
+                [
+                    "agent",
+                    "run",
+                    "support-desk",
+                    "--scenario",
+                    "refund-timeout",
+                    "--seed",
+                    "3",
+                    "--json",
+                ],
+                home,
+            )
+        )
+    )
+    (effect,) = view["side_effects"]
+    shown = json.loads(ok(run(["runs", "show", view["run_id"], "--json"], home)))
+    preq = shown["side_effects"][0]["provider_request_id"]
+    # the provider filed the refund under another key: reconciliation cannot tell, a human must
+    with sqlite3.connect(home / "replaybook.db") as conn:
+        conn.execute(
+            "UPDATE sim_refunds SET idempotency_key='someone-else' WHERE provider_request_id=?",
+            (preq,),
+        )
+    incident_id = json.loads(
+        ok(run(["incident", "open", view["run_id"], "--repeat", "1", "--json"], home))
+    )["incident_id"]
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        current = status(home, incident_id)
+        if current["pending"]:
+            break
+        time.sleep(0.3)
+    assert current["phase"] == "RECONCILING"
+    assert current["pending"][0]["side_effect_id"] == effect["id"]
+    refused = run(
+        [
+            "incident",
+            "resolve-side-effect",
+            incident_id,
+            effect["id"],
+            "--outcome",
+            "maybe",
+            "--evidence",
+            "x",
+        ],
+        home,
+    )
+    assert refused.returncode == 2 and b"--outcome must be applied or not-applied" in refused.stderr
+    ok(
+        run(
+            [
+                "incident",
+                "resolve-side-effect",
+                incident_id,
+                effect["id"],
+                "--outcome",
+                "applied",
+                "--evidence",
+                "provider dashboard shows the refund paid",
+                "--by",
+                "dana",
+            ],
+            home,
+        )
+    )
+    after = wait_phase(home, incident_id, "AWAITING_CONFIRMATION")
+    assert (
+        after["side_effects"][0]["status"] == "RECONCILED"
+        and after["side_effects"][0]["applied"] is True
+    )
+    retry = run(["side-effects", "retry", effect["id"]], home)
+    assert (
+        retry.returncode == 2
+        and b"only an effect proved not applied may be retried" in retry.stderr
+    )
