@@ -40,11 +40,3 @@ def exhausted(budget: ReplayBudget, used: BudgetUsage) -> str | None:
     ):
         return f"max_duration {budget.max_duration.total_seconds():g}s reached"
     return None
-
-
-def remaining_model_calls(budget: ReplayBudget, used: BudgetUsage) -> int | None:
-    return (
-        None
-        if budget.max_model_calls is None
-        else max(0, budget.max_model_calls - used.model_calls)
-    )

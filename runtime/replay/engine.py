@@ -42,12 +42,11 @@ from runtime.policy import RecordingPolicyEngine
 from runtime.ports import ArtifactStore, EventLedger, EvidenceReader, NewEvent
 from runtime.recorder import RunRecorder
 from runtime.replay.catalog import AgentCatalog
+from runtime.replay.evidence_gateways import ReplayApprovalGateway, ReplayKnowledgeGateway
 from runtime.replay.gateways import (
     FixedAgentClock,
     LiveModelProvider,
     RecordedModelProvider,
-    ReplayApprovalGateway,
-    ReplayKnowledgeGateway,
     ReplayToolGateway,
     StepLedger,
 )
