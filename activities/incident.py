@@ -12,6 +12,7 @@ from temporalio import activity
 
 from models import EvidenceFreezeRequest, EvidenceType, SideEffectRecord, SideEffectStatus
 from models.canonical import canonicalize
+from models.errors import NotFoundError
 from models.incident_flow import (
     FreezeSummary,
     IncidentView,
@@ -173,23 +174,12 @@ class IncidentActivities:
         )
         if case is None:
             return None
-        existing = (
+        try:
+            # a retried activity finds the case it already wrote (with its first created_at)
             await self.incidents.get_case(case.case_id)
-            if await self._has_case(case.case_id)
-            else None
-        )
-        if existing is None:
+        except NotFoundError:
             await self.incidents.put_case(case)
         return case.case_id
-
-    async def _has_case(self, case_id: str) -> bool:
-        from models.errors import NotFoundError
-
-        try:
-            await self.incidents.get_case(case_id)
-        except NotFoundError:
-            return False
-        return True
 
     @activity.defn(name="build_incident_report")
     async def build_incident_report(self, view: IncidentView) -> dict[str, str]:

@@ -45,6 +45,15 @@ def parse_pairs(
     return pairs
 
 
+def parse_miss_policy(text: str) -> FixtureMissPolicy:
+    name = text.upper().replace("-", "_")
+    if name not in FixtureMissPolicy.__members__:
+        raise InvalidInputError(
+            f"--on-fixture-miss must be fail, stub or sandbox-live, not {text!r}"
+        )
+    return FixtureMissPolicy[name]
+
+
 async def _handle(incident_id: str):  # type: ignore[no-untyped-def]
     from temporalio.service import RPCError
 
@@ -99,27 +108,22 @@ async def incident_open(
 ) -> None:
     """Open an incident for RUN_ID: starts the Incident workflow (id = incident id)."""
     from activities.incident import new_incident_id
-    from worker.stores import open_stores
+    from worker.stores import require_run
     from worker.temporal import connect
     from workflows.incident import IncidentWorkflow
 
     pairs = parse_pairs(
         counterfactual, "--counterfactual", ("prompt", "model", "policy", "retriever")
     )
-    miss = on_fixture_miss.upper().replace("-", "_")
-    if miss not in FixtureMissPolicy.__members__:
-        raise InvalidInputError(
-            f"--on-fixture-miss must be fail, stub or sandbox-live, not {on_fixture_miss!r}"
-        )
+    miss = parse_miss_policy(on_fixture_miss)
     settings = Settings.from_env()
-    async with open_stores(settings) as stores:
-        await stores.ledger.get_run(run_id)  # an unknown run is refused before anything starts
+    await require_run(settings, run_id)
     request = IncidentRequest(
         incident_id=incident_id or new_incident_id(),
         source_run_id=run_id,
         counterfactuals=tuple(Counterfactual(kind=k, value=v) for k, v in pairs),  # type: ignore[arg-type]
         repeat=repeat,
-        miss_policy=FixtureMissPolicy[miss],
+        miss_policy=miss,
     )
     client = await connect(settings)
     await client.start_workflow(
@@ -294,12 +298,8 @@ async def _gate(
         raise InvalidInputError(
             "name the candidate: --candidate prompt=V (or model=, policy=, retriever=)"
         )
-    miss = on_fixture_miss.upper().replace("-", "_")
-    if miss not in FixtureMissPolicy.__members__:
-        raise InvalidInputError(
-            f"--on-fixture-miss must be fail, stub or sandbox-live, not {on_fixture_miss!r}"
-        )
-    result = await run_gate(Settings.from_env(), pairs, repeat=repeat, miss=FixtureMissPolicy[miss])
+    miss = parse_miss_policy(on_fixture_miss)
+    result = await run_gate(Settings.from_env(), pairs, repeat=repeat, miss=miss)
     if as_json:
         print_json(result)
     else:

@@ -163,6 +163,7 @@ async def replay_start(
     as_json: JsonOption = False,
 ) -> None:
     """Start a replay of RUN_ID (a Temporal workflow whose id is the replay id)."""
+    from worker.stores import require_run
     from worker.temporal import connect
     from workflows.replay import ReplayWorkflow
 
@@ -199,8 +200,7 @@ async def replay_start(
         simulation=simulation,
     )
     settings = Settings.from_env()
-    async with _stores_check(settings, run_id):
-        pass
+    await require_run(settings, run_id)
     client = await connect(settings)
     handle = await client.start_workflow(
         ReplayWorkflow.run,
@@ -218,21 +218,6 @@ async def replay_start(
         print_json(view)
     else:
         _print_outcome(view)
-
-
-def _stores_check(settings: Settings, run_id: str):  # type: ignore[no-untyped-def]
-    """Refuse an unknown run id before anything is started (exit 2 naming it)."""
-    import contextlib
-
-    from worker.stores import open_stores
-
-    @contextlib.asynccontextmanager
-    async def check():  # type: ignore[no-untyped-def]
-        async with open_stores(settings) as stores:
-            await stores.ledger.get_run(run_id)
-            yield
-
-    return check()
 
 
 def _print_outcome(view: dict[str, Any]) -> None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 from examples.support_desk.providers import SimulatedWorld
 from examples.support_desk.spec import run_scenario
@@ -176,7 +175,3 @@ async def run_incident_demo(settings: Settings, echo: Echo = print) -> None:
         f"done in {time.monotonic() - started:.0f}s. The stack keeps running for the Web UI ({ui}); "
         "stop it with: .venv/bin/replaybook dev down"
     )
-
-
-def report_paths(home: Path) -> list[Path]:
-    return sorted((home / "reports").glob("*.html"))

@@ -43,3 +43,9 @@ async def open_stores(settings: Settings) -> AsyncIterator[Stores]:
         )
     finally:
         await db.dispose()
+
+
+async def require_run(settings: Settings, run_id: str) -> None:
+    """Refuse an unknown run id (``RunNotFoundError`` naming it) before anything is started."""
+    async with open_stores(settings) as stores:
+        await stores.ledger.get_run(run_id)
