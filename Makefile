@@ -7,6 +7,7 @@ STAMP  := $(VENV)/.installed
 .PHONY: install demo test bench lint clean
 
 install: $(STAMP)
+	bash infra/ensure-bubblewrap.sh
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)

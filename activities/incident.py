@@ -15,6 +15,7 @@ from models.canonical import canonicalize
 from models.errors import NotFoundError
 from models.incident_flow import (
     FreezeSummary,
+    IncidentPhase,
     IncidentView,
     ReconcileOutcome,
     RootCauseConfirmation,
@@ -29,6 +30,7 @@ from runtime.reconcile import SideEffectReconciler, reconcile_side_effect, resol
 from runtime.recorder import RunRecorder
 from stores.sql.incidents import SqlIncidentStore
 from stores.sql.trajectory import load_trajectory
+from worker import observe
 from worker.stores import Stores
 
 log = structlog.get_logger(__name__)
@@ -81,7 +83,14 @@ class IncidentActivities:
         effects: list[SideEffectRecord] = await self.stores.evidence.records(
             SideEffectRecord, run_id
         )
-        return [e.side_effect_id for e in effects if e.status is SideEffectStatus.UNKNOWN]
+        unknown = {
+            e.side_effect_id: e.capability_id
+            for e in effects
+            if e.status is SideEffectStatus.UNKNOWN
+        }
+        # counted once per incident (the workflow id), however often the activity is retried
+        observe.unknown_side_effects_found(activity.info().workflow_id, unknown)
+        return list(unknown)
 
     async def _recorder(self, run_id: str) -> RunRecorder:
         return RunRecorder(self.stores.ledger, self.stores.artifacts, run_id)
@@ -102,7 +111,7 @@ class IncidentActivities:
             side_effect_id=side_effect_id,
             reason=result.reason,
         )
-        return ReconcileOutcome(
+        outcome = ReconcileOutcome(
             side_effect_id=side_effect_id,
             capability_id=record.capability_id,
             status=record.status.value,
@@ -110,6 +119,8 @@ class IncidentActivities:
             needs_human=result.needs_human,
             reason=result.reason,
         )
+        observe.reconciled(outcome, by_human=False)
+        return outcome
 
     @activity.defn(name="resolve_side_effect_by_human")
     async def resolve_side_effect_by_human(
@@ -123,7 +134,7 @@ class IncidentActivities:
             evidence_text=resolution.evidence,
             resolved_by=resolution.resolved_by,
         )
-        return ReconcileOutcome(
+        outcome = ReconcileOutcome(
             side_effect_id=record.side_effect_id,
             capability_id=record.capability_id,
             status=record.status.value,
@@ -131,6 +142,8 @@ class IncidentActivities:
             needs_human=False,
             reason=f"resolved by {resolution.resolved_by}",
         )
+        observe.reconciled(outcome, by_human=True)
+        return outcome
 
     @activity.defn(name="sign_failure")
     async def sign_failure(self, incident_id: str, run_id: str) -> SignatureResult:
@@ -155,6 +168,8 @@ class IncidentActivities:
             phase=view.phase.value,
             record=view.model_dump(mode="json"),
         )
+        if view.phase in (IncidentPhase.COMPLETED, IncidentPhase.FAILED):
+            observe.incident_ended(view)
 
     @activity.defn(name="create_regression_case")
     async def create_regression_case(
@@ -179,6 +194,7 @@ class IncidentActivities:
             await self.incidents.get_case(case.case_id)
         except NotFoundError:
             await self.incidents.put_case(case)
+            observe.regression_case_created(case.case_id)
         return case.case_id
 
     @activity.defn(name="build_incident_report")

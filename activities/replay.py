@@ -6,12 +6,16 @@ import asyncio
 
 import structlog
 from temporalio import activity
+from temporalio.exceptions import ApplicationError
 
+from activities.sandbox.runner import SandboxedSteps
 from models import RunStatus
 from models.comparison import compare_trajectories, reproduces
+from models.errors import SandboxError
 from models.replay_flow import ComparisonResult, PreparedReplay, ReplayPlan, StepInput, StepOutput
 from runtime.replay.engine import ReplayEngine
 from stores.sql.trajectory import load_trajectory
+from worker import observe
 
 log = structlog.get_logger(__name__)
 
@@ -25,8 +29,11 @@ async def _heartbeat(detail: str, every: float = 1.0) -> None:
 class ReplayActivities:
     """Activity methods; the engine (and through it every store) is injected by the worker."""
 
-    def __init__(self, engine: ReplayEngine) -> None:
+    def __init__(self, engine: ReplayEngine, sandboxed: SandboxedSteps | None = None) -> None:
         self.engine = engine
+        #: runs the steps under bubblewrap; None only with the development flag (the engine
+        #: then records the isolation ``none (dev flag)``)
+        self.sandboxed = sandboxed
 
     @activity.defn(name="prepare_replay")
     async def prepare_replay(self, plan: ReplayPlan) -> PreparedReplay:
@@ -38,6 +45,10 @@ class ReplayActivities:
             ok=prepared.ok,
             problems=list(prepared.problems),
         )
+        if not prepared.ok:
+            observe.replay_ended_early(
+                plan.replay_id, plan.mode, "failed", "; ".join(prepared.problems)
+            )
         return prepared
 
     @activity.defn(name="replay_step")
@@ -46,7 +57,15 @@ class ReplayActivities:
         # waiting out the whole start-to-close timeout (a live model call can be slow)
         beating = asyncio.create_task(_heartbeat(step.step_id))
         try:
-            return await self.engine.run_steps(step)
+            if self.sandboxed is None:
+                return await self.engine.run_steps(step)
+            return await self.sandboxed.run_steps(step)
+        except SandboxError as exc:
+            log.warning("sandboxed step failed", replay_id=step.plan.replay_id, error=str(exc))
+            if getattr(exc, "retryable", True):
+                raise
+            # a limit or a violation: running the same hostile code again cannot help
+            raise ApplicationError(str(exc), type=type(exc).__name__, non_retryable=True) from exc
         finally:
             beating.cancel()
 
@@ -58,12 +77,20 @@ class ReplayActivities:
         source = await load_trajectory(self.engine.ledger, plan.source_run_id, after_sequence=after)
         replay = await load_trajectory(self.engine.ledger, plan.replay_id)
         comparison = compare_trajectories(source, replay)
-        return ComparisonResult(comparison=comparison, reproduced=reproduces(comparison))
+        result = ComparisonResult(comparison=comparison, reproduced=reproduces(comparison))
+        await observe.replay_compared(self.engine.ledger, plan, result)
+        return result
 
     @activity.defn(name="close_replay_run")
     async def close_replay_run(self, replay_id: str, reason: str) -> None:
         """Mark the replay run ended early (canceled or failed) in its header."""
+        mode = "unknown"
         try:
-            await self.engine.ledger.finish_run(replay_id, RunStatus.FAILED, {"ended": reason})
+            closed = await self.engine.ledger.finish_run(
+                replay_id, RunStatus.FAILED, {"ended": reason}
+            )
+            mode = closed.labels.get("mode", mode)
         except Exception as exc:  # the run may not exist yet (canceled while preparing)
             log.info("no replay run to close", replay_id=replay_id, error=str(exc))
+        if reason == "canceled":
+            observe.replay_ended_early(replay_id, mode, "canceled", reason)

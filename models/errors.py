@@ -12,6 +12,7 @@ so they are never renamed. Each class carries a stable ``code`` for the CLI and 
     │   ├── RunNotFoundError
     │   ├── ArtifactNotFoundError
     │   ├── UnknownCapabilityError     a tool that is not in the capability registry
+    │   ├── ContentDestroyedError      raw content destroyed by a deletion request (crypto-shredded)
     │   └── GraphNotFoundError         a graph id/version that was never registered
     ├── ConflictError                  a write that contradicts what is recorded
     │   ├── SequenceConflictError      an append that is not the next link of the chain
@@ -26,6 +27,7 @@ so they are never renamed. Each class carries a stable ``code`` for the CLI and 
     │   └── RetryNotAllowedError       retry of an effect that is applied or still in flight
     ├── ActionRefusedError             the runtime refused to execute an action
     │   ├── PolicyDeniedError          the policy said DENY
+    │   ├── AccessDeniedError          raw evidence read without the forensic role, a reason or the key
     │   └── ApprovalError              no valid approval bound to this action
     │       ├── ApprovalMissingError
     │       ├── ApprovalExpiredError
@@ -35,7 +37,11 @@ so they are never renamed. Each class carries a stable ``code`` for the CLI and 
     ├── FixtureMissError               replay met a request with no recorded fixture (policy FAIL)
     ├── BudgetExhaustedError           a replay's budget ran out (the replay ends partial)
     ├── StoreError                     a backend failed (connection, permissions, …)
-    └── ModelProviderError             a model endpoint failed or answered nonsense
+    ├── ModelProviderError             a model endpoint failed or answered nonsense
+    └── SandboxError                   replay-step isolation (rule 16)
+        ├── SandboxUnavailableError    the sandbox cannot be created: steps are refused
+        ├── SandboxViolationError      a sandboxed step asked for what a replay may not do
+        └── SandboxedStepFailedError   the sandboxed step process died (a limit, a crash)
 
 A replay that differs from its source is a result (``TrajectoryDiff``), never an error.
 """
@@ -80,6 +86,13 @@ class RunNotFoundError(NotFoundError):
 
 class ArtifactNotFoundError(NotFoundError):
     code = "artifact_not_found"
+
+
+class ContentDestroyedError(NotFoundError):
+    """Raw content that a deletion request destroyed (its data key is gone); the message names
+    the request and the time."""
+
+    code = "content_destroyed"
 
 
 class ConflictError(ReplaybookError):
@@ -179,6 +192,12 @@ class PolicyDeniedError(ActionRefusedError):
     code = "policy_denied"
 
 
+class AccessDeniedError(ActionRefusedError):
+    """Reading raw evidence without the forensic role, without a reason, or without the key."""
+
+    code = "access_denied"
+
+
 class ApprovalError(ActionRefusedError):
     code = "approval_invalid"
 
@@ -213,3 +232,28 @@ class BudgetExhaustedError(ReplaybookError):
     """A replay's budget ran out; the replay stops cleanly with a partial result (rule 15)."""
 
     code = "budget_exhausted"
+
+
+class SandboxError(ReplaybookError):
+    code = "sandbox_error"
+
+
+class SandboxUnavailableError(SandboxError):
+    """bubblewrap cannot create the sandbox; a replay worker then refuses to run steps rather
+    than run them unsandboxed (unless started with the explicit development flag)."""
+
+    code = "sandbox_unavailable"
+
+
+class SandboxViolationError(SandboxError):
+    """A sandboxed step asked its broker for something a replay step may not do (a write to
+    another run, an unknown call) or broke the pipe protocol."""
+
+    code = "sandbox_violation"
+
+
+class SandboxedStepFailedError(SandboxError):
+    """The sandboxed step process ended without an answer: killed by a limit (CPU, memory,
+    file size, processes), by the wall-clock timeout, or crashed. The message names why."""
+
+    code = "sandboxed_step_failed"

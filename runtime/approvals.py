@@ -70,7 +70,7 @@ class RecordingApprovalGateway:
         record = ApprovalRecord(
             approval_id=f"appr-{uuid.uuid4().hex[:16]}",
             approver=who,
-            action_hash=action_hash(capability_id, arguments),
+            action_hash=action_hash(capability_id, self.recorder.hashing_view(dict(arguments))),
             decision=decision,
             approved_at=now,
             expires_at=now + validity,

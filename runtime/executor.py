@@ -82,14 +82,17 @@ async def execute_graph(
             E.RUN_FAILED, payload={"error": type(exc).__name__, "message": str(exc), "steps": steps}
         )
         await ledger.finish_run(
-            recorder.run_id, RunStatus.FAILED, {"error": type(exc).__name__, "message": str(exc)}
+            recorder.run_id,
+            RunStatus.FAILED,
+            recorder.hashing_view({"error": type(exc).__name__, "message": str(exc)}),
         )
         log.warning("run failed", run_id=recorder.run_id, error=type(exc).__name__)
         raise
     recorder.step_id = "run"
     outcome = normalize_json(output)
     await recorder.record(E.RUN_COMPLETED, payload={"outcome": outcome, "steps": steps})
-    await ledger.finish_run(recorder.run_id, RunStatus.COMPLETED, outcome)
+    # the run header holds the sanitized outcome, like the RUN_COMPLETED event (rule 17)
+    await ledger.finish_run(recorder.run_id, RunStatus.COMPLETED, recorder.hashing_view(outcome))
     log.info("run completed", run_id=recorder.run_id, graph=graph.key, steps=steps)
     return RunResult(recorder.run_id, RunStatus.COMPLETED, outcome, state, steps)
 

@@ -63,7 +63,7 @@ class RecordingPolicyEngine:
         record = PolicyDecisionRecord(
             policy_id=policy.policy_id,
             policy_version=policy.version,
-            input_hash=canonical_hash(dict(policy_input)),
+            input_hash=canonical_hash(self.recorder.hashing_view(dict(policy_input))),
             sanitized_input=self.sanitize(dict(policy_input)),
             decision=decision,
             reasons=tuple(reasons),

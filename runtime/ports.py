@@ -83,6 +83,11 @@ class NewEvent:
     record: HashedRecord | None = None
     payload: JsonValue = None
     event_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    #: set when the payload above is a sanitized view (rule 17): the canonical raw bytes it
+    #: was made from (kept encrypted beside it), the policy version and the data subject
+    raw: bytes | None = None
+    redaction_policy_version: str | None = None
+    subject_id: str | None = None
 
     def payload_json(self) -> Any:
         return self.record.canonical_payload() if self.record is not None else self.payload

@@ -2,6 +2,12 @@
 
 Synchronous observations (clock reads) are buffered and written just before the next event,
 in the same transaction, so the order the agent saw is the order the chain records.
+
+With a ``redaction`` policy (rule 17) every payload is written as its sanitized view, the raw
+canonical bytes handed to the ledger to be kept encrypted under the run's ``subject_id``; JSON
+put in the artifact store (messages, checkpoint state) is sanitized the same way. Hashes that
+key replay lookups (fixture request hash, action hash, policy input hash) are taken over
+``hashing_view`` — the sanitized view — so replay, which sees sanitized evidence, matches them.
 """
 
 from __future__ import annotations
@@ -21,6 +27,8 @@ from models import (
 )
 from models.canonical import canonicalize
 from models.digest import sha256_digest
+from models.errors import InvalidInputError
+from models.redaction import RedactionPolicy
 from runtime.clock import SystemAgentClock
 from runtime.ports import ArtifactStore, EventLedger, NewEvent
 
@@ -37,6 +45,8 @@ class RunRecorder:
         clock: SystemAgentClock | None = None,
         *,
         deferred: bool = False,
+        redaction: RedactionPolicy | None = None,
+        subject_id: str | None = None,
     ) -> None:
         self.ledger = ledger
         self.artifacts = artifacts
@@ -49,14 +59,65 @@ class RunRecorder:
         #: deferred: keep every event until ``flush`` writes them in one atomic append (a replay
         #: step is recorded whole or not at all, so a retried step never duplicates events)
         self.deferred = deferred
+        #: None: payloads are recorded as given, with no raw/sanitized metadata (as before 0003)
+        self.redaction = redaction
+        self.subject_id = subject_id
+
+    def hashing_view(self, value: Any) -> Any:
+        """The view lookup hashes are computed over: sanitized, so raw and sanitized inputs
+        hash the same (sanitizing is idempotent)."""
+        return self.redaction.sanitize(value) if self.redaction is not None else value
+
+    def _event(
+        self,
+        step_id: str,
+        type: ExecutionEventType,
+        record: HashedRecord | None,
+        payload: JsonValue,
+    ) -> NewEvent:
+        logical_time = self.logical_time()
+        if self.redaction is None:
+            return NewEvent(step_id, type, logical_time, record=record, payload=payload)
+        raw = record.canonical_payload() if record is not None else payload
+        sanitized = self.redaction.sanitize(raw)
+        if record is not None and sanitized != raw:
+            try:
+                record = type_of(record).model_validate(sanitized)
+            except ValueError as exc:
+                raise InvalidInputError(
+                    f"the sanitized view of a {type_of(record).__name__} is not a valid record "
+                    f"(redaction policy {self.redaction.version}): {exc}"
+                ) from exc
+        return NewEvent(
+            step_id,
+            type,
+            logical_time,
+            record=record,
+            payload=sanitized if record is None else None,
+            raw=canonicalize(raw),
+            redaction_policy_version=self.redaction.version,
+            subject_id=self.subject_id,
+        )
 
     def logical_time(self) -> datetime:
         return self.clock.logical_time()
 
     def buffer_clock_read(self, value: datetime) -> None:
-        self._pending.append(
-            NewEvent(self.step_id, E.CLOCK_READ, value, payload={"value": format_instant(value)})
+        event = NewEvent(
+            self.step_id, E.CLOCK_READ, value, payload={"value": format_instant(value)}
         )
+        if self.redaction is not None:  # a clock reading holds no personal data
+            data = canonicalize(event.payload)
+            event = NewEvent(
+                event.step_id,
+                event.type,
+                value,
+                payload=event.payload,
+                raw=data,
+                redaction_policy_version=self.redaction.version,
+                subject_id=self.subject_id,
+            )
+        self._pending.append(event)
 
     async def record(
         self,
@@ -68,9 +129,7 @@ class RunRecorder:
     ) -> ExecutionEvent | None:
         """Append one event (after any buffered ones) and return it once it is durable; in
         deferred mode only buffer it (and return None)."""
-        event = NewEvent(
-            step_id or self.step_id, type, self.logical_time(), record=record, payload=payload
-        )
+        event = self._event(step_id or self.step_id, type, record, payload)
         if self.deferred:
             self._pending.append(event)
             return None
@@ -90,8 +149,22 @@ class RunRecorder:
             self.last_sequence = appended[-1].sequence
 
     async def store_json(self, value: Any) -> str:
-        """Put canonical JSON into the artifact store; returns its digest."""
-        return await self.artifacts.put(canonicalize(value))
+        """Put canonical JSON (its sanitized view) into the artifact store; returns its digest."""
+        return (await self._store_sanitized(value))[0]
+
+    async def _store_sanitized(self, value: Any) -> tuple[str, bytes]:
+        if self.redaction is None:
+            data = canonicalize(value)
+            return await self.artifacts.put(data), data
+        raw = canonicalize(value)
+        data = canonicalize(self.redaction.sanitize(value))
+        digest = await self.artifacts.put(data)
+        vault = getattr(self.ledger, "vault", None)
+        if data != raw and vault is not None:
+            await vault.record_artifact_raw(
+                self.run_id, raw, digest, self.redaction.version, self.subject_id
+            )
+        return digest, data
 
     async def checkpoint(
         self,
@@ -100,8 +173,7 @@ class RunRecorder:
         schema_version: int,
         context_snapshot_id: str | None,
     ) -> ReplayCheckpoint:
-        data = canonicalize(state)
-        state_ref = await self.artifacts.put(data)
+        state_ref, data = await self._store_sanitized(state)
         checkpoint = ReplayCheckpoint(
             run_id=self.run_id,
             step_id=step_id,
@@ -114,3 +186,7 @@ class RunRecorder:
         )
         await self.record(E.CHECKPOINT, record=checkpoint, step_id=step_id)
         return checkpoint
+
+
+def type_of(record: HashedRecord) -> type[HashedRecord]:
+    return type(record)

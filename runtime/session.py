@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from models import PinnedVersions, RunRecord
+from models.privacy import run_subjects
 from runtime.approvals import Approver, RecordingApprovalGateway
 from runtime.capabilities import CapabilityRegistry
 from runtime.environment import AgentEnvironment
@@ -19,11 +20,12 @@ from runtime.manifests import capture_environment, capture_source_code
 from runtime.model_gateway import RecordingModelGateway
 from runtime.policy import PolicySet, RecordingPolicyEngine
 from runtime.ports import ArtifactStore, EventLedger, ModelProvider
+from runtime.privacy.redaction import recording_redaction
 from runtime.prompts import PromptBundle
 from runtime.recorder import RunRecorder
 from runtime.tools import RecordingToolGateway, ToolProvider
 
-#: until the versioned redaction policy exists, payloads are recorded as given
+#: payloads recorded as given (no sanitized view); agents opt in with ``redact-v1``
 NO_REDACTION = "none"
 
 
@@ -56,7 +58,15 @@ async def record_run(
     seed: int,
     labels: Mapping[str, str] | None = None,
 ) -> RunResult:
-    recorder = RunRecorder(ledger, artifacts, run_id)
+    run_labels = {"prompt_version": spec.prompts.version, **dict(labels or {})}
+    subjects = run_subjects(run_labels)
+    recorder = RunRecorder(
+        ledger,
+        artifacts,
+        run_id,
+        redaction=recording_redaction(spec.redaction_policy_version, spec.capabilities),
+        subject_id=subjects[0].subject_id if subjects else None,
+    )
     policy = RecordingPolicyEngine(spec.policies, recorder, spec.sanitize)
     env = AgentEnvironment(
         run_id=run_id,
@@ -93,7 +103,10 @@ async def record_run(
             ),
             environment=environment,
             source_code=capture_source_code(spec.source_root) if spec.source_root else None,
-            labels={"prompt_version": spec.prompts.version, **dict(labels or {})},
+            labels=run_labels,
         )
     )
+    vault = getattr(ledger, "vault", None)
+    if vault is not None:
+        await vault.add_subjects(run_id, subjects)
     return await execute_graph(spec.graph, env, recorder, ledger, agent_input, seed=seed)

@@ -126,7 +126,7 @@ class RecordingToolGateway:
                 call_id, capability_id, arguments, response, outcome, started
             )
 
-        ahash = action_hash(capability_id, arguments)
+        ahash = action_hash(capability_id, self.recorder.hashing_view(arguments))
         await self._authorize(capability_id, arguments, ahash, approval)
 
         async def send(key: str, preq: str) -> dict[str, Any]:
@@ -233,7 +233,8 @@ async def record_tool_call(
     fixture = ToolFixture(
         tool_call_id=call_id,
         capability_id=capability_id,
-        request_hash=request_hash(capability_id, request),
+        # over the sanitized request: replay, which sees sanitized evidence, hashes the same
+        request_hash=request_hash(capability_id, recorder.hashing_view(dict(request))),
         sanitized_request=sanitized_request,
         sanitized_response=sanitized_response,
         outcome=outcome,

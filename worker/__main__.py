@@ -4,21 +4,58 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import os
 import signal
 import sys
 
+from activities.sandbox.config import NO_ISOLATION
 from worker.logs import configure_logging
+from worker.metrics import port_from_env, serve_metrics
 from worker.settings import Settings
 from worker.temporal import run_workers
+
+
+def start_metrics_endpoints() -> None:
+    """Replaybook's metrics on ``REPLAYBOOK_METRICS_PORT`` and the Temporal SDK's own (task
+    latencies, poll and slot counts, sticky cache…) on ``REPLAYBOOK_TEMPORAL_METRICS_PORT``,
+    each only when set. The SDK's metrics come from its Rust core, which serves them itself:
+    its runtime must be the default one before any client connects."""
+    port = port_from_env("REPLAYBOOK_METRICS_PORT")
+    if port is not None:
+        serve_metrics(port)
+    sdk_port = port_from_env("REPLAYBOOK_TEMPORAL_METRICS_PORT")
+    if sdk_port is not None:
+        from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
+
+        Runtime.set_default(
+            Runtime(
+                telemetry=TelemetryConfig(
+                    metrics=PrometheusConfig(
+                        bind_address=f"0.0.0.0:{sdk_port}", durations_as_seconds=True
+                    )
+                )
+            ),
+            error_if_already_set=True,
+        )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m worker", description=__doc__)
     parser.add_argument("--queue", choices=("control", "replay", "all"), default="all")
+    parser.add_argument(
+        "--unsandboxed",
+        action="store_true",
+        help="DEVELOPMENT ONLY: run replay steps without bubblewrap (recorded in each replay)",
+    )
     args = parser.parse_args()
     settings = Settings.from_env()
+    if args.unsandboxed:
+        settings = dataclasses.replace(
+            settings, sandbox=dataclasses.replace(settings.sandbox, isolation=NO_ISOLATION)
+        )
     configure_logging(settings.log_format)
+    start_metrics_endpoints()
 
     async def serve() -> None:
         task = asyncio.current_task()

@@ -141,22 +141,11 @@ def canonical(
 @run_async
 async def runs_list(as_json: JsonOption = False) -> None:
     """List recorded runs, newest first."""
+    from worker.run_views import list_runs_view
     from worker.stores import open_stores
 
     async with open_stores(Settings.from_env()) as stores:
-        runs = await stores.ledger.list_runs()
-    rows = [
-        {
-            "run_id": r.run_id,
-            "graph_id": r.graph_id,
-            "graph_version": r.graph_version,
-            "status": r.status,
-            "created_at": r.created_at.isoformat(),
-            "event_count": r.event_count,
-            "head_hash": r.head_hash,
-        }
-        for r in runs
-    ]
+        rows = await list_runs_view(stores)
     if as_json:
         print_json({"runs": rows})
         return
@@ -239,4 +228,16 @@ def main() -> None:  # pragma: no cover - console entry point
 
 
 # commands defined in other modules register themselves on ``app``
-from worker import cli_agent, cli_dev, cli_incident, cli_replay  # noqa: E402, F401
+from worker import (  # noqa: E402, F401  # noqa: E402, F401
+    cli_agent,
+    cli_api,
+    cli_dev,
+    cli_evidence,
+    cli_forensics,
+    cli_import,
+    cli_incident,
+    cli_privacy,
+    cli_replay,
+    cli_sandbox,
+    cli_slo,
+)

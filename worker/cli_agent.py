@@ -112,12 +112,31 @@ async def side_effects_retry(side_effect_id: str, as_json: JsonOption = False) -
 async def _recorded_arguments(stores, record: SideEffectRecord) -> dict:  # type: ignore[no-untyped-def]
     """The exact arguments of the recorded action: the policy decision whose input hash is the
     action hash holds them."""
+    from sqlalchemy import select
+
     from models import PolicyDecisionRecord
     from models.errors import NotFoundError
+    from stores.sql import schema
 
-    for decision in await stores.evidence.records(PolicyDecisionRecord, record.run_id):
+    table = schema.policy_decisions
+    async with stores.db.read() as conn:
+        rows = (
+            await conn.execute(
+                select(table.c.sequence, table.c.record).where(table.c.run_id == record.run_id)
+            )
+        ).all()
+    for row in rows:
+        decision = PolicyDecisionRecord.model_validate(row.record)
         if decision.input_hash == record.action_hash and isinstance(decision.sanitized_input, dict):
-            return dict(decision.sanitized_input["arguments"])
+            # the stored input is the sanitized view: the provider needs the raw arguments,
+            # read (with the KEK, audited) from the encrypted raw payload of that decision
+            raw = await stores.privacy.read_raw_evidence(
+                record.run_id,
+                row.sequence,
+                actor="side-effects-retry",
+                reason=f"retry of side effect {record.side_effect_id} proved not applied",
+            )
+            return dict(raw.content["sanitized_input"]["arguments"])
     raise NotFoundError(f"the arguments of side effect {record.side_effect_id} are not recorded")
 
 

@@ -19,7 +19,7 @@ from worker.settings import Settings
 
 dev_app = typer.Typer(
     help="The local development stack: Temporal dev server, SeaweedFS (when artifacts are on "
-    "s3:// and no endpoint is set) and the Replaybook worker, in the background.",
+    "s3:// and no endpoint is set), the Replaybook worker and the HTTP API, in the background.",
     no_args_is_help=True,
 )
 app.add_typer(dev_app, name="dev")
@@ -38,6 +38,13 @@ def _echo_status(status: dict[str, Any]) -> None:
         typer.echo(f"  {name:<10} {state:<17} pid {c['pid']!s:<8} {where}".rstrip())
         if c.get("error"):
             typer.echo(f"  {'':<10} {c['error']}")
+    if status.get("api_url"):
+        typer.echo(
+            f"  API {status['api_url']} (OpenAPI at /openapi.json; the admin dev_token is in "
+            "`replaybook dev status --json`)"
+        )
+    if status.get("worker_metrics_port"):
+        typer.echo(f"  worker metrics http://127.0.0.1:{status['worker_metrics_port']}/metrics")
 
 
 @dev_app.command("up")
@@ -60,6 +67,12 @@ def dev_up(
         int | None,
         typer.Option(help="SeaweedFS S3 port, when the stack runs it (default: a free port)."),
     ] = None,
+    api_port: Annotated[
+        int | None,
+        typer.Option(
+            "--api-port", envvar="REPLAYBOOK_API_PORT", help="HTTP API port (default: a free port)."
+        ),
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Start the stack in the background; on a running stack, restart only what died."""
@@ -70,6 +83,7 @@ def dev_up(
             temporal_port=temporal_port,
             ui_port=ui_port,
             s3_port=s3_port,
+            api_port=api_port,
             namespace=settings.temporal_namespace,
             echo=(lambda _: None) if as_json else typer.echo,
         )

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from models import FixtureMissPolicy
-from models.errors import InvalidInputError, NotFoundError
+from models.errors import ConflictError, InvalidInputError, NotFoundError
 from models.incident_flow import (
     Counterfactual,
     IncidentRequest,
@@ -19,6 +19,11 @@ from models.incident_flow import (
 from models.queues import CONTROL_QUEUE
 from worker.cli import JsonOption, app, print_json, run_async
 from worker.settings import Settings
+
+if TYPE_CHECKING:
+    from temporalio.client import Client, WorkflowHandle
+
+    from worker.stores import Stores
 
 incident_app = typer.Typer(
     help="Incidents: freeze, reconcile, sign, replay, confirm, report.", no_args_is_help=True
@@ -54,18 +59,105 @@ def parse_miss_policy(text: str) -> FixtureMissPolicy:
     return FixtureMissPolicy[name]
 
 
-async def _handle(incident_id: str):  # type: ignore[no-untyped-def]
+async def incident_handle(client: Client, incident_id: str) -> WorkflowHandle[Any, IncidentView]:
+    """The incident's workflow handle; ``NotFoundError`` when no such incident was opened."""
     from temporalio.service import RPCError
 
-    from worker.temporal import connect
-
-    client = await connect(Settings.from_env())
     handle = client.get_workflow_handle(incident_id, result_type=IncidentView)
     try:
         await handle.describe()
     except RPCError as exc:
-        raise InvalidInputError(f"incident not found: {incident_id!r} ({exc.message})") from None
+        raise NotFoundError(f"incident not found: {incident_id!r} ({exc.message})") from None
     return handle
+
+
+async def open_incident(client: Client, request: IncidentRequest) -> None:
+    """Start the ``Incident`` workflow (id = incident id); the caller has checked the run."""
+    from temporalio.exceptions import WorkflowAlreadyStartedError
+
+    from workflows.incident import IncidentWorkflow
+
+    try:
+        await client.start_workflow(
+            IncidentWorkflow.run, request, id=request.incident_id, task_queue=CONTROL_QUEUE
+        )
+    except WorkflowAlreadyStartedError:
+        raise ConflictError(f"incident {request.incident_id!r} already exists") from None
+
+
+async def incident_status_view(client: Client, incident_id: str) -> dict[str, Any]:
+    """The ``status`` query as JSON: phase, signature, replays with rates, pending tasks."""
+    handle = await incident_handle(client, incident_id)
+    view = await handle.query("status", result_type=IncidentView)
+    if view is None:
+        raise NotFoundError(f"incident {incident_id} has not started yet")
+    return view_json(view)
+
+
+async def _update(handle: WorkflowHandle[Any, IncidentView], name: str, arg: Any) -> Any:
+    """A Temporal update; a refusal by its validator (or a finished incident) is a conflict
+    with what the incident is waiting for."""
+    from temporalio.client import WorkflowUpdateFailedError
+    from temporalio.service import RPCError
+
+    try:
+        return await handle.execute_update(name, arg)
+    except WorkflowUpdateFailedError as exc:
+        raise ConflictError(f"refused: {exc.cause}") from None
+    except RPCError as exc:
+        raise ConflictError(f"refused: {exc.message}") from None
+
+
+async def resolve_side_effect(
+    client: Client, incident_id: str, resolution: SideEffectResolution
+) -> Any:
+    """Settle an UNKNOWN side effect no reconciler could (the ``resolve_side_effect`` update)."""
+    return await _update(
+        await incident_handle(client, incident_id), "resolve_side_effect", resolution
+    )
+
+
+async def confirm_root_cause(
+    client: Client,
+    incident_id: str,
+    *,
+    root_cause: str,
+    fix_version: str,
+    verified_by: str,
+    replay_ids: list[str] | None = None,
+) -> RootCauseConfirmation:
+    """The human's confirmation (the ``confirm_root_cause`` update, validated by the workflow:
+    non-empty, cites replays of this incident — all of them when ``replay_ids`` is empty)."""
+    handle = await incident_handle(client, incident_id)
+    view = await handle.query("status", result_type=IncidentView)
+    cited = tuple(replay_ids or (r.replay_id for r in (view.replays if view else ())))
+    try:
+        confirmation = RootCauseConfirmation(
+            root_cause=root_cause,
+            fix_version=fix_version,
+            verified_by=verified_by,
+            replay_ids=cited,
+        )
+    except ValueError as exc:
+        raise InvalidInputError(f"refused: {exc}") from None
+    await _update(handle, "confirm_root_cause", confirmation)
+    return confirmation
+
+
+REPORT_FORMATS = ("json", "md", "html")
+
+
+async def load_report(stores: Stores, incident_id: str, fmt: str) -> bytes:
+    """The stored ``FailureForensicsReport`` rendering; ``ConflictError`` before it exists."""
+    from stores.sql.incidents import SqlIncidentStore
+
+    if fmt not in REPORT_FORMATS:
+        raise InvalidInputError(f"--format must be json, md or html, not {fmt!r}")
+    incident = await SqlIncidentStore(stores.db).get_incident(incident_id)
+    refs = (incident.record or {}).get("report_refs") or {}
+    if fmt not in refs:
+        raise ConflictError(f"incident {incident_id} has no report yet (phase {incident.phase})")
+    return await stores.artifacts.get(refs[fmt])
 
 
 def view_json(view: IncidentView) -> dict[str, Any]:
@@ -110,7 +202,6 @@ async def incident_open(
     from activities.incident import new_incident_id
     from worker.stores import require_run
     from worker.temporal import connect
-    from workflows.incident import IncidentWorkflow
 
     pairs = parse_pairs(
         counterfactual, "--counterfactual", ("prompt", "model", "policy", "retriever")
@@ -125,10 +216,7 @@ async def incident_open(
         repeat=repeat,
         miss_policy=miss,
     )
-    client = await connect(settings)
-    await client.start_workflow(
-        IncidentWorkflow.run, request, id=request.incident_id, task_queue=CONTROL_QUEUE
-    )
+    await open_incident(await connect(settings), request)
     view = {"incident_id": request.incident_id, "source_run_id": run_id, "phase": "FREEZING"}
     print_json(view) if as_json else typer.echo(f"opened {request.incident_id} for {run_id}")
 
@@ -137,11 +225,9 @@ async def incident_open(
 @run_async
 async def incident_status(incident_id: str, as_json: JsonOption = False) -> None:
     """Phase, signature, replays with rates, and the human tasks it waits for."""
-    handle = await _handle(incident_id)
-    view = await handle.query("status", result_type=IncidentView)
-    if view is None:
-        raise NotFoundError(f"incident {incident_id} has not started yet")
-    data = view_json(view)
+    from worker.temporal import connect
+
+    data = await incident_status_view(await connect(Settings.from_env()), incident_id)
     if as_json:
         print_json(data)
         return
@@ -150,8 +236,8 @@ async def incident_status(incident_id: str, as_json: JsonOption = False) -> None
         typer.echo(
             f"  {r['label']:<16} {r['replay_id']}  {r['status']}  reproduced {r['reproduced']}/{r['runs']}"
         )
-    for p in view.pending:
-        typer.echo(f"  waiting: {p.detail}")
+    for p in data["pending"]:
+        typer.echo(f"  waiting: {p['detail']}")
 
 
 @incident_app.command("resolve-side-effect")
@@ -165,18 +251,14 @@ async def incident_resolve(
     as_json: JsonOption = False,
 ) -> None:
     """Settle an UNKNOWN side effect no reconciler could (a Temporal update)."""
-    from temporalio.client import WorkflowUpdateFailedError
+    from worker.temporal import connect
 
     if outcome not in ("applied", "not-applied"):
         raise InvalidInputError(f"--outcome must be applied or not-applied, not {outcome!r}")
-    handle = await _handle(incident_id)
     resolution = SideEffectResolution(
         side_effect_id=side_effect_id, outcome=outcome, evidence=evidence, resolved_by=by
     )  # type: ignore[arg-type]
-    try:
-        result = await handle.execute_update("resolve_side_effect", resolution)
-    except WorkflowUpdateFailedError as exc:
-        raise InvalidInputError(f"refused: {exc.cause}") from None
+    result = await resolve_side_effect(await connect(Settings.from_env()), incident_id, resolution)
     print_json(
         result if isinstance(result, dict) else {"result": str(result)}
     ) if as_json else typer.echo(f"{side_effect_id}: resolved ({outcome})")
@@ -197,24 +279,16 @@ async def incident_confirm(
     ] = None,
 ) -> None:
     """Confirm the root cause (a Temporal update, validated: non-empty, cites replays)."""
-    from temporalio.client import WorkflowUpdateFailedError
+    from worker.temporal import connect
 
-    handle = await _handle(incident_id)
-    view = await handle.query("status", result_type=IncidentView)
-    cited = tuple(replay or (r.replay_id for r in (view.replays if view else ())))
-    try:
-        confirmation = RootCauseConfirmation(
-            root_cause=root_cause,
-            fix_version=fix_version,
-            verified_by=verified_by,
-            replay_ids=cited,
-        )
-    except ValueError as exc:
-        raise InvalidInputError(f"refused: {exc}") from None
-    try:
-        await handle.execute_update("confirm_root_cause", confirmation)
-    except WorkflowUpdateFailedError as exc:
-        raise InvalidInputError(f"refused: {exc.cause}") from None
+    await confirm_root_cause(
+        await connect(Settings.from_env()),
+        incident_id,
+        root_cause=root_cause,
+        fix_version=fix_version,
+        verified_by=verified_by,
+        replay_ids=replay,
+    )
     typer.echo(f"{incident_id}: root cause confirmed by {verified_by}")
 
 
@@ -244,19 +318,10 @@ async def report(
     output: Annotated[Path | None, typer.Option("-o", "--output", help="Write to FILE.")] = None,
 ) -> None:
     """The incident's FailureForensicsReport as JSON, Markdown or a single-file HTML page."""
-    from stores.sql.incidents import SqlIncidentStore
     from worker.stores import open_stores
 
-    if fmt not in ("json", "md", "html"):
-        raise InvalidInputError(f"--format must be json, md or html, not {fmt!r}")
     async with open_stores(Settings.from_env()) as stores:
-        incident = await SqlIncidentStore(stores.db).get_incident(incident_id)
-        refs = (incident.record or {}).get("report_refs") or {}
-        if fmt not in refs:
-            raise InvalidInputError(
-                f"incident {incident_id} has no report yet (phase {incident.phase})"
-            )
-        data = await stores.artifacts.get(refs[fmt])
+        data = await load_report(stores, incident_id, fmt)
     if output:
         output.write_bytes(data)
         typer.echo(str(output))

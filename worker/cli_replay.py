@@ -3,19 +3,24 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import timedelta
 from decimal import Decimal, InvalidOperation
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from models import FixtureMissPolicy, ReplayBudget, ReplayMode
-from models.errors import InvalidInputError
+from models.errors import ConflictError, InvalidInputError, NotFoundError
 from models.queues import CONTROL_QUEUE
 from models.replay_flow import ReplayOutcome, ReplayPlan, ReplayWorkflowInput
 from worker.cli import JsonOption, app, print_json, run_async
 from worker.settings import Settings
+
+if TYPE_CHECKING:
+    from temporalio.client import Client, WorkflowHandle
 
 replay_app = typer.Typer(
     help="Replay recorded runs exactly or counterfactually.", no_args_is_help=True
@@ -46,6 +51,35 @@ MODES = {
 }
 
 
+@dataclass(frozen=True)
+class PlanFields:
+    """How a caller names the plan's inputs, so that an error names the field it typed."""
+
+    mode: str
+    prompt: str
+    model: str
+    from_step: str
+    repeat: str
+    mode_names: Mapping[ReplayMode, str]
+
+
+CLI_FIELDS = PlanFields(
+    mode="--mode",
+    prompt="--prompt",
+    model="--model",
+    from_step="--from-step",
+    repeat="--repeat",
+    mode_names={mode: cli.value for cli, mode in MODES.items()},
+)
+
+
+def invalid(field: str, message: str) -> InvalidInputError:
+    """An ``InvalidInputError`` that also carries the name of the offending field."""
+    error = InvalidInputError(message)
+    error.field = field  # type: ignore[attr-defined]
+    return error
+
+
 def build_plan(
     run_id: str,
     mode: ReplayMode,
@@ -62,22 +96,28 @@ def build_plan(
     miss: FixtureMissPolicy = FixtureMissPolicy.FAIL,
     simulation: bool = False,
     sampling_seed: int | None = None,
+    fields: PlanFields = CLI_FIELDS,
 ) -> ReplayPlan:
-    """Check that the flags fit the mode (each mismatch named) and build the plan."""
+    """Check that the inputs fit the mode (each mismatch named in the caller's ``fields``
+    vocabulary: CLI flags or API fields) and build the plan."""
+    f = fields
     if mode is ReplayMode.PROMPT_SWAP and not prompt:
-        raise InvalidInputError("--mode prompt-swap needs --prompt VERSION")
+        raise invalid(f.prompt, f"{f.mode} {f.mode_names[mode]} needs {f.prompt}")
     if mode is ReplayMode.MODEL_SWAP and not model:
-        raise InvalidInputError("--mode model-swap needs --model NAME")
+        raise invalid(f.model, f"{f.mode} {f.mode_names[mode]} needs {f.model}")
     if mode is ReplayMode.FORK_FROM_STEP and not from_step:
-        raise InvalidInputError("--mode fork needs --from-step STEP")
+        raise invalid(f.from_step, f"{f.mode} {f.mode_names[mode]} needs {f.from_step}")
     if from_step and mode is not ReplayMode.FORK_FROM_STEP:
-        raise InvalidInputError("--from-step is only for --mode fork")
+        fork = f.mode_names[ReplayMode.FORK_FROM_STEP]
+        raise invalid(f.from_step, f"{f.from_step} is only for {f.mode} {fork}")
     if mode is ReplayMode.RECORDED and (prompt or model):
-        raise InvalidInputError(
-            "--mode recorded replays the recorded model answers: --prompt/--model need a live mode"
+        raise invalid(
+            f.prompt if prompt else f.model,
+            f"{f.mode} {f.mode_names[mode]} replays the recorded model answers: "
+            f"{f.prompt}/{f.model} need a live mode",
         )
     if repeat < 1 or repeat > 1000:
-        raise InvalidInputError(f"--repeat must be between 1 and 1000, not {repeat}")
+        raise invalid(f.repeat, f"{f.repeat} must be between 1 and 1000, not {repeat}")
     replay_id = replay_id or f"replay-{uuid.uuid4().hex[:12]}"
     return ReplayPlan(
         replay_id=replay_id,
@@ -97,6 +137,68 @@ def build_plan(
         if sampling_seed is not None
         else int(uuid.uuid4().int % 1_000_000),
     )
+
+
+async def start_replay(client: Client, plan: ReplayPlan) -> WorkflowHandle[Any, ReplayOutcome]:
+    """Start the ``Replay`` workflow (id = replay id); the caller has checked the source run."""
+    from temporalio.exceptions import WorkflowAlreadyStartedError
+
+    from workflows.replay import ReplayWorkflow
+
+    try:
+        return await client.start_workflow(
+            ReplayWorkflow.run,
+            ReplayWorkflowInput(plan=plan),
+            id=plan.replay_id,
+            task_queue=CONTROL_QUEUE,
+        )
+    except WorkflowAlreadyStartedError:
+        raise ConflictError(f"replay {plan.replay_id!r} already exists") from None
+
+
+async def replay_view(client: Client, replay_id: str) -> dict[str, Any]:
+    """The replay's status (from its workflow) and, when finished, its result."""
+    from temporalio.client import WorkflowExecutionStatus
+    from temporalio.service import RPCError
+
+    from models.replay_flow import ReplayProgress
+
+    handle = client.get_workflow_handle(replay_id, result_type=ReplayOutcome)
+    try:
+        description = await handle.describe()
+    except RPCError as exc:
+        raise NotFoundError(f"replay not found: {replay_id!r} ({exc.message})") from None
+    if description.status == WorkflowExecutionStatus.COMPLETED:
+        return outcome_view(await handle.result())
+    if description.status == WorkflowExecutionStatus.RUNNING:
+        progress = await handle.query("status", result_type=ReplayProgress)
+        return {"replay_id": replay_id, **progress.model_dump(mode="json")}
+    name = description.status.name if description.status else "UNKNOWN"
+    return {
+        "replay_id": replay_id,
+        "status": "CANCELED" if name in ("CANCELED", "TERMINATED") else "FAILED",
+        "workflow_status": name,
+    }
+
+
+async def cancel_replay(client: Client, replay_id: str) -> None:
+    """Ask a running replay to stop; it ends CANCELED. Unknown → ``NotFoundError``, already
+    finished → ``ConflictError`` (Temporal would accept the request and do nothing)."""
+    from temporalio.client import WorkflowExecutionStatus
+    from temporalio.service import RPCError
+
+    handle = client.get_workflow_handle(replay_id)
+    try:
+        description = await handle.describe()
+    except RPCError as exc:
+        raise NotFoundError(f"replay not found: {replay_id!r} ({exc.message})") from None
+    if description.status != WorkflowExecutionStatus.RUNNING:
+        name = description.status.name if description.status else "UNKNOWN"
+        raise ConflictError(f"replay {replay_id!r} has already finished ({name})")
+    try:
+        await handle.cancel()
+    except RPCError as exc:
+        raise ConflictError(f"cannot cancel replay {replay_id!r}: {exc.message}") from None
 
 
 def outcome_view(outcome: ReplayOutcome) -> dict[str, Any]:
@@ -165,7 +267,6 @@ async def replay_start(
     """Start a replay of RUN_ID (a Temporal workflow whose id is the replay id)."""
     from worker.stores import require_run
     from worker.temporal import connect
-    from workflows.replay import ReplayWorkflow
 
     try:
         cost = Decimal(max_cost) if max_cost is not None else None
@@ -201,13 +302,7 @@ async def replay_start(
     )
     settings = Settings.from_env()
     await require_run(settings, run_id)
-    client = await connect(settings)
-    handle = await client.start_workflow(
-        ReplayWorkflow.run,
-        ReplayWorkflowInput(plan=plan),
-        id=plan.replay_id,
-        task_queue=CONTROL_QUEUE,
-    )
+    handle = await start_replay(await connect(settings), plan)
     if not wait:
         view = {"replay_id": plan.replay_id, "status": "CREATED", "source_run_id": run_id}
         print_json(view) if as_json else typer.echo(f"started {plan.replay_id}")
@@ -250,30 +345,9 @@ def _print_outcome(view: dict[str, Any]) -> None:
 @run_async
 async def replay_status(replay_id: str, as_json: JsonOption = False) -> None:
     """The replay's status (from its workflow) and, when finished, its result."""
-    from temporalio.client import WorkflowExecutionStatus
-    from temporalio.service import RPCError
-
-    from models.replay_flow import ReplayProgress
     from worker.temporal import connect
 
-    client = await connect(Settings.from_env())
-    handle = client.get_workflow_handle(replay_id, result_type=ReplayOutcome)
-    try:
-        description = await handle.describe()
-    except RPCError as exc:
-        raise InvalidInputError(f"replay not found: {replay_id!r} ({exc.message})") from None
-    if description.status == WorkflowExecutionStatus.COMPLETED:
-        view = outcome_view(await handle.result())
-    elif description.status == WorkflowExecutionStatus.RUNNING:
-        progress = await handle.query("status", result_type=ReplayProgress)
-        view = {"replay_id": replay_id, **progress.model_dump(mode="json")}
-    else:
-        name = description.status.name if description.status else "UNKNOWN"
-        view = {
-            "replay_id": replay_id,
-            "status": "CANCELED" if name in ("CANCELED", "TERMINATED") else "FAILED",
-            "workflow_status": name,
-        }
+    view = await replay_view(await connect(Settings.from_env()), replay_id)
     if as_json:
         print_json(view)
     elif "mode" in view:
@@ -286,15 +360,9 @@ async def replay_status(replay_id: str, as_json: JsonOption = False) -> None:
 @run_async
 async def replay_cancel(replay_id: str) -> None:
     """Cancel a replay at any point; it ends CANCELED."""
-    from temporalio.service import RPCError
-
     from worker.temporal import connect
 
-    client = await connect(Settings.from_env())
-    try:
-        await client.get_workflow_handle(replay_id).cancel()
-    except RPCError as exc:
-        raise InvalidInputError(f"cannot cancel replay {replay_id!r}: {exc.message}") from None
+    await cancel_replay(await connect(Settings.from_env()), replay_id)
     typer.echo(f"cancel requested for {replay_id}")
 
 

@@ -171,7 +171,27 @@ async def run_incident_demo(settings: Settings, echo: Echo = print) -> None:
             path.write_bytes(await stores.artifacts.get(final.report_refs["html"]))
             echo(f"    {path}")
             echo(f"    {ui}/namespaces/{settings.temporal_namespace}/workflows/{final.incident_id}")
+    echo("8. metrics and SLOs (counted by the worker, which ran every activity)")
+    port = worker_metrics_port(up.status)
+    if port is not None:
+        echo(f"    curl -s localhost:{port}/metrics | grep ^agent_")
+    else:
+        echo("    the worker serves /metrics when REPLAYBOOK_METRICS_PORT is set")
+    echo("    .venv/bin/replaybook slo")
     echo(
         f"done in {time.monotonic() - started:.0f}s. The stack keeps running for the Web UI ({ui}); "
         "stop it with: .venv/bin/replaybook dev down"
     )
+
+
+def worker_metrics_port(status: dict) -> int | None:  # type: ignore[type-arg]
+    """Where the stack's worker serves /metrics (``dev status --json``), if it does."""
+    worker = status.get("components", {}).get("worker", {})
+    for value in (
+        status.get("worker_metrics_port"),
+        worker.get("worker_metrics_port"),
+        worker.get("metrics_port"),
+    ):
+        if isinstance(value, int):
+            return value
+    return None

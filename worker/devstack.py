@@ -9,7 +9,12 @@
   the stack then owns the S3 endpoint and records it with its credentials in the state file;
 * the Replaybook worker: ``python -m worker --queue all`` (``REPLAYBOOK_DEV_WORKER_COMMAND``,
   a shell-quoted command line, replaces it) with ``TEMPORAL_ADDRESS`` / ``TEMPORAL_NAMESPACE``
-  pointing at the stack and, when the stack owns S3, the endpoint and credentials.
+  pointing at the stack and, when the stack owns S3, the endpoint and credentials, and
+  ``REPLAYBOOK_METRICS_PORT`` set to a free port (kept across restarts) where it serves its
+  Prometheus metrics (``worker_metrics_port`` in the status);
+* the HTTP API (``python -m worker.api``, see ``worker.api``) on ``--api-port`` or a free port,
+  wired like the worker, with a generated token of role ``admin`` (``dev_token`` in the
+  status) added to ``REPLAYBOOK_API_TOKENS``.
 
 Logs go to ``$REPLAYBOOK_HOME/dev/<component>.log`` and the state (pids, ports, addresses,
 start times) to ``$REPLAYBOOK_HOME/dev/stack.json`` (mode 0600: it holds the S3 secret).
@@ -39,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from models.errors import ConfigurationError, StoreError
+from worker.ports import free_ports
 from worker.processes import log_tail
 
 STATE_VERSION = 1
@@ -50,9 +56,11 @@ WORKER_COMMAND_ENV = "REPLAYBOOK_DEV_WORKER_COMMAND"
 S3_REGION = "us-east-1"
 
 #: Components in start order.
-COMPONENTS = ("temporal", "seaweedfs", "worker")
-#: ``down`` stops the workers first, then Temporal, then the store.
-STOP_ORDER = ("worker", "temporal", "seaweedfs")
+COMPONENTS = ("temporal", "seaweedfs", "worker", "api")
+#: ``down`` stops the API and the workers first, then Temporal, then the store.
+STOP_ORDER = ("api", "worker", "temporal", "seaweedfs")
+#: how long the API may take to import and bind its port
+API_START_TIMEOUT = 30.0
 #: The worker variables that point it at the stack (recorded, to notice when they change).
 _WORKER_WIRING = ("TEMPORAL_ADDRESS", "TEMPORAL_NAMESPACE", "REPLAYBOOK_S3_ENDPOINT_URL")
 
@@ -289,7 +297,13 @@ def component_status(name: str, record: Mapping[str, Any]) -> dict[str, Any]:
             "address": record.get("endpoint_url"),
         }
     elif name == "worker":
-        status |= {"command": record.get("command"), "address": None}
+        status |= {
+            "command": record.get("command"),
+            "address": None,
+            "metrics_port": record.get("metrics_port"),
+        }
+    elif name == "api":
+        status |= {"address": record.get("url"), "url": record.get("url")}
     if record.get("error"):
         status["error"] = record["error"]
     return status
@@ -305,12 +319,19 @@ def stack_status(home: Path | str) -> dict[str, Any]:
             record = state["components"].get(name)
             if record is not None:
                 components[name] = component_status(name, record)
+    recorded = {} if state is None else state["components"]
+    api, worker = recorded.get("api") or {}, recorded.get("worker") or {}
     return {
         "home": str(home),
         "state_path": str(state_path(home)),
         "started_at": None if state is None else state.get("started_at"),
         "running": bool(components) and all(c["alive"] for c in components.values()),
         "components": components,
+        "api_port": api.get("port"),
+        "api_url": api.get("url"),
+        # the embedded stack's own admin token (the state file is 0600)
+        "dev_token": api.get("dev_token"),
+        "worker_metrics_port": worker.get("metrics_port"),
     }
 
 
@@ -334,6 +355,7 @@ def stack_up(
     temporal_port: int = DEFAULT_TEMPORAL_PORT,
     ui_port: int = DEFAULT_TEMPORAL_UI_PORT,
     s3_port: int | None = None,
+    api_port: int | None = None,
     namespace: str | None = None,
     worker_cmd: list[str] | None = None,
     worker_grace: float = 1.0,
@@ -399,7 +421,8 @@ def stack_up(
             if record is not None:
                 terminate(record.get("pid"), record.get("pid_start"), timeout=10)
             command = worker_cmd or worker_command(env)
-            new, process = _start_worker(home, command, components, env)
+            metrics_port = (record or {}).get("metrics_port") or free_ports(1)[0]
+            new, process = _start_worker(home, command, components, env, metrics_port)
             components["worker"] = new
             actions["worker"] = "restarted" if record is not None else "started"
             try:
@@ -407,6 +430,29 @@ def stack_up(
             finally:
                 save()  # with the error, if it crashed
             echo(f"worker: {actions['worker']} (pid {new['pid']})")
+
+        # the HTTP API, restarted too when the services it points at moved
+        record = components.get("api")
+        token = (record or {}).get("dev_token") or secrets.token_urlsafe(32)
+        api_env = api_environment(home, components, env, token)
+        if (
+            record is not None
+            and component_status("api", record)["alive"]
+            and record.get("wiring") == _wiring(api_env)
+        ):
+            actions["api"] = "running"
+        else:
+            if record is not None:
+                terminate(record.get("pid"), record.get("pid_start"), timeout=10)
+            port = (record or {}).get("port") or api_port or free_ports(1)[0]
+            new, process = _start_api(home, port, api_env, token)
+            components["api"] = new
+            actions["api"] = "restarted" if record is not None else "started"
+            try:
+                _check_api(new, process, API_START_TIMEOUT)
+            finally:
+                save()
+            echo(f"api: {actions['api']} at {new['url']}")
         save()
     return UpResult(actions=actions, status=stack_status(home))
 
@@ -514,10 +560,15 @@ def _wiring(worker_env: Mapping[str, str]) -> dict[str, str | None]:
 
 
 def _start_worker(
-    home: Path, command: list[str], components: Mapping[str, Any], env: Mapping[str, str]
+    home: Path,
+    command: list[str],
+    components: Mapping[str, Any],
+    env: Mapping[str, str],
+    metrics_port: int,
 ) -> tuple[dict[str, Any], subprocess.Popen[bytes]]:
     log_path = dev_dir(home) / "worker.log"
     worker_env = worker_environment(home, components, env)
+    worker_env["REPLAYBOOK_METRICS_PORT"] = str(metrics_port)
     with log_path.open("ab") as log:
         try:
             process = subprocess.Popen(
@@ -535,9 +586,71 @@ def _start_worker(
         "pid_start": process_start_ticks(process.pid),
         "command": command,
         "wiring": _wiring(worker_env),
+        "metrics_port": metrics_port,
         "log_path": str(log_path),
         "started_at": _now(),
     }, process
+
+
+def api_environment(
+    home: Path, components: Mapping[str, Any], env: Mapping[str, str], token: str
+) -> dict[str, str]:
+    """The API's environment: the worker's wiring, plus the stack's admin token next to any
+    tokens the caller configured."""
+    out = worker_environment(home, components, env)
+    configured = env.get("REPLAYBOOK_API_TOKENS")
+    out["REPLAYBOOK_API_TOKENS"] = ",".join(filter(None, (configured, f"{token}=admin")))
+    return out
+
+
+def _start_api(
+    home: Path, port: int, api_env: dict[str, str], token: str
+) -> tuple[dict[str, Any], subprocess.Popen[bytes]]:
+    from worker.ports import port_is_free
+
+    if not port_is_free(HOST, port):
+        raise ConfigurationError(f"API port {HOST}:{port} is taken (choose --api-port)")
+    log_path = dev_dir(home) / "api.log"
+    command = [sys.executable, "-m", "worker.api", "--host", HOST, "--port", str(port)]
+    with log_path.open("ab") as log:
+        try:
+            process = subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=api_env,
+                start_new_session=True,
+            )
+        except OSError as e:
+            raise ConfigurationError(f"cannot start the API {shlex.join(command)}: {e}") from e
+    return {
+        "pid": process.pid,
+        "pid_start": process_start_ticks(process.pid),
+        "host": HOST,
+        "port": port,
+        "url": f"http://{HOST}:{port}",
+        "dev_token": token,
+        "command": command,
+        "wiring": _wiring(api_env),
+        "log_path": str(log_path),
+        "started_at": _now(),
+    }, process
+
+
+def _check_api(record: dict[str, Any], process: subprocess.Popen[bytes], timeout: float) -> None:
+    """Wait until the API answers on its port; fail when it exits or stays silent."""
+    deadline = time.monotonic() + timeout
+    while not port_answers(HOST, record["port"], timeout=0.5):
+        code = process.poll()
+        if code is not None or time.monotonic() >= deadline:
+            problem = f"exited with code {code}" if code is not None else "never answered"
+            record["error"] = f"{problem} on start-up"
+            raise StoreError(
+                f"the API {problem} on start-up; see {record['log_path']}\n"
+                + log_tail(Path(record["log_path"]))
+            )
+        time.sleep(0.1)
 
 
 def _check_worker(record: dict[str, Any], process: subprocess.Popen[bytes], grace: float) -> None:

@@ -1,4 +1,4 @@
-"""Read-side views of runs for the CLI (and later the API)."""
+"""Read-side views of runs, shared by the CLI (``runs … --json``) and the HTTP API."""
 
 from __future__ import annotations
 
@@ -9,6 +9,22 @@ from sqlalchemy import select
 from runtime.completeness import evidence_completeness
 from stores.sql import schema
 from worker.stores import Stores
+
+
+async def list_runs_view(stores: Stores, limit: int = 1000) -> list[dict[str, Any]]:
+    """Every recorded run's header and chain head, newest first."""
+    return [
+        {
+            "run_id": r.run_id,
+            "graph_id": r.graph_id,
+            "graph_version": r.graph_version,
+            "status": r.status,
+            "created_at": r.created_at.isoformat(),
+            "event_count": r.event_count,
+            "head_hash": r.head_hash,
+        }
+        for r in await stores.ledger.list_runs(limit=limit)
+    ]
 
 
 async def describe_run(stores: Stores, run_id: str) -> dict[str, Any]:
@@ -48,6 +64,8 @@ async def describe_run(stores: Stores, run_id: str) -> dict[str, Any]:
         "approvals": evidence["approvals"],
         "side_effects": evidence["side_effects"],
         "checkpoints": evidence["checkpoints"],
+        # the run's data subjects (rule 17): end user and tenant, primary first
+        "subjects": await stores.privacy.vault.subjects(run_id) if stores.privacy else [],
         "evidence_completeness": {
             **completeness.model_dump(mode="json"),
             "confidence": completeness.confidence.value,

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+
+from activities.sandbox.config import SandboxSettings
 
 
 @dataclass(frozen=True)
@@ -28,6 +30,8 @@ class Settings:
     temporal_tls_key: str | None = None
     temporal_tls_ca: str | None = None
     temporal_api_key: str | None = None
+    #: how replay steps are isolated (REPLAYBOOK_SANDBOX=bubblewrap|off, limits)
+    sandbox: SandboxSettings = field(default_factory=SandboxSettings)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -65,4 +69,5 @@ class Settings:
             temporal_tls_key=env.get("TEMPORAL_TLS_KEY") or None,
             temporal_tls_ca=env.get("TEMPORAL_TLS_CA") or None,
             temporal_api_key=env.get("TEMPORAL_API_KEY") or None,
+            sandbox=SandboxSettings.from_env(env),
         )

@@ -7,10 +7,14 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from runtime.ports import ArtifactStore
+from runtime.privacy.service import PrivacyService
 from stores.artifacts import S3ArtifactStore, open_artifact_store
+from stores.encryption import load_kek
 from stores.sql.database import Database, open_database
 from stores.sql.evidence import SqlEvidenceReader
 from stores.sql.ledger import SqlLedger
+from stores.sql.privacy import SqlRawVault
+from stores.sql.privacy_records import SqlPrivacyRecords
 from worker.settings import Settings
 
 
@@ -20,6 +24,8 @@ class Stores:
     artifacts: ArtifactStore
     ledger: SqlLedger
     evidence: SqlEvidenceReader
+    #: raw evidence (encrypted) and privacy records, see runtime/privacy/service.py
+    privacy: PrivacyService | None = None
 
 
 @contextlib.asynccontextmanager
@@ -35,11 +41,17 @@ async def open_stores(settings: Settings) -> AsyncIterator[Stores]:
         await artifacts.ensure_bucket(object_lock=True)
     db = await open_database(settings.database_url)
     try:
+        # the KEK is loaded from the environment (or the dev key file under REPLAYBOOK_HOME)
+        # only when a raw payload is sealed or opened
+        vault = SqlRawVault(db, artifacts, lambda: load_kek(home=settings.home))
+        ledger = SqlLedger(db, artifacts, vault=vault)
+        evidence = SqlEvidenceReader(db)
         yield Stores(
             db=db,
             artifacts=artifacts,
-            ledger=SqlLedger(db, artifacts),
-            evidence=SqlEvidenceReader(db),
+            ledger=ledger,
+            evidence=evidence,
+            privacy=PrivacyService(ledger, evidence, artifacts, vault, SqlPrivacyRecords(db)),
         )
     finally:
         await db.dispose()

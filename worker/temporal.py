@@ -15,10 +15,7 @@ from temporalio.worker import Worker
 
 from activities.incident import IncidentActivities
 from activities.replay import ReplayActivities
-from examples.support_desk.agent import GRAPH_ID as SUPPORT_DESK
-from examples.support_desk.catalog import support_desk_catalog
-from examples.synthetic import GRAPH_ID as SYNTHETIC
-from examples.synthetic import synthetic_catalog
+from activities.sandbox.setup import sandboxed_steps
 from models.errors import ConfigurationError
 from models.queues import CONTROL_QUEUE, REPLAY_QUEUE
 from runtime.replay.catalog import AgentCatalog
@@ -26,6 +23,7 @@ from runtime.replay.engine import ReplayEngine
 from stores.sql.database import Database
 from stores.sql.incidents import SqlIncidentStore
 from worker.agents import reconcilers_for
+from worker.catalogs import catalogs as agent_catalogs
 from worker.settings import Settings
 from worker.stores import open_stores
 from workflows.incident import IncidentWorkflow
@@ -72,8 +70,9 @@ def _tls(settings: Settings) -> TLSConfig | bool:
 
 
 def catalogs(db: Database) -> Mapping[str, AgentCatalog]:
-    """The agents whose code this worker can replay."""
-    return {SUPPORT_DESK: support_desk_catalog(db), SYNTHETIC: synthetic_catalog()}
+    """The agents whose code this worker can replay (``worker.catalogs``, which sandboxed
+    steps import in their own process)."""
+    return agent_catalogs(db)
 
 
 @contextlib.asynccontextmanager
@@ -86,7 +85,9 @@ async def running_workers(
     client = client or await connect(settings)
     async with open_stores(settings) as stores:
         engine = ReplayEngine(stores.ledger, stores.evidence, stores.artifacts, catalogs(stores.db))
-        acts = ReplayActivities(engine)
+        # a replay worker refuses to start when it cannot sandbox its steps (rule 16)
+        steps = sandboxed_steps(engine, settings.sandbox) if queues != "control" else None
+        acts = ReplayActivities(engine, steps)
         incident_acts = IncidentActivities(
             stores,
             SqlIncidentStore(stores.db),

@@ -19,6 +19,7 @@ from examples.support_desk.knowledge import KeywordRetriever
 from examples.support_desk.model import ScriptedSupportModel
 from examples.support_desk.providers import SimulatedWorld
 from models.errors import InvalidInputError
+from models.redaction import REDACT_V1
 from runtime.executor import RunResult
 from runtime.ports import ArtifactStore, EventLedger
 from runtime.session import AgentSpec, record_run
@@ -50,6 +51,7 @@ def support_desk_spec(
         retriever=KeywordRetriever(),
         approver=SimulatedApprover(deny=deny_approvals),
         source_root=ROOT,
+        redaction_policy_version=REDACT_V1,
     )
 
 
@@ -84,5 +86,11 @@ async def run_scenario(
         run_id=run_id or f"run-{uuid.uuid4().hex[:12]}",
         agent_input=ticket,
         seed=seed,
-        labels={"scenario": scenario, "agent": "support-desk"},
+        # the data subjects: the customer the ticket is about, and the tenant
+        labels={
+            "scenario": scenario,
+            "agent": "support-desk",
+            "subject": f"customer:{ticket['customer_id']}",
+            "tenant": "acme",
+        },
     )

@@ -40,6 +40,7 @@ from runtime.executor import load_random_state, migrate_recorded_state, store_ra
 from runtime.model_gateway import RecordingModelGateway
 from runtime.policy import RecordingPolicyEngine
 from runtime.ports import ArtifactStore, EventLedger, EvidenceReader, NewEvent
+from runtime.privacy.redaction import destroyed_content_note, replay_redaction
 from runtime.recorder import RunRecorder
 from runtime.replay.catalog import AgentCatalog
 from runtime.replay.evidence_gateways import ReplayApprovalGateway, ReplayKnowledgeGateway
@@ -65,6 +66,7 @@ class ReplayEngine:
         artifacts: ArtifactStore,
         catalogs: Mapping[str, AgentCatalog],
         cache_size: int = 64,
+        isolation: str | None = None,
     ) -> None:
         self.ledger = ledger
         self.evidence = evidence
@@ -74,6 +76,8 @@ class ReplayEngine:
         #: replay id -> (head, consumed fixtures, consumed retrievals) after its last step here
         self._consumption: dict[str, tuple[int, dict[str, int], dict[str, int]]] = {}
         self._cache_size = cache_size
+        #: how the steps this engine runs are isolated (rule 16), recorded in each STEP_STARTED
+        self.isolation = isolation
 
     async def source(self, run_id: str) -> SourceEvidence:
         """The source evidence, cached: a replay's steps all read the same recording."""
@@ -167,13 +171,17 @@ class ReplayEngine:
                 )
         if problems:
             return PreparedReplay(ok=False, problems=tuple(problems))
-        head = await self._begin(plan, source, catalog, completeness.score == completeness.total)
+        # content destroyed by a deletion request: the replay runs on the sanitized view, and
+        # says so (LIMITED, never "exact replay successful")
+        destroyed = await destroyed_content_note(self.ledger, plan.source_run_id)
+        full = completeness.score == completeness.total and destroyed is None
+        head = await self._begin(plan, source, catalog, full)
         return PreparedReplay(
             ok=True,
             completeness_score=completeness.score,
             completeness_total=completeness.total,
-            missing_evidence=completeness.missing,
-            confidence=completeness.confidence,
+            missing_evidence=completeness.missing + ((destroyed,) if destroyed else ()),
+            confidence=ReplayConfidence.FULL if full else ReplayConfidence.LIMITED,
             graph=graph.key,
             start_step=start_step,
             state_ref=state_ref,
@@ -278,7 +286,15 @@ class ReplayEngine:
             fixtures=fixtures,
             retrievals=retrievals,
         )
-        recorder = RunRecorder(self.ledger, self.artifacts, plan.replay_id, deferred=True)
+        # the source's redaction policy: lookup hashes match the source's, and anything a live
+        # model adds is sanitized like the source was
+        recorder = RunRecorder(
+            self.ledger,
+            self.artifacts,
+            plan.replay_id,
+            deferred=True,
+            redaction=replay_redaction(source.run, catalog.capabilities),
+        )
         recorder.clock = FixedAgentClock(source, positions, recorder)  # type: ignore[assignment]
         recorder.last_sequence = step.head
         recorder.step_id = step.step_id
@@ -292,7 +308,10 @@ class ReplayEngine:
             recorded_version = source.checkpoints[plan.from_step].state_schema_version
             state = await migrate_recorded_state(graph, recorder, state, recorded_version)
 
-        await recorder.record(E.STEP_STARTED, payload={"step": step.step_id})
+        started: dict[str, Any] = {"step": step.step_id}
+        if self.isolation is not None:
+            started["isolation"] = self.isolation
+        await recorder.record(E.STEP_STARTED, payload=started)
         stopped: str | None = None
         next_step: str | None = None
         outcome: Any = None

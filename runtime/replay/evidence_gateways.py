@@ -87,7 +87,7 @@ class ReplayApprovalGateway:
         self.deny = set(deny)
 
     async def request(self, capability_id: str, arguments: Mapping[str, Any]) -> ApprovalRecord:
-        ahash = action_hash(capability_id, arguments)
+        ahash = action_hash(capability_id, self.recorder.hashing_view(dict(arguments)))
         recorded = self.source.approvals.get(ahash)
         now = self.recorder.logical_time()
         if capability_id in self.deny:

@@ -204,7 +204,7 @@ class ReplayToolGateway:
         capability = self.registry.get(capability_id)
         arguments = dict(arguments)
         started = self.recorder.logical_time()
-        rhash = request_hash(capability_id, arguments)
+        rhash = request_hash(capability_id, self.recorder.hashing_view(arguments))
         try:
             self.registry.validate_arguments(capability_id, arguments)
         except InvalidInputError as exc:
@@ -287,7 +287,7 @@ class ReplayToolGateway:
         call_id: str | None,
         started: datetime,
     ) -> ToolResult:
-        ahash = action_hash(capability_id, arguments)
+        ahash = action_hash(capability_id, self.recorder.hashing_view(arguments))
         decision = self.policy.decision_for(ahash) or await self.policy.decide(
             self.write_policy_id, {"capability": capability_id, "arguments": arguments}
         )

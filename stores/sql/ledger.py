@@ -34,6 +34,7 @@ from runtime.ports import ArtifactStore, NewEvent
 from stores.sql import schema
 from stores.sql.database import Database, utc
 from stores.sql.group_commit import GroupCommitter
+from stores.sql.privacy import SqlRawVault, event_raw_id
 from stores.sql.projections import write_projection
 
 __all__ = ["CAS_PREFIX", "INLINE_REF", "NewEvent", "RunSummary", "SqlLedger"]
@@ -47,8 +48,9 @@ CAS_PREFIX = "cas:"
 class AppendRequest:
     run_id: str
     events: list[NewEvent]
-    #: (payload_ref, payload_hash, inline bytes) per event, prepared before any lock is taken
-    prepared: list[tuple[str, str, bytes | None]]
+    #: (payload_ref, payload_hash, inline bytes, raw_payloads columns or None) per event,
+    #: prepared (and the raw payload encrypted) before any lock is taken
+    prepared: list[tuple[str, str, bytes | None, dict[str, Any] | None]]
     expected_sequence: int | None
 
 
@@ -78,9 +80,13 @@ class SqlLedger:
         clock: Callable[[], datetime] = _utcnow,
         inline_limit: int = INLINE_PAYLOAD_LIMIT,
         group_commit: bool = True,
+        vault: SqlRawVault | None = None,
     ) -> None:
         self.db = db
         self.artifacts = artifacts
+        #: where raw payloads of sanitized events are sealed; the default loads the KEK from
+        #: the environment the first time a raw payload differs from its sanitized view
+        self.vault = vault or SqlRawVault(db, artifacts)
         self.clock = clock
         self.inline_limit = inline_limit
         self._committer = GroupCommitter(self._write_batch) if group_commit else None
@@ -186,7 +192,7 @@ class SqlLedger:
         succeeds or fails on its own."""
         if not events:
             return []
-        prepared = [await self._prepare_payload(e) for e in events]
+        prepared = [await self._prepare_payload(run_id, e) for e in events]
         request = AppendRequest(run_id, list(events), prepared, expected_sequence)
         if self._committer is not None:
             return await self._committer.submit(request)
@@ -213,6 +219,7 @@ class SqlLedger:
                 }
                 start = dict(heads)
                 rows: list[dict[str, Any]] = []
+                raw_rows: list[dict[str, Any]] = []
                 results: list[list[ExecutionEvent]] = []
                 projections = []
                 for request in requests:
@@ -226,7 +233,7 @@ class SqlLedger:
                             f"the next sequence is {sequence + 1}"
                         )
                     out = []
-                    for event, (payload_ref, payload_hash, inline) in zip(
+                    for event, (payload_ref, payload_hash, inline, raw_columns) in zip(
                         request.events, request.prepared, strict=True
                     ):
                         sequence += 1
@@ -245,6 +252,15 @@ class SqlLedger:
                         )
                         link = row_hash(chain_row, previous)
                         rows.append(_event_row(chain_row, link, inline))
+                        if raw_columns is not None:
+                            raw_rows.append(
+                                {
+                                    **raw_columns,
+                                    "raw_id": event_raw_id(request.run_id, sequence),
+                                    "sequence": sequence,
+                                    "created_at": recorded_at,
+                                }
+                            )
                         appended = _event_model(chain_row, link)
                         out.append(appended)
                         if event.record is not None:
@@ -253,6 +269,8 @@ class SqlLedger:
                     heads[request.run_id] = (sequence, previous)
                     results.append(out)
                 await conn.execute(insert(schema.execution_events), rows)
+                if raw_rows:
+                    await conn.execute(insert(schema.raw_payloads), raw_rows)
                 for run_id in run_ids:
                     (old, _), (new, new_hash) = start[run_id], heads[run_id]
                     if new == old:
@@ -290,18 +308,44 @@ class SqlLedger:
             ) from exc
         return results
 
-    async def _prepare_payload(self, event: NewEvent) -> tuple[str, str, bytes | None]:
+    async def _prepare_payload(
+        self, run_id: str, event: NewEvent
+    ) -> tuple[str, str, bytes | None, dict[str, Any] | None]:
         data = canonicalize(event.payload_json())
         digest = sha256_digest(data)
+        raw_columns = await self._prepare_raw(run_id, event, digest)
         if len(data) <= self.inline_limit:
-            return INLINE_REF, digest, data
+            return INLINE_REF, digest, data, raw_columns
         if self.artifacts is None:
             raise InvalidInputError(
                 f"payload of {len(data)} bytes exceeds the inline limit of {self.inline_limit} "
                 "and no artifact store is configured"
             )
         await self.artifacts.put(data)
-        return CAS_PREFIX + digest, digest, None
+        return CAS_PREFIX + digest, digest, None, raw_columns
+
+    async def _prepare_raw(
+        self, run_id: str, event: NewEvent, sanitized_hash: str
+    ) -> dict[str, Any] | None:
+        """The ``raw_payloads`` row of a sanitized event: its three hashes/versions always, the
+        raw bytes encrypted under the subject's data key when they differ (rule 17). The chain
+        covers the sanitized hash only, so destroying the raw content never breaks it."""
+        if event.redaction_policy_version is None:
+            return None
+        raw = event.raw if event.raw is not None else None
+        raw_hash = sha256_digest(raw) if raw is not None else sanitized_hash
+        columns: dict[str, Any] = {
+            "run_id": run_id,
+            "sanitized_hash": sanitized_hash,
+            "raw_hash": raw_hash,
+            "redaction_policy_version": event.redaction_policy_version,
+            "subject_id": event.subject_id,
+        }
+        if raw is not None and raw_hash != sanitized_hash:
+            columns |= await self.vault.seal_raw(
+                run_id, raw, raw_hash, sanitized_hash, event.subject_id
+            )
+        return columns
 
     async def events(self, run_id: str, *, from_sequence: int = 1) -> list[ExecutionEvent]:
         e = schema.execution_events.c

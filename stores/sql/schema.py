@@ -208,3 +208,83 @@ regression_cases = Table(
     # a models.regression.RegressionCase
     Column("record", Json, nullable=False),
 )
+
+# privacy (migration 0003) ---------------------------------------------------------------------
+
+# per-subject data keys, wrapped by the key-encryption key; crypto-shredding sets wrapped_key
+# to NULL (a subject deleted and seen again gets a new key)
+data_keys = Table(
+    "data_keys",
+    metadata,
+    Column("key_id", Id, primary_key=True),
+    Column("subject_id", Id, nullable=False, index=True),
+    Column("kek_id", Id, nullable=False),
+    Column("wrapped_key", LargeBinary, nullable=True),
+    Column("created_at", _utc(), nullable=False),
+    Column("destroyed_at", _utc(), nullable=True),
+    Column("destroyed_by_request", Id, nullable=True),
+)
+
+# raw_hash / sanitized_hash / redaction policy of every payload recorded with redaction, and the
+# raw payload encrypted when it differs from the sanitized one (ciphertext inline, or an
+# encrypted object in the artifact store for large payloads)
+raw_payloads = Table(
+    "raw_payloads",
+    metadata,
+    Column("raw_id", Id, primary_key=True),
+    Column("run_id", Id, nullable=False, index=True),
+    Column("sequence", BigInteger, nullable=True),
+    Column("sanitized_hash", DigestCol, nullable=False),
+    Column("raw_hash", DigestCol, nullable=False),
+    Column("redaction_policy_version", String(64), nullable=False),
+    Column("subject_id", Id, nullable=True, index=True),
+    Column("key_id", Id, nullable=True),
+    Column("ciphertext", LargeBinary, nullable=True),
+    Column("ciphertext_ref", String(1024), nullable=True),
+    Column("created_at", _utc(), nullable=False),
+    Column("destroyed_at", _utc(), nullable=True),
+    Column("destroyed_by_request", Id, nullable=True),
+)
+
+run_subjects = Table(
+    "run_subjects",
+    metadata,
+    Column("run_id", Id, primary_key=True),
+    Column("subject_id", Id, primary_key=True),
+    Column("kind", String(32), nullable=False),
+    Column("source", String(255), nullable=False),
+    Column("is_primary", Boolean, nullable=False),
+)
+Index("ix_run_subjects_subject", run_subjects.c.subject_id)
+
+privacy_audit = Table(
+    "privacy_audit",
+    metadata,
+    Column("audit_id", Id, primary_key=True),
+    Column("at", _utc(), nullable=False, index=True),
+    Column("run_id", Id, nullable=False),
+    # a models.privacy.AuditRecord
+    Column("record", Json, nullable=False),
+)
+
+legal_holds = Table(
+    "legal_holds",
+    metadata,
+    Column("hold_id", Id, primary_key=True),
+    Column("run_id", Id, nullable=False, index=True),
+    Column("placed_at", _utc(), nullable=False),
+    Column("until", _utc(), nullable=True),
+    Column("released_at", _utc(), nullable=True),
+    # a models.privacy.LegalHold
+    Column("record", Json, nullable=False),
+)
+
+deletion_receipts = Table(
+    "deletion_receipts",
+    metadata,
+    Column("request_id", Id, primary_key=True),
+    Column("subject_id", Id, nullable=False, index=True),
+    Column("executed_at", _utc(), nullable=False),
+    # a models.privacy.DeletionReceipt
+    Column("record", Json, nullable=False),
+)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from models.redaction import REDACT_V1, RedactionPolicy
 from tests.cli.test_cli import run
 from worker.ports import free_ports
 
@@ -175,7 +176,10 @@ def test_incident_commands_end_to_end(home: Path, tmp_path: Path) -> None:
     assert "1 passed, 1 failed" in gate.stdout or "1 failed, 1 passed" in gate.stdout, (
         gate.stdout + gate.stderr
     )
-    assert "no email.send where to equal 'bob@example.com'" in gate.stdout
+    # the case is derived from sanitized evidence: it names bob's pseudonym, never his address
+    bob = RedactionPolicy(REDACT_V1).sanitize("bob@example.com")
+    assert f"no email.send where to equal '{bob}'" in gate.stdout
+    assert "bob@example.com" not in gate.stdout
 
     retired = run(
         [

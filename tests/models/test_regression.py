@@ -13,6 +13,7 @@ from pydantic import ValidationError
 from examples.support_desk.providers import SimulatedWorld
 from examples.support_desk.spec import run_scenario
 from models.errors import ConflictError, InvalidInputError
+from models.redaction import REDACT_V1, RedactionPolicy
 from models.regression import (
     ArgumentConstraint,
     ExpectedOutcome,
@@ -34,6 +35,7 @@ from tests.runtime.conftest import Recording
 
 T0 = datetime(2026, 8, 20, 10, 15, tzinfo=UTC)
 CAROL = "carol@example.com"
+SANITIZED = RedactionPolicy(REDACT_V1).sanitize
 NOT_CAROL = ForbiddenSideEffect(
     capability_id="email.send",
     where=(ArgumentConstraint(field="to", op="not_equal", value=CAROL),),
@@ -220,7 +222,13 @@ async def test_wrong_customer_case_fails_on_v17_and_holds_on_v18(rec: Recording)
         rec.world, rec.ledger, rec.artifacts, "wrong-customer", prompt_version="v18", seed=0
     )
     assert v18.outcome["emailed"] == CAROL
-    incident_case = case(NOT_CAROL, RIGHT_CUSTOMER, source_run_id=v17.run_id)
+    # recorded evidence is sanitized (redact-v1): a case derived from it names the pseudonyms
+    carol, bob = SANITIZED(CAROL), SANITIZED("bob@example.com")
+    not_carol = ForbiddenSideEffect(
+        capability_id="email.send",
+        where=(ArgumentConstraint(field="to", op="not_equal", value=carol),),
+    )
+    incident_case = case(not_carol, RIGHT_CUSTOMER, source_run_id=v17.run_id)
 
     failed = evaluate_case(incident_case, await load_trajectory(rec.ledger, v17.run_id))
     assert not failed.passed and failed.run_id == v17.run_id
@@ -228,8 +236,8 @@ async def test_wrong_customer_case_fails_on_v17_and_holds_on_v18(rec: Recording)
         (0, "forbidden_side_effect"),
         (1, "expected_outcome"),
     ]
-    assert failed.failures[0].assertion == "no email.send where to not_equal 'carol@example.com'"
-    assert "to='bob@example.com'" in failed.failures[0].reason
+    assert failed.failures[0].assertion == f"no email.send where to not_equal '{carol}'"
+    assert f"to='{bob}'" in failed.failures[0].reason
     assert failed.failures[1].reason == "outcome.customer_id is 'C-2001', expected 'C-2002'"
 
     held = evaluate_case(incident_case, await load_trajectory(rec.ledger, v18.run_id))

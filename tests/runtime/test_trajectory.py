@@ -13,6 +13,7 @@ from models import DiffType, ExecutionEventType, RunRecord
 from models.canonical import canonical_hash
 from models.comparison import compare_trajectories, reproduces
 from models.errors import ApprovalDeniedError
+from models.redaction import REDACT_V1, redaction_policy
 from models.trajectory import Trajectory
 from runtime.approvals import action_hash
 from runtime.executor import RunResult
@@ -74,7 +75,8 @@ async def test_happy_run_is_read_in_order_with_final_side_effects(rec) -> None: 
         "email",
         "CONFIRMED",
     )
-    assert email.arguments["to"] == "ada@example.com"  # type: ignore[index,call-overload]
+    # the trajectory shows the sanitized view (rule 17): the address as its pseudonym
+    assert email.arguments["to"] == redaction_policy(REDACT_V1).sanitize("ada@example.com")  # type: ignore[index,call-overload]
 
     # both writes decided at the reviewer, on their action (input hash = action hash)
     assert [(p.step_id, p.policy_id, p.decision) for p in t.policy_decisions] == [
@@ -86,7 +88,8 @@ async def test_happy_run_is_read_in_order_with_final_side_effects(rec) -> None: 
     writer = t.model_decisions[-1]
     assert writer.step_id == "reviewer" and writer.tool_names == () and writer.content
     assert t.final_answer == writer.content and "Hello Ada" in t.final_answer
-    assert t.outcome == result.outcome and t.outcome["resolution"] == "replied"  # type: ignore[index,call-overload]
+    sanitize = redaction_policy(REDACT_V1).sanitize
+    assert t.outcome == sanitize(result.outcome) and t.outcome["resolution"] == "replied"  # type: ignore[index,call-overload]
     assert t.completed
 
 
@@ -117,7 +120,8 @@ async def test_wrong_customer_v17_against_the_v18_fix(rec) -> None:  # type: ign
     assert [c.capability_id for c in bob.tool_calls] == ["crm.find_by_phone", "email.send"]
     assert [c.capability_id for c in carol.tool_calls] == ["crm.get_customer", "email.send"]
     (bob_email,) = bob.side_effects
-    assert bob_email.arguments["to"] == "bob@example.com" and bob_email.status == "CONFIRMED"  # type: ignore[index,call-overload]
+    assert bob_email.arguments["to"] == redaction_policy(REDACT_V1).sanitize("bob@example.com")  # type: ignore[index,call-overload]
+    assert bob_email.status == "CONFIRMED"  # type: ignore[index,call-overload]
 
     comparison = compare_trajectories(bob, carol)
     # the model chose the phone lookup in the planner step: that is where the runs part, the
@@ -139,16 +143,21 @@ async def test_wrong_customer_v17_against_the_v18_fix(rec) -> None:  # type: ign
     lookup = by_type[DiffType.TOOL_CHANGED]
     assert (lookup.source_step, lookup.replay_step) == ("crm", "crm")
     assert lookup.explanation == (
-        "crm.find_by_phone(phone=+1-555-0199) became crm.get_customer(customer_id=C-2002)"
+        f"crm.find_by_phone(phone={redaction_policy(REDACT_V1).sanitize('+1-555-0199')}) "
+        "became crm.get_customer(customer_id=C-2002)"
     )
     email = by_type[DiffType.SIDE_EFFECT_CHANGED]
     assert email.critical and (email.source_step, email.replay_step) == ("email", "email")
     assert email.explanation == (
-        "email.send(to=bob@example.com) became email.send(to=carol@example.com); body also changed"
+        f"email.send(to={redaction_policy(REDACT_V1).sanitize('bob@example.com')}) became "
+        f"email.send(to={redaction_policy(REDACT_V1).sanitize('carol@example.com')}); "
+        "body also changed"
     )
-    assert "bob@example.com" in by_type[DiffType.ARGUMENT_CHANGED].explanation
+    bob_token = redaction_policy(REDACT_V1).sanitize("bob@example.com")
+    carol_token = redaction_policy(REDACT_V1).sanitize("carol@example.com")
+    assert bob_token in by_type[DiffType.ARGUMENT_CHANGED].explanation
     assert "“Bob” became “Carol”" in by_type[DiffType.ANSWER_CHANGED].explanation
-    assert "emailed bob@example.com became carol@example.com" in (
+    assert f"emailed {bob_token} became {carol_token}" in (
         by_type[DiffType.OUTCOME_CHANGED].explanation
     )
     assert comparison.critical
@@ -228,4 +237,4 @@ async def test_a_replay_run_has_one_blocked_fact_per_write_blocked_event(rec) ->
     assert not comparison.same_side_effects  # one write executed, two attempted
     assert [d.type for d in comparison.diffs if d.critical] == [DiffType.SIDE_EFFECT_ADDED]
     assert not comparison.same_outcome and not reproduces(comparison)
-    assert source_result.outcome == source.outcome
+    assert redaction_policy(REDACT_V1).sanitize(source_result.outcome) == source.outcome

@@ -42,7 +42,7 @@ FAKE_WORKER = """
 import json, os, pathlib, subprocess, sys, time
 child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
 keys = ["TEMPORAL_ADDRESS", "TEMPORAL_NAMESPACE", "REPLAYBOOK_HOME", "REPLAYBOOK_S3_ENDPOINT_URL",
-        "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"]
+        "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "REPLAYBOOK_METRICS_PORT"]
 seen = {k: os.environ.get(k) for k in keys} | {"pid": os.getpid(), "child_pid": child.pid}
 path = pathlib.Path(os.environ["REPLAYBOOK_HOME"], "worker-env.json")
 path.with_suffix(".tmp").write_text(json.dumps(seen))
@@ -137,12 +137,13 @@ def test_dev_stack_lifecycle(home: Path) -> None:
         "temporal": "started",
         "seaweedfs": "started",
         "worker": "started",
+        "api": "started",
     }
 
     status = ok_json(run(home, "dev", "status", "--json"))
     assert status["running"] is True
     components = status["components"]
-    assert set(components) == {"temporal", "seaweedfs", "worker"}
+    assert set(components) == {"temporal", "seaweedfs", "worker", "api"}
     assert all(c["alive"] and c["pid_alive"] for c in components.values())
     temporal, seaweedfs = components["temporal"], components["seaweedfs"]
     assert temporal["port"] == temporal_port and temporal["port_answering"] is True
@@ -152,6 +153,10 @@ def test_dev_stack_lifecycle(home: Path) -> None:
     assert seaweedfs["port_answering"] is True
     assert seaweedfs["endpoint_url"] == f"http://127.0.0.1:{seaweedfs['port']}"
     assert (home / "dev" / "temporal.log").is_file() and (home / "dev" / "worker.log").is_file()
+    # the API answers on its port, with the stack's generated admin token only
+    assert components["api"]["port_answering"] is True
+    assert status["api_port"] == components["api"]["port"] and len(status["dev_token"]) >= 32
+    assert port_answers("127.0.0.1", status["worker_metrics_port"]) is False  # a fake worker
 
     # the state names the S3 endpoint and credentials, and they work
     state = load_stack_state(home)
@@ -180,6 +185,7 @@ def test_dev_stack_lifecycle(home: Path) -> None:
         s3["access_key"],
         s3["secret_key"],
     )
+    assert seen["REPLAYBOOK_METRICS_PORT"] == str(status["worker_metrics_port"])
     worker_child = seen["child_pid"]
     assert pid_alive(worker_child)
 
@@ -203,6 +209,7 @@ def test_dev_stack_lifecycle(home: Path) -> None:
         "temporal": "restarted",
         "seaweedfs": "running",
         "worker": "running",
+        "api": "running",
     }
     after = pids(restarted)
     assert after["temporal"] != temporal["pid"]
@@ -213,7 +220,7 @@ def test_dev_stack_lifecycle(home: Path) -> None:
 
     # down stops everything, children included, and forgets the stack
     down = ok_json(run(home, "dev", "down", "--json"))
-    assert down["stopped"] == ["worker", "temporal", "seaweedfs"]
+    assert down["stopped"] == ["api", "worker", "temporal", "seaweedfs"]
     for pid in [*after.values(), worker_child]:
         assert not pid_alive(pid), pid
     assert port_is_free("127.0.0.1", temporal_port)

@@ -1,0 +1,182 @@
+"""The bubblewrap command line of a sandboxed process, and the check that it can be created.
+
+The sandbox sees: a read-only view of /usr, the Python installation, the virtual environment
+and the project's packages (nothing else of the host: no /etc/shadow, no home directories, no
+Replaybook database); a private size-limited tmpfs at /tmp, the only writable place; fresh
+pid, ipc, uts and network namespaces (only ``lo``, so nothing on the host's loopback is
+reachable); an empty environment. rlimits (CPU seconds, address space, file size, process
+count) are set before bwrap starts and are inherited by everything inside.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import resource
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from activities.sandbox.config import SandboxSettings
+from models.errors import SandboxUnavailableError
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+_ETC_FILES = ("ld.so.cache", "localtime", "passwd", "group", "nsswitch.conf", "hosts")
+ENVIRONMENT = {
+    "PATH": "/usr/local/bin:/usr/bin:/bin",
+    "HOME": "/tmp",
+    "TMPDIR": "/tmp",
+    "LANG": "C.UTF-8",
+    "PYTHONDONTWRITEBYTECODE": "1",
+    "PYTHONUNBUFFERED": "1",
+}
+
+
+def read_only_paths() -> list[Path]:
+    """What the sandbox may read: system libraries, Python, the venv, our packages."""
+    paths = [Path("/usr")]
+    for prefix in (sys.base_prefix, sys.prefix):
+        resolved = Path(prefix).resolve()
+        if not any(resolved.is_relative_to(p) for p in paths):
+            paths.append(resolved)
+    for child in sorted(PROJECT_ROOT.iterdir()):
+        if (child / "__init__.py").is_file():
+            paths.append(child)
+    return paths
+
+
+def _parents_with_perms(path: Path, made: set[Path]) -> list[str]:
+    """``--dir`` for each missing ancestor, world-traversable: bwrap would otherwise copy the
+    host's mode (``/root`` is 0700) and the unprivileged sandbox user could not reach it."""
+    args: list[str] = []
+    for parent in reversed(path.parents):
+        if parent == Path("/") or parent in made:
+            continue
+        made.add(parent)
+        args += ["--perms", "0755", "--dir", str(parent)]
+    return args
+
+
+def bwrap_command(
+    settings: SandboxSettings, argv: Sequence[str], uid: int | None = None
+) -> list[str]:
+    bwrap = shutil.which(settings.bwrap) or settings.bwrap
+    args = [
+        bwrap,
+        "--unshare-ipc",
+        "--unshare-pid",
+        "--unshare-net",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+        "--die-with-parent",
+        "--new-session",
+        "--clearenv",
+    ]
+    for name, value in ENVIRONMENT.items():
+        args += ["--setenv", name, value]
+    made: set[Path] = set()
+    for link in ("bin", "lib", "lib64", "sbin"):
+        host = Path("/") / link
+        if host.is_symlink():
+            args += ["--symlink", os.readlink(host), str(host)]
+        elif host.is_dir():
+            args += ["--ro-bind", str(host), str(host)]
+    for path in read_only_paths():
+        args += _parents_with_perms(path, made)
+        args += ["--ro-bind", str(path), str(path)]
+    args += _parents_with_perms(Path("/etc/x"), made)
+    for name in _ETC_FILES:
+        if (Path("/etc") / name).is_file():
+            args += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
+    args += ["--proc", "/proc", "--dev", "/dev"]
+    # world-writable and sticky like a host /tmp: the unprivileged sandbox user writes there
+    args += ["--perms", "1777", "--size", str(settings.tmp_bytes), "--tmpfs", "/tmp"]
+    args += ["--chdir", "/tmp"]
+    command = list(argv)
+    if os.geteuid() == 0:
+        # bwrap runs privileged (no user namespace) and drops every capability but these two;
+        # setpriv then becomes the unprivileged uid with an empty bounding set
+        setpriv = shutil.which("setpriv") or "/usr/bin/setpriv"
+        uid = str(settings.uid if uid is None else uid)
+        args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+        command = [
+            setpriv,
+            f"--reuid={uid}",
+            f"--regid={uid}",
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--bounding-set=-all",
+            *command,
+        ]
+    return [*args, "--", *command]
+
+
+def rlimit_setter(settings: SandboxSettings) -> Callable[[], None]:
+    """A preexec function: only ``setrlimit`` calls (no locks, no allocation of note), which
+    is what is safe between fork and exec in a threaded process."""
+    limits = (
+        (resource.RLIMIT_CPU, settings.cpu_seconds, settings.cpu_seconds + 1),
+        (resource.RLIMIT_AS, settings.address_space_bytes, settings.address_space_bytes),
+        (resource.RLIMIT_FSIZE, settings.file_size_bytes, settings.file_size_bytes),
+        (resource.RLIMIT_NPROC, settings.max_processes, settings.max_processes),
+        (resource.RLIMIT_CORE, 0, 0),
+    )
+
+    def apply() -> None:
+        for which, soft, hard in limits:
+            resource.setrlimit(which, (soft, hard))
+
+    return apply
+
+
+def python_argv(module: str, *extra: str) -> list[str]:
+    """The venv's interpreter (its path, not the resolved binary: that is how it finds the
+    venv), running ``module``; ``-I`` ignores PYTHON* variables and the user site."""
+    return [str(Path(sys.prefix) / "bin" / "python"), "-I", "-m", module, *extra]
+
+
+def check_available(settings: SandboxSettings) -> None:
+    """Create a sandbox and run ``true`` in it; ``SandboxUnavailableError`` naming the reason
+    when that fails (the replay worker then refuses to run steps)."""
+    bwrap = shutil.which(settings.bwrap)
+    if bwrap is None:
+        raise SandboxUnavailableError(
+            f"bubblewrap ({settings.bwrap!r}) is not installed: run infra/ensure-bubblewrap.sh, "
+            "or start the worker with REPLAYBOOK_SANDBOX=off (development only)"
+        )
+    if os.geteuid() == 0 and shutil.which("setpriv") is None:
+        raise SandboxUnavailableError("setpriv (util-linux) is needed to drop root in the sandbox")
+    try:
+        done = subprocess.run(
+            bwrap_command(settings, ["/bin/true"]),
+            capture_output=True,
+            timeout=30,
+            preexec_fn=rlimit_setter(settings),  # setrlimit only: safe after fork
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise SandboxUnavailableError(f"cannot start bubblewrap: {exc}") from exc
+    if done.returncode != 0:
+        raise SandboxUnavailableError(
+            f"bubblewrap cannot create the sandbox (exit {done.returncode}): "
+            f"{done.stderr.decode(errors='replace').strip()[-500:]}"
+        )
+
+
+async def spawn(
+    settings: SandboxSettings, argv: Sequence[str], uid: int | None = None
+) -> asyncio.subprocess.Process:
+    """Start ``argv`` in a new sandbox with pipes on stdin, stdout and stderr."""
+    try:
+        return await asyncio.create_subprocess_exec(
+            *bwrap_command(settings, argv, uid),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            preexec_fn=rlimit_setter(settings),  # setrlimit only: safe after fork
+            env={},
+            start_new_session=True,
+        )
+    except OSError as exc:
+        raise SandboxUnavailableError(f"cannot start bubblewrap: {exc}") from exc

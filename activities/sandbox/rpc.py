@@ -1,0 +1,71 @@
+"""The pipe protocol between a replay worker and its sandboxed step process.
+
+One frame = 4-byte big-endian length + UTF-8 JSON. The child sends ``{"call": method,
+"params": {...}}`` and waits for ``{"ok": value}`` or ``{"error": {...}}``; it ends with
+``{"done": output}`` or ``{"failed": {...}}``. Requests are strictly sequential (the child's
+step code is one coroutine chain), so no request ids are needed.
+
+Values that JSON cannot carry are tagged: bytes as ``{"$b64": ...}`` (see ``codec``).
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from typing import Any, BinaryIO
+
+#: a frame larger than this is a protocol violation (payloads above ~1 MB are artifacts
+#: anyway; the largest legitimate frame is a step's batch of events)
+MAX_FRAME = 256 * 1024 * 1024
+_HEADER = struct.Struct(">I")
+
+
+class ProtocolError(Exception):
+    """The other side sent something that is not a frame (it is not a ReplaybookError: it
+    never crosses the pipe, the runner turns it into SandboxViolationError)."""
+
+
+def encode_frame(message: Any) -> bytes:
+    data = json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode()
+    if len(data) > MAX_FRAME:
+        raise ProtocolError(f"frame of {len(data)} bytes exceeds {MAX_FRAME}")
+    return _HEADER.pack(len(data)) + data
+
+
+def decode_body(body: bytes) -> Any:
+    try:
+        return json.loads(body)
+    except ValueError as exc:
+        raise ProtocolError(f"frame is not JSON: {exc}") from None
+
+
+def check_length(header: bytes) -> int:
+    (length,) = _HEADER.unpack(header)
+    if length > MAX_FRAME:
+        raise ProtocolError(f"frame of {length} bytes announced, the limit is {MAX_FRAME}")
+    return length
+
+
+# child side: blocking file objects (the child does one thing at a time) ---------------------
+
+
+def write_frame(stream: BinaryIO, message: Any) -> None:
+    stream.write(encode_frame(message))
+    stream.flush()
+
+
+def read_frame(stream: BinaryIO) -> Any:
+    header = _read_exact(stream, _HEADER.size)
+    return decode_body(_read_exact(stream, check_length(header)))
+
+
+def _read_exact(stream: BinaryIO, size: int) -> bytes:
+    chunks: list[bytes] = []
+    remaining = size
+    while remaining:
+        chunk = stream.read(remaining)
+        if not chunk:
+            raise ProtocolError("the pipe closed in the middle of a frame")
+        chunks.append(chunk)
+        remaining -= len(chunk)
+    return b"".join(chunks)

@@ -1,0 +1,230 @@
+"""The ingestion format: how an agent that does not run on Replaybook's runtime reports a run.
+
+A client creates the run with an ``IngestRunHeader`` (``POST /api/runs``) and then sends its
+events in order (``POST /api/runs/{id}/events`` with an ``IngestEventBatch``). Every event carries
+the client's own ``sequence`` (1, 2, 3, … per run): resending an event that is already recorded
+is accepted and changes nothing; another event under a recorded sequence is refused
+(``SequenceConflictError``, HTTP 409). ``docs/ingest-format.md`` describes the format with
+examples; these records are its schema (and the OpenAPI schema of the API).
+
+Chat-with-tools runs (``graph_id`` ``tool-loop``) are replayed by the generic tool-calling loop
+(``runtime.tool_loop``): model call → tool calls → results → model, with user turns answered
+from the recorded ``user.reply`` capability.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Annotated, Literal
+
+from pydantic import Field, JsonValue
+
+from models.base import Identifier, Instant, Record
+from models.enums import (
+    ApprovalDecision,
+    PolicyDecision,
+    RunStatus,
+    SideEffectClass,
+    SideEffectStatus,
+    ToolOutcome,
+)
+from models.evidence import RetrievedEvidence
+from models.execution import EnvironmentManifest, PinnedVersions, SourceCodeManifest
+from models.model_call import ChatMessage, TokenUsage, ToolCallRequest
+
+#: the graph id of the generic tool-calling loop that replays ingested chat-with-tools runs
+TOOL_LOOP_GRAPH_ID = "tool-loop"
+TOOL_LOOP_GRAPH_VERSION = "1"
+#: the recorded READ capability that answers a user turn (``{"turn": n}`` → ``{"content", "done"}``)
+USER_REPLY = "user.reply"
+
+
+class IngestTool(Record):
+    """A tool the agent could call, as offered to its model."""
+
+    name: Identifier
+    description: str = ""
+    #: JSON Schema of the arguments (as offered to the model; ingestion does not validate calls)
+    parameters: dict[str, JsonValue] = Field(default_factory=lambda: {"type": "object"})
+    #: READ or WRITE; when absent the MCP hints decide, and with no hint the tool is WRITE
+    side_effect_class: SideEffectClass | None = None
+    read_only_hint: bool | None = None
+    destructive_hint: bool | None = None
+
+
+class IngestRunHeader(Record):
+    """A run header with its pinned versions (``POST /api/runs``)."""
+
+    #: the client's id for the run; re-sending the same header under it is a no-op
+    run_id: Identifier
+    graph_id: Identifier = TOOL_LOOP_GRAPH_ID
+    graph_version: Identifier = TOOL_LOOP_GRAPH_VERSION
+    #: the agent's logical start time (``logical_time`` of the first events)
+    started_at: Instant
+    pinned: PinnedVersions = PinnedVersions()
+    environment: EnvironmentManifest | None = None
+    source_code: SourceCodeManifest | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+    #: the compiled system prompt the model saw (stored as the run's prompt artifact)
+    system_prompt: str | None = None
+    tools: tuple[IngestTool, ...] = ()
+    #: messages the conversation starts with besides the system prompt (e.g. the task)
+    initial_messages: tuple[ChatMessage, ...] = ()
+    #: whether user turns are recorded as ``user_message`` events (a chat with a user)
+    user_turns: bool = True
+    #: the agent's own limit of model calls; the loop stops there (as the source agent did)
+    max_model_calls: int | None = Field(default=None, ge=1)
+    #: tools whose call ends the run (e.g. a hand-off to a human)
+    terminate_tools: tuple[str, ...] = ()
+    #: without user turns: how many answers without tool calls the agent gives before it ends
+    answers_before_end: int = Field(default=1, ge=1)
+    #: JSON documents kept with the run as artifacts (expected behaviour, source outcome, …)
+    attachments: dict[str, JsonValue] = Field(default_factory=dict)
+
+
+class _Event(Record):
+    #: the client's sequence number of this event in the run, from 1, without gaps
+    sequence: int = Field(ge=1)
+    #: when it happened in the agent's time; defaults to the run's start time
+    at: Instant | None = None
+    #: the step it belongs to; by default model calls, tool batches and user turns are steps
+    step_id: str | None = None
+
+
+class ModelCallEvent(_Event):
+    """One model call. ``messages`` is what the model saw besides the system prompt; when
+    omitted it is the conversation so far as recorded."""
+
+    type: Literal["model_call"] = "model_call"
+    model: str
+    messages: tuple[ChatMessage, ...] | None = None
+    content: str | None = None
+    tool_calls: tuple[ToolCallRequest, ...] = ()
+    finish_reason: str | None = None
+    usage: TokenUsage = TokenUsage()
+    cost: Decimal = Decimal(0)
+    response_id: str | None = None
+
+
+class ToolCallEvent(_Event):
+    """One executed tool call with its result. A WRITE becomes a side effect too."""
+
+    type: Literal["tool_call"] = "tool_call"
+    tool_call_id: str | None = None
+    name: Identifier
+    arguments: dict[str, JsonValue] = Field(default_factory=dict)
+    #: the result as the agent received it (a string or any JSON value)
+    output: JsonValue = None
+    outcome: ToolOutcome = ToolOutcome.SUCCESS
+    #: overrides the header's declaration of the tool
+    side_effect_class: SideEffectClass | None = None
+    #: for a WRITE: CONFIRMED, FAILED (changed nothing) or UNKNOWN; default from ``outcome``
+    side_effect_status: SideEffectStatus | None = None
+    receipt: str | None = None
+    provider_request_id: str | None = None
+
+
+class UserMessageEvent(_Event):
+    """A user turn; recorded as a ``user.reply`` fixture so replay can re-drive the chat."""
+
+    type: Literal["user_message"] = "user_message"
+    content: str | None
+    #: the user ended the conversation with this message
+    done: bool = False
+
+
+class RetrievalEvent(_Event):
+    type: Literal["retrieval"] = "retrieval"
+    query: JsonValue
+    retriever_version: Identifier
+    evidence: tuple[RetrievedEvidence, ...] = ()
+
+
+class PolicyDecisionEvent(_Event):
+    type: Literal["policy_decision"] = "policy_decision"
+    policy_id: Identifier
+    policy_version: Identifier
+    #: the policy's input; for a write, ``{"capability": name, "arguments": {...}}``
+    input: JsonValue
+    decision: PolicyDecision
+    reasons: tuple[str, ...] = ()
+
+
+class ApprovalEvent(_Event):
+    type: Literal["approval"] = "approval"
+    approval_id: Identifier
+    approver: Identifier
+    #: the approved action: the approval is bound to its hash
+    capability: Identifier
+    arguments: dict[str, JsonValue] = Field(default_factory=dict)
+    decision: ApprovalDecision = ApprovalDecision.APPROVED
+    expires_at: Instant | None = None
+
+
+class SideEffectStateEvent(_Event):
+    """A later state change of a write recorded by an earlier ``tool_call`` event."""
+
+    type: Literal["side_effect"] = "side_effect"
+    #: the ``sequence`` of the tool_call event whose side effect changes
+    tool_call_sequence: int = Field(ge=1)
+    status: SideEffectStatus
+    receipt: str | None = None
+    #: with status RECONCILED: whether the effect was applied
+    reconciled_applied: bool | None = None
+
+
+class CheckpointEvent(_Event):
+    type: Literal["checkpoint"] = "checkpoint"
+    state: dict[str, JsonValue]
+    state_schema_version: int = Field(default=1, ge=1)
+
+
+class OpaqueEvent(_Event):
+    """Something the client (or an importer) could not interpret: kept, never dropped."""
+
+    type: Literal["opaque"] = "opaque"
+    source: str
+    reason: str
+    data: JsonValue = None
+
+
+class RunEndEvent(_Event):
+    type: Literal["run_end"] = "run_end"
+    status: RunStatus = RunStatus.COMPLETED
+    #: what the source reported as the run's result (kept as ``source_outcome``)
+    outcome: JsonValue = None
+    error: str | None = None
+
+
+IngestEvent = Annotated[
+    ModelCallEvent
+    | ToolCallEvent
+    | UserMessageEvent
+    | RetrievalEvent
+    | PolicyDecisionEvent
+    | ApprovalEvent
+    | SideEffectStateEvent
+    | CheckpointEvent
+    | OpaqueEvent
+    | RunEndEvent,
+    Field(discriminator="type"),
+]
+
+
+class IngestEventBatch(Record):
+    """Events of one run, in sequence order (``POST /api/runs/{id}/events``)."""
+
+    events: tuple[IngestEvent, ...] = Field(min_length=1)
+
+
+class IngestResult(Record):
+    run_id: Identifier
+    #: events recorded by this call
+    recorded: int = 0
+    #: events that were already recorded identically (accepted, nothing written)
+    duplicates: int = 0
+    #: the next client sequence the run expects
+    next_sequence: int = 1
+    #: the ledger head after this call
+    head_sequence: int = 0
+    ended: bool = False

@@ -1,0 +1,188 @@
+"""The versioned redaction policy (rule 17): the sanitized view of every recorded payload.
+
+A policy version is a pure function of (raw JSON, personal field names): re-applying the same
+version to the same raw input always gives the same sanitized JSON, hence the same sanitized
+hash. Versions are never changed once released; a new rule is a new version.
+
+``redact-v1`` replaces, inside every string:
+
+- e-mail addresses,
+- phone numbers (international ``+…`` numbers with at least 7 digits, and ``(555) 123-4567`` /
+  ``555-123-4567`` forms; ISO dates never match),
+- payment card numbers (13–19 digits, spaces or dashes allowed) that pass the Luhn check,
+- API keys and bearer tokens (``Bearer …``, ``sk-…``, ``ghp_…``, ``xox?-…``, ``AKIA…``),
+
+and the whole value of any object key that is a secret name (``api_key``, ``authorization``,
+``password``…) or a personal field declared by the capability registry
+(``Capability.personal_fields``, e.g. ``phone``, ``to``).
+
+Each match becomes a pseudonym ``<kind:16 hex>`` derived from the policy version and the
+value, so the same value always maps to the same token and different values (almost surely)
+to different tokens: a sanitized view still shows that two records name the same customer,
+and hashes over sanitized views are as discriminating as hashes over raw ones. Tokens are
+never matched again, so sanitizing is idempotent (``sanitize(sanitize(x)) == sanitize(x)``):
+this is what lets fixture matching hash the sanitized request and match whether replay sees
+raw or sanitized input. The pseudonym is an unkeyed hash: a low-entropy value (a phone
+number) can be found from its token by trying every number, so the sanitized view is
+pseudonymous, not anonymous; raw content itself is only ever stored encrypted.
+
+``none`` is the identity (runs recorded before redaction existed).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from models.canonical import canonical_hash
+
+NO_REDACTION = "none"
+REDACT_V1 = "redact-v1"
+DEFAULT_REDACTION_POLICY = REDACT_V1
+
+#: a token produced by a policy: never redacted again
+_TOKEN = re.compile(r"<(?:email|phone|card|secret|personal):[0-9a-f]{16}>")
+_EMAIL = re.compile(
+    r"(?<![\w.+-])[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}"
+)
+_PHONE = re.compile(
+    r"(?<![\w+])\+\d[\d ().-]{5,20}\d(?![\w])"
+    r"|(?<![\w-])(?:\(\d{3}\)\s?|\d{3}[-. ])\d{3}[-. ]\d{4}(?![\w-])"
+)
+_CARD = re.compile(r"(?<![\w-])\d(?:[ -]?\d){12,18}(?![\w-])")
+_SECRET = re.compile(
+    r"\bBearer\s+[A-Za-z0-9._~+/=-]{8,}"
+    r"|\bsk-[A-Za-z0-9_-]{16,}"
+    r"|\bgh[pousr]_[A-Za-z0-9]{20,}"
+    r"|\bxox[abprs]-[A-Za-z0-9-]{10,}"
+    r"|\bAKIA[0-9A-Z]{16}\b"
+)
+SECRET_FIELD_NAMES = frozenset(
+    {
+        "api_key",
+        "apikey",
+        "x-api-key",
+        "authorization",
+        "password",
+        "passwd",
+        "secret",
+        "client_secret",
+        "access_token",
+        "refresh_token",
+        "bearer_token",
+    }
+)
+
+
+def luhn_valid(digits: str) -> bool:
+    """The Luhn checksum of a digit string (payment card numbers pass it)."""
+    total = 0
+    for i, ch in enumerate(reversed(digits)):
+        d = ord(ch) - 48
+        if i % 2:
+            d = d * 2 - 9 if d > 4 else d * 2
+        total += d
+    return total % 10 == 0
+
+
+@dataclass(frozen=True)
+class RedactionPolicy:
+    """One version of the policy plus the personal field names of the run's capabilities."""
+
+    version: str = DEFAULT_REDACTION_POLICY
+    personal_fields: frozenset[str] = field(default_factory=frozenset)
+
+    def __post_init__(self) -> None:
+        if self.version not in KNOWN_POLICY_VERSIONS:
+            raise ValueError(
+                f"unknown redaction policy version {self.version!r} "
+                f"(known: {', '.join(sorted(KNOWN_POLICY_VERSIONS))})"
+            )
+
+    @property
+    def is_identity(self) -> bool:
+        return self.version == NO_REDACTION
+
+    def sanitize(self, value: Any) -> Any:
+        """The sanitized view of a JSON value (a new value; the input is not changed)."""
+        if self.is_identity:
+            return value
+        return self._value(value, None)
+
+    def _token(self, kind: str, value: Any) -> str:
+        text = value if isinstance(value, str) else canonical_hash(value)
+        digest = hashlib.sha256(f"{self.version}\x00{kind}\x00{text}".encode()).hexdigest()
+        return f"<{kind}:{digest[:16]}>"
+
+    def _value(self, value: Any, key: str | None) -> Any:
+        if key is not None and value is not None:
+            lowered = key.lower()
+            if lowered in SECRET_FIELD_NAMES:
+                return self._whole(value, "secret")
+            if key in self.personal_fields:
+                return self._whole(value, "personal")
+        if isinstance(value, str):
+            return self._text(value)
+        if isinstance(value, dict):
+            return {k: self._value(v, k) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [self._value(v, None) for v in value]
+        return value
+
+    def _whole(self, value: Any, kind: str) -> Any:
+        if isinstance(value, str) and _TOKEN.fullmatch(value):
+            return value
+        if isinstance(value, dict | list | tuple):
+            # a personal object: every scalar inside is personal
+            if isinstance(value, dict):
+                return {k: self._whole(v, kind) for k, v in value.items()}
+            return [self._whole(v, kind) for v in value]
+        if value is None or isinstance(value, bool):
+            return value
+        if isinstance(value, str):
+            # keep the more specific kind when the whole value is an e-mail or a phone number
+            sanitized = self._text(value)
+            if _TOKEN.fullmatch(sanitized):
+                return sanitized
+        return self._token(kind, value)
+
+    def _text(self, text: str) -> str:
+        parts = _TOKEN.split(text)
+        tokens = _TOKEN.findall(text)
+        out = [self._plain(parts[0])]
+        for token, part in zip(tokens, parts[1:], strict=True):
+            out += [token, self._plain(part)]
+        return "".join(out)
+
+    def _plain(self, text: str) -> str:
+        text = _SECRET.sub(lambda m: self._token("secret", m.group(0)), text)
+        text = _EMAIL.sub(lambda m: self._token("email", m.group(0).lower()), text)
+        text = _CARD.sub(self._card, text)
+        return _PHONE.sub(self._phone, text)
+
+    def _card(self, match: re.Match[str]) -> str:
+        digits = re.sub(r"\D", "", match.group(0))
+        if 13 <= len(digits) <= 19 and luhn_valid(digits):
+            return self._token("card", digits)
+        return match.group(0)
+
+    def _phone(self, match: re.Match[str]) -> str:
+        raw = match.group(0)
+        digits = re.sub(r"\D", "", raw)
+        if len(digits) < 7:
+            return raw
+        return self._token("phone", ("+" if raw.startswith("+") else "") + digits)
+
+
+KNOWN_POLICY_VERSIONS = frozenset({NO_REDACTION, REDACT_V1})
+
+
+def redaction_policy(version: str | None, personal_fields: Iterable[str] = ()) -> RedactionPolicy:
+    """The policy a run pinned (``None``: recorded before redaction existed, the identity)."""
+    return RedactionPolicy(version or NO_REDACTION, frozenset(personal_fields))
+
+
+Sanitizer = Callable[[Any], Any]

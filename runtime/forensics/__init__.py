@@ -1,0 +1,1 @@
+"""Forensics against ground truth for imported benchmark runs (tau-bench)."""

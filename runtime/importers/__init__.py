@@ -1,0 +1,1 @@
+"""Importers of foreign agent-run formats, each a converter to the ingestion format."""

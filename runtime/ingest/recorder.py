@@ -1,0 +1,102 @@
+"""A run recorder for ingestion: it buffers the ledger events one call produces and names each
+after the client event it came from, so a re-sent event is recognised by its ledger events.
+
+Event id: ``<run_id>:<client sequence>:<n>:<content digest>`` (client sequence 0 is the run
+header). The chain covers the event id, so these markers are as tamper-evident as the rest.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from pydantic import JsonValue
+
+from models import ExecutionEvent, ExecutionEventType, HashedRecord
+from models.canonical import canonical_hash
+from models.digest import digest_hex
+from runtime.ports import ArtifactStore, EventLedger, NewEvent
+from runtime.recorder import RunRecorder
+
+#: hex digits of the content digest kept in an event id
+DIGEST_CHARS = 16
+
+
+class IngestClock:
+    """The agent's time as the client reported it; ingestion never reads the system clock."""
+
+    def __init__(self, start: datetime) -> None:
+        self.current = start
+
+    def now(self) -> datetime:
+        return self.current
+
+    def logical_time(self) -> datetime:
+        return self.current
+
+
+def content_digest(value: JsonValue) -> str:
+    return digest_hex(canonical_hash(value))[:DIGEST_CHARS]
+
+
+@dataclass(frozen=True)
+class Marker:
+    """Which client event a ledger event was recorded for."""
+
+    sequence: int
+    digest: str
+
+
+def marker_of(run_id: str, event: ExecutionEvent) -> Marker | None:
+    prefix, _, rest = event.event_id.rpartition(":")
+    head, _, _n = prefix.rpartition(":")
+    owner, _, sequence = head.rpartition(":")
+    if owner != run_id or not sequence.isdigit():
+        return None  # not recorded by ingestion (e.g. a run recorded by our runtime)
+    return Marker(int(sequence), rest)
+
+
+class IngestRecorder(RunRecorder):
+    def __init__(
+        self, ledger: EventLedger, artifacts: ArtifactStore, run_id: str, start: datetime, head: int
+    ) -> None:
+        self.ingest_clock = IngestClock(start)
+        super().__init__(ledger, artifacts, run_id, self.ingest_clock, deferred=True)  # type: ignore[arg-type]
+        self.last_sequence = head
+        self._marker = Marker(0, "")
+        self._count = 0
+        #: canonical message bytes -> artifact digest, so each message is stored once per call
+        self.stored_messages: dict[bytes, str] = {}
+
+    def begin(self, sequence: int, digest: str, at: datetime | None) -> None:
+        """Start recording the ledger events of client event ``sequence``."""
+        self._marker = Marker(sequence, digest)
+        self._count = 0
+        if at is not None:
+            self.ingest_clock.current = at
+
+    @property
+    def pending(self) -> int:
+        return len(self._pending)
+
+    async def record(
+        self,
+        type: ExecutionEventType,
+        *,
+        record: HashedRecord | None = None,
+        payload: JsonValue = None,
+        step_id: str | None = None,
+    ) -> ExecutionEvent | None:
+        self._count += 1
+        event_id = f"{self.run_id}:{self._marker.sequence}:{self._count}:{self._marker.digest}"
+        self._pending.append(
+            NewEvent(
+                step_id or self.step_id,
+                type,
+                self.logical_time(),
+                record=record,
+                payload=payload,
+                event_id=event_id,
+            )
+        )
+        return None

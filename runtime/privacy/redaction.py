@@ -1,0 +1,47 @@
+"""Which redaction policy a run is recorded and replayed with."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from models import RunRecord
+from models.capability import Capability
+from models.redaction import NO_REDACTION, RedactionPolicy, redaction_policy
+
+
+def personal_fields(capabilities: Iterable[Capability]) -> frozenset[str]:
+    """Every argument name a capability of the registry declares personal."""
+    return frozenset(name for c in capabilities for name in c.personal_fields)
+
+
+def replay_redaction(run: RunRecord, capabilities: Iterable[Capability]) -> RedactionPolicy | None:
+    """The source run's policy (None for runs recorded as given): a replay hashes lookups and
+    sanitizes new payloads exactly as the source did."""
+    version = run.pinned.redaction_policy_version
+    if version in (None, NO_REDACTION):
+        return None
+    return redaction_policy(version, personal_fields(capabilities))
+
+
+async def destroyed_content_note(ledger: object, run_id: str) -> str | None:
+    """Why a replay of ``run_id`` is LIMITED when a deletion request destroyed raw content of
+    it; None when nothing was destroyed (or the ledger keeps no raw content)."""
+    vault = getattr(ledger, "vault", None)
+    if vault is None:
+        return None
+    count, request_id, at = await vault.destroyed_summary(run_id)
+    if not count:
+        return None
+    return (
+        f"raw content of {count} payload(s) destroyed by deletion request {request_id} at "
+        f"{at.isoformat() if at else '?'}: replayed from the sanitized view only"
+    )
+
+
+def recording_redaction(
+    version: str | None, capabilities: Iterable[Capability]
+) -> RedactionPolicy | None:
+    """The policy a new recording applies (None: record as given, the ``none`` version)."""
+    if version in (None, NO_REDACTION):
+        return None
+    return redaction_policy(version, personal_fields(capabilities))

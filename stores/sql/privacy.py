@@ -1,0 +1,419 @@
+"""The raw-evidence vault in SQL: per-subject data keys (wrapped by the KEK), encrypted raw
+payloads beside the sanitized ones, and each run's data subjects.
+
+A raw payload is sealed with AES-256-GCM under its subject's data key, with associated data
+binding it to its run, its raw hash and its sanitized hash: a ciphertext moved to another
+event, or a swapped raw_hash, fails to authenticate. Crypto-shredding NULLs the wrapped key.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import and_, insert, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from models.digest import sha256_digest, verify_content
+from models.errors import ConfigurationError, ContentDestroyedError, IntegrityError
+from models.privacy import RawEvidence, RawEvidenceState, RunSubject
+from runtime.ports import ArtifactStore
+from stores.encryption import (
+    KeyEncryptionKey,
+    data_key_cipher,
+    load_kek,
+    new_data_key,
+    open_sealed,
+    seal,
+)
+from stores.sql import schema
+from stores.sql.database import Database, utc
+
+#: ciphertexts above this size go to the artifact store as encrypted objects
+INLINE_CIPHERTEXT_LIMIT = 64 * 1024
+CAS_PREFIX = "cas:"
+NO_SUBJECT = "subject:none"
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def associated_data(run_id: str, raw_hash: str, sanitized_hash: str) -> bytes:
+    return f"replaybook-raw\x00{run_id}\x00{raw_hash}\x00{sanitized_hash}".encode()
+
+
+def event_raw_id(run_id: str, sequence: int) -> str:
+    return f"event:{run_id}:{sequence}"
+
+
+def artifact_raw_id(run_id: str, sanitized_hash: str) -> str:
+    return f"artifact:{run_id}:{sanitized_hash}"
+
+
+class SqlRawVault:
+    """Seals and opens raw payloads; the KEK is loaded on first use (``kek`` factory)."""
+
+    def __init__(
+        self,
+        db: Database,
+        artifacts: ArtifactStore | None = None,
+        kek: KeyEncryptionKey | Callable[[], KeyEncryptionKey] = load_kek,
+        *,
+        clock: Callable[[], datetime] = _now,
+    ) -> None:
+        self.db = db
+        self.artifacts = artifacts
+        self._kek = kek
+        self.clock = clock
+
+    @property
+    def kek(self) -> KeyEncryptionKey:
+        if not isinstance(self._kek, KeyEncryptionKey):
+            self._kek = self._kek()
+        return self._kek
+
+    # data keys --------------------------------------------------------------------------------
+
+    async def _active_key(self, subject_id: str, *, create: bool) -> tuple[str, bytes] | None:
+        k = schema.data_keys.c
+        query = (
+            select(k.key_id, k.wrapped_key)
+            # one active data key per subject and key-encryption key: a process holding another
+            # KEK (a rotated one, another deployment's) starts a new key instead of failing
+            .where(
+                k.subject_id == subject_id,
+                k.kek_id == self.kek.key_id,
+                k.wrapped_key.is_not(None),
+            )
+            .order_by(k.created_at, k.key_id)
+        )
+        async with self.db.read() as conn:
+            row = (await conn.execute(query)).first()
+        if row is not None:
+            return row.key_id, self.kek.unwrap(bytes(row.wrapped_key), subject_id)
+        if not create:
+            return None
+        key, key_id = new_data_key(), f"dk-{uuid.uuid4().hex}"
+        async with self.db.transaction() as conn:
+            await conn.execute(
+                insert(schema.data_keys).values(
+                    key_id=key_id,
+                    subject_id=subject_id,
+                    kek_id=self.kek.key_id,
+                    wrapped_key=self.kek.wrap(key, subject_id),
+                    created_at=self.clock(),
+                )
+            )
+        # two processes may both have created one: everyone uses the oldest active key
+        return await self._active_key(subject_id, create=False) or (key_id, key)
+
+    async def _key(self, key_id: str, subject_id: str) -> bytes | None:
+        k = schema.data_keys.c
+        async with self.db.read() as conn:
+            row = (
+                await conn.execute(select(k.wrapped_key, k.kek_id).where(k.key_id == key_id))
+            ).first()
+        if row is None or row.wrapped_key is None:
+            return None
+        if row.kek_id != self.kek.key_id:
+            raise ConfigurationError(
+                f"data key {key_id} of {subject_id!r} is wrapped by key-encryption key "
+                f"{row.kek_id}, not by the configured {self.kek.key_id} (REPLAYBOOK_KEK_FILE)"
+            )
+        return self.kek.unwrap(bytes(row.wrapped_key), subject_id)
+
+    async def destroy_keys(self, conn: AsyncConnection, subject_id: str, request_id: str) -> int:
+        """Crypto-shred every data key of ``subject_id`` (inside the caller's transaction)."""
+        k = schema.data_keys.c
+        result = await conn.execute(
+            update(schema.data_keys)
+            .where(k.subject_id == subject_id, k.wrapped_key.is_not(None))
+            .values(wrapped_key=None, destroyed_at=self.clock(), destroyed_by_request=request_id)
+        )
+        return result.rowcount or 0
+
+    # sealing ----------------------------------------------------------------------------------
+
+    async def seal_raw(
+        self,
+        run_id: str,
+        raw: bytes,
+        raw_hash: str,
+        sanitized_hash: str,
+        subject_id: str | None,
+    ) -> dict[str, Any]:
+        """Encrypt ``raw``; returns the ``raw_payloads`` columns (without id and sequence)."""
+        subject = subject_id or NO_SUBJECT
+        key_id, key = await self._active_key(subject, create=True)  # type: ignore[misc]
+        sealed = seal(data_key_cipher(key), raw, associated_data(run_id, raw_hash, sanitized_hash))
+        ref = None
+        if len(sealed) > INLINE_CIPHERTEXT_LIMIT and self.artifacts is not None:
+            ref = CAS_PREFIX + await self.artifacts.put(sealed)
+            sealed_inline: bytes | None = None
+        else:
+            sealed_inline = sealed
+        return {
+            "subject_id": subject,
+            "key_id": key_id,
+            "ciphertext": sealed_inline,
+            "ciphertext_ref": ref,
+        }
+
+    async def record_artifact_raw(
+        self,
+        run_id: str,
+        raw: bytes,
+        sanitized_hash: str,
+        policy_version: str,
+        subject_id: str | None,
+    ) -> None:
+        """Keep the encrypted raw form of a sanitized artifact (messages, checkpoint state)."""
+        raw_hash = sha256_digest(raw)
+        columns = await self.seal_raw(run_id, raw, raw_hash, sanitized_hash, subject_id)
+        raw_id = artifact_raw_id(run_id, sanitized_hash)
+        async with self.db.transaction() as conn:
+            exists = (
+                await conn.execute(
+                    select(schema.raw_payloads.c.raw_id).where(
+                        schema.raw_payloads.c.raw_id == raw_id
+                    )
+                )
+            ).first()
+            if exists is None:
+                await conn.execute(
+                    insert(schema.raw_payloads).values(
+                        raw_id=raw_id,
+                        run_id=run_id,
+                        sequence=None,
+                        sanitized_hash=sanitized_hash,
+                        raw_hash=raw_hash,
+                        redaction_policy_version=policy_version,
+                        created_at=self.clock(),
+                        **columns,
+                    )
+                )
+
+    # reading ----------------------------------------------------------------------------------
+
+    async def raw_evidence(self, run_id: str, sequence: int, *, decrypt: bool) -> RawEvidence:
+        """What is known of the raw form of event ``run_id#sequence``; with ``decrypt``, its
+        content (``ContentDestroyedError`` naming the request when it was destroyed)."""
+        r = schema.raw_payloads.c
+        async with self.db.read() as conn:
+            row = (
+                await conn.execute(
+                    select(schema.raw_payloads).where(r.raw_id == event_raw_id(run_id, sequence))
+                )
+            ).first()
+        if row is None:
+            return RawEvidence(
+                run_id=run_id, sequence=sequence, state=RawEvidenceState.NOT_RECORDED
+            )
+        base = {
+            "run_id": run_id,
+            "sequence": sequence,
+            "raw_hash": row.raw_hash,
+            "sanitized_hash": row.sanitized_hash,
+            "redaction_policy_version": row.redaction_policy_version,
+            "subject_id": row.subject_id,
+        }
+        if row.raw_hash == row.sanitized_hash:
+            return RawEvidence(**base, state=RawEvidenceState.SAME_AS_SANITIZED)
+        if row.destroyed_at is not None:
+            return RawEvidence(
+                **base,
+                state=RawEvidenceState.DESTROYED,
+                destroyed_at=utc(row.destroyed_at),
+                destroyed_by_request=row.destroyed_by_request,
+            )
+        evidence = RawEvidence(**base, state=RawEvidenceState.AVAILABLE)
+        if not decrypt:
+            return evidence
+        return evidence.model_copy(update={"content": await self._open(row)})
+
+    async def _open(self, row: Any) -> bytes:
+        key = await self._key(row.key_id, row.subject_id)
+        if key is None:
+            raise ContentDestroyedError(
+                f"raw content of {row.run_id}#{row.sequence}: the data key of subject "
+                f"{row.subject_id} was destroyed"
+            )
+        if row.ciphertext is not None:
+            sealed = bytes(row.ciphertext)
+        else:
+            assert self.artifacts is not None, "encrypted raw object needs the artifact store"
+            sealed = await self.artifacts.get(row.ciphertext_ref[len(CAS_PREFIX) :])
+        raw = open_sealed(
+            data_key_cipher(key),
+            sealed,
+            associated_data(row.run_id, row.raw_hash, row.sanitized_hash),
+        )
+        try:
+            return verify_content(raw, row.raw_hash, f"raw payload of {row.run_id}#{row.sequence}")
+        except IntegrityError:
+            raise
+
+    async def destroyed_summary(self, run_id: str) -> tuple[int, str | None, datetime | None]:
+        """(number of destroyed raw payloads of the run, one request id, its time)."""
+        r = schema.raw_payloads.c
+        async with self.db.read() as conn:
+            rows = (
+                await conn.execute(
+                    select(r.destroyed_by_request, r.destroyed_at)
+                    .where(r.run_id == run_id, r.destroyed_at.is_not(None))
+                    .order_by(r.destroyed_at)
+                )
+            ).all()
+        if not rows:
+            return 0, None, None
+        return len(rows), rows[0].destroyed_by_request, utc(rows[0].destroyed_at)
+
+    # subjects ---------------------------------------------------------------------------------
+
+    async def add_subjects(self, run_id: str, subjects: Sequence[RunSubject]) -> None:
+        if not subjects:
+            return
+        s = schema.run_subjects.c
+        async with self.db.transaction() as conn:
+            known = {
+                row.subject_id
+                for row in (
+                    await conn.execute(select(s.subject_id).where(s.run_id == run_id))
+                ).all()
+            }
+            rows = [
+                {
+                    "run_id": run_id,
+                    "subject_id": subject.subject_id,
+                    "kind": str(subject.kind),
+                    "source": subject.source,
+                    "is_primary": i == 0 and not known,
+                }
+                for i, subject in enumerate(subjects)
+                if subject.subject_id not in known
+            ]
+            if rows:
+                await conn.execute(insert(schema.run_subjects), rows)
+
+    async def subjects(self, run_id: str) -> list[dict[str, Any]]:
+        s = schema.run_subjects.c
+        async with self.db.read() as conn:
+            rows = (
+                await conn.execute(
+                    select(schema.run_subjects)
+                    .where(s.run_id == run_id)
+                    .order_by(s.is_primary.desc(), s.subject_id)
+                )
+            ).all()
+        return [
+            {
+                "subject_id": row.subject_id,
+                "kind": row.kind,
+                "source": row.source,
+                "primary": bool(row.is_primary),
+            }
+            for row in rows
+        ]
+
+    async def runs_of_subject(self, subject_id: str) -> list[str]:
+        s, r = schema.run_subjects.c, schema.raw_payloads.c
+        async with self.db.read() as conn:
+            declared = (
+                await conn.execute(select(s.run_id).where(s.subject_id == subject_id))
+            ).all()
+            sealed = (
+                await conn.execute(select(r.run_id).where(r.subject_id == subject_id).distinct())
+            ).all()
+        return sorted({row.run_id for row in declared} | {row.run_id for row in sealed})
+
+    async def destroy_raw(
+        self, conn: AsyncConnection, run_ids: Sequence[str], subject_id: str, request_id: str
+    ) -> tuple[int, list[str]]:
+        """Mark every raw payload of ``run_ids`` (and any sealed under ``subject_id``) destroyed
+        and drop its ciphertext; returns the count and the encrypted objects to delete."""
+        r = schema.raw_payloads.c
+        where = and_(
+            r.destroyed_at.is_(None),
+            r.raw_hash != r.sanitized_hash,
+            (r.run_id.in_(list(run_ids)) | (r.subject_id == subject_id)),
+        )
+        refs = [
+            row.ciphertext_ref[len(CAS_PREFIX) :]
+            for row in (await conn.execute(select(r.ciphertext_ref).where(where))).all()
+            if row.ciphertext_ref
+        ]
+        result = await conn.execute(
+            update(schema.raw_payloads)
+            .where(where)
+            .values(
+                ciphertext=None,
+                destroyed_at=self.clock(),
+                destroyed_by_request=request_id,
+            )
+        )
+        return result.rowcount or 0, refs
+
+    async def shred_subject(
+        self, run_ids: Sequence[str], subject_id: str, request_id: str
+    ) -> tuple[int, list[str], int]:
+        """In one transaction: destroy the raw payloads of ``run_ids`` (and any sealed under
+        the subject) and the subject's data keys. Returns (payloads, objects to delete, keys)."""
+        async with self.db.transaction() as conn:
+            count, refs = await self.destroy_raw(conn, run_ids, subject_id, request_id)
+            keys = await self.destroy_keys(conn, subject_id, request_id)
+        return count, refs, keys
+
+    async def raw_refs(self, run_id: str) -> list[str]:
+        """Digests of the run's encrypted raw objects in the artifact store (for holds)."""
+        r = schema.raw_payloads.c
+        async with self.db.read() as conn:
+            rows = (
+                await conn.execute(
+                    select(r.ciphertext_ref).where(
+                        r.run_id == run_id, r.ciphertext_ref.is_not(None)
+                    )
+                )
+            ).all()
+        return [row.ciphertext_ref[len(CAS_PREFIX) :] for row in rows]
+
+    async def expired_runs(self, now: datetime) -> list[tuple[str, str, datetime]]:
+        """(run id, retention class, created_at) of runs that still hold raw content."""
+        r, runs = schema.raw_payloads.c, schema.runs.c
+        async with self.db.read() as conn:
+            rows = (
+                await conn.execute(
+                    select(runs.run_id, runs.record, runs.created_at)
+                    .where(
+                        runs.run_id.in_(
+                            select(r.run_id).where(
+                                r.destroyed_at.is_(None), r.raw_hash != r.sanitized_hash
+                            )
+                        )
+                    )
+                    .order_by(runs.created_at)
+                )
+            ).all()
+        return [
+            (row.run_id, str(row.record.get("retention_class", "STANDARD")), utc(row.created_at))
+            for row in rows
+        ]
+
+    async def related_records(self, run_ids: Sequence[str]) -> tuple[list[str], list[str]]:
+        """Incidents and regression cases made from ``run_ids`` (sanitized already)."""
+        i, c = schema.incidents.c, schema.regression_cases.c
+        async with self.db.read() as conn:
+            incidents = (
+                await conn.execute(select(i.incident_id).where(i.source_run_id.in_(list(run_ids))))
+            ).all()
+            cases = (
+                await conn.execute(select(c.case_id).where(c.source_run_id.in_(list(run_ids))))
+            ).all()
+        return sorted(r.incident_id for r in incidents), sorted(r.case_id for r in cases)
+
+    async def destroy_run_raw(self, run_id: str, request_id: str) -> tuple[int, list[str]]:
+        """Destroy the raw payloads of one run (retention), keeping the subject's key."""
+        async with self.db.transaction() as conn:
+            return await self.destroy_raw(conn, [run_id], "subject:retention-only", request_id)

@@ -1,0 +1,107 @@
+"""Privacy records in SQL: the raw-read audit trail, legal holds, deletion receipts."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import insert, select, update
+
+from models.privacy import AuditRecord, DeletionReceipt, LegalHold
+from stores.sql import schema
+from stores.sql.database import Database
+
+
+class SqlPrivacyRecords:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    async def audit(self, record: AuditRecord) -> None:
+        async with self.db.transaction() as conn:
+            await conn.execute(
+                insert(schema.privacy_audit).values(
+                    audit_id=record.audit_id,
+                    at=record.at,
+                    run_id=record.run_id,
+                    record=record.model_dump(mode="json"),
+                )
+            )
+
+    async def audits(self, *, limit: int = 10000) -> list[AuditRecord]:
+        a = schema.privacy_audit.c
+        async with self.db.read() as conn:
+            rows = (
+                await conn.execute(select(a.record).order_by(a.at, a.audit_id).limit(limit))
+            ).all()
+        return [AuditRecord.model_validate(row.record) for row in rows]
+
+    async def place_hold(self, hold: LegalHold) -> None:
+        async with self.db.transaction() as conn:
+            await conn.execute(
+                insert(schema.legal_holds).values(
+                    hold_id=hold.hold_id,
+                    run_id=hold.run_id,
+                    placed_at=hold.placed_at,
+                    until=hold.until,
+                    released_at=None,
+                    record=hold.model_dump(mode="json"),
+                )
+            )
+
+    async def holds(self, run_id: str | None = None) -> list[LegalHold]:
+        h = schema.legal_holds.c
+        query = select(h.record).order_by(h.placed_at, h.hold_id)
+        if run_id is not None:
+            query = query.where(h.run_id == run_id)
+        async with self.db.read() as conn:
+            rows = (await conn.execute(query)).all()
+        return [LegalHold.model_validate(row.record) for row in rows]
+
+    async def release_holds(self, run_id: str, at: datetime) -> list[LegalHold]:
+        """Release every active hold of ``run_id``; returns the released holds."""
+        released = [
+            h.model_copy(update={"released_at": at})
+            for h in await self.holds(run_id)
+            if h.released_at is None
+        ]
+        async with self.db.transaction() as conn:
+            for hold in released:
+                await conn.execute(
+                    update(schema.legal_holds)
+                    .where(schema.legal_holds.c.hold_id == hold.hold_id)
+                    .values(released_at=at, record=hold.model_dump(mode="json"))
+                )
+        return released
+
+    async def active_freezes(self, run_id: str) -> list[str]:
+        """Ids of the incident freezes of ``run_id`` that are not released (evidence on hold)."""
+        f = schema.evidence_freezes.c
+        async with self.db.read() as conn:
+            rows = (
+                await conn.execute(
+                    select(f.incident_id).where(f.run_id == run_id, f.released_at.is_(None))
+                )
+            ).all()
+        return sorted({row.incident_id for row in rows})
+
+    async def receipt(self, request_id: str) -> DeletionReceipt | None:
+        d = schema.deletion_receipts.c
+        async with self.db.read() as conn:
+            row = (await conn.execute(select(d.record).where(d.request_id == request_id))).first()
+        return DeletionReceipt.model_validate(row.record) if row else None
+
+    async def receipts(self) -> list[DeletionReceipt]:
+        d = schema.deletion_receipts.c
+        async with self.db.read() as conn:
+            rows = (await conn.execute(select(d.record).order_by(d.executed_at))).all()
+        return [DeletionReceipt.model_validate(row.record) for row in rows]
+
+    async def put_receipt(self, receipt: DeletionReceipt) -> None:
+        async with self.db.transaction() as conn:
+            await conn.execute(
+                insert(schema.deletion_receipts).values(
+                    request_id=receipt.request_id,
+                    subject_id=receipt.subject_id,
+                    executed_at=receipt.executed_at,
+                    record=receipt.model_dump(mode="json"),
+                )
+            )

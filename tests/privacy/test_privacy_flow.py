@@ -1,0 +1,113 @@
+"""Sanitized recording, audited raw reads, legal hold, deletion that keeps the chain valid,
+retention sweep — on SQLite and PostgreSQL (local artifact directory), and on S3."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import pytest
+
+from examples.support_desk.spec import run_scenario
+from models.errors import AccessDeniedError, ContentDestroyedError, EvidenceLockedError
+from models.privacy import RawEvidenceState, RawReadOutcome
+from tests.privacy.conftest import PrivacyStack, make_stack
+
+RAW_VALUES = (b"bob@example.com", b"carol@example.com", b"+1-555-0199")
+
+
+async def _wrong_customer(stack: PrivacyStack) -> str:
+    result = await run_scenario(stack.world, stack.ledger, stack.artifacts, "wrong-customer")
+    return result.run_id
+
+
+async def _first_tool_call(stack: PrivacyStack, run_id: str) -> int:
+    events = await stack.ledger.events(run_id)
+    return next(e.sequence for e in events if e.type == "TOOL_CALL")
+
+
+async def test_recorded_payloads_are_sanitized_and_raw_is_kept_encrypted(stack) -> None:  # type: ignore[no-untyped-def]
+    run_id = await _wrong_customer(stack)
+    blob = b"".join(p or b"" for _, p in await stack.ledger.events_with_payloads(run_id))
+    assert not any(value in blob for value in RAW_VALUES)
+    assert (await stack.ledger.verify(run_id)).intact
+    seq = await _first_tool_call(stack, run_id)
+    meta = await stack.vault.raw_evidence(run_id, seq, decrypt=False)
+    assert meta.state is RawEvidenceState.AVAILABLE and meta.redaction_policy_version == "redact-v1"
+    assert meta.raw_hash != meta.sanitized_hash
+    events = {e.sequence: e for e in await stack.ledger.events(run_id)}
+    assert meta.sanitized_hash == events[seq].payload_hash  # the chain covers the sanitized hash
+    subjects = [s["subject_id"] for s in await stack.vault.subjects(run_id)]
+    assert subjects == ["customer:C-2002", "tenant:acme"]
+
+
+async def test_raw_read_needs_the_forensic_role_and_a_reason_and_is_audited(stack) -> None:  # type: ignore[no-untyped-def]
+    run_id = await _wrong_customer(stack)
+    seq = await _first_tool_call(stack, run_id)
+    with pytest.raises(AccessDeniedError, match="forensic role"):
+        await stack.privacy.read_raw_evidence(
+            run_id, seq, actor="eng", reason="curious", role="engineer"
+        )
+    raw = await stack.privacy.read_raw_evidence(run_id, seq, actor="ana", reason="INC-7 review")
+    assert raw.content["sanitized_request"] == {"phone": "+1-555-0199"}
+    audits = [a for a in await stack.privacy.records.audits() if a.run_id == run_id]
+    assert [(a.actor, a.outcome) for a in audits] == [
+        ("eng", RawReadOutcome.DENIED),
+        ("ana", RawReadOutcome.READ),
+    ]
+    assert audits[1].reason == "INC-7 review" and audits[1].sequence == seq
+
+
+async def test_delete_subject_shreds_raw_keeps_the_chain_and_is_refused_under_hold(stack) -> None:  # type: ignore[no-untyped-def]
+    run_id = await _wrong_customer(stack)
+    seq = await _first_tool_call(stack, run_id)
+    subject = "customer:C-2002"
+    hold, _ = await stack.privacy.hold(run_id, "litigation L-1")
+    with pytest.raises(EvidenceLockedError, match=hold.hold_id):
+        await stack.privacy.delete_subject(subject, "DSR-held")
+    # nothing was destroyed
+    assert (await stack.vault.raw_evidence(run_id, seq, decrypt=False)).state is (
+        RawEvidenceState.AVAILABLE
+    )
+    await stack.privacy.release(run_id)
+
+    receipt = await stack.privacy.delete_subject(subject, "DSR-1")
+    assert run_id in receipt.runs and receipt.raw_payloads_destroyed > 0
+    assert receipt.data_keys_destroyed == 1
+    assert (await stack.ledger.verify(run_id)).intact
+    with pytest.raises(ContentDestroyedError, match="DSR-1"):
+        await stack.privacy.read_raw_evidence(run_id, seq, actor="ana", reason="check")
+    # the sanitized view is still there, and the same request again returns its receipt
+    assert json.loads(await stack.ledger.payload((await stack.ledger.events(run_id))[seq - 1]))
+    assert await stack.privacy.delete_subject(subject, "DSR-1") == receipt
+
+
+async def test_sweep_destroys_raw_content_past_retention_unless_held(stack) -> None:  # type: ignore[no-untyped-def]
+    expired = await _wrong_customer(stack)
+    held = await _wrong_customer(stack)
+    await stack.privacy.hold(held, "regulator request")
+    later = stack.vault.clock() + timedelta(days=91)  # STANDARD retention is 90 days
+    result = await stack.privacy.sweep(now=later)
+    assert expired in {d["run_id"] for d in result["destroyed"]}
+    assert held in {h["run_id"] for h in result["held"]}
+    seq = await _first_tool_call(stack, expired)
+    assert (await stack.vault.raw_evidence(expired, seq, decrypt=False)).state is (
+        RawEvidenceState.DESTROYED
+    )
+    assert (await stack.ledger.verify(expired)).intact
+    await stack.privacy.release(held)
+
+
+async def test_on_s3_holds_use_object_lock_and_deletion_still_verifies(  # type: ignore[no-untyped-def]
+    database, s3_artifact_store
+) -> None:
+    stack = await make_stack(database, s3_artifact_store)
+    run_id = await _wrong_customer(stack)
+    _, objects = await stack.privacy.hold(run_id, "legal")
+    assert objects > 0
+    digests = await stack.privacy._objects(run_id)
+    assert all([await s3_artifact_store.legal_hold(d) for d in digests])
+    await stack.privacy.release(run_id)
+    assert not any([await s3_artifact_store.legal_hold(d) for d in digests])
+    await stack.privacy.delete_subject("customer:C-2002", "DSR-s3")
+    assert (await stack.ledger.verify(run_id)).intact

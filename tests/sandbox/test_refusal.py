@@ -1,0 +1,106 @@
+"""A replay worker never runs steps unsandboxed unless the development flag says so."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import uuid
+from pathlib import Path
+
+import pytest
+
+from activities.replay import ReplayActivities
+from activities.sandbox.config import NO_ISOLATION, SandboxSettings
+from activities.sandbox.runner import SandboxedSteps
+from activities.sandbox.setup import sandboxed_steps
+from examples.synthetic import record_synthetic_run
+from models import ExecutionEventType, ReplayMode
+from models.errors import ConfigurationError, SandboxUnavailableError
+from models.replay_flow import ReplayPlan, StepInput
+from runtime.replay.engine import ReplayEngine
+from tests.fixtures_replay import stack_settings
+from worker.catalogs import catalogs
+from worker.stores import open_stores
+from worker.temporal import running_workers
+
+MISSING = SandboxSettings(bwrap="/nonexistent/bwrap")
+
+
+def test_settings_default_to_bubblewrap_and_refuse_unknown_modes() -> None:
+    assert SandboxSettings.from_env({}).isolation == "bubblewrap"
+    assert SandboxSettings.from_env({"REPLAYBOOK_SANDBOX": "off"}).isolation == NO_ISOLATION
+    with pytest.raises(ConfigurationError, match="REPLAYBOOK_SANDBOX"):
+        SandboxSettings.from_env({"REPLAYBOOK_SANDBOX": "maybe"})
+    with pytest.raises(ConfigurationError, match="REPLAYBOOK_SANDBOX_CPU_SECONDS"):
+        SandboxSettings.from_env({"REPLAYBOOK_SANDBOX_CPU_SECONDS": "-1"})
+
+
+async def test_a_replay_worker_without_bubblewrap_refuses_to_start(
+    tmp_path: Path, temporal_client
+) -> None:  # type: ignore[no-untyped-def]
+    settings = dataclasses.replace(stack_settings(tmp_path, "unused"), sandbox=MISSING)
+    with pytest.raises(SandboxUnavailableError, match="not installed"):
+        async with running_workers(settings, "replay", temporal_client):
+            raise AssertionError("the worker started without a sandbox")
+
+
+async def _replay_first_step(engine: ReplayEngine, runner, ledger, artifacts):  # type: ignore[no-untyped-def]
+    source = await record_synthetic_run(ledger, artifacts, 10)
+    plan = ReplayPlan(
+        replay_id=f"replay-{uuid.uuid4().hex[:10]}",
+        source_run_id=source.run_id,
+        mode=ReplayMode.RECORDED,
+        steps_per_activity=1,
+    )
+    prepared = await engine.prepare(plan)
+    assert prepared.ok, prepared.problems
+    step = StepInput(
+        plan=plan,
+        step_id=prepared.start_step,
+        state_ref=prepared.state_ref,
+        cursors=prepared.cursors,
+        head=prepared.head,
+    )
+    return plan, await runner.run_steps(step)
+
+
+async def _isolation_recorded(ledger, replay_id: str) -> list[str]:  # type: ignore[no-untyped-def]
+    loaded = await ledger.events_with_payloads(
+        replay_id, types=frozenset({ExecutionEventType.STEP_STARTED})
+    )
+    return [json.loads(data)["isolation"] for _, data in loaded]
+
+
+async def test_the_dev_flag_runs_unsandboxed_and_says_so_in_the_replay(tmp_path: Path) -> None:
+    async with open_stores(stack_settings(tmp_path, "unused")) as stores:
+        engine = ReplayEngine(stores.ledger, stores.evidence, stores.artifacts, catalogs(stores.db))
+        runner = sandboxed_steps(engine, dataclasses.replace(MISSING, isolation=NO_ISOLATION))
+        assert runner is None  # no sandbox, by explicit choice
+        plan, out = await _replay_first_step(engine, engine, stores.ledger, stores.artifacts)
+        assert out.steps == 1
+        assert await _isolation_recorded(stores.ledger, plan.replay_id) == [NO_ISOLATION]
+
+
+async def test_sandboxed_steps_record_bubblewrap_and_a_broken_sandbox_is_an_error(
+    tmp_path: Path,
+) -> None:
+    async with open_stores(stack_settings(tmp_path, "unused")) as stores:
+        engine = ReplayEngine(stores.ledger, stores.evidence, stores.artifacts, catalogs(stores.db))
+        runner = sandboxed_steps(engine, SandboxSettings())
+        assert isinstance(runner, SandboxedSteps)
+        plan, out = await _replay_first_step(engine, runner, stores.ledger, stores.artifacts)
+        assert out.steps == 1 and out.next_step == "s00001"
+        assert await _isolation_recorded(stores.ledger, plan.replay_id) == ["bubblewrap"]
+        # the sandbox disappears under a running worker: the step is refused, not run bare
+        broken = ReplayActivities(engine, SandboxedSteps(engine, MISSING))
+        with pytest.raises(SandboxUnavailableError):
+            await broken.sandboxed.run_steps(  # type: ignore[union-attr]
+                StepInput(
+                    plan=plan,
+                    step_id="s00001",
+                    state_ref=out.state_ref,
+                    cursors=out.cursors,
+                    head=out.head,
+                )
+            )
+        assert await _isolation_recorded(stores.ledger, plan.replay_id) == ["bubblewrap"]

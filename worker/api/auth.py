@@ -1,0 +1,120 @@
+"""Bearer tokens and roles.
+
+Roles (``admin`` may do everything):
+
+* ``viewer``: read runs (sanitized views), their verification, replays, incidents, reports;
+* ``engineer``: what a viewer reads, plus start and cancel replays, open incidents, ingest runs;
+* ``forensic``: what a viewer reads, plus confirm root causes, settle UNKNOWN side effects by
+  hand and read raw evidence (``require_role(Role.FORENSIC)`` guards such endpoints);
+* ``admin``: everything.
+
+A token is compared in constant time and never logged; logs name a caller by the first 12 hex
+digits of the token's SHA-256 (``caller``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Annotated
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.exceptions import HTTPException
+
+from models.errors import ConfigurationError
+
+
+class Role(StrEnum):
+    VIEWER = "viewer"
+    ENGINEER = "engineer"
+    FORENSIC = "forensic"
+    ADMIN = "admin"
+
+
+#: token → the roles it carries
+TokenTable = dict[str, frozenset[Role]]
+
+#: what each role may do besides reading
+READ = (Role.VIEWER, Role.ENGINEER, Role.FORENSIC)
+OPERATE = (Role.ENGINEER,)
+FORENSIC = (Role.FORENSIC,)
+
+
+@dataclass(frozen=True)
+class Principal:
+    caller: str
+    roles: frozenset[Role]
+
+    def may(self, allowed: Iterable[Role]) -> bool:
+        return Role.ADMIN in self.roles or bool(self.roles & set(allowed))
+
+
+def parse_tokens(text: str, source: str) -> TokenTable:
+    """``TOKEN=ROLE[+ROLE…]`` entries separated by commas or new lines; ``#`` starts a comment.
+    Errors name the source and the entry's position, never the token itself."""
+    tokens: TokenTable = {}
+    entries = [e.strip() for line in text.splitlines() for e in line.split("#")[0].split(",")]
+    for position, entry in enumerate((e for e in entries if e), start=1):
+        token, sep, names = entry.rpartition("=")
+        token = token.strip()
+        if not sep or not token:
+            raise ConfigurationError(f"{source}: entry {position} is not TOKEN=ROLE")
+        if any(c.isspace() for c in token):
+            raise ConfigurationError(f"{source}: the token of entry {position} contains spaces")
+        roles = set()
+        for name in names.split("+"):
+            try:
+                roles.add(Role(name.strip().lower()))
+            except ValueError:
+                raise ConfigurationError(
+                    f"{source}: entry {position} has unknown role {name.strip()!r} "
+                    f"(one of {', '.join(r.value for r in Role)})"
+                ) from None
+        tokens[token] = frozenset(roles) | tokens.get(token, frozenset())
+    return tokens
+
+
+def fingerprint(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()[:12]
+
+
+bearer = HTTPBearer(auto_error=False, description="A token from REPLAYBOOK_API_TOKENS.")
+Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
+
+
+def authenticate(request: Request, credentials: Credentials) -> Principal:
+    config = request.app.state.api.config
+    roles: frozenset[Role] | None = None
+    if credentials is not None:
+        offered = credentials.credentials.encode()
+        for token, token_roles in config.tokens.items():
+            # compare with every token: timing says nothing about which one nearly matched
+            if hmac.compare_digest(token.encode(), offered):
+                roles = token_roles
+        if roles is not None:
+            return Principal(caller=fingerprint(credentials.credentials), roles=roles)
+    if config.insecure_dev:
+        return Principal(caller="insecure-dev", roles=frozenset({Role.ADMIN}))
+    raise HTTPException(
+        401,
+        "a bearer token is required (Authorization: Bearer TOKEN)"
+        if credentials is None
+        else "the bearer token is not valid",
+        headers={"WWW-Authenticate": "Bearer"},
+    )
+
+
+def require_role(*allowed: Role) -> Callable[..., Principal]:
+    """A dependency that admits callers holding one of ``allowed`` (or ``admin``)."""
+
+    def dependency(principal: Annotated[Principal, Depends(authenticate)]) -> Principal:
+        if not principal.may(allowed):
+            names = " or ".join(r.value for r in (*allowed, Role.ADMIN))
+            raise HTTPException(403, f"this needs the role {names}")
+        return principal
+
+    return dependency

@@ -1,0 +1,139 @@
+"""Request and response bodies of the API. Field names are camelCase (the seed's
+``sourceRunId``, ``candidatePromptVersion``…); unknown fields are refused, so that a typo is an
+error naming the field rather than a silently ignored option."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from decimal import Decimal
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from models import FixtureMissPolicy, ReplayBudget, ReplayMode
+
+ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@+=-]*$"
+
+
+# functions, not shared FieldInfo objects: each field gets its own (and its own alias)
+def Id() -> Any:
+    return Field(min_length=1, max_length=200, pattern=ID_PATTERN)
+
+
+def Text() -> Any:
+    return Field(min_length=1, max_length=10_000)
+
+
+def Version() -> Any:
+    return Field(default=None, min_length=1, max_length=200)
+
+
+class Body(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid", alias_generator=to_camel, populate_by_name=True, frozen=True
+    )
+
+
+class Budget(Body):
+    max_model_calls: int | None = Field(default=None, ge=0, le=1_000_000)
+    max_tokens: int | None = Field(default=None, ge=0, le=10**12)
+    max_cost: Decimal | None = Field(default=None, ge=0, le=10**9, allow_inf_nan=False)
+    #: seconds
+    max_duration: float | None = Field(default=None, ge=0, le=30 * 24 * 3600)
+
+    def to_model(self) -> ReplayBudget:
+        return ReplayBudget(
+            max_model_calls=self.max_model_calls,
+            max_tokens=self.max_tokens,
+            max_cost=self.max_cost,
+            max_duration=None
+            if self.max_duration is None
+            else timedelta(seconds=self.max_duration),
+        )
+
+
+class ReplayCreate(Body):
+    source_run_id: str = Id()
+    mode: ReplayMode
+    candidate_prompt_version: str | None = Version()
+    candidate_model: str | None = Version()
+    start_from_step: str | None = Version()
+    policy_version: str | None = Version()
+    retriever_version: str | None = Version()
+    deny_approvals: list[str] = Field(default_factory=list, max_length=100)
+    budget: Budget = Budget()
+    repeat: int = Field(default=1, ge=1, le=1000)
+    fixture_miss_policy: FixtureMissPolicy = FixtureMissPolicy.FAIL
+    simulation: bool = False
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "example": {
+                "sourceRunId": "run-9182",
+                "mode": "PROMPT_SWAP",
+                "candidatePromptVersion": "v18",
+                "budget": {"maxModelCalls": 20, "maxCost": 3.0},
+            }
+        }
+    )
+
+
+class ReplayAccepted(Body):
+    replay_id: str
+    status: Literal["QUEUED"] = "QUEUED"
+
+
+class CancelAccepted(Body):
+    replay_id: str
+    status: Literal["CANCEL_REQUESTED"] = "CANCEL_REQUESTED"
+
+
+class CounterfactualBody(Body):
+    kind: Literal["prompt", "model", "policy", "retriever"]
+    value: str = Field(min_length=1, max_length=200)
+
+
+class IncidentCreate(Body):
+    source_run_id: str = Id()
+    counterfactuals: list[CounterfactualBody] = Field(default_factory=list, max_length=20)
+    repeat: int = Field(default=20, ge=1, le=1000)
+    fixture_miss_policy: FixtureMissPolicy = FixtureMissPolicy.FAIL
+    retention_days: int = Field(default=730, ge=1, le=36_500)
+
+
+class IncidentAccepted(Body):
+    incident_id: str
+    source_run_id: str
+    phase: str = "FREEZING"
+
+
+class RootCauseBody(Body):
+    root_cause: str = Text()
+    fix_version: str = Field(min_length=1, max_length=200)
+    verified_by: str = Field(min_length=1, max_length=200)
+    #: the replays of this incident the cause rests on (default: all of them)
+    replay_ids: list[str] = Field(default_factory=list, max_length=100)
+
+
+class RootCauseConfirmed(Body):
+    incident_id: str
+    confirmed: bool = True
+    verified_by: str
+    replay_ids: list[str]
+
+
+class ResolutionBody(Body):
+    outcome: Literal["applied", "not-applied"]
+    evidence: str = Text()
+    resolved_by: str = Field(min_length=1, max_length=200)
+
+
+def camel(value: Any) -> Any:
+    """A view's keys in camelCase (views of replays and incidents; their keys are field
+    names, never data)."""
+    if isinstance(value, dict):
+        return {to_camel(k) if isinstance(k, str) else k: camel(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [camel(v) for v in value]
+    return value

@@ -1,0 +1,89 @@
+"""``replaybook evidence show`` (sanitized by default, raw with a reason, audited) and
+``replaybook audit``."""
+
+from __future__ import annotations
+
+import getpass
+import json
+from typing import Annotated
+
+import typer
+
+from worker.cli import JsonOption, app, print_json, run_async
+from worker.settings import Settings
+
+evidence_app = typer.Typer(help="Recorded evidence payloads.", no_args_is_help=True)
+app.add_typer(evidence_app, name="evidence")
+
+
+@evidence_app.command("show")
+@run_async
+async def evidence_show(
+    run_id: str,
+    sequence: int,
+    raw: Annotated[
+        bool, typer.Option("--raw", help="The raw payload (needs the KEK; audited).")
+    ] = False,
+    reason: Annotated[str | None, typer.Option("--reason", help="Why raw is read.")] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """One event's payload: the sanitized view, or with --raw --reason the raw one."""
+    from models.errors import AccessDeniedError, InvalidInputError
+    from worker.stores import open_stores
+
+    if raw and not (reason or "").strip():
+        raise AccessDeniedError("--raw needs --reason TEXT (every raw read is audited)")
+    async with open_stores(Settings.from_env()) as stores:
+        events = await stores.ledger.events(run_id, from_sequence=sequence)
+        if not events or events[0].sequence != sequence:
+            await stores.ledger.get_run(run_id)
+            raise InvalidInputError(f"run {run_id} has no event at sequence {sequence}")
+        event = events[0]
+        privacy = stores.privacy
+        assert privacy is not None
+        meta = await privacy.vault.raw_evidence(run_id, sequence, decrypt=False)
+        if raw:
+            evidence = await privacy.read_raw_evidence(
+                run_id, sequence, actor=f"cli:{getpass.getuser()}", reason=reason or ""
+            )
+            content, view = evidence.content, "raw"
+        else:
+            content, view = json.loads(await stores.ledger.payload(event)), "sanitized"
+    out = {
+        "run_id": run_id,
+        "sequence": sequence,
+        "type": str(event.type),
+        "view": view,
+        "sanitized_hash": event.payload_hash,
+        "raw_hash": meta.raw_hash,
+        "redaction_policy_version": meta.redaction_policy_version,
+        "raw_state": meta.state.value,
+        "payload": content,
+    }
+    if meta.state.value == "DESTROYED":
+        out["raw_destroyed"] = meta.destroyed_message()
+    if as_json:
+        print_json(out)
+        return
+    typer.echo(
+        f"{run_id}#{sequence} {out['type']} ({view}; policy {out['redaction_policy_version']})"
+    )
+    typer.echo(json.dumps(content, indent=2, sort_keys=True))
+
+
+@app.command("audit")
+@run_async
+async def audit(as_json: JsonOption = False) -> None:
+    """Every access to raw evidence: who, when, what, why, outcome."""
+    from worker.stores import open_stores
+
+    async with open_stores(Settings.from_env()) as stores:
+        records = await stores.privacy.records.audits()  # type: ignore[union-attr]
+    rows = [r.model_dump(mode="json") for r in records]
+    if as_json:
+        print_json({"audit": rows})
+        return
+    for r in rows:
+        typer.echo(
+            f"{r['at']}  {r['actor']}  {r['run_id']}#{r['sequence']}  {r['outcome']}  {r['reason']}"
+        )

@@ -1,0 +1,92 @@
+"""Driving a replay in this process through the real ``ReplayEngine`` (the same prepare →
+steps → compare the ``Replay`` workflow runs as activities), for replaying every imported run
+where going through Temporal for all of them would only measure Temporal."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+from models import ReplayMode
+from models.comparison import compare_trajectories, reproduces
+from models.ingest import TOOL_LOOP_GRAPH_ID
+from models.replay import ReplayComparison
+from models.replay_flow import PreparedReplay, ReplayPlan, StepInput
+from runtime.replay.engine import ReplayEngine
+from runtime.tool_loop.catalog import tool_loop_catalog
+from stores.sql.trajectory import load_trajectory
+
+
+@dataclass
+class LocalReplay:
+    prepared: PreparedReplay
+    comparison: ReplayComparison | None
+    reproduced: bool
+    writes_blocked: int
+    fixture_misses: int
+    model_calls: int
+    stopped: str | None
+    replay_id: str
+
+
+def engine_for(stores) -> ReplayEngine:  # type: ignore[no-untyped-def]
+    return ReplayEngine(
+        stores.ledger, stores.evidence, stores.artifacts, {TOOL_LOOP_GRAPH_ID: tool_loop_catalog()}
+    )
+
+
+async def replay_locally(
+    engine: ReplayEngine, run_id: str, mode: ReplayMode = ReplayMode.RECORDED
+) -> LocalReplay:
+    plan = ReplayPlan(replay_id=f"local-{uuid.uuid4().hex[:12]}", source_run_id=run_id, mode=mode)
+    prepared = await engine.prepare(plan)
+    if not prepared.ok:
+        return LocalReplay(
+            prepared, None, False, 0, 0, 0, "; ".join(prepared.problems), plan.replay_id
+        )
+    step, state_ref, cursors, head, index = (
+        prepared.start_step,
+        prepared.state_ref,
+        prepared.cursors,
+        prepared.head,
+        0,
+    )
+    blocked = misses = calls = 0
+    stopped = None
+    while step is not None:
+        out = await engine.run_steps(
+            StepInput(
+                plan=plan,
+                step_id=step,
+                state_ref=state_ref,
+                cursors=cursors,
+                head=head,
+                step_index=index,
+            )
+        )
+        blocked += out.writes_blocked
+        misses += out.fixture_misses
+        calls += out.usage.model_calls
+        stopped = out.stopped or stopped
+        if out.finished:
+            break
+        step, state_ref, cursors, head, index = (
+            out.next_step,
+            out.state_ref,
+            out.cursors,
+            out.head,
+            index + out.steps,
+        )
+    source = await load_trajectory(engine.ledger, run_id)
+    replay = await load_trajectory(engine.ledger, plan.replay_id)
+    comparison = compare_trajectories(source, replay)
+    return LocalReplay(
+        prepared,
+        comparison,
+        reproduces(comparison),
+        blocked,
+        misses,
+        calls,
+        stopped,
+        plan.replay_id,
+    )
