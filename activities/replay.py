@@ -58,8 +58,13 @@ class ReplayActivities:
         beating = asyncio.create_task(_heartbeat(step.step_id))
         try:
             if self.sandboxed is None:
-                return await self.engine.run_steps(step)
-            return await self.sandboxed.run_steps(step)
+                output = await self.engine.run_steps(step)
+                isolation = self.engine.isolation
+            else:
+                output = await self.sandboxed.run_steps(step)
+                isolation = self.sandboxed.isolation
+            # carried to the replay's outcome (status, API, reports): what the steps ran under
+            return output.model_copy(update={"isolation": isolation})
         except SandboxError as exc:
             log.warning("sandboxed step failed", replay_id=step.plan.replay_id, error=str(exc))
             if getattr(exc, "retryable", True):
@@ -84,6 +89,8 @@ class ReplayActivities:
     @activity.defn(name="close_replay_run")
     async def close_replay_run(self, replay_id: str, reason: str) -> None:
         """Mark the replay run ended early (canceled or failed) in its header."""
+        if self.sandboxed is not None:  # its kept sandboxed process, when on this worker
+            await self.sandboxed.close(replay_id)
         mode = "unknown"
         try:
             closed = await self.engine.ledger.finish_run(
@@ -94,3 +101,5 @@ class ReplayActivities:
             log.info("no replay run to close", replay_id=replay_id, error=str(exc))
         if reason == "canceled":
             observe.replay_ended_early(replay_id, mode, "canceled", reason)
+        elif reason.startswith("step "):  # a step failed for good (see the Replay workflow)
+            observe.replay_ended_early(replay_id, mode, "failed", reason)

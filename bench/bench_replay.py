@@ -6,19 +6,23 @@ ledger in a temporary directory. Baselines measured in the same run:
 
 * playback: the same replay driven in-process by the engine without Temporal — the ratio is
   the cost of durability (one activity per step);
-* fork: the full replay through Temporal — the ratio is how much cheaper a fork at 90% is.
+* fork: the full replay through Temporal — the ratio is how much cheaper a fork at 90% is;
+* sandbox: the same full replay through Temporal with the development flag (steps in the
+  worker's process, no bubblewrap) — the ratio is the cost of isolating the steps (rule 16).
 Goals: playback of 1,000 steps <= 10 s; fork at 90% >= 5x cheaper than the full replay.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import tempfile
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
+from activities.sandbox.config import NO_ISOLATION
 from examples.synthetic import record_synthetic_run
 from models import ReplayMode, ReplayStatus
 from models.queues import CONTROL_QUEUE
@@ -100,29 +104,43 @@ async def _run(steps: int) -> dict[str, float]:
                 in_process = time.perf_counter() - started
 
                 client = await connect(settings)
+
+                async def through_temporal(plan: ReplayPlan, isolation: str) -> float:
+                    started = time.perf_counter()
+                    outcome = await client.execute_workflow(
+                        ReplayWorkflow.run,
+                        ReplayWorkflowInput(plan=plan),
+                        id=plan.replay_id,
+                        task_queue=CONTROL_QUEUE,
+                    )
+                    assert outcome.status is ReplayStatus.COMPLETED and outcome.reproduced, (
+                        outcome.reason
+                    )
+                    assert outcome.isolation == isolation, outcome.isolation
+                    return time.perf_counter() - started
+
+                # the workers' default: steps in bubblewrap
                 async with running_workers(settings, "all", client):
-
-                    async def through_temporal(plan: ReplayPlan) -> float:
-                        started = time.perf_counter()
-                        outcome = await client.execute_workflow(
-                            ReplayWorkflow.run,
-                            ReplayWorkflowInput(plan=plan),
-                            id=plan.replay_id,
-                            task_queue=CONTROL_QUEUE,
-                        )
-                        assert outcome.status is ReplayStatus.COMPLETED and outcome.reproduced, (
-                            outcome.reason
-                        )
-                        return time.perf_counter() - started
-
-                    full = await through_temporal(_plan(source.run_id))
+                    full = await through_temporal(_plan(source.run_id), "bubblewrap")
                     fork_step = f"s{int(steps * 0.9) - 1:05d}"
                     fork = await through_temporal(
-                        _plan(source.run_id, mode=ReplayMode.FORK_FROM_STEP, from_step=fork_step)
+                        _plan(source.run_id, mode=ReplayMode.FORK_FROM_STEP, from_step=fork_step),
+                        "bubblewrap",
                     )
+                unsandboxed = dataclasses.replace(
+                    settings, sandbox=dataclasses.replace(settings.sandbox, isolation=NO_ISOLATION)
+                )
+                async with running_workers(unsandboxed, "all", client):
+                    baseline = await through_temporal(_plan(source.run_id), NO_ISOLATION)
         finally:
             server.stop(timeout=20)
-    return {"steps": steps, "in_process_s": in_process, "temporal_s": full, "fork_s": fork}
+    return {
+        "steps": steps,
+        "in_process_s": in_process,
+        "temporal_s": full,
+        "fork_s": fork,
+        "unsandboxed_s": baseline,
+    }
 
 
 def main(steps: int = STEPS) -> dict[str, float]:
@@ -134,6 +152,11 @@ def main(steps: int = STEPS) -> dict[str, float]:
     print(
         f"fork at 90%: {r['fork_s']:.2f} s vs full replay {r['temporal_s']:.2f} s, "
         f"{r['temporal_s'] / r['fork_s']:.1f}x cheaper (goal >= {FORK_GOAL:g}x)"
+    )
+    print(
+        f"sandbox: full replay {r['temporal_s']:.2f} s in bubblewrap vs "
+        f"{r['unsandboxed_s']:.2f} s unsandboxed (development flag), "
+        f"ratio {r['temporal_s'] / r['unsandboxed_s']:.2f}x"
     )
     return r
 

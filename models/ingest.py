@@ -17,7 +17,7 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Annotated, Literal
 
-from pydantic import Field, JsonValue
+from pydantic import Field, JsonValue, model_validator
 
 from models.base import Identifier, Instant, Record
 from models.enums import (
@@ -39,6 +39,39 @@ TOOL_LOOP_GRAPH_VERSION = "1"
 USER_REPLY = "user.reply"
 
 
+def _nul_path(value: object, path: str) -> str | None:
+    """The path of the first string (or key) holding U+0000, if any."""
+    if isinstance(value, str):
+        return path if "\x00" in value else None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            where = f"{path}.{key}" if path else str(key)
+            if "\x00" in str(key):
+                return where
+            found = _nul_path(item, where)
+            if found:
+                return found
+    elif isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            found = _nul_path(item, f"{path}[{index}]")
+            if found:
+                return found
+    return None
+
+
+class _NoNul(Record):
+    """U+0000 is refused up front: PostgreSQL cannot store it in text or JSON, so accepting it
+    would fail later, half-recorded, with a store error instead of naming the field."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _refuse_nul(cls, data: object) -> object:
+        found = _nul_path(data, "")
+        if found:
+            raise ValueError(f"{found}: the NUL character (U+0000) is not allowed in ingested text")
+        return data
+
+
 class IngestTool(Record):
     """A tool the agent could call, as offered to its model."""
 
@@ -52,7 +85,7 @@ class IngestTool(Record):
     destructive_hint: bool | None = None
 
 
-class IngestRunHeader(Record):
+class IngestRunHeader(_NoNul):
     """A run header with its pinned versions (``POST /api/runs``)."""
 
     #: the client's id for the run; re-sending the same header under it is a no-op
@@ -211,7 +244,7 @@ IngestEvent = Annotated[
 ]
 
 
-class IngestEventBatch(Record):
+class IngestEventBatch(_NoNul):
     """Events of one run, in sequence order (``POST /api/runs/{id}/events``)."""
 
     events: tuple[IngestEvent, ...] = Field(min_length=1)

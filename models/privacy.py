@@ -19,7 +19,7 @@ from typing import Any
 
 from pydantic import Field, JsonValue
 
-from models.base import Identifier, Instant, Record
+from models.base import Identifier, Instant, Record, format_instant
 
 #: the actor and role names the privacy functions check
 FORENSIC_ROLE = "forensic"
@@ -140,5 +140,6 @@ class RawEvidence(Record):
     def destroyed_message(self) -> str:
         return (
             f"raw content of {self.run_id}#{self.sequence} was destroyed by deletion request "
-            f"{self.destroyed_by_request} at {self.destroyed_at.isoformat() if self.destroyed_at else '?'}"
+            f"{self.destroyed_by_request} at "
+            f"{format_instant(self.destroyed_at) if self.destroyed_at else '?'}"
         )

@@ -91,6 +91,9 @@ class StepOutput(Record):
     #: set when the replay stops here: budget spent, fixture miss, refused action…
     stopped: str | None = None
     finished: bool = False
+    #: how the steps ran (rule 16): ``bubblewrap`` or ``none (dev flag)``; None in histories
+    #: recorded before the field existed
+    isolation: str | None = None
 
 
 class ComparisonResult(Record):
@@ -118,6 +121,8 @@ class ReplayOutcome(Record):
     #: with --repeat: the children and the reproduction summary
     children: tuple[str, ...] = ()
     summary: dict[str, JsonValue] | None = None
+    #: the isolation the steps ran under (see ``merge_isolation``); None when no step ran
+    isolation: str | None = None
 
 
 class ResumePoint(Record):
@@ -133,6 +138,7 @@ class ResumePoint(Record):
     writes_blocked: int = 0
     fixture_misses: int = 0
     steps_executed: int = 0
+    isolation: str | None = None
 
 
 class ReplayWorkflowInput(Record):
@@ -149,3 +155,11 @@ class ReplayProgress(Record):
     steps_executed: int = 0
     writes_blocked: int = 0
     reason: str | None = None
+
+
+def merge_isolation(seen: str | None, new: str | None) -> str | None:
+    """The isolation of a replay whose steps ran on several workers: one label when they all
+    agree, else every label seen (``bubblewrap + none (dev flag)``), so a weaker isolation
+    of any step is never hidden."""
+    labels = {part for value in (seen, new) if value for part in value.split(" + ")}
+    return " + ".join(sorted(labels)) or None

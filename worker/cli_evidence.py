@@ -28,40 +28,24 @@ async def evidence_show(
     as_json: JsonOption = False,
 ) -> None:
     """One event's payload: the sanitized view, or with --raw --reason the raw one."""
-    from models.errors import AccessDeniedError, InvalidInputError
+    from models.errors import AccessDeniedError
+    from runtime.privacy.views import evidence_view
     from worker.stores import open_stores
 
     if raw and not (reason or "").strip():
         raise AccessDeniedError("--raw needs --reason TEXT (every raw read is audited)")
     async with open_stores(Settings.from_env()) as stores:
-        events = await stores.ledger.events(run_id, from_sequence=sequence)
-        if not events or events[0].sequence != sequence:
-            await stores.ledger.get_run(run_id)
-            raise InvalidInputError(f"run {run_id} has no event at sequence {sequence}")
-        event = events[0]
-        privacy = stores.privacy
-        assert privacy is not None
-        meta = await privacy.vault.raw_evidence(run_id, sequence, decrypt=False)
-        if raw:
-            evidence = await privacy.read_raw_evidence(
-                run_id, sequence, actor=f"cli:{getpass.getuser()}", reason=reason or ""
-            )
-            content, view = evidence.content, "raw"
-        else:
-            content, view = json.loads(await stores.ledger.payload(event)), "sanitized"
-    out = {
-        "run_id": run_id,
-        "sequence": sequence,
-        "type": str(event.type),
-        "view": view,
-        "sanitized_hash": event.payload_hash,
-        "raw_hash": meta.raw_hash,
-        "redaction_policy_version": meta.redaction_policy_version,
-        "raw_state": meta.state.value,
-        "payload": content,
-    }
-    if meta.state.value == "DESTROYED":
-        out["raw_destroyed"] = meta.destroyed_message()
+        out = await evidence_view(
+            stores.ledger,
+            stores.privacy,
+            run_id,
+            sequence,
+            raw=raw,
+            # the CLI reads raw only with the KEK: holding it is the CLI's forensic role
+            actor=f"cli:{getpass.getuser()}",
+            reason=reason or "",
+        )
+    content, view = out["payload"], out["view"]
     if as_json:
         print_json(out)
         return

@@ -73,19 +73,37 @@ async def privacy_hold(
 
 @privacy_app.command("release")
 @run_async
-async def privacy_release(run_id: str, as_json: JsonOption = False) -> None:
-    """Release a run's legal holds (an incident freeze keeps holding its evidence)."""
+async def privacy_release(
+    run_id: str,
+    incident: Annotated[
+        str | None,
+        typer.Option(
+            "--incident",
+            help="Also release the evidence freeze of this incident (once COMPLETED or FAILED).",
+        ),
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Release a run's legal holds. An incident freeze keeps holding its evidence unless
+    released explicitly with --incident ID."""
     from worker.stores import open_stores
 
     async with open_stores(Settings.from_env()) as stores:
-        released = await stores.privacy.release(run_id)  # type: ignore[union-attr]
-        remaining = await stores.privacy.hold_reasons(run_id)  # type: ignore[union-attr]
+        privacy = stores.privacy
+        assert privacy is not None
+        freezes = await privacy.release_freeze(run_id, incident) if incident else []
+        released = await privacy.release(run_id)
+        remaining = await privacy.hold_reasons(run_id)
     if as_json:
         print_json(
-            {"released": [h.model_dump(mode="json") for h in released], "still_held": remaining}
+            {
+                "released": [h.model_dump(mode="json") for h in released],
+                "released_freezes": freezes,
+                "still_held": remaining,
+            }
         )
         return
-    typer.echo(f"run {run_id}: released {len(released)} hold(s)")
+    typer.echo(f"run {run_id}: released {len(released)} hold(s), {len(freezes)} freeze(s)")
     for reason in remaining:
         typer.echo(f"  still held: {reason}")
 

@@ -222,6 +222,8 @@ def outcome_view(outcome: ReplayOutcome) -> dict[str, Any]:
         "partial": outcome.partial,
         "reason": outcome.reason,
         "simulation": outcome.simulation,
+        # how the steps were isolated (rule 16); null for replays recorded before it was kept
+        "isolation": outcome.isolation,
     }
     if outcome.summary is not None:
         view["summary"] = outcome.summary

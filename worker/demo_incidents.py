@@ -10,6 +10,7 @@ the HTML reports and prints where to look. Safe to run again: each run makes new
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Callable
 
@@ -24,7 +25,7 @@ from models.incident_flow import (
     RootCauseConfirmation,
 )
 from models.queues import CONTROL_QUEUE
-from worker.devstack import stack_up
+from worker.devstack import stack_ports, stack_up
 from worker.settings import Settings
 from worker.stores import open_stores
 
@@ -57,8 +58,8 @@ async def run_incident_demo(settings: Settings, echo: Echo = print) -> None:
 
     started = time.monotonic()
     echo("1. embedded stack (Temporal dev server + worker)")
-    up = stack_up(settings.home, echo=lambda line: echo(f"    {line}"))
-    ui = up.status["components"]["temporal"].get("ui_url") or "http://127.0.0.1:8233"
+    up = stack_up(settings.home, echo=lambda line: echo(f"    {line}"), **stack_ports(os.environ))
+    ui = up.status["components"]["temporal"]["ui_url"]
     settings = Settings.from_env()  # now pointing at the stack's Temporal
     client = await connect(settings)
 
@@ -178,6 +179,17 @@ async def run_incident_demo(settings: Settings, echo: Echo = print) -> None:
     else:
         echo("    the worker serves /metrics when REPLAYBOOK_METRICS_PORT is set")
     echo("    .venv/bin/replaybook slo")
+    api = up.status.get("api_url")
+    if api:
+        echo(
+            "9. the HTTP API (the embedded stack's admin token is in `replaybook dev status --json`)"
+        )
+        echo(f"    {api}/docs")
+        echo(
+            f'    curl -s -H "Authorization: Bearer $(.venv/bin/replaybook dev status --json | '
+            f'python3 -c \'import json,sys; print(json.load(sys.stdin)["dev_token"])\')" '
+            f"{api}/api/incidents/{final.incident_id}"
+        )
     echo(
         f"done in {time.monotonic() - started:.0f}s. The stack keeps running for the Web UI ({ui}); "
         "stop it with: .venv/bin/replaybook dev down"

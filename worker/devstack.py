@@ -32,28 +32,35 @@ import json
 import os
 import secrets
 import shlex
-import signal
-import socket
-import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from models.errors import ConfigurationError, StoreError
+from models.errors import ConfigurationError
+from worker.devstack_components import (
+    HOST,
+    api_environment,
+    check_api_started,
+    check_worker_started,
+    dev_dir,
+    launch_api,
+    launch_seaweedfs,
+    launch_temporal,
+    launch_worker,
+    now_iso,
+    worker_environment,
+    worker_wiring,
+)
 from worker.ports import free_ports
-from worker.processes import log_tail
+from worker.processes import pid_alive, port_answers, terminate
 
 STATE_VERSION = 1
 STATE_FILENAME = "stack.json"
 DEFAULT_TEMPORAL_PORT = 7233
 DEFAULT_TEMPORAL_UI_PORT = 8233
-HOST = "127.0.0.1"
 WORKER_COMMAND_ENV = "REPLAYBOOK_DEV_WORKER_COMMAND"
-S3_REGION = "us-east-1"
 
 #: Components in start order.
 COMPONENTS = ("temporal", "seaweedfs", "worker", "api")
@@ -61,8 +68,6 @@ COMPONENTS = ("temporal", "seaweedfs", "worker", "api")
 STOP_ORDER = ("api", "worker", "temporal", "seaweedfs")
 #: how long the API may take to import and bind its port
 API_START_TIMEOUT = 30.0
-#: The worker variables that point it at the stack (recorded, to notice when they change).
-_WORKER_WIRING = ("TEMPORAL_ADDRESS", "TEMPORAL_NAMESPACE", "REPLAYBOOK_S3_ENDPOINT_URL")
 
 Echo = Callable[[str], None]
 
@@ -72,10 +77,6 @@ def _no_echo(_: str) -> None:
 
 
 # state ----------------------------------------------------------------------------------------
-
-
-def dev_dir(home: Path | str) -> Path:
-    return Path(home) / "dev"
 
 
 def state_path(home: Path | str) -> Path:
@@ -101,7 +102,7 @@ def load_stack_state(home: Path | str) -> dict[str, Any] | None:
 
 
 def _save_state(home: Path, state: dict[str, Any]) -> None:
-    state["updated_at"] = _now()
+    state["updated_at"] = now_iso()
     path = state_path(home)
     tmp = path.with_suffix(".json.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -109,10 +110,6 @@ def _save_state(home: Path, state: dict[str, Any]) -> None:
         json.dump(state, f, indent=2, sort_keys=True)
         f.write("\n")
     os.replace(tmp, path)
-
-
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 @contextlib.contextmanager
@@ -151,121 +148,6 @@ def worker_command(env: Mapping[str, str]) -> list[str]:
     if not command:
         raise ConfigurationError(f"{WORKER_COMMAND_ENV} is set but empty")
     return command
-
-
-# processes ------------------------------------------------------------------------------------
-
-
-def _proc_stat(pid: int) -> tuple[str, int] | None:
-    """``(state, start time in clock ticks)`` of ``pid`` from ``/proc``, ``None`` if gone."""
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = raw[raw.rfind(")") + 2 :].split()
-    return fields[0], int(fields[19])
-
-
-def process_start_ticks(pid: int) -> int | None:
-    stat = _proc_stat(pid)
-    return None if stat is None else stat[1]
-
-
-def pid_alive(pid: int | None, start_ticks: int | None = None) -> bool:
-    """Whether ``pid`` runs (not a zombie) and, given ``start_ticks``, is still that process."""
-    if not pid:
-        return False
-    if Path("/proc/self/stat").exists():
-        stat = _proc_stat(pid)
-        if stat is None or stat[0] in ("Z", "X"):
-            return False
-        return start_ticks is None or stat[1] == start_ticks
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def port_answers(host: str, port: int | None, timeout: float = 1.0) -> bool:
-    if not port:
-        return False
-    try:
-        with socket.create_connection((host, port), timeout=timeout):
-            return True
-    except OSError:
-        return False
-
-
-def _group_members(pgid: int) -> list[int]:
-    """Live (non-zombie) processes in process group ``pgid``."""
-    members = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            raw = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = raw[raw.rfind(")") + 2 :].split()
-        if fields[0] not in ("Z", "X") and int(fields[2]) == pgid:
-            members.append(int(entry.name))
-    return members
-
-
-def _wait_gone(check: Callable[[], bool], timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while check():
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.05)
-    return True
-
-
-def terminate(pid: int | None, start_ticks: int | None, timeout: float = 20.0) -> bool:
-    """Stop a recorded process and its process group: SIGTERM, wait, SIGKILL.
-
-    Every component is started with ``start_new_session=True``, so its pid is also its process
-    group id. Nothing is signalled unless ``pid`` is still the recorded process
-    (``start_ticks``) or, when it has exited, its group still has members: children it left
-    behind (the kernel reuses no pid while a group of that id exists). Returns whether the
-    recorded process itself was running.
-    """
-    if not pid:
-        return False
-    running = pid_alive(pid, start_ticks)
-    has_proc = Path("/proc/self/stat").exists()
-    if running:
-        try:
-            group = os.getpgid(pid) == pid
-        except ProcessLookupError:
-            return False
-    else:
-        stat = _proc_stat(pid) if has_proc else None
-        leader_gone = stat is None or stat[0] in ("Z", "X")
-        group = has_proc and leader_gone and bool(_group_members(pid))
-        if not group:
-            return False
-
-    def send(sig: signal.Signals) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            if group:
-                os.killpg(pid, sig)
-            else:
-                os.kill(pid, sig)
-
-    def alive() -> bool:
-        if group and has_proc:
-            return bool(_group_members(pid))
-        return pid_alive(pid, start_ticks)
-
-    send(signal.SIGTERM)
-    if not _wait_gone(alive, timeout):
-        send(signal.SIGKILL)
-        _wait_gone(alive, 5.0)
-    return running
 
 
 def component_status(name: str, record: Mapping[str, Any]) -> dict[str, Any]:
@@ -348,6 +230,24 @@ class UpResult:
         return any(a != "running" for a in self.actions.values())
 
 
+def stack_ports(env: Mapping[str, str]) -> dict[str, int]:
+    """The ports ``dev up`` takes from the environment (the same variables as its options), for
+    callers that start the stack without the CLI, such as ``replaybook demo``."""
+    names = {
+        "temporal_port": "REPLAYBOOK_TEMPORAL_PORT",
+        "ui_port": "REPLAYBOOK_TEMPORAL_UI_PORT",
+        "api_port": "REPLAYBOOK_API_PORT",
+    }
+    ports = {}
+    for arg, var in names.items():
+        if env.get(var):
+            try:
+                ports[arg] = int(env[var])
+            except ValueError:
+                raise ConfigurationError(f"{var}={env[var]!r} is not a port number") from None
+    return ports
+
+
 def stack_up(
     home: Path | str,
     *,
@@ -373,7 +273,7 @@ def stack_up(
         state = load_stack_state(home) or {
             "version": STATE_VERSION,
             "home": str(home),
-            "started_at": _now(),
+            "started_at": now_iso(),
             "components": {},
         }
         components: dict[str, Any] = state["components"]
@@ -391,7 +291,7 @@ def stack_up(
                 terminate(record.get("pid"), record.get("pid_start"), timeout=10)
             port = record["port"] if record else temporal_port
             ui = record.get("ui_port", ui_port) if record else ui_port
-            components["temporal"] = _start_temporal(home, port, ui, namespace)
+            components["temporal"] = launch_temporal(home, port, ui, namespace)
             actions["temporal"] = "restarted" if record is not None else "started"
             save()
             echo(f"temporal: {actions['temporal']} at {components['temporal']['address']}")
@@ -403,14 +303,14 @@ def stack_up(
         elif record is not None or stack_owns_s3(env):
             if record is not None:
                 terminate(record.get("pid"), record.get("pid_start"), timeout=10)
-            components["seaweedfs"] = _start_seaweedfs(home, record, s3_port)
+            components["seaweedfs"] = launch_seaweedfs(home, record, s3_port)
             actions["seaweedfs"] = "restarted" if record is not None else "started"
             save()
             echo(f"seaweedfs: {actions['seaweedfs']} at {components['seaweedfs']['endpoint_url']}")
 
         # the worker, restarted too when the services it was pointed at moved
         record = components.get("worker")
-        wiring = _wiring(worker_environment(home, components, env))
+        wiring = worker_wiring(worker_environment(home, components, env))
         if (
             record is not None
             and component_status("worker", record)["alive"]
@@ -422,11 +322,11 @@ def stack_up(
                 terminate(record.get("pid"), record.get("pid_start"), timeout=10)
             command = worker_cmd or worker_command(env)
             metrics_port = (record or {}).get("metrics_port") or free_ports(1)[0]
-            new, process = _start_worker(home, command, components, env, metrics_port)
+            new, process = launch_worker(home, command, components, env, metrics_port)
             components["worker"] = new
             actions["worker"] = "restarted" if record is not None else "started"
             try:
-                _check_worker(new, process, worker_grace)
+                check_worker_started(new, process, worker_grace)
             finally:
                 save()  # with the error, if it crashed
             echo(f"worker: {actions['worker']} (pid {new['pid']})")
@@ -438,234 +338,23 @@ def stack_up(
         if (
             record is not None
             and component_status("api", record)["alive"]
-            and record.get("wiring") == _wiring(api_env)
+            and record.get("wiring") == worker_wiring(api_env)
         ):
             actions["api"] = "running"
         else:
             if record is not None:
                 terminate(record.get("pid"), record.get("pid_start"), timeout=10)
             port = (record or {}).get("port") or api_port or free_ports(1)[0]
-            new, process = _start_api(home, port, api_env, token)
+            new, process = launch_api(home, port, api_env, token)
             components["api"] = new
             actions["api"] = "restarted" if record is not None else "started"
             try:
-                _check_api(new, process, API_START_TIMEOUT)
+                check_api_started(new, process, API_START_TIMEOUT)
             finally:
                 save()
             echo(f"api: {actions['api']} at {new['url']}")
         save()
     return UpResult(actions=actions, status=stack_status(home))
-
-
-def _start_temporal(home: Path, port: int, ui_port: int | None, namespace: str) -> dict[str, Any]:
-    from worker.temporal_server import start_temporal_dev_server
-
-    server = start_temporal_dev_server(
-        home / "temporal",
-        port=port,
-        ui_port=ui_port,
-        host=HOST,
-        namespace=namespace,
-        log_path=dev_dir(home) / "temporal.log",
-    )
-    server.detach()
-    return {
-        "pid": server.pid,
-        "pid_start": process_start_ticks(server.pid),
-        "host": server.host,
-        "port": server.port,
-        "address": server.address,
-        "namespace": server.namespace,
-        "ui_port": server.ui_port,
-        "ui_url": server.ui_url,
-        "http_port": server.http_port,
-        "metrics_port": server.metrics_port,
-        "db_path": str(server.db_path),
-        "log_path": str(server.log_path),
-        "started_at": _now(),
-    }
-
-
-def _start_seaweedfs(
-    home: Path, previous: Mapping[str, Any] | None, s3_port: int | None
-) -> dict[str, Any]:
-    from worker.seaweedfs import start_seaweedfs
-
-    # A restart keeps the endpoint and credentials the running worker was given.
-    access_key = previous["access_key"] if previous else "replaybook"
-    secret_key = previous["secret_key"] if previous else secrets.token_urlsafe(24)
-
-    def start(port: int | None) -> Any:
-        return start_seaweedfs(
-            home / "seaweedfs",
-            s3_port=port,
-            host=HOST,
-            access_key=access_key,
-            secret_key=secret_key,
-            log_path=dev_dir(home) / "seaweedfs.log",
-        )
-
-    try:
-        server = start(previous["port"] if previous else s3_port)
-    except ConfigurationError:
-        if previous is None:
-            raise
-        # The old port is taken (the launcher's check also counts the dead server's connections
-        # in TIME_WAIT): move to a free one; the worker is restarted with the new endpoint.
-        server = start(None)
-    if server._log_file is not None:  # the server outlives this process
-        server._log_file.close()
-        server._log_file = None
-    return {
-        "pid": server.pid,
-        "pid_start": process_start_ticks(server.pid),
-        "host": HOST,
-        "port": server.ports["s3"],
-        "ports": server.ports,
-        "endpoint_url": server.endpoint_url,
-        "access_key": access_key,
-        "secret_key": secret_key,
-        "region": S3_REGION,
-        "data_dir": str(server.data_dir),
-        "log_path": str(server.log_path),
-        "started_at": _now(),
-    }
-
-
-def worker_environment(
-    home: Path, components: Mapping[str, Any], env: Mapping[str, str]
-) -> dict[str, str]:
-    """The worker's environment: the caller's, pointed at the stack's services."""
-    temporal = components["temporal"]
-    out = dict(env) | {
-        "REPLAYBOOK_HOME": str(home),
-        "TEMPORAL_ADDRESS": temporal["address"],
-        "TEMPORAL_NAMESPACE": temporal["namespace"],
-    }
-    s3 = components.get("seaweedfs")
-    if s3 is not None:
-        for key in ("AWS_SESSION_TOKEN", "AWS_PROFILE"):
-            out.pop(key, None)
-        out |= {
-            "REPLAYBOOK_S3_ENDPOINT_URL": s3["endpoint_url"],
-            "AWS_ACCESS_KEY_ID": s3["access_key"],
-            "AWS_SECRET_ACCESS_KEY": s3["secret_key"],
-            "AWS_DEFAULT_REGION": s3["region"],
-        }
-    return out
-
-
-def _wiring(worker_env: Mapping[str, str]) -> dict[str, str | None]:
-    return {key: worker_env.get(key) for key in _WORKER_WIRING}
-
-
-def _start_worker(
-    home: Path,
-    command: list[str],
-    components: Mapping[str, Any],
-    env: Mapping[str, str],
-    metrics_port: int,
-) -> tuple[dict[str, Any], subprocess.Popen[bytes]]:
-    log_path = dev_dir(home) / "worker.log"
-    worker_env = worker_environment(home, components, env)
-    worker_env["REPLAYBOOK_METRICS_PORT"] = str(metrics_port)
-    with log_path.open("ab") as log:
-        try:
-            process = subprocess.Popen(
-                command,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=worker_env,
-                start_new_session=True,
-            )
-        except OSError as e:
-            raise ConfigurationError(f"cannot start worker {shlex.join(command)}: {e}") from e
-    return {
-        "pid": process.pid,
-        "pid_start": process_start_ticks(process.pid),
-        "command": command,
-        "wiring": _wiring(worker_env),
-        "metrics_port": metrics_port,
-        "log_path": str(log_path),
-        "started_at": _now(),
-    }, process
-
-
-def api_environment(
-    home: Path, components: Mapping[str, Any], env: Mapping[str, str], token: str
-) -> dict[str, str]:
-    """The API's environment: the worker's wiring, plus the stack's admin token next to any
-    tokens the caller configured."""
-    out = worker_environment(home, components, env)
-    configured = env.get("REPLAYBOOK_API_TOKENS")
-    out["REPLAYBOOK_API_TOKENS"] = ",".join(filter(None, (configured, f"{token}=admin")))
-    return out
-
-
-def _start_api(
-    home: Path, port: int, api_env: dict[str, str], token: str
-) -> tuple[dict[str, Any], subprocess.Popen[bytes]]:
-    from worker.ports import port_is_free
-
-    if not port_is_free(HOST, port):
-        raise ConfigurationError(f"API port {HOST}:{port} is taken (choose --api-port)")
-    log_path = dev_dir(home) / "api.log"
-    command = [sys.executable, "-m", "worker.api", "--host", HOST, "--port", str(port)]
-    with log_path.open("ab") as log:
-        try:
-            process = subprocess.Popen(
-                command,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=api_env,
-                start_new_session=True,
-            )
-        except OSError as e:
-            raise ConfigurationError(f"cannot start the API {shlex.join(command)}: {e}") from e
-    return {
-        "pid": process.pid,
-        "pid_start": process_start_ticks(process.pid),
-        "host": HOST,
-        "port": port,
-        "url": f"http://{HOST}:{port}",
-        "dev_token": token,
-        "command": command,
-        "wiring": _wiring(api_env),
-        "log_path": str(log_path),
-        "started_at": _now(),
-    }, process
-
-
-def _check_api(record: dict[str, Any], process: subprocess.Popen[bytes], timeout: float) -> None:
-    """Wait until the API answers on its port; fail when it exits or stays silent."""
-    deadline = time.monotonic() + timeout
-    while not port_answers(HOST, record["port"], timeout=0.5):
-        code = process.poll()
-        if code is not None or time.monotonic() >= deadline:
-            problem = f"exited with code {code}" if code is not None else "never answered"
-            record["error"] = f"{problem} on start-up"
-            raise StoreError(
-                f"the API {problem} on start-up; see {record['log_path']}\n"
-                + log_tail(Path(record["log_path"]))
-            )
-        time.sleep(0.1)
-
-
-def _check_worker(record: dict[str, Any], process: subprocess.Popen[bytes], grace: float) -> None:
-    """Fail when the worker exits within ``grace`` seconds of starting (a crash on start-up)."""
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline:
-        code = process.poll()
-        if code is not None:
-            log_path = Path(record["log_path"])
-            record["error"] = f"exited with code {code} on start-up"
-            raise StoreError(
-                f"worker {shlex.join(record['command'])} exited with code {code} on start-up; "
-                f"see {log_path}\n" + log_tail(log_path)
-            )
-        time.sleep(0.05)
 
 
 # down -----------------------------------------------------------------------------------------

@@ -126,6 +126,8 @@ async def running_workers(
             for w in workers:
                 await w.shutdown()
             await asyncio.gather(*tasks, return_exceptions=True)
+            if steps is not None:  # the sandboxed processes kept between a replay's batches
+                await steps.aclose()
 
 
 async def run_workers(settings: Settings, queues: str = "all") -> None:

@@ -9,6 +9,8 @@ reports the reproduction rate with a 95% Wilson interval.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 from datetime import timedelta
 
 from temporalio import workflow
@@ -29,6 +31,7 @@ with workflow.unsafe.imports_passed_through():
         ResumePoint,
         StepInput,
         StepOutput,
+        merge_isolation,
     )
     from models.statistics import reproduction_summary
 
@@ -151,6 +154,15 @@ class ReplayWorkflow:
                     raise asyncio.CancelledError() from exc
                 reason = f"step {resume.step_id} failed: {exc.cause or exc}"
                 self._set(ReplayStatus.FAILED, reason=reason)
+                if workflow.patched("close-failed-replay-run"):
+                    # the replay's run is marked FAILED and the failure counted (metrics)
+                    with contextlib.suppress(ActivityError):
+                        await workflow.execute_activity_method(
+                            ReplayActivities.close_replay_run,
+                            args=[plan.replay_id, reason],
+                            start_to_close_timeout=timedelta(seconds=30),
+                            retry_policy=RETRY,
+                        )
                 return self._outcome(
                     plan, ReplayStatus.FAILED, prepared, resume=resume, reason=reason
                 )
@@ -165,6 +177,7 @@ class ReplayWorkflow:
                     "writes_blocked": resume.writes_blocked + out.writes_blocked,
                     "fixture_misses": resume.fixture_misses + out.fixture_misses,
                     "steps_executed": resume.steps_executed + out.steps,
+                    "isolation": merge_isolation(resume.isolation, out.isolation),
                 }
             )
             self._progress = self._progress.model_copy(
@@ -234,6 +247,7 @@ class ReplayWorkflow:
             budget_used=resume.usage if resume else BudgetUsage(),
             reason=reason,
             simulation=plan.simulation,
+            isolation=resume.isolation if resume else None,
         )
 
     async def _repeat(self, plan: ReplayPlan) -> ReplayOutcome:
@@ -296,6 +310,7 @@ class ReplayWorkflow:
             simulation=plan.simulation,
             children=tuple(o.replay_id for o in outcomes),
             summary=summary,
+            isolation=functools.reduce(merge_isolation, (o.isolation for o in outcomes), None),
         )
 
 

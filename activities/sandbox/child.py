@@ -1,7 +1,12 @@
-"""``python -m activities.sandbox.child``: run a batch of replay steps inside the sandbox.
+"""``python -m activities.sandbox.child``: run batches of replay steps inside the sandbox.
 
-The worker writes one job frame (the step input, the catalog factory, the isolation label) on
-stdin; every store access is a frame to the worker and back; the answer is the last frame.
+The worker writes job frames (the step input, the catalog factory, the isolation label) on
+stdin, one at a time; every store access is a frame to the worker and back; each job's answer
+is its last frame. The process lives for one replay's batches on this worker (the worker keeps
+it while the replay runs and closes stdin, kills it or lets it idle out afterwards): it keeps
+only caches between jobs (the decoded source evidence, the agent catalogs), so a fresh
+process computes the same outputs. End of input between jobs ends the process.
+
 stdout is the protocol channel only: the step's own prints go to stderr (kept by the worker
 for the report), so untrusted code cannot forge frames by printing.
 """
@@ -9,9 +14,14 @@ for the report), so untrusted code cannot forge frames by printing.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import os
+import resource
+import shutil
+import signal
 import sys
+from pathlib import Path
 from typing import Any, BinaryIO
 
 
@@ -37,16 +47,52 @@ def main() -> None:
             raise codec.load_error(answer["error"])
         return answer.get("ok")
 
-    job = rpc.read_frame(rpc_in)
-    try:
-        output = asyncio.run(_run(job, call))
-    except BaseException as exc:  # every failure is reported to the worker
-        rpc.write_frame(rpc_out, {"failed": _describe(exc)})
-    else:
-        rpc.write_frame(rpc_out, {"done": output})
+    engines: dict[tuple[str, str], Any] = {}
+    while True:
+        try:
+            job = rpc.read_frame(rpc_in)
+        except rpc.EndOfInput:  # the worker is done with this process (or is gone)
+            break
+        try:
+            output = asyncio.run(_run(job, call, engines))
+        except BaseException as exc:  # every failure is reported to the worker
+            rpc.write_frame(rpc_out, {"failed": _describe(exc)})
+        else:
+            rpc.write_frame(rpc_out, {"done": output, "cpu_seconds": _cpu_seconds()})
+        sys.stderr.flush()
+        if job.get("tidy"):
+            _tidy()
     rpc_out.close()
     sys.stderr.flush()
     os._exit(0)
+
+
+def _cpu_seconds() -> float:
+    """CPU time this process has used: RLIMIT_CPU counts it over the process's whole life,
+    so the worker replaces the process before it runs short for the next job."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _tidy() -> None:
+    """Leave nothing of a job's code behind for the next job: kill every other process of the
+    sandbox (``kill(-1)`` reaches only this pid namespace, and never its init), reap them, and
+    empty the private /tmp. Only ever asked for by the worker that started us under bubblewrap."""
+    with contextlib.suppress(OSError):
+        os.kill(-1, signal.SIGKILL)
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            break
+        if pid == 0:
+            break
+    for entry in Path("/tmp").iterdir():
+        with contextlib.suppress(OSError):
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
 
 
 def _describe(exc: BaseException) -> dict[str, Any]:
@@ -63,29 +109,39 @@ def _describe(exc: BaseException) -> dict[str, Any]:
     }
 
 
-async def _run(job: dict[str, Any], call: Any) -> Any:
+async def _run(job: dict[str, Any], call: Any, engines: dict[tuple[str, str], Any]) -> Any:
+    from models.replay_flow import StepInput
+
+    key = (str(job["catalogs"]), str(job["isolation"]))
+    if key not in engines:
+        engines[key] = _engine(*key, call)
+    output = await engines[key].run_steps(StepInput.model_validate(job["step"]))
+    return output.model_dump(mode="json")
+
+
+def _engine(catalogs: str, isolation: str, call: Any) -> Any:
+    """An engine over the broker: its caches (the decoded source evidence, what the replay
+    consumed up to its head) are all it keeps between jobs, and each is checked against the
+    replay's head or keyed by an immutable source run."""
     from activities.sandbox.proxies import (
         ProxyArtifacts,
         ProxyEvidence,
         ProxyLedger,
         brokered_catalog,
     )
-    from models.replay_flow import StepInput
     from runtime.replay.engine import ReplayEngine
 
-    module_name, _, attribute = str(job["catalogs"]).partition(":")
+    module_name, _, attribute = catalogs.partition(":")
     factory = getattr(importlib.import_module(module_name), attribute)
     # the factory gets no database: whatever would use one is served by the broker
-    catalogs = {gid: brokered_catalog(c, call) for gid, c in factory(None).items()}
-    engine = ReplayEngine(
+    brokered = {gid: brokered_catalog(c, call) for gid, c in factory(None).items()}
+    return ReplayEngine(
         ProxyLedger(call),  # type: ignore[arg-type]
         ProxyEvidence(call),
         ProxyArtifacts(call),  # type: ignore[arg-type]
-        catalogs,
-        isolation=str(job["isolation"]),
+        brokered,
+        isolation=isolation,
     )
-    output = await engine.run_steps(StepInput.model_validate(job["step"]))
-    return output.model_dump(mode="json")
 
 
 if __name__ == "__main__":

@@ -35,6 +35,10 @@ class SandboxSettings:
     uid: int = 200000
     #: a sandboxed step that has not finished after this many seconds (wall clock) is killed
     wall_seconds: float = 600.0
+    #: a replay's sandboxed process is kept for its next batch this long (see runner)
+    idle_seconds: float = 30.0
+    #: batches one sandboxed process may run before it is replaced (1: a fresh one each)
+    jobs_per_process: int = 1000
 
     @property
     def enabled(self) -> bool:
@@ -68,4 +72,6 @@ class SandboxSettings:
             max_processes=number("REPLAYBOOK_SANDBOX_MAX_PROCESSES", cls.max_processes),
             tmp_bytes=number("REPLAYBOOK_SANDBOX_TMP_BYTES", cls.tmp_bytes),
             uid=number("REPLAYBOOK_SANDBOX_UID", cls.uid),
+            idle_seconds=number("REPLAYBOOK_SANDBOX_IDLE_SECONDS", int(cls.idle_seconds)),
+            jobs_per_process=number("REPLAYBOOK_SANDBOX_JOBS_PER_PROCESS", cls.jobs_per_process),
         )

@@ -7,6 +7,7 @@ the worker, which decides whether a replay step may do it.
 from __future__ import annotations
 
 import dataclasses
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -129,15 +130,31 @@ class ProxyEvidence:
 
 
 class ProxyArtifacts:
+    """Content-addressed artifacts over the pipe. What this process stored itself (a step's
+    checkpointed state and random state, read back by the next step) is kept in a small
+    cache: a digest names its bytes, so the cache cannot answer differently from the store."""
+
     location = "sandbox-broker"
+    #: bytes of recently stored artifacts kept for the next step's reads
+    CACHE_BYTES = 16 * 1024**2
 
     def __init__(self, call: Call) -> None:
         self._call = call
+        self._recent: OrderedDict[str, bytes] = OrderedDict()
+        self._recent_bytes = 0
 
     async def put(self, data: bytes) -> str:
-        return str(self._call("artifacts.put", {"data": codec.b64(data)}))
+        digest = str(self._call("artifacts.put", {"data": codec.b64(data)}))
+        if digest not in self._recent and len(data) <= self.CACHE_BYTES // 4:
+            self._recent[digest] = data
+            self._recent_bytes += len(data)
+            while self._recent_bytes > self.CACHE_BYTES:
+                self._recent_bytes -= len(self._recent.popitem(last=False)[1])
+        return digest
 
     async def get(self, digest: str) -> bytes:
+        if digest in self._recent:
+            return self._recent[digest]
         return codec.unb64(self._call("artifacts.get", {"digest": digest})) or b""
 
     async def exists(self, digest: str) -> bool:

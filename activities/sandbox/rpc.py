@@ -1,8 +1,9 @@
 """The pipe protocol between a replay worker and its sandboxed step process.
 
-One frame = 4-byte big-endian length + UTF-8 JSON. The child sends ``{"call": method,
-"params": {...}}`` and waits for ``{"ok": value}`` or ``{"error": {...}}``; it ends with
-``{"done": output}`` or ``{"failed": {...}}``. Requests are strictly sequential (the child's
+One frame = 4-byte big-endian length + UTF-8 JSON. The worker sends a job; the child sends
+``{"call": method, "params": {...}}`` and waits for ``{"ok": value}`` or ``{"error": {...}}``;
+it ends the job with ``{"done": output, "cpu_seconds": used}`` or ``{"failed": {...}}`` and
+waits for the next job (end of input then ends the child). Requests are strictly sequential (the child's
 step code is one coroutine chain), so no request ids are needed.
 
 Values that JSON cannot carry are tagged: bytes as ``{"$b64": ...}`` (see ``codec``).
@@ -54,8 +55,15 @@ def write_frame(stream: BinaryIO, message: Any) -> None:
     stream.flush()
 
 
+class EndOfInput(ProtocolError):
+    """The pipe closed between frames: the other side is done (or gone)."""
+
+
 def read_frame(stream: BinaryIO) -> Any:
-    header = _read_exact(stream, _HEADER.size)
+    first = stream.read(1)
+    if not first:
+        raise EndOfInput("the pipe closed")
+    header = first + _read_exact(stream, _HEADER.size - 1)
     return decode_body(_read_exact(stream, check_length(header)))
 
 

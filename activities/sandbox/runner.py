@@ -1,20 +1,29 @@
-"""Run a batch of replay steps in a fresh sandboxed process and broker its store calls."""
+"""Run batches of replay steps in sandboxed processes and broker their store calls.
+
+A replay's batches arrive one activity at a time. Starting a sandbox and reloading the source
+evidence for each of them made a recorded replay about five times slower, so the process that
+ran a replay's batch is kept for its next batch on this worker (keyed by replay id): it is
+killed when the replay finishes, fails, is canceled or closed, after ``idle_seconds`` without
+a batch, when it has used a quarter of its CPU limit (RLIMIT_CPU counts a process's whole
+life), after ``jobs_per_process`` batches, and with the worker. A batch that lands on another
+worker, or after a crash, simply starts a new process: the process holds only caches (the
+decoded source evidence, the catalogs), so the outputs are the same either way. Between
+batches the child kills whatever the step's code left running and empties its /tmp.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
-import signal
-from pathlib import Path
+import time
 from typing import Any
 
 import structlog
 
 from activities.sandbox import codec, rpc
 from activities.sandbox.broker import StepBroker
-from activities.sandbox.bwrap import python_argv, spawn
 from activities.sandbox.config import SandboxSettings
+from activities.sandbox.process import StepProcess, why_it_died
 from models.errors import (
     ReplaybookError,
     SandboxedStepFailedError,
@@ -25,9 +34,9 @@ from models.replay_flow import StepInput, StepOutput
 from runtime.replay.engine import ReplayEngine
 
 log = structlog.get_logger(__name__)
-#: the last bytes of the step's stderr kept for the failure report
-STDERR_TAIL = 4096
-CHILD_MODULE = "activities.sandbox.child"
+#: a kept process is replaced once it has used this share of its CPU limit, so the next batch
+#: still gets at least three quarters of the limit
+RECYCLE_AT_CPU_SHARE = 0.25
 
 
 class SandboxedSteps:
@@ -42,33 +51,128 @@ class SandboxedSteps:
         self.engine = engine
         self.settings = settings
         self.catalogs = catalogs
-        #: uid offsets of the sandboxes running now (each gets its own uid, see config)
+        #: the isolation recorded for the steps this runner executes
+        self.isolation = settings.isolation
+        #: uid offsets of the sandboxes alive now, running or kept (each gets its own uid)
         self._slots: set[int] = set()
+        #: processes kept between a replay's batches, by replay id
+        self._kept: dict[str, StepProcess] = {}
+        self._closing: set[asyncio.Task[None]] = set()
         # sandboxes starting at once compete for the CPU with the worker's own heartbeats:
         # more than a few per core only queue up (the waiting activity keeps heartbeating)
         self._running = asyncio.Semaphore(2 * (os.cpu_count() or 1))
+        self._max_kept = 4 * (os.cpu_count() or 1)
+        #: processes started and batches run (for the benchmark and the tests)
+        self.started = 0
+        self.batches = 0
 
     async def run_steps(self, step: StepInput) -> StepOutput:
         async with self._running:
-            return await self._sandboxed(step)
+            child = self._kept.pop(step.plan.replay_id, None)
+            if child is not None and child.idle_timer is not None:
+                child.idle_timer.cancel()
+            if child is None or not child.alive:
+                if child is not None:
+                    await self._release(child)
+                child = await self._start(step.plan.replay_id)
+            try:
+                try:
+                    output = await self._batch(child, step)
+                except SandboxedStepFailedError:
+                    if not (child.jobs > 1 and child.frames == 0):
+                        raise
+                    # a kept process that died between batches, before this one reached it:
+                    # nothing of the batch ran, so it runs in a new process
+                    await self._release(child)
+                    child = await self._start(step.plan.replay_id)
+                    output = await self._batch(child, step)
+            except BaseException:  # failed, violated, timed out or canceled: never reused
+                await self._release(child)
+                raise
+            if output.finished or not self._reusable(child):
+                await self._release(child)
+            else:
+                self._keep(child)
+            return output
 
-    async def _sandboxed(self, step: StepInput) -> StepOutput:
-        broker = StepBroker(self.engine, step.plan)
+    async def close(self, replay_id: str) -> None:
+        """Kill the process kept for ``replay_id`` (the replay ended or was canceled)."""
+        child = self._kept.pop(replay_id, None)
+        if child is not None:
+            await self._release(child)
+
+    async def aclose(self) -> None:
+        """Kill every kept process (the worker is shutting down)."""
+        for replay_id in list(self._kept):
+            await self.close(replay_id)
+        if self._closing:
+            await asyncio.gather(*self._closing, return_exceptions=True)
+
+    @property
+    def kept(self) -> dict[str, int]:
+        """Replay id -> pid of the process kept for its next batch."""
+        return {r: c.process.pid for r, c in self._kept.items()}
+
+    # the pool ---------------------------------------------------------------------------------
+
+    async def _start(self, replay_id: str) -> StepProcess:
         slot = next(i for i in range(len(self._slots) + 1) if i not in self._slots)
         self._slots.add(slot)
         try:
-            return await self._run(step, broker, self.settings.uid + slot)
-        finally:
+            child = await StepProcess.start(
+                self.settings, self.settings.uid + slot, slot, replay_id
+            )
+        except BaseException:
             self._slots.discard(slot)
+            raise
+        self.started += 1
+        return child
 
-    async def _run(self, step: StepInput, broker: StepBroker, uid: int) -> StepOutput:
-        process = await spawn(self.settings, python_argv(CHILD_MODULE), uid)
-        assert process.stdin and process.stdout and process.stderr
-        stderr = bytearray()
-        draining = asyncio.create_task(_drain(process.stderr, stderr))
+    async def _release(self, child: StepProcess) -> None:
+        try:
+            await child.close()
+        finally:
+            self._slots.discard(child.slot)
+
+    def _reusable(self, child: StepProcess) -> bool:
+        return (
+            child.alive
+            and child.jobs < self.settings.jobs_per_process
+            and child.cpu_seconds < RECYCLE_AT_CPU_SHARE * self.settings.cpu_seconds
+        )
+
+    def _keep(self, child: StepProcess) -> None:
+        previous = self._kept.pop(child.replay_id, None)
+        if previous is not None:  # two batches of one replay ran at once: keep the newer
+            self._close_later(previous)
+        child.idle_since = time.monotonic()
+        loop = asyncio.get_running_loop()
+        child.idle_timer = loop.call_later(
+            self.settings.idle_seconds, self._idle_out, child.replay_id, child
+        )
+        self._kept[child.replay_id] = child
+        while len(self._kept) > self._max_kept:  # the longest idle goes first
+            oldest = min(self._kept, key=lambda r: self._kept[r].idle_since)
+            self._close_later(self._kept.pop(oldest))
+
+    def _idle_out(self, replay_id: str, child: StepProcess) -> None:
+        if self._kept.get(replay_id) is child:
+            del self._kept[replay_id]
+            self._close_later(child)
+
+    def _close_later(self, child: StepProcess) -> None:
+        task = asyncio.ensure_future(self._release(child))
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+
+    # one batch --------------------------------------------------------------------------------
+
+    async def _batch(self, child: StepProcess, step: StepInput) -> StepOutput:
+        broker = StepBroker(self.engine, step.plan)
+        child.stderr.clear()
         try:
             async with asyncio.timeout(self.settings.wall_seconds):
-                return await self._serve(process, broker, step, stderr)
+                return await self._serve(child, broker, step)
         except TimeoutError:
             raise _not_retryable(
                 SandboxedStepFailedError(
@@ -76,37 +180,29 @@ class SandboxedSteps:
                     "(wall-clock limit of a sandboxed step)"
                 )
             ) from None
-        finally:
-            if process.returncode is None:
-                _kill_sandbox(process.pid)
-            if process.stdin is not None:
-                process.stdin.close()
-            await process.wait()
-            draining.cancel()
 
-    async def _serve(
-        self,
-        process: asyncio.subprocess.Process,
-        broker: StepBroker,
-        step: StepInput,
-        stderr: bytearray,
-    ) -> StepOutput:
-        assert process.stdin and process.stdout
+    async def _serve(self, child: StepProcess, broker: StepBroker, step: StepInput) -> StepOutput:
         job = {
             "step": step.model_dump(mode="json"),
             "catalogs": self.catalogs,
             "isolation": self.settings.isolation,
+            # only a process we started under bubblewrap may clean its pid namespace
+            "tidy": True,
         }
+        child.jobs += 1
+        child.frames = 0
+        self.batches += 1
         try:
-            await _send(process, job)
-            exited = asyncio.ensure_future(process.wait())
+            await child.send(job)
             while True:
-                message = await _receive_unless_exited(process.stdout, exited)
+                message = await child.receive()
+                child.frames += 1
                 if not isinstance(message, dict):
                     raise rpc.ProtocolError("a frame that is not an object")
                 if "call" in message:
-                    await _send(process, await _answer(broker, message))
+                    await child.send(await _answer(broker, message))
                 elif "done" in message:
+                    child.cpu_seconds = float(message.get("cpu_seconds") or 0.0)
                     return StepOutput.model_validate(message["done"])
                 elif "failed" in message:
                     error = codec.load_error(message["failed"])
@@ -116,12 +212,12 @@ class SandboxedSteps:
                 else:
                     raise rpc.ProtocolError(f"unexpected frame keys {sorted(message)}")
         except (asyncio.IncompleteReadError, BrokenPipeError, ConnectionResetError):
-            returncode = await process.wait()
+            returncode = await child.process.wait()
             await asyncio.sleep(0)  # let the stderr drain see the last bytes
             raise _not_retryable(
                 SandboxedStepFailedError(
-                    f"step {step.step_id}: the sandboxed process {_why(returncode, self.settings)}"
-                    f"{_tail(stderr)}"
+                    f"step {step.step_id}: the sandboxed process "
+                    f"{why_it_died(returncode, self.settings)}{child.stderr_tail()}"
                 )
             ) from None
         except rpc.ProtocolError as exc:
@@ -138,80 +234,6 @@ async def _answer(broker: StepBroker, message: dict[str, Any]) -> dict[str, Any]
     except (KeyError, TypeError, ValueError) as exc:  # malformed parameters from the child
         broker.refused.append(f"malformed {message.get('call')!r}: {exc!r}")
         return {"error": codec.dump_error(SandboxViolationError(f"malformed call: {exc!r}"))}
-
-
-async def _send(process: asyncio.subprocess.Process, message: Any) -> None:
-    assert process.stdin
-    process.stdin.write(rpc.encode_frame(message))
-    await process.stdin.drain()
-
-
-async def _receive_unless_exited(stream: asyncio.StreamReader, exited: asyncio.Future[int]) -> Any:
-    """The next frame; IncompleteReadError when bwrap itself exits first (the pipe may still
-    be held open by a process inside, so end-of-file alone would not tell)."""
-    receiving = asyncio.ensure_future(_receive(stream))
-    await asyncio.wait({receiving, exited}, return_when=asyncio.FIRST_COMPLETED)
-    if not receiving.done():
-        # exited: a last frame may still be in the pipe, which then closes promptly
-        await asyncio.wait({receiving}, timeout=2.0)
-    if receiving.done():
-        return receiving.result()
-    receiving.cancel()
-    raise asyncio.IncompleteReadError(b"", None)
-
-
-async def _receive(stream: asyncio.StreamReader) -> Any:
-    length = rpc.check_length(await stream.readexactly(4))
-    return rpc.decode_body(await stream.readexactly(length))
-
-
-async def _drain(stream: asyncio.StreamReader, into: bytearray) -> None:
-    while chunk := await stream.read(65536):
-        into += chunk
-        del into[:-STDERR_TAIL]
-
-
-def _kill_sandbox(pid: int) -> None:
-    """SIGKILL bwrap's inner process first — the init of the sandbox's pid namespace, whose
-    death makes the kernel kill everything inside — then bwrap itself. bwrap's own
-    --die-with-parent is not relied on: the uid change inside clears parent-death signals."""
-    for child in _children(pid):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(child, signal.SIGKILL)
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGKILL)
-
-
-def _children(pid: int) -> list[int]:
-    found: list[int] = []
-    with contextlib.suppress(OSError):
-        for task in Path(f"/proc/{pid}/task").iterdir():
-            found += [int(c) for c in (task / "children").read_text().split()]
-    return found
-
-
-def _why(returncode: int, settings: SandboxSettings) -> str:
-    """Name the limit behind a death: bwrap reports a signalled child as 128 + signal."""
-    number = -returncode if returncode < 0 else returncode - 128 if returncode > 128 else 0
-    reasons = {
-        signal.SIGXCPU: f"exceeded its CPU limit of {settings.cpu_seconds} s (SIGXCPU)",
-        signal.SIGKILL: "was killed (SIGKILL: CPU hard limit or out of memory)",
-        signal.SIGXFSZ: f"exceeded its file size limit of {settings.file_size_bytes} bytes",
-        signal.SIGSEGV: "crashed (SIGSEGV)",
-    }
-    if number:
-        with contextlib.suppress(ValueError):
-            sig = signal.Signals(number)
-            return reasons.get(sig, f"was killed by {sig.name}")
-    return f"exited with status {returncode} without an answer"
-
-
-def _tail(stderr: bytearray) -> str:
-    text = bytes(stderr).decode(errors="replace").strip()
-    if not text:
-        return ""
-    lines = text.splitlines()[-6:]
-    return "; stderr: " + " | ".join(line.strip() for line in lines)[-800:]
 
 
 def _not_retryable(error: ReplaybookError) -> ReplaybookError:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from models import RunRecord
+from models.base import format_instant
 from models.capability import Capability
 from models.redaction import NO_REDACTION, RedactionPolicy, redaction_policy
 
@@ -34,7 +35,7 @@ async def destroyed_content_note(ledger: object, run_id: str) -> str | None:
         return None
     return (
         f"raw content of {count} payload(s) destroyed by deletion request {request_id} at "
-        f"{at.isoformat() if at else '?'}: replayed from the sanitized view only"
+        f"{format_instant(at) if at else '?'}: replayed from the sanitized view only"
     )
 
 

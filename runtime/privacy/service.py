@@ -19,9 +19,11 @@ import structlog
 from models.enums import RetentionClass
 from models.errors import (
     AccessDeniedError,
+    ConflictError,
     ContentDestroyedError,
     EvidenceLockedError,
     InvalidInputError,
+    NotFoundError,
 )
 from models.privacy import (
     FORENSIC_ROLE,
@@ -37,6 +39,9 @@ from runtime.freeze import referenced_artifacts
 from runtime.ports import ArtifactStore, EventLedger, EvidenceReader
 
 log = structlog.get_logger(__name__)
+
+#: incident phases after which its evidence freeze may be released
+FINISHED_PHASES = ("COMPLETED", "FAILED")
 
 
 @dataclass
@@ -167,6 +172,29 @@ class PrivacyService:
                 await self.artifacts.set_legal_hold(digest, False)
         return released
 
+    async def release_freeze(
+        self, run_id: str, incident_id: str, now: datetime | None = None
+    ) -> list[str]:
+        """Release the evidence freeze an incident put on ``run_id`` — a deliberate act (e.g.
+        before carrying out a deletion request), allowed only once the incident is COMPLETED
+        or FAILED: a running incident still needs its evidence. Returns the released freeze
+        ids; the store's legal holds are lifted by ``release`` when nothing else holds."""
+        at = now or self.vault.clock()
+        await self.ledger.get_run(run_id)
+        phase = await self.records.incident_phase(incident_id)
+        if phase is None:
+            raise NotFoundError(f"incident {incident_id!r} is not recorded")
+        if phase not in FINISHED_PHASES:
+            raise ConflictError(
+                f"incident {incident_id} is {phase}: its freeze can be released once it is "
+                "COMPLETED or FAILED"
+            )
+        released = await self.records.release_freezes(run_id, incident_id, at)
+        if not released and incident_id not in await self.records.freezing_incidents(run_id):
+            raise InvalidInputError(f"incident {incident_id} froze no evidence of run {run_id}")
+        log.info("incident freeze released", run_id=run_id, incident_id=incident_id)
+        return released
+
     async def _objects(self, run_id: str) -> list[str]:
         present = await referenced_artifacts(self.ledger, self.evidence, run_id, self.artifacts)
         return sorted(present | set(await self.vault.raw_refs(run_id)))
@@ -198,7 +226,7 @@ class PrivacyService:
             raise EvidenceLockedError(
                 f"subject {subject_id} is under legal hold, nothing was deleted ({names})"
             )
-        count, refs, keys = await self.vault.shred_subject(run_ids, subject_id, request_id)
+        count, refs, keys = await self.vault.shred_subject(run_ids, subject_id, request_id, at)
         deleted = 0
         for digest in refs:
             if await self.artifacts.exists(digest):

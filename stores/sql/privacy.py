@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from models.digest import sha256_digest, verify_content
 from models.errors import ConfigurationError, ContentDestroyedError, IntegrityError
-from models.privacy import RawEvidence, RawEvidenceState, RunSubject
+from models.privacy import RawEvidence, RawEvidenceState
 from runtime.ports import ArtifactStore
 from stores.encryption import (
     KeyEncryptionKey,
@@ -30,10 +30,10 @@ from stores.encryption import (
 )
 from stores.sql import schema
 from stores.sql.database import Database, utc
+from stores.sql.privacy_subjects import CAS_PREFIX, RawVaultQueries
 
 #: ciphertexts above this size go to the artifact store as encrypted objects
 INLINE_CIPHERTEXT_LIMIT = 64 * 1024
-CAS_PREFIX = "cas:"
 NO_SUBJECT = "subject:none"
 
 
@@ -53,7 +53,7 @@ def artifact_raw_id(run_id: str, sanitized_hash: str) -> str:
     return f"artifact:{run_id}:{sanitized_hash}"
 
 
-class SqlRawVault:
+class SqlRawVault(RawVaultQueries):
     """Seals and opens raw payloads; the KEK is loaded on first use (``kek`` factory)."""
 
     def __init__(
@@ -125,13 +125,17 @@ class SqlRawVault:
             )
         return self.kek.unwrap(bytes(row.wrapped_key), subject_id)
 
-    async def destroy_keys(self, conn: AsyncConnection, subject_id: str, request_id: str) -> int:
+    async def destroy_keys(
+        self, conn: AsyncConnection, subject_id: str, request_id: str, at: datetime | None = None
+    ) -> int:
         """Crypto-shred every data key of ``subject_id`` (inside the caller's transaction)."""
         k = schema.data_keys.c
         result = await conn.execute(
             update(schema.data_keys)
             .where(k.subject_id == subject_id, k.wrapped_key.is_not(None))
-            .values(wrapped_key=None, destroyed_at=self.clock(), destroyed_by_request=request_id)
+            .values(
+                wrapped_key=None, destroyed_at=at or self.clock(), destroyed_by_request=request_id
+            )
         )
         return result.rowcount or 0
 
@@ -256,81 +260,13 @@ class SqlRawVault:
         except IntegrityError:
             raise
 
-    async def destroyed_summary(self, run_id: str) -> tuple[int, str | None, datetime | None]:
-        """(number of destroyed raw payloads of the run, one request id, its time)."""
-        r = schema.raw_payloads.c
-        async with self.db.read() as conn:
-            rows = (
-                await conn.execute(
-                    select(r.destroyed_by_request, r.destroyed_at)
-                    .where(r.run_id == run_id, r.destroyed_at.is_not(None))
-                    .order_by(r.destroyed_at)
-                )
-            ).all()
-        if not rows:
-            return 0, None, None
-        return len(rows), rows[0].destroyed_by_request, utc(rows[0].destroyed_at)
-
-    # subjects ---------------------------------------------------------------------------------
-
-    async def add_subjects(self, run_id: str, subjects: Sequence[RunSubject]) -> None:
-        if not subjects:
-            return
-        s = schema.run_subjects.c
-        async with self.db.transaction() as conn:
-            known = {
-                row.subject_id
-                for row in (
-                    await conn.execute(select(s.subject_id).where(s.run_id == run_id))
-                ).all()
-            }
-            rows = [
-                {
-                    "run_id": run_id,
-                    "subject_id": subject.subject_id,
-                    "kind": str(subject.kind),
-                    "source": subject.source,
-                    "is_primary": i == 0 and not known,
-                }
-                for i, subject in enumerate(subjects)
-                if subject.subject_id not in known
-            ]
-            if rows:
-                await conn.execute(insert(schema.run_subjects), rows)
-
-    async def subjects(self, run_id: str) -> list[dict[str, Any]]:
-        s = schema.run_subjects.c
-        async with self.db.read() as conn:
-            rows = (
-                await conn.execute(
-                    select(schema.run_subjects)
-                    .where(s.run_id == run_id)
-                    .order_by(s.is_primary.desc(), s.subject_id)
-                )
-            ).all()
-        return [
-            {
-                "subject_id": row.subject_id,
-                "kind": row.kind,
-                "source": row.source,
-                "primary": bool(row.is_primary),
-            }
-            for row in rows
-        ]
-
-    async def runs_of_subject(self, subject_id: str) -> list[str]:
-        s, r = schema.run_subjects.c, schema.raw_payloads.c
-        async with self.db.read() as conn:
-            declared = (
-                await conn.execute(select(s.run_id).where(s.subject_id == subject_id))
-            ).all()
-            sealed = (
-                await conn.execute(select(r.run_id).where(r.subject_id == subject_id).distinct())
-            ).all()
-        return sorted({row.run_id for row in declared} | {row.run_id for row in sealed})
-
     async def destroy_raw(
-        self, conn: AsyncConnection, run_ids: Sequence[str], subject_id: str, request_id: str
+        self,
+        conn: AsyncConnection,
+        run_ids: Sequence[str],
+        subject_id: str,
+        request_id: str,
+        at: datetime | None = None,
     ) -> tuple[int, list[str]]:
         """Mark every raw payload of ``run_ids`` (and any sealed under ``subject_id``) destroyed
         and drop its ciphertext; returns the count and the encrypted objects to delete."""
@@ -350,68 +286,28 @@ class SqlRawVault:
             .where(where)
             .values(
                 ciphertext=None,
-                destroyed_at=self.clock(),
+                destroyed_at=at or self.clock(),
                 destroyed_by_request=request_id,
             )
         )
         return result.rowcount or 0, refs
 
     async def shred_subject(
-        self, run_ids: Sequence[str], subject_id: str, request_id: str
+        self,
+        run_ids: Sequence[str],
+        subject_id: str,
+        request_id: str,
+        at: datetime | None = None,
     ) -> tuple[int, list[str], int]:
         """In one transaction: destroy the raw payloads of ``run_ids`` (and any sealed under
-        the subject) and the subject's data keys. Returns (payloads, objects to delete, keys)."""
+        the subject) and the subject's data keys, all at ``at`` (the receipt's time, so that
+        "destroyed by request R at T" names the receipt's T). Returns (payloads, objects to
+        delete, keys)."""
+        at = at or self.clock()
         async with self.db.transaction() as conn:
-            count, refs = await self.destroy_raw(conn, run_ids, subject_id, request_id)
-            keys = await self.destroy_keys(conn, subject_id, request_id)
+            count, refs = await self.destroy_raw(conn, run_ids, subject_id, request_id, at)
+            keys = await self.destroy_keys(conn, subject_id, request_id, at)
         return count, refs, keys
-
-    async def raw_refs(self, run_id: str) -> list[str]:
-        """Digests of the run's encrypted raw objects in the artifact store (for holds)."""
-        r = schema.raw_payloads.c
-        async with self.db.read() as conn:
-            rows = (
-                await conn.execute(
-                    select(r.ciphertext_ref).where(
-                        r.run_id == run_id, r.ciphertext_ref.is_not(None)
-                    )
-                )
-            ).all()
-        return [row.ciphertext_ref[len(CAS_PREFIX) :] for row in rows]
-
-    async def expired_runs(self, now: datetime) -> list[tuple[str, str, datetime]]:
-        """(run id, retention class, created_at) of runs that still hold raw content."""
-        r, runs = schema.raw_payloads.c, schema.runs.c
-        async with self.db.read() as conn:
-            rows = (
-                await conn.execute(
-                    select(runs.run_id, runs.record, runs.created_at)
-                    .where(
-                        runs.run_id.in_(
-                            select(r.run_id).where(
-                                r.destroyed_at.is_(None), r.raw_hash != r.sanitized_hash
-                            )
-                        )
-                    )
-                    .order_by(runs.created_at)
-                )
-            ).all()
-        return [
-            (row.run_id, str(row.record.get("retention_class", "STANDARD")), utc(row.created_at))
-            for row in rows
-        ]
-
-    async def related_records(self, run_ids: Sequence[str]) -> tuple[list[str], list[str]]:
-        """Incidents and regression cases made from ``run_ids`` (sanitized already)."""
-        i, c = schema.incidents.c, schema.regression_cases.c
-        async with self.db.read() as conn:
-            incidents = (
-                await conn.execute(select(i.incident_id).where(i.source_run_id.in_(list(run_ids))))
-            ).all()
-            cases = (
-                await conn.execute(select(c.case_id).where(c.source_run_id.in_(list(run_ids))))
-            ).all()
-        return sorted(r.incident_id for r in incidents), sorted(r.case_id for r in cases)
 
     async def destroy_run_raw(self, run_id: str, request_id: str) -> tuple[int, list[str]]:
         """Destroy the raw payloads of one run (retention), keeping the subject's key."""

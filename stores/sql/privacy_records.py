@@ -83,6 +83,38 @@ class SqlPrivacyRecords:
             ).all()
         return sorted({row.incident_id for row in rows})
 
+    async def incident_phase(self, incident_id: str) -> str | None:
+        """The recorded phase of an incident (None when there is no such incident)."""
+        i = schema.incidents.c
+        async with self.db.read() as conn:
+            row = (await conn.execute(select(i.phase).where(i.incident_id == incident_id))).first()
+        return row.phase if row else None
+
+    async def freezing_incidents(self, run_id: str) -> set[str]:
+        """Every incident that froze ``run_id``'s evidence, released or not."""
+        f = schema.evidence_freezes.c
+        async with self.db.read() as conn:
+            rows = (await conn.execute(select(f.incident_id).where(f.run_id == run_id))).all()
+        return {row.incident_id for row in rows}
+
+    async def release_freezes(self, run_id: str, incident_id: str, at: datetime) -> list[str]:
+        """Release the incident's unreleased freezes of ``run_id``; returns their ids."""
+        from stores.sql.incidents import SqlIncidentStore
+
+        f = schema.evidence_freezes.c
+        async with self.db.read() as conn:
+            rows = (
+                await conn.execute(
+                    select(f.freeze_id).where(
+                        f.run_id == run_id, f.incident_id == incident_id, f.released_at.is_(None)
+                    )
+                )
+            ).all()
+        store = SqlIncidentStore(self.db)
+        for row in rows:
+            await store.release_freeze(row.freeze_id, at)
+        return sorted(row.freeze_id for row in rows)
+
     async def receipt(self, request_id: str) -> DeletionReceipt | None:
         d = schema.deletion_receipts.c
         async with self.db.read() as conn:

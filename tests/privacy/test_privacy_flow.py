@@ -99,9 +99,9 @@ async def test_sweep_destroys_raw_content_past_retention_unless_held(stack) -> N
 
 
 async def test_on_s3_holds_use_object_lock_and_deletion_still_verifies(  # type: ignore[no-untyped-def]
-    database, s3_artifact_store
+    private_database, s3_artifact_store
 ) -> None:
-    stack = await make_stack(database, s3_artifact_store)
+    stack = await make_stack(private_database, s3_artifact_store)
     run_id = await _wrong_customer(stack)
     _, objects = await stack.privacy.hold(run_id, "legal")
     assert objects > 0

@@ -57,9 +57,9 @@ async def replay_output(stack, run_id: str):  # type: ignore[no-untyped-def]
 
 
 async def test_hostile_recorded_code_is_contained_reported_and_the_worker_survives(
-    replay_stack,  # type: ignore[no-untyped-def]
+    sandbox_stack,  # type: ignore[no-untyped-def]
 ) -> None:
-    stack = replay_stack
+    stack = sandbox_stack
     listener = Listener()
     escape = PROJECT / "examples" / f"escaped-{uuid.uuid4().hex[:8]}.txt"
     attempts = {
@@ -87,6 +87,8 @@ async def test_hostile_recorded_code_is_contained_reported_and_the_worker_surviv
         assert outcome.status is ReplayStatus.COMPLETED, (name, outcome.reason)
         started = payloads[ExecutionEventType.STEP_STARTED]
         assert started["isolation"] == "bubblewrap", name
+        # and the replay's outcome says so too (status, API view, incident reports)
+        assert outcome.isolation == "bubblewrap", (name, outcome.isolation)
         result = payloads[ExecutionEventType.STEP_COMPLETED]["output"]
         # the attempt is reported in the replay: it failed, and the error says why
         assert result["exit_code"] not in (0, None), (name, result)
@@ -104,9 +106,9 @@ async def test_hostile_recorded_code_is_contained_reported_and_the_worker_surviv
 
 
 async def test_a_step_process_killed_by_its_own_code_fails_the_replay_with_the_reason(
-    replay_stack,  # type: ignore[no-untyped-def]
+    sandbox_stack,  # type: ignore[no-untyped-def]
 ) -> None:
-    stack = replay_stack
+    stack = sandbox_stack
     # inline: the generated code runs in the step's own process and kills it
     code = "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)"
     source = await record_coding_run(

@@ -9,7 +9,9 @@ Roles (``admin`` may do everything):
 * ``admin``: everything.
 
 A token is compared in constant time and never logged; logs name a caller by the first 12 hex
-digits of the token's SHA-256 (``caller``).
+digits of the token's SHA-256 (``caller``). A token may name whose it is (``TOKEN=ROLE@NAME``,
+e.g. ``tokenA=forensic@alice``): the audit trail of raw reads records ``api:NAME``, or
+``api:token:<fingerprint>`` for an unnamed token.
 """
 
 from __future__ import annotations
@@ -35,7 +37,19 @@ class Role(StrEnum):
     ADMIN = "admin"
 
 
-#: token → the roles it carries
+class Grant(frozenset[Role]):
+    """The roles a token carries, and whose token it is when the entry names it (``@NAME``).
+    Compares equal to the plain ``frozenset`` of its roles."""
+
+    name: str | None
+
+    def __new__(cls, roles: Iterable[Role] = (), name: str | None = None) -> Grant:
+        grant = super().__new__(cls, roles)
+        grant.name = name
+        return grant
+
+
+#: token → the roles it carries (a ``Grant`` when parsed from configuration)
 TokenTable = dict[str, frozenset[Role]]
 
 #: what each role may do besides reading
@@ -48,33 +62,52 @@ FORENSIC = (Role.FORENSIC,)
 class Principal:
     caller: str
     roles: frozenset[Role]
+    #: whose token it is, from ``TOKEN=ROLE@NAME``
+    name: str | None = None
+
+    @property
+    def identity(self) -> str:
+        """Who the audit trail says acted: ``api:NAME`` or ``api:token:<fingerprint>``."""
+        return f"api:{self.name}" if self.name else f"api:token:{self.caller}"
 
     def may(self, allowed: Iterable[Role]) -> bool:
         return Role.ADMIN in self.roles or bool(self.roles & set(allowed))
 
 
 def parse_tokens(text: str, source: str) -> TokenTable:
-    """``TOKEN=ROLE[+ROLE…]`` entries separated by commas or new lines; ``#`` starts a comment.
-    Errors name the source and the entry's position, never the token itself."""
+    """``TOKEN=ROLE[+ROLE…][@NAME]`` entries separated by commas or new lines; ``#`` starts a
+    comment. Errors name the source and the entry's position, never the token itself."""
     tokens: TokenTable = {}
     entries = [e.strip() for line in text.splitlines() for e in line.split("#")[0].split(",")]
     for position, entry in enumerate((e for e in entries if e), start=1):
-        token, sep, names = entry.rpartition("=")
+        token, sep, grant = entry.rpartition("=")
         token = token.strip()
         if not sep or not token:
             raise ConfigurationError(f"{source}: entry {position} is not TOKEN=ROLE")
         if any(c.isspace() for c in token):
             raise ConfigurationError(f"{source}: the token of entry {position} contains spaces")
+        names, at, name = grant.partition("@")
+        name = name.strip()
+        if at and (not name or any(c.isspace() for c in name)):
+            raise ConfigurationError(
+                f"{source}: entry {position} names no one after '@' (TOKEN=ROLE@NAME, no spaces)"
+            )
         roles = set()
-        for name in names.split("+"):
+        for role in names.split("+"):
             try:
-                roles.add(Role(name.strip().lower()))
+                roles.add(Role(role.strip().lower()))
             except ValueError:
                 raise ConfigurationError(
-                    f"{source}: entry {position} has unknown role {name.strip()!r} "
+                    f"{source}: entry {position} has unknown role {role.strip()!r} "
                     f"(one of {', '.join(r.value for r in Role)})"
                 ) from None
-        tokens[token] = frozenset(roles) | tokens.get(token, frozenset())
+        previous = tokens.get(token, frozenset())
+        earlier_name = getattr(previous, "name", None)
+        if name and earlier_name and name != earlier_name:
+            raise ConfigurationError(
+                f"{source}: entry {position} names a token already given to {earlier_name!r}"
+            )
+        tokens[token] = Grant(frozenset(roles) | previous, name or earlier_name)
     return tokens
 
 
@@ -96,7 +129,11 @@ def authenticate(request: Request, credentials: Credentials) -> Principal:
             if hmac.compare_digest(token.encode(), offered):
                 roles = token_roles
         if roles is not None:
-            return Principal(caller=fingerprint(credentials.credentials), roles=roles)
+            return Principal(
+                caller=fingerprint(credentials.credentials),
+                roles=roles,
+                name=getattr(roles, "name", None),
+            )
     if config.insecure_dev:
         return Principal(caller="insecure-dev", roles=frozenset({Role.ADMIN}))
     raise HTTPException(

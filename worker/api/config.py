@@ -1,7 +1,7 @@
 """The API's configuration from the environment (each variable documented in README.md).
 
-* ``REPLAYBOOK_API_TOKENS``: ``TOKEN=ROLE[+ROLE…]`` entries separated by commas, e.g.
-  ``tokenA=engineer,tokenB=forensic+engineer``;
+* ``REPLAYBOOK_API_TOKENS``: ``TOKEN=ROLE[+ROLE…][@NAME]`` entries separated by commas, e.g.
+  ``tokenA=engineer,tokenB=forensic+engineer@alice``;
 * ``REPLAYBOOK_API_TOKENS_FILE``: a file of the same entries, one per line (``#`` comments);
 * ``REPLAYBOOK_API_INSECURE_DEV=1``: serve without tokens, every caller acting as ``admin``
   (for a laptop only; never set by default);

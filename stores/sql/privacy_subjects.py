@@ -1,0 +1,142 @@
+"""Read-side queries of the raw-evidence vault: each run's data subjects, which runs a subject
+is in, what was destroyed, which runs' raw content has outlived its retention, and the
+encrypted objects a run holds. Mixed into ``stores.sql.privacy.SqlRawVault``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import insert, select
+
+from models.privacy import RunSubject
+from stores.sql import schema
+from stores.sql.database import Database, utc
+
+#: a raw ciphertext kept in the artifact store is referenced as ``cas:<digest>``
+CAS_PREFIX = "cas:"
+
+
+class RawVaultQueries:
+    db: Database
+
+    async def destroyed_summary(self, run_id: str) -> tuple[int, str | None, datetime | None]:
+        """(number of destroyed raw payloads of the run, one request id, its time)."""
+        r = schema.raw_payloads.c
+        async with self.db.read() as conn:
+            rows = (
+                await conn.execute(
+                    select(r.destroyed_by_request, r.destroyed_at)
+                    .where(r.run_id == run_id, r.destroyed_at.is_not(None))
+                    .order_by(r.destroyed_at)
+                )
+            ).all()
+        if not rows:
+            return 0, None, None
+        return len(rows), rows[0].destroyed_by_request, utc(rows[0].destroyed_at)
+
+    # subjects ---------------------------------------------------------------------------------
+
+    async def add_subjects(self, run_id: str, subjects: Sequence[RunSubject]) -> None:
+        if not subjects:
+            return
+        s = schema.run_subjects.c
+        async with self.db.transaction() as conn:
+            known = {
+                row.subject_id
+                for row in (
+                    await conn.execute(select(s.subject_id).where(s.run_id == run_id))
+                ).all()
+            }
+            rows = [
+                {
+                    "run_id": run_id,
+                    "subject_id": subject.subject_id,
+                    "kind": str(subject.kind),
+                    "source": subject.source,
+                    "is_primary": i == 0 and not known,
+                }
+                for i, subject in enumerate(subjects)
+                if subject.subject_id not in known
+            ]
+            if rows:
+                await conn.execute(insert(schema.run_subjects), rows)
+
+    async def subjects(self, run_id: str) -> list[dict[str, Any]]:
+        s = schema.run_subjects.c
+        async with self.db.read() as conn:
+            rows = (
+                await conn.execute(
+                    select(schema.run_subjects)
+                    .where(s.run_id == run_id)
+                    .order_by(s.is_primary.desc(), s.subject_id)
+                )
+            ).all()
+        return [
+            {
+                "subject_id": row.subject_id,
+                "kind": row.kind,
+                "source": row.source,
+                "primary": bool(row.is_primary),
+            }
+            for row in rows
+        ]
+
+    async def runs_of_subject(self, subject_id: str) -> list[str]:
+        s, r = schema.run_subjects.c, schema.raw_payloads.c
+        async with self.db.read() as conn:
+            declared = (
+                await conn.execute(select(s.run_id).where(s.subject_id == subject_id))
+            ).all()
+            sealed = (
+                await conn.execute(select(r.run_id).where(r.subject_id == subject_id).distinct())
+            ).all()
+        return sorted({row.run_id for row in declared} | {row.run_id for row in sealed})
+
+    async def raw_refs(self, run_id: str) -> list[str]:
+        """Digests of the run's encrypted raw objects in the artifact store (for holds)."""
+        r = schema.raw_payloads.c
+        async with self.db.read() as conn:
+            rows = (
+                await conn.execute(
+                    select(r.ciphertext_ref).where(
+                        r.run_id == run_id, r.ciphertext_ref.is_not(None)
+                    )
+                )
+            ).all()
+        return [row.ciphertext_ref[len(CAS_PREFIX) :] for row in rows]
+
+    async def expired_runs(self, now: datetime) -> list[tuple[str, str, datetime]]:
+        """(run id, retention class, created_at) of runs that still hold raw content."""
+        r, runs = schema.raw_payloads.c, schema.runs.c
+        async with self.db.read() as conn:
+            rows = (
+                await conn.execute(
+                    select(runs.run_id, runs.record, runs.created_at)
+                    .where(
+                        runs.run_id.in_(
+                            select(r.run_id).where(
+                                r.destroyed_at.is_(None), r.raw_hash != r.sanitized_hash
+                            )
+                        )
+                    )
+                    .order_by(runs.created_at)
+                )
+            ).all()
+        return [
+            (row.run_id, str(row.record.get("retention_class", "STANDARD")), utc(row.created_at))
+            for row in rows
+        ]
+
+    async def related_records(self, run_ids: Sequence[str]) -> tuple[list[str], list[str]]:
+        """Incidents and regression cases made from ``run_ids`` (sanitized already)."""
+        i, c = schema.incidents.c, schema.regression_cases.c
+        async with self.db.read() as conn:
+            incidents = (
+                await conn.execute(select(i.incident_id).where(i.source_run_id.in_(list(run_ids))))
+            ).all()
+            cases = (
+                await conn.execute(select(c.case_id).where(c.source_run_id.in_(list(run_ids))))
+            ).all()
+        return sorted(r.incident_id for r in incidents), sorted(r.case_id for r in cases)
