@@ -26,8 +26,9 @@ from activities.sandbox.config import NO_ISOLATION
 from examples.synthetic import record_synthetic_run
 from models import ReplayMode, ReplayStatus
 from models.queues import CONTROL_QUEUE
-from models.replay_flow import ReplayPlan, ReplayWorkflowInput, StepInput
+from models.replay_flow import ReplayPlan, ReplayWorkflowInput
 from runtime.replay.engine import ReplayEngine
+from worker.local_replay import run_prepared
 from worker.settings import Settings
 from worker.stores import open_stores
 from worker.temporal import catalogs, connect, running_workers
@@ -49,35 +50,7 @@ def _plan(run_id: str, **kw: Any) -> ReplayPlan:
 
 
 async def _in_process(engine: ReplayEngine, plan: ReplayPlan) -> int:
-    prepared = await engine.prepare(plan)
-    step, state_ref, cursors, head, index = (
-        prepared.start_step,
-        prepared.state_ref,
-        prepared.cursors,
-        prepared.head,
-        0,
-    )
-    while step is not None:
-        out = await engine.run_steps(
-            StepInput(
-                plan=plan,
-                step_id=step,
-                state_ref=state_ref,
-                cursors=cursors,
-                head=head,
-                step_index=index,
-            )
-        )
-        if out.finished:
-            return index + out.steps
-        step, state_ref, cursors, head, index = (
-            out.next_step,
-            out.state_ref,
-            out.cursors,
-            out.head,
-            index + out.steps,
-        )
-    return index
+    return (await run_prepared(engine, plan, await engine.prepare(plan))).steps
 
 
 async def _run(steps: int) -> dict[str, float]:

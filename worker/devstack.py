@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from models.errors import ConfigurationError
+from runtime.env_values import positive_int
 from worker.devstack_components import (
     HOST,
     api_environment,
@@ -241,10 +242,7 @@ def stack_ports(env: Mapping[str, str]) -> dict[str, int]:
     ports = {}
     for arg, var in names.items():
         if env.get(var):
-            try:
-                ports[arg] = int(env[var])
-            except ValueError:
-                raise ConfigurationError(f"{var}={env[var]!r} is not a port number") from None
+            ports[arg] = positive_int(env, var, 0, what="a port number")
     return ports
 
 

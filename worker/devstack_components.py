@@ -143,18 +143,7 @@ def launch_worker(
     log_path = dev_dir(home) / "worker.log"
     worker_env = worker_environment(home, components, env)
     worker_env["REPLAYBOOK_METRICS_PORT"] = str(metrics_port)
-    with log_path.open("ab") as log:
-        try:
-            process = subprocess.Popen(
-                command,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=worker_env,
-                start_new_session=True,
-            )
-        except OSError as e:
-            raise ConfigurationError(f"cannot start worker {shlex.join(command)}: {e}") from e
+    process = spawn_logged("worker", command, worker_env, log_path)
     return {
         "pid": process.pid,
         "pid_start": process_start_ticks(process.pid),
@@ -164,6 +153,25 @@ def launch_worker(
         "log_path": str(log_path),
         "started_at": now_iso(),
     }, process
+
+
+def spawn_logged(
+    what: str, command: list[str], env: Mapping[str, str], log_path: Path
+) -> subprocess.Popen[bytes]:
+    """Start ``command`` in its own session (so ``down`` can stop its whole process group), its
+    output appended to ``log_path``."""
+    with log_path.open("ab") as log:
+        try:
+            return subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=dict(env),
+                start_new_session=True,
+            )
+        except OSError as e:
+            raise ConfigurationError(f"cannot start {what} {shlex.join(command)}: {e}") from e
 
 
 def api_environment(
@@ -186,18 +194,7 @@ def launch_api(
         raise ConfigurationError(f"API port {HOST}:{port} is taken (choose --api-port)")
     log_path = dev_dir(home) / "api.log"
     command = [sys.executable, "-m", "worker.api", "--host", HOST, "--port", str(port)]
-    with log_path.open("ab") as log:
-        try:
-            process = subprocess.Popen(
-                command,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=api_env,
-                start_new_session=True,
-            )
-        except OSError as e:
-            raise ConfigurationError(f"cannot start the API {shlex.join(command)}: {e}") from e
+    process = spawn_logged("the API", command, api_env, log_path)
     return {
         "pid": process.pid,
         "pid_start": process_start_ticks(process.pid),

@@ -35,6 +35,48 @@ def engine_for(stores) -> ReplayEngine:  # type: ignore[no-untyped-def]
     )
 
 
+@dataclass
+class StepTotals:
+    steps: int = 0
+    writes_blocked: int = 0
+    fixture_misses: int = 0
+    model_calls: int = 0
+    stopped: str | None = None
+
+
+async def run_prepared(
+    engine: ReplayEngine, plan: ReplayPlan, prepared: PreparedReplay
+) -> StepTotals:
+    """Run the steps of a prepared replay one batch after another, as the workflow does."""
+    step, state_ref, cursors, head = (
+        prepared.start_step,
+        prepared.state_ref,
+        prepared.cursors,
+        prepared.head,
+    )
+    totals = StepTotals()
+    while step is not None:
+        out = await engine.run_steps(
+            StepInput(
+                plan=plan,
+                step_id=step,
+                state_ref=state_ref,
+                cursors=cursors,
+                head=head,
+                step_index=totals.steps,
+            )
+        )
+        totals.steps += out.steps
+        totals.writes_blocked += out.writes_blocked
+        totals.fixture_misses += out.fixture_misses
+        totals.model_calls += out.usage.model_calls
+        totals.stopped = out.stopped or totals.stopped
+        if out.finished:
+            break
+        step, state_ref, cursors, head = out.next_step, out.state_ref, out.cursors, out.head
+    return totals
+
+
 async def replay_locally(
     engine: ReplayEngine, run_id: str, mode: ReplayMode = ReplayMode.RECORDED
 ) -> LocalReplay:
@@ -44,39 +86,7 @@ async def replay_locally(
         return LocalReplay(
             prepared, None, False, 0, 0, 0, "; ".join(prepared.problems), plan.replay_id
         )
-    step, state_ref, cursors, head, index = (
-        prepared.start_step,
-        prepared.state_ref,
-        prepared.cursors,
-        prepared.head,
-        0,
-    )
-    blocked = misses = calls = 0
-    stopped = None
-    while step is not None:
-        out = await engine.run_steps(
-            StepInput(
-                plan=plan,
-                step_id=step,
-                state_ref=state_ref,
-                cursors=cursors,
-                head=head,
-                step_index=index,
-            )
-        )
-        blocked += out.writes_blocked
-        misses += out.fixture_misses
-        calls += out.usage.model_calls
-        stopped = out.stopped or stopped
-        if out.finished:
-            break
-        step, state_ref, cursors, head, index = (
-            out.next_step,
-            out.state_ref,
-            out.cursors,
-            out.head,
-            index + out.steps,
-        )
+    totals = await run_prepared(engine, plan, prepared)
     source = await load_trajectory(engine.ledger, run_id)
     replay = await load_trajectory(engine.ledger, plan.replay_id)
     comparison = compare_trajectories(source, replay)
@@ -84,9 +94,9 @@ async def replay_locally(
         prepared,
         comparison,
         reproduces(comparison),
-        blocked,
-        misses,
-        calls,
-        stopped,
+        totals.writes_blocked,
+        totals.fixture_misses,
+        totals.model_calls,
+        totals.stopped,
         plan.replay_id,
     )

@@ -76,7 +76,11 @@ def bwrap_command(
     ]
     for name, value in ENVIRONMENT.items():
         args += ["--setenv", name, value]
-    made: set[Path] = set()
+    # world-writable and sticky like a host /tmp: the unprivileged sandbox user writes there.
+    # Mounted first, so that a project or venv that lives under /tmp (a CI checkout) is bound
+    # read-only on top of it instead of being hidden by it.
+    args += ["--perms", "1777", "--size", str(settings.tmp_bytes), "--tmpfs", "/tmp"]
+    made: set[Path] = {Path("/tmp")}
     for link in ("bin", "lib", "lib64", "sbin"):
         host = Path("/") / link
         if host.is_symlink():
@@ -91,8 +95,6 @@ def bwrap_command(
         if (Path("/etc") / name).is_file():
             args += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
     args += ["--proc", "/proc", "--dev", "/dev"]
-    # world-writable and sticky like a host /tmp: the unprivileged sandbox user writes there
-    args += ["--perms", "1777", "--size", str(settings.tmp_bytes), "--tmpfs", "/tmp"]
     args += ["--chdir", "/tmp"]
     command = list(argv)
     if os.geteuid() == 0:

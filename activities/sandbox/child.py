@@ -87,7 +87,11 @@ def _tidy() -> None:
             break
         if pid == 0:
             break
+    # the code and the venv are bound read-only under /tmp when the checkout lives there
+    kept = [Path(sys.prefix).resolve(), Path(__file__).resolve()]
     for entry in Path("/tmp").iterdir():
+        if any(path.is_relative_to(entry) for path in kept):
+            continue
         with contextlib.suppress(OSError):
             if entry.is_dir() and not entry.is_symlink():
                 shutil.rmtree(entry)

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from models.errors import ConfigurationError
+from runtime.env_values import positive_int
 
 BUBBLEWRAP = "bubblewrap"
 NO_ISOLATION = "none (dev flag)"
@@ -52,16 +53,7 @@ class SandboxSettings:
             raise ConfigurationError(f"REPLAYBOOK_SANDBOX must be bubblewrap or off, not {mode!r}")
 
         def number(name: str, default: int) -> int:
-            raw = env.get(name)
-            if not raw:
-                return default
-            try:
-                value = int(raw)
-            except ValueError:
-                raise ConfigurationError(f"{name} must be an integer, not {raw!r}") from None
-            if value <= 0:
-                raise ConfigurationError(f"{name} must be positive, not {value}")
-            return value
+            return positive_int(env, name, default)
 
         return cls(
             isolation=_MODES[mode],

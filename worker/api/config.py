@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from models.errors import ConfigurationError
+from runtime.env_values import positive_int
 from worker.api.auth import Role, TokenTable, parse_tokens
 
 DEFAULT_MAX_BODY_BYTES = 64 * 1024
@@ -74,13 +75,4 @@ class ApiConfig:
 
 
 def _size(env: Mapping[str, str], name: str, default: int) -> int:
-    raw = env.get(name)
-    if not raw:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ConfigurationError(f"{name} must be a number of bytes, not {raw!r}") from None
-    if value < 1:
-        raise ConfigurationError(f"{name} must be at least 1, not {value}")
-    return value
+    return positive_int(env, name, default, what="a number of bytes")
