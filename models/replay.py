@@ -93,3 +93,6 @@ class ReplayResult(Record):
     reproduced: int | None = Field(default=None, ge=0)
     runs: int | None = Field(default=None, ge=1)
     rate: float | None = Field(default=None, ge=0.0, le=1.0)
+    #: how its steps were isolated (``bubblewrap``, ``none (dev flag)``, or both when steps ran
+    #: on differently configured workers); None when the replay did not record it
+    isolation: str | None = None

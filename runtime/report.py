@@ -100,7 +100,9 @@ def _confidence(result: ReplayResult) -> _Cell:
     return [("", result.confidence.value)]
 
 
-_REPLAY_HEAD = "replay|variant|mode|status|confidence|reproduction (95% CI)|first divergence"
+_REPLAY_HEAD = (
+    "replay|variant|mode|status|confidence|isolation|reproduction (95% CI)|first divergence"
+)
 
 
 def _t(value: Any) -> _Cell:
@@ -256,6 +258,7 @@ def _page(bundle: ReportBundle) -> _Page:
             _c(r.mode),
             _c(r.status),
             _confidence(r),
+            _c(r.isolation or "not recorded"),
             _t(reproduction_text(r)),
             _c((r.comparison and r.comparison.first_divergent_step) or "—"),
         ]

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
+from typing import Any
 
 from models import (
     AgentFailureType,
     EvidenceRef,
     EvidenceType,
+    ExecutionEventType,
     FailureForensicsReport,
     PromptArtifact,
     ReplayResult,
@@ -17,10 +20,28 @@ from models import (
 from models.comparison import compare_trajectories
 from models.errors import NotFoundError
 from models.incident_flow import IncidentView
+from models.replay_flow import merge_isolation
 from models.report_bundle import FailureSummary, PendingTask, ReportBundle, TimelineEntry
 from stores.sql.incidents import SqlIncidentStore
 from stores.sql.trajectory import load_trajectory
 from worker.stores import Stores
+
+
+async def replay_isolation(ledger: Any, replay_id: str, runs: int | None) -> str | None:
+    """The isolation every step of a replay (each of its ``runs`` repeats) recorded when it
+    started; a weaker one on any step shows (``merge_isolation``)."""
+    ids = [f"{replay_id}-{n:03d}" for n in range(runs)] if (runs or 1) > 1 else [replay_id]
+    isolation = None
+    for run_id in ids:
+        try:
+            started = await ledger.events_with_payloads(
+                run_id, types=frozenset({ExecutionEventType.STEP_STARTED})
+            )
+        except NotFoundError:
+            continue
+        for _, payload in started:
+            isolation = merge_isolation(isolation, json.loads(payload or b"{}").get("isolation"))
+    return isolation
 
 
 async def report_bundle(stores: Stores, view: IncidentView) -> ReportBundle:
@@ -56,6 +77,7 @@ async def report_bundle(stores: Stores, view: IncidentView) -> ReportBundle:
             reproduced=r.reproduced,
             runs=r.runs,
             rate=r.rate,
+            isolation=await replay_isolation(stores.ledger, r.replay_id, r.runs),
         )
         for r in view.replays
     ]

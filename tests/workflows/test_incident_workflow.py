@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import uuid
 
@@ -109,6 +110,9 @@ async def test_wrong_customer_incident_end_to_end(replay_stack) -> None:  # type
     assert final.regression_case_id and set(final.report_refs) >= {"json", "md", "html"}
     html = (await stack.stores.artifacts.get(final.report_refs["html"])).decode()
     assert cause in html and "first-divergence" in html
+    report = json.loads(await stack.stores.artifacts.get(final.report_refs["json"]))
+    # every replay of the incident ran its steps in the sandbox, and the report says so
+    assert {r["isolation"] for r in report["report"]["replays"]} == {"bubblewrap"}
     incidents = SqlIncidentStore(stack.stores.db)
     case = await incidents.get_case(final.regression_case_id)
     assert case.source_run_id == run_id and case.assertions
