@@ -27,8 +27,6 @@ they are short), never whole payloads.
 from __future__ import annotations
 
 import difflib
-import json
-import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -36,6 +34,18 @@ from itertools import zip_longest
 from typing import Any, TypeVar
 
 from models.canonical import canonicalize
+from models.comparison_text import (
+    MAX_SHOWN,
+    answer_change,
+    answer_similarity,
+    argument_change,
+    call_text,
+    changed_keys,
+    one_line,
+    quoted,
+    short,
+    tool_names,
+)
 from models.enums import DiffType
 from models.errors import CanonicalizationError
 from models.replay import ReplayComparison, TrajectoryDiff
@@ -45,12 +55,6 @@ __all__ = ["answer_similarity", "compare_trajectories", "reproduces"]
 
 T = TypeVar("T")
 
-#: longest argument or outcome value quoted in an explanation
-_MAX_VALUE = 40
-#: most values quoted in one explanation
-_MAX_SHOWN = 2
-_TOKEN = re.compile(r"\w+|[^\w\s]")
-_MISSING = object()
 
 # order of diffs within one step, as its events are recorded: the model's output, policy
 # decisions, the side effect (PLANNED before the provider is called), then the tool call
@@ -73,91 +77,6 @@ class _Found:
     diff: TrajectoryDiff
     position: int  # index into the run's step sequence: execution order
     serial: int = 0
-
-
-# rendering ----------------------------------------------------------------------------------
-
-
-def _one_line(text: str, limit: int = _MAX_VALUE) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _value(value: Any) -> str:
-    """A JSON value as quoted in an explanation (strings bare, the rest as compact JSON)."""
-    if isinstance(value, str):
-        return _one_line(value, 10**6)
-    try:
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
-    except (TypeError, ValueError):
-        return repr(value)
-
-
-def _short(value: Any) -> str | None:
-    """The rendered value when it is short enough to quote, else None."""
-    text = _value(value)
-    return text if len(text) <= _MAX_VALUE else None
-
-
-def _hash(digest: str) -> str:
-    algorithm, _, hexdigest = digest.partition(":")
-    return f"{algorithm}:{hexdigest[:12]}" if hexdigest else digest[:19]
-
-
-def _call(capability: str, arguments: Any) -> str:
-    """``capability(k=v, …)`` showing only short values; long or extra ones are elided."""
-    if arguments is None:
-        return capability
-    if not isinstance(arguments, dict):
-        return f"{capability}({_one_line(_value(arguments))})"
-    shown = [f"{k}={v}" for k in sorted(arguments) if (v := _short(arguments[k])) is not None]
-    elided = len(arguments) > len(shown[:_MAX_SHOWN])
-    return f"{capability}({', '.join([*shown[:_MAX_SHOWN], *(['…'] if elided else [])])})"
-
-
-def _changed_keys(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
-    return [
-        k
-        for k in sorted(before.keys() | after.keys())
-        if before.get(k, _MISSING) != after.get(k, _MISSING)
-    ]
-
-
-def _argument_change(
-    capability: str, before: Any, after: Any, hash_before: str, hash_after: str
-) -> str:
-    """``email.send(to=bob@…) became email.send(to=carol@…)``, quoting changed values only."""
-    if isinstance(before, dict) and isinstance(after, dict):
-        changed = _changed_keys(before, after)
-        shown = [
-            k
-            for k in changed
-            if _short(before.get(k)) is not None and _short(after.get(k)) is not None
-        ][:_MAX_SHOWN]
-        rest = [k for k in changed if k not in shown]
-        if shown:
-
-            def side(args: dict[str, Any]) -> str:
-                return ", ".join(f"{k}={_value(args[k])}" for k in shown if k in args)
-
-            text = f"{capability}({side(before)}) became {capability}({side(after)})"
-            return text + (f"; {', '.join(rest)} also changed" if rest else "")
-        if changed:
-            more = f", +{len(changed) - 3} more" if len(changed) > 3 else ""
-            return f"{capability} arguments changed: {', '.join(changed[:3])}{more}"
-    if before is not None and after is not None and before != after:
-        return (
-            f"{capability}({_one_line(_value(before))}) became "
-            f"{capability}({_one_line(_value(after))})"
-        )
-    return f"{capability} {_hash(hash_before)} became {_hash(hash_after)}"
-
-
-def _names(names: Sequence[str]) -> str:
-    if not names:
-        return "no tools"
-    shown = ", ".join(names[:4])
-    return shown + (f" (+{len(names) - 4} more)" if len(names) > 4 else "")
 
 
 # alignment helpers --------------------------------------------------------------------------
@@ -210,23 +129,25 @@ def _model_decision_diff(
         ):
             continue
         if da is None:
-            text = f"the replay made an extra model call at {db.step_id} ({_names(db.tool_names)})"
+            text = (
+                f"the replay made an extra model call at {db.step_id} ({tool_names(db.tool_names)})"
+            )
         elif db is None:
             text = (
                 f"the replay made no model call like the one at {da.step_id} "
-                f"({_names(da.tool_names)})"
+                f"({tool_names(da.tool_names)})"
             )
         elif da.tool_names != db.tool_names:
             removed = list((Counter(da.tool_names) - Counter(db.tool_names)).elements())
             added = list((Counter(db.tool_names) - Counter(da.tool_names)).elements())
             if removed and added:
-                change = f"{_names(removed)} became {_names(added)}"
+                change = f"{tool_names(removed)} became {tool_names(added)}"
             elif added:
-                change = f"also asked for {_names(added)}"
+                change = f"also asked for {tool_names(added)}"
             elif removed:
-                change = f"no longer asked for {_names(removed)}"
+                change = f"no longer asked for {tool_names(removed)}"
             else:
-                change = f"asked for the same tools in another order ({_names(db.tool_names)})"
+                change = f"asked for the same tools in another order ({tool_names(db.tool_names)})"
             text = f"model at {da.step_id}: {change}"
         else:
             changed = [
@@ -237,7 +158,7 @@ def _model_decision_diff(
                 if ha != hb
             ]
             text = (
-                f"model at {da.step_id} asked for {_names([n or '?' for n in changed])} "
+                f"model at {da.step_id} asked for {tool_names([n or '?' for n in changed])} "
                 "with other arguments"
             )
         diff = TrajectoryDiff(
@@ -262,7 +183,7 @@ def _tool_diffs(
             for i, j in zip(range(i1, i2), range(j1, j2), strict=True):
                 ta, tb = a[i], b[j]
                 if ta.request_hash != tb.request_hash:
-                    text = _argument_change(
+                    text = argument_change(
                         ta.capability_id,
                         ta.arguments,
                         tb.arguments,
@@ -285,12 +206,12 @@ def _tool_diffs(
             ta = a[i] if i is not None else None
             tb = b[j] if j is not None else None
             if ta is not None and tb is not None:
-                text = f"{_call(ta.capability_id, ta.arguments)} became {_call(tb.capability_id, tb.arguments)}"
+                text = f"{call_text(ta.capability_id, ta.arguments)} became {call_text(tb.capability_id, tb.arguments)}"
             elif ta is not None:
-                text = f"the replay did not call {_call(ta.capability_id, ta.arguments)}"
+                text = f"the replay did not call {call_text(ta.capability_id, ta.arguments)}"
             else:
                 assert tb is not None
-                text = f"the replay also called {_call(tb.capability_id, tb.arguments)}"
+                text = f"the replay also called {call_text(tb.capability_id, tb.arguments)}"
             diff = TrajectoryDiff(
                 type=DiffType.TOOL_CHANGED,
                 source_step=ta.step_id if ta is not None else None,
@@ -371,7 +292,7 @@ def _side_effect_diffs(
     found: list[_Found] = []
     for i, j in changed:
         ea, eb = a[i], b[j]
-        text = _argument_change(
+        text = argument_change(
             ea.capability_id, ea.arguments, eb.arguments, ea.action_hash, eb.action_hash
         )
         diff = TrajectoryDiff(
@@ -384,7 +305,7 @@ def _side_effect_diffs(
         found.append(_Found(diff, pa[i]))
     for i in sorted(free_a):
         e = a[i]
-        text = f"{_call(e.capability_id, e.arguments)} ({e.status} in the source) was not attempted by the replay"
+        text = f"{call_text(e.capability_id, e.arguments)} ({e.status} in the source) was not attempted by the replay"
         diff = TrajectoryDiff(
             type=DiffType.SIDE_EFFECT_REMOVED,
             source_step=e.step_id,
@@ -394,7 +315,7 @@ def _side_effect_diffs(
         found.append(_Found(diff, pa[i]))
     for j in sorted(free_b):
         e = b[j]
-        text = f"the replay attempted {_call(e.capability_id, e.arguments)} ({e.status}), not in the source"
+        text = f"the replay attempted {call_text(e.capability_id, e.arguments)} ({e.status}), not in the source"
         diff = TrajectoryDiff(
             type=DiffType.SIDE_EFFECT_ADDED, replay_step=e.step_id, explanation=text, critical=True
         )
@@ -419,7 +340,7 @@ def _run_state(t: Trajectory) -> str:
     if t.completed:
         return "completed"
     if isinstance(t.outcome, dict) and t.outcome.get("error"):
-        return f"failed ({_one_line(str(t.outcome['error']))})"
+        return f"failed ({one_line(str(t.outcome['error']))})"
     return "did not finish"
 
 
@@ -428,61 +349,18 @@ def _outcome_change(source: Trajectory, replay: Trajectory) -> str:
     if source.completed != replay.completed:
         return f"the source {_run_state(source)}, the replay {_run_state(replay)}"
     if isinstance(before, dict) and isinstance(after, dict):
-        changed = _changed_keys(before, after)
+        changed = changed_keys(before, after)
         shown = [
             k
             for k in changed
-            if _short(before.get(k)) is not None and _short(after.get(k)) is not None
-        ][:_MAX_SHOWN]
-        parts = [f"{k} {_value(before.get(k))} became {_value(after.get(k))}" for k in shown]
+            if short(before.get(k)) is not None and short(after.get(k)) is not None
+        ][:MAX_SHOWN]
+        parts = [f"{k} {quoted(before.get(k))} became {quoted(after.get(k))}" for k in shown]
         rest = [k for k in changed if k not in shown]
         if rest:
             parts.append(f"also changed: {', '.join(rest[:3])}" + (" …" if len(rest) > 3 else ""))
         return "outcome: " + "; ".join(parts)
-    return f"outcome {_one_line(_value(before))} became {_one_line(_value(after))}"
-
-
-def _tokens(text: str | None) -> list[str]:
-    return _TOKEN.findall(text or "")
-
-
-def answer_similarity(source: str | None, replay: str | None) -> float:
-    """Word-level similarity of two answers in [0, 1] (``difflib`` ratio over word and
-    punctuation tokens; whitespace is ignored). 1.0 when both are None (or empty) or equal;
-    0.0 when exactly one of them is empty or None."""
-    if source == replay:
-        return 1.0
-    a, b = _tokens(source), _tokens(replay)
-    if not a and not b:
-        return 1.0
-    if not a or not b:
-        return 0.0
-    return min(1.0, max(0.0, difflib.SequenceMatcher(None, a, b, autojunk=False).ratio()))
-
-
-def _answer_change(source: str | None, replay: str | None, similarity: float) -> str:
-    head = f"final answer changed (similarity {similarity:.2f})"
-    if not (source or "").strip():
-        return f"{head}: the source gave none"
-    if not (replay or "").strip():
-        return f"{head}: the replay gave none"
-    sa = list(_TOKEN.finditer(source or ""))
-    sb = list(_TOKEN.finditer(replay or ""))
-    matcher = difflib.SequenceMatcher(
-        None, [m.group() for m in sa], [m.group() for m in sb], autojunk=False
-    )
-
-    def span(matches: list[re.Match[str]], lo: int, hi: int, text: str) -> str:
-        return _one_line(text[matches[lo].start() : matches[hi - 1].end()]) if hi > lo else ""
-
-    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
-        if tag == "equal":
-            continue
-        old, new = span(sa, i1, i2, source or ""), span(sb, j1, j2, replay or "")
-        if old and new:
-            return f"{head}: “{old}” became “{new}”"
-        return f"{head}: removed “{old}”" if old else f"{head}: added “{new}”"
-    return head
+    return f"outcome {one_line(quoted(before))} became {one_line(quoted(after))}"
 
 
 def _last_answer(decisions: Sequence[ModelDecision]) -> int | None:
@@ -542,7 +420,7 @@ def compare_trajectories(source: Trajectory, replay: Trajectory) -> ReplayCompar
             type=DiffType.ANSWER_CHANGED,
             source_step=source.model_decisions[ia].step_id if ia is not None else None,
             replay_step=replay.model_decisions[ib].step_id if ib is not None else None,
-            explanation=_answer_change(source.final_answer, replay.final_answer, similarity),
+            explanation=answer_change(source.final_answer, replay.final_answer, similarity),
         )
         position = src_models[ia] if ia is not None else rep_models[ib] if ib is not None else 0
         found.append(_Found(diff, position))
