@@ -9,9 +9,11 @@ import threading
 import uuid
 from pathlib import Path
 
+from prometheus_client import REGISTRY
+
 from examples.coding_agent import record_coding_run
 from examples.synthetic import record_synthetic_run
-from models import ExecutionEventType, ReplayMode, ReplayStatus
+from models import ExecutionEventType, ReplayMode, ReplayStatus, RunStatus
 from models.replay_flow import ReplayPlan
 
 PROJECT = Path(__file__).resolve().parents[2]
@@ -114,8 +116,14 @@ async def test_a_step_process_killed_by_its_own_code_fails_the_replay_with_the_r
     source = await record_coding_run(
         stack.stores.ledger, stack.stores.artifacts, code, runner="inline"
     )
+    failed = {"mode": "RECORDED", "result": "failed"}
+    failed_before = REGISTRY.get_sample_value("agent_replay_total", failed) or 0.0
     outcome, _ = await replay_output(stack, source.run_id)
     assert outcome.status is ReplayStatus.FAILED
+    # the failure is counted (the workers run in this process) and the replay's run is closed
+    assert (REGISTRY.get_sample_value("agent_replay_total", failed) or 0.0) == failed_before + 1
+    closed = await stack.stores.ledger.get_run(outcome.replay_id)
+    assert closed.status is RunStatus.FAILED
     assert "SandboxedStepFailedError" in (outcome.reason or "") or "killed" in (
         outcome.reason or ""
     ), outcome.reason
