@@ -21,14 +21,12 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from examples.synthetic import _NoApprover, _NoModel, _NoRetriever
-from models import PolicyDecision
+from examples.model_free import allow_all_policies, model_free_catalog, model_free_spec
+from examples.synthetic import PROFILE  # the model profile its runs have always pinned
 from runtime.capabilities import CapabilityRegistry
 from runtime.executor import RunResult
 from runtime.graph import GraphDefinition, GraphRegistry, StepResult
-from runtime.policy import Policy, PolicySet
 from runtime.ports import ArtifactStore, EventLedger
-from runtime.prompts import PromptBundle
 from runtime.replay.catalog import AgentCatalog
 from runtime.session import AgentSpec, record_run
 
@@ -39,11 +37,7 @@ CODE_TIMEOUT = 20.0
 TAIL = 600
 
 CAPABILITIES = CapabilityRegistry("coding-agent-1", [])
-POLICIES = PolicySet(
-    "coding-policies-1",
-    [Policy("allow-all", "1", lambda action: (PolicyDecision.ALLOW, ["coding"]))],
-)
-PROMPTS = {"v1": PromptBundle("v1", {"noop": "ROLE: none\n"})}
+POLICIES = allow_all_policies("coding")
 
 Executor = Callable[[str, str], Awaitable[dict[str, Any]]]
 
@@ -104,18 +98,7 @@ GRAPHS.register(coding_graph())
 
 
 def coding_spec(execute: Executor = run_code) -> AgentSpec:
-    return AgentSpec(
-        graph=coding_graph(execute),
-        prompts=PROMPTS["v1"],
-        capabilities=CAPABILITIES,
-        policies=POLICIES,
-        write_policy_id="allow-all",
-        tool_providers={},
-        model=_NoModel(),
-        model_name="none",
-        retriever=_NoRetriever(),
-        approver=_NoApprover(),
-    )
+    return model_free_spec(PROFILE, coding_graph(execute), CAPABILITIES, POLICIES, {})
 
 
 async def record_coding_run(
@@ -138,18 +121,4 @@ async def record_coding_run(
 
 
 def coding_catalog() -> AgentCatalog:
-    async def read_providers():  # type: ignore[no-untyped-def]
-        return {}
-
-    return AgentCatalog(
-        graph_id=GRAPH_ID,
-        graphs=GRAPHS,
-        prompt_bundles=PROMPTS,
-        capabilities=CAPABILITIES,
-        policy_sets={POLICIES.version: POLICIES},
-        write_policy_id="allow-all",
-        models={"none": _NoModel()},
-        default_model="none",
-        retrievers={},
-        read_providers=read_providers,
-    )
+    return model_free_catalog(PROFILE, GRAPH_ID, GRAPHS, CAPABILITIES, POLICIES, {})

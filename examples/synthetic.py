@@ -7,19 +7,15 @@ tool) and adds the value to its state. No model calls, no writes.
 from __future__ import annotations
 
 import uuid
-from datetime import timedelta
 from typing import Any
 
-from models import ApprovalDecision, PolicyDecision, SideEffectClass
+from examples.model_free import allow_all_policies, model_free_catalog, model_free_spec
+from models import SideEffectClass
 from models.capability import Capability
-from models.model_call import ModelRequest, ModelResponse
 from runtime.capabilities import CapabilityRegistry
 from runtime.executor import RunResult
 from runtime.graph import GraphDefinition, GraphRegistry, StepResult
-from runtime.knowledge import RetrievedChunk
-from runtime.policy import Policy, PolicySet
 from runtime.ports import ArtifactStore, EventLedger
-from runtime.prompts import PromptBundle
 from runtime.replay.catalog import AgentCatalog
 from runtime.session import AgentSpec, record_run
 from runtime.tools import ToolCallContext
@@ -39,11 +35,9 @@ CAPABILITIES = CapabilityRegistry(
         )
     ],
 )
-POLICIES = PolicySet(
-    "synthetic-policies-1",
-    [Policy("allow-all", "1", lambda action: (PolicyDecision.ALLOW, ["synthetic"]))],
-)
-PROMPTS = {"v1": PromptBundle("v1", {"noop": "ROLE: none\n"})}
+POLICIES = allow_all_policies("synthetic")
+#: the model profile the synthetic agent pins (it makes no model calls)
+PROFILE = "none:synthetic"
 
 
 def _step(index: int, total: int):  # type: ignore[no-untyped-def]
@@ -76,38 +70,13 @@ async def counter_read(arguments: dict[str, Any], context: ToolCallContext) -> d
     return {"value": arguments["i"] % 7}
 
 
-class _NoModel:
-    profile = "none:synthetic"
-
-    async def complete(self, request: ModelRequest) -> ModelResponse:
-        raise RuntimeError("the synthetic agent makes no model calls")
-
-
-class _NoRetriever:
-    version = "none"
-    snapshot = "none"
-
-    async def search(self, query: str, k: int) -> list[RetrievedChunk]:
-        return []
-
-
-class _NoApprover:
-    async def review(self, capability_id, arguments):  # type: ignore[no-untyped-def]
-        return "nobody", ApprovalDecision.DENIED, timedelta(0)
-
-
 def synthetic_spec(total: int) -> AgentSpec:
-    return AgentSpec(
-        graph=GRAPHS.get(GRAPH_ID, str(total)),
-        prompts=PROMPTS["v1"],
-        capabilities=CAPABILITIES,
-        policies=POLICIES,
-        write_policy_id="allow-all",
-        tool_providers={"counter.read": counter_read},
-        model=_NoModel(),
-        model_name="none",
-        retriever=_NoRetriever(),
-        approver=_NoApprover(),
+    return model_free_spec(
+        PROFILE,
+        GRAPHS.get(GRAPH_ID, str(total)),
+        CAPABILITIES,
+        POLICIES,
+        {"counter.read": counter_read},
     )
 
 
@@ -126,18 +95,6 @@ async def record_synthetic_run(
 
 
 def synthetic_catalog() -> AgentCatalog:
-    async def read_providers():  # type: ignore[no-untyped-def]
-        return {"counter.read": counter_read}
-
-    return AgentCatalog(
-        graph_id=GRAPH_ID,
-        graphs=GRAPHS,
-        prompt_bundles=PROMPTS,
-        capabilities=CAPABILITIES,
-        policy_sets={POLICIES.version: POLICIES},
-        write_policy_id="allow-all",
-        models={"none": _NoModel()},
-        default_model="none",
-        retrievers={},
-        read_providers=read_providers,
+    return model_free_catalog(
+        PROFILE, GRAPH_ID, GRAPHS, CAPABILITIES, POLICIES, {"counter.read": counter_read}
     )

@@ -51,6 +51,23 @@ class RetailTools(DomainTools):
             if have[item_id] < count:
                 raise Refusal(f"{item_id} not found")
 
+    def _priced_item_change(
+        self,
+        order: dict[str, Any],
+        item_ids: list[str],
+        new_item_ids: list[str],
+        payment_method_id: str,
+        paying_for: str,
+    ) -> tuple[float, list[dict[str, Any]]]:
+        """The checks an exchange and an item modification share: the items are in the order,
+        the price difference, and a gift card that can pay it."""
+        self._require_items(order, item_ids)
+        difference, variants = self._price_difference(order, item_ids, new_item_ids)
+        method = self._method(order, payment_method_id)
+        if method["source"] == "gift_card" and method["balance"] < difference:
+            raise Refusal(f"insufficient gift card balance to pay for {paying_for}")
+        return difference, variants
+
     def _price_difference(
         self, order: dict[str, Any], item_ids: list[str], new_item_ids: list[str]
     ) -> tuple[float, list[dict[str, Any]]]:
@@ -139,11 +156,9 @@ class RetailTools(DomainTools):
         order = self._order(order_id)
         if order["status"] != "delivered":
             raise Refusal("non-delivered order cannot be exchanged")
-        self._require_items(order, item_ids)
-        difference, _ = self._price_difference(order, item_ids, new_item_ids)
-        method = self._method(order, payment_method_id)
-        if method["source"] == "gift_card" and method["balance"] < difference:
-            raise Refusal("insufficient gift card balance to pay for the price difference")
+        difference, _ = self._priced_item_change(
+            order, item_ids, new_item_ids, payment_method_id, "the price difference"
+        )
         order = self.world.edit("orders", order_id)
         order["status"] = "exchange requested"
         order["exchange_items"] = sorted(item_ids)
@@ -200,11 +215,9 @@ class RetailTools(DomainTools):
         order = self._order(order_id)
         if order["status"] != "pending":
             raise Refusal("non-pending order cannot be modified")
-        self._require_items(order, item_ids)
-        difference, variants = self._price_difference(order, item_ids, new_item_ids)
-        method = self._method(order, payment_method_id)
-        if method["source"] == "gift_card" and method["balance"] < difference:
-            raise Refusal("insufficient gift card balance to pay for the new item")
+        difference, variants = self._priced_item_change(
+            order, item_ids, new_item_ids, payment_method_id, "the new item"
+        )
         order = self.world.edit("orders", order_id)
         order["payment_history"].append(
             {
