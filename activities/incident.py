@@ -10,6 +10,11 @@ from datetime import UTC, datetime, timedelta
 import structlog
 from temporalio import activity
 
+from activities import observe
+from forensics.failure_facts import gather_failure_facts
+from forensics.freeze import freeze_evidence
+from forensics.reconcile import SideEffectReconciler, reconcile_side_effect, resolve_by_human
+from forensics.regression_cases import regression_case_for
 from models import EvidenceFreezeRequest, EvidenceType, SideEffectRecord, SideEffectStatus
 from models.canonical import canonicalize
 from models.errors import NotFoundError
@@ -23,15 +28,10 @@ from models.incident_flow import (
     SignatureResult,
 )
 from models.signatures import classify
-from runtime.failure_facts import gather_failure_facts
-from runtime.freeze import freeze_evidence
-from runtime.incident_cases import regression_case_for
-from runtime.reconcile import SideEffectReconciler, reconcile_side_effect, resolve_by_human
 from runtime.recorder import RunRecorder
+from stores.bundle import Stores
 from stores.sql.incidents import SqlIncidentStore
 from stores.sql.trajectory import load_trajectory
-from worker import observe
-from worker.stores import Stores
 
 log = structlog.get_logger(__name__)
 FREEZE_TYPES = tuple(EvidenceType)
@@ -199,8 +199,8 @@ class IncidentActivities:
 
     @activity.defn(name="build_incident_report")
     async def build_incident_report(self, view: IncidentView) -> dict[str, str]:
-        from runtime.report import render_html, render_json, render_markdown
-        from worker.incident_report import report_bundle
+        from activities.report_bundle import report_bundle
+        from forensics.report import render_html, render_json, render_markdown
 
         bundle = await report_bundle(self.stores, view)
         refs = {}

@@ -8,6 +8,7 @@ import structlog
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities import observe
 from activities.sandbox.runner import SandboxedSteps
 from models import RunStatus
 from models.comparison import compare_trajectories, reproduces
@@ -15,7 +16,6 @@ from models.errors import SandboxError
 from models.replay_flow import ComparisonResult, PreparedReplay, ReplayPlan, StepInput, StepOutput
 from runtime.replay.engine import ReplayEngine
 from stores.sql.trajectory import load_trajectory
-from worker import observe
 
 log = structlog.get_logger(__name__)
 

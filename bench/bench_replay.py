@@ -23,16 +23,16 @@ from pathlib import Path
 from typing import Any
 
 from activities.sandbox.config import NO_ISOLATION
+from app.local_replay import run_prepared
+from devstack.temporal_server import start_temporal_dev_server
 from examples.synthetic import record_synthetic_run
 from models import ReplayMode, ReplayStatus
 from models.queues import CONTROL_QUEUE
 from models.replay_flow import ReplayPlan, ReplayWorkflowInput
 from runtime.replay.engine import ReplayEngine
-from worker.local_replay import run_prepared
+from stores.bundle import open_stores
 from worker.settings import Settings
-from worker.stores import open_stores
 from worker.temporal import catalogs, connect, running_workers
-from worker.temporal_server import start_temporal_dev_server
 from workflows.replay import ReplayWorkflow
 
 STEPS = 1000

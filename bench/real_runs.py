@@ -21,18 +21,18 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from app.local_replay import engine_for, replay_locally
+from ingest.otel import import_otel
+from integrations.tau_bench.evaluate import evaluate_runs
+from integrations.tau_bench.imported import load_imported_runs
+from integrations.tau_bench.importer import import_tau_bench
+from integrations.tau_bench.sources import load_annotations
+from integrations.tau_bench.world.measure import WorldData
 from models import ReplayMode
 from models.evidence import SideEffectRecord
-from runtime.forensics.evaluate import evaluate_runs
-from runtime.forensics.imported import load_imported_runs
-from runtime.forensics.sources import load_annotations
-from runtime.forensics.world.measure import WorldData
-from runtime.importers.otel import import_otel
-from runtime.importers.tau_bench import import_tau_bench
+from stores.bundle import open_stores
 from stores.sql.trajectory import load_trajectory
-from worker.local_replay import engine_for, replay_locally
 from worker.settings import Settings
-from worker.stores import open_stores
 
 TAU_FILES = (
     ("airline", "airline/gpt-4o-airline.json"),

@@ -1,4 +1,4 @@
-"""Everything the incident report renders, in one record (``runtime.report`` renders it).
+"""Everything the incident report renders, in one record (``forensics.report`` renders it).
 
 A ``ReportBundle`` is gathered once the incident has its facts: the ``FailureForensicsReport``,
 the source run's trajectory, optionally one replay's trajectory (and its comparison) to show

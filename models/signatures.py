@@ -2,7 +2,7 @@
 
 ``classify(facts)`` reads only structured facts (statuses, capability ids, argument *names*,
 error type names, booleans) and never free text, ids, counts or times, so the same failure
-gets the same signature in every incident. ``runtime.failure_facts`` gathers the facts.
+gets the same signature in every incident. ``forensics.failure_facts`` gathers the facts.
 
 When several rows apply, the first row of this table wins (``signature``); the others are
 listed in ``contributing``. ``qualifier`` names the structured subject (a capability, a lookup
@@ -97,7 +97,7 @@ class FixtureMissFact(Record):
 
 
 class FailureFacts(Record):
-    """Structured facts about one failed run (``runtime.failure_facts.gather_failure_facts``)."""
+    """Structured facts about one failed run (``forensics.failure_facts.gather_failure_facts``)."""
 
     run_id: str | None = None
     completed: bool = True

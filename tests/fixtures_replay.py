@@ -11,13 +11,13 @@ import pytest
 import pytest_asyncio
 from temporalio.client import Client
 
+from devstack.temporal_server import TemporalDevServer
 from examples.support_desk.providers import SimulatedWorld
 from models.queues import CONTROL_QUEUE
 from models.replay_flow import ReplayOutcome, ReplayPlan, ReplayWorkflowInput
+from stores.bundle import Stores, open_stores
 from worker.settings import Settings
-from worker.stores import Stores, open_stores
 from worker.temporal import running_workers
-from worker.temporal_server import TemporalDevServer
 from workflows.replay import ReplayWorkflow
 
 

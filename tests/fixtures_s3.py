@@ -14,8 +14,8 @@ import boto3
 import pytest
 from botocore.config import Config
 
+from devstack.seaweedfs import SeaweedFS, start_seaweedfs
 from stores.artifacts import LocalArtifactStore, S3ArtifactStore
-from worker.seaweedfs import SeaweedFS, start_seaweedfs
 
 
 @pytest.fixture(scope="session")

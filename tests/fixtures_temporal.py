@@ -13,7 +13,7 @@ import pytest_asyncio
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-from worker.temporal_server import TemporalDevServer, start_temporal_dev_server
+from devstack.temporal_server import TemporalDevServer, start_temporal_dev_server
 
 
 @pytest.fixture(scope="session")

@@ -9,9 +9,9 @@ import os
 import signal
 import sys
 
+from activities.metrics import port_from_env, serve_metrics
 from activities.sandbox.config import NO_ISOLATION
 from worker.logs import configure_logging
-from worker.metrics import port_from_env, serve_metrics
 from worker.settings import Settings
 from worker.temporal import run_workers
 

@@ -8,8 +8,8 @@ from examples.support_desk.agent import GRAPH_ID as SUPPORT_DESK
 from examples.support_desk.providers import SimulatedWorld
 from examples.support_desk.reconcilers import support_desk_reconcilers
 from examples.support_desk.spec import support_desk_spec
+from forensics.reconcile import SideEffectReconciler
 from models.errors import InvalidInputError
-from runtime.reconcile import SideEffectReconciler
 from runtime.tools import ToolProvider
 from stores.sql.database import Database
 

@@ -35,7 +35,7 @@ class Settings:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
-        from worker.devstack import load_stack_state
+        from devstack.stack import load_stack_state
 
         env = os.environ if env is None else env
         home = Path(env.get("REPLAYBOOK_HOME") or ".replaybook").expanduser().resolve()
@@ -71,3 +71,8 @@ class Settings:
             temporal_api_key=env.get("TEMPORAL_API_KEY") or None,
             sandbox=SandboxSettings.from_env(env),
         )
+
+
+def load_settings() -> Settings:
+    """Read the settings from the environment: called once by each composition root."""
+    return Settings.from_env()

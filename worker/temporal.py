@@ -20,12 +20,12 @@ from models.errors import ConfigurationError
 from models.queues import CONTROL_QUEUE, REPLAY_QUEUE
 from runtime.replay.catalog import AgentCatalog
 from runtime.replay.engine import ReplayEngine
+from stores.bundle import open_stores
 from stores.sql.database import Database
 from stores.sql.incidents import SqlIncidentStore
 from worker.agents import reconcilers_for
 from worker.catalogs import catalogs as agent_catalogs
 from worker.settings import Settings
-from worker.stores import open_stores
 from workflows.incident import IncidentWorkflow
 from workflows.replay import ReplayWorkflow
 

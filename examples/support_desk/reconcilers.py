@@ -20,8 +20,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from examples.support_desk.providers import SimulatedWorld
+from forensics.reconcile import ReconciliationOutcome, ReconciliationResult, SideEffectReconciler
 from models import SideEffectRecord
-from runtime.reconcile import ReconciliationOutcome, ReconciliationResult, SideEffectReconciler
 
 __all__ = ["EmailReconciler", "PaymentReconciler", "support_desk_reconcilers"]
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import structlog
 
+from forensics.freeze import referenced_artifacts
 from models.enums import RetentionClass
 from models.errors import (
     AccessDeniedError,
@@ -35,7 +36,6 @@ from models.privacy import (
     RawReadOutcome,
 )
 from models.retention import retention_until
-from runtime.freeze import referenced_artifacts
 from runtime.ports import ArtifactStore, EventLedger, EvidenceReader
 
 log = structlog.get_logger(__name__)

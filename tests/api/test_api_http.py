@@ -10,14 +10,14 @@ import httpx
 import pytest
 import pytest_asyncio
 
+from api import create_app
+from api.auth import Role, parse_tokens
+from api.config import ApiConfig
 from examples.support_desk.providers import SimulatedWorld
 from examples.support_desk.spec import run_scenario
 from models.errors import ConfigurationError
-from worker.api import create_app
-from worker.api.auth import Role, parse_tokens
-from worker.api.config import ApiConfig
+from stores.bundle import open_stores
 from worker.settings import Settings
-from worker.stores import open_stores
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 

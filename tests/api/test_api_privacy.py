@@ -12,17 +12,17 @@ import httpx
 import pytest
 import pytest_asyncio
 
+from api import create_app
+from api.auth import Principal, Role, fingerprint, parse_tokens
+from api.config import ApiConfig
 from examples.support_desk.providers import SimulatedWorld
 from examples.support_desk.spec import run_scenario
 from models.base import format_instant
 from models.errors import ConfigurationError
+from stores.bundle import Stores, open_stores
 from stores.sql.scratch import create_scratch_database, drop_scratch_database
 from tests.api.test_api_http import auth, settings_for
 from tests.fixtures_db import PG_ADMIN_URL
-from worker.api import create_app
-from worker.api.auth import Principal, Role, fingerprint, parse_tokens
-from worker.api.config import ApiConfig
-from worker.stores import Stores, open_stores
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 

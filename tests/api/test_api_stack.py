@@ -20,7 +20,7 @@ import schemathesis
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis.errors import Unsatisfiable
 
-from worker.ports import free_ports
+from devstack.ports import free_ports
 
 ROOT = Path(__file__).resolve().parents[2]
 REPLAYBOOK = str(Path(sys.executable).parent / "replaybook")

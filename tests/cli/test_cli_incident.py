@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from devstack.ports import free_ports
 from models.redaction import REDACT_V1, RedactionPolicy
 from tests.cli.test_cli import run
-from worker.ports import free_ports
 
 
 @pytest.fixture(scope="module")

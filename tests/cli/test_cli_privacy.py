@@ -224,14 +224,14 @@ async def _record_lost_email(home: Path) -> tuple[str, str]:
     from examples.support_desk.agent import SCENARIOS
     from examples.support_desk.providers import SimulatedWorld
     from examples.support_desk.spec import support_desk_spec
+    from forensics.reconcile import reconcile_side_effect, resolve_by_human
     from models import SideEffectRecord, SideEffectStatus
     from models.errors import SideEffectOutcomeUnknownError
-    from runtime.reconcile import reconcile_side_effect, resolve_by_human
     from runtime.recorder import RunRecorder
     from runtime.session import record_run
+    from stores.bundle import open_stores
     from tests.fixtures_replay import stack_settings
     from worker.agents import reconcilers_for
-    from worker.stores import open_stores
 
     async def lost(arguments: dict, context: object) -> dict:
         raise SideEffectOutcomeUnknownError("e-mail provider timed out (the request was lost)")

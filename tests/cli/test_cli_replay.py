@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from devstack.ports import free_ports
 from tests.cli.test_cli import run
-from worker.ports import free_ports
 
 TEMPORAL = str(Path(sys.executable).parent / "temporal")
 

@@ -7,6 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from integrations.tau_bench.evaluate import evaluate_runs
+from integrations.tau_bench.sources import dedupe_runs, load_annotations, runs_from_file
+from integrations.tau_bench.trajectory import tool_calls
 from models.errors import InvalidInputError
 from models.forensics import (
     ExpectedAction,
@@ -16,9 +19,6 @@ from models.forensics import (
     normalize_arguments,
     output_found,
 )
-from runtime.forensics.evaluate import evaluate_runs
-from runtime.forensics.sources import dedupe_runs, load_annotations, runs_from_file
-from runtime.forensics.trajectory import tool_calls
 
 DATA = Path(__file__).resolve().parents[2].parent / "shared" / "testdata" / "tau-bench"
 needs_data = pytest.mark.skipif(not DATA.is_dir(), reason="shared tau-bench data not present")
@@ -205,8 +205,8 @@ def test_agreement_on_the_real_runs() -> None:
 
 @needs_data
 def test_imported_adapter_matches_the_file_reader() -> None:
-    from runtime.forensics.imported import forensics_run_from_imported
-    from runtime.forensics.trajectory import tool_schemas
+    from integrations.tau_bench.imported import forensics_run_from_imported
+    from integrations.tau_bench.trajectory import tool_schemas
 
     info = json.loads((DATA / "tools_info.json").read_text())
     record = json.loads((DATA / "retail/agentrx-retail-failed.json").read_text())[4]

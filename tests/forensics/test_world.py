@@ -11,17 +11,17 @@ from pathlib import Path
 
 import pytest
 
-from runtime.forensics.evaluate import evaluate_runs
-from runtime.forensics.sources import dedupe_runs, load_json, runs_from_file
-from runtime.forensics.world.common import calculate
-from runtime.forensics.world.db import World, consistent_hash, load_domain
-from runtime.forensics.world.measure import (
+from integrations.tau_bench.evaluate import evaluate_runs
+from integrations.tau_bench.sources import dedupe_runs, load_json, runs_from_file
+from integrations.tau_bench.world.common import calculate
+from integrations.tau_bench.world.db import World, consistent_hash, load_domain
+from integrations.tau_bench.world.measure import (
     WorldData,
     expectations_beside,
     load_expectations,
     measure_world,
 )
-from runtime.forensics.world.replay import tools_for
+from integrations.tau_bench.world.replay import tools_for
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT.parent / "shared" / "testdata" / "tau-bench"

@@ -14,15 +14,15 @@ import tempfile
 import uuid
 from pathlib import Path
 
+from devstack.temporal_server import start_temporal_dev_server
 from examples.support_desk.providers import SimulatedWorld
 from examples.support_desk.spec import run_scenario
 from models import FixtureMissPolicy, ReplayMode
 from models.queues import CONTROL_QUEUE
 from models.replay_flow import ReplayPlan, ReplayWorkflowInput
+from stores.bundle import open_stores
 from tests.fixtures_replay import stack_settings
-from worker.stores import open_stores
 from worker.temporal import connect, running_workers
-from worker.temporal_server import start_temporal_dev_server
 from workflows.replay import ReplayWorkflow
 
 HERE = Path(__file__).resolve().parent

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from app.local_replay import engine_for, replay_locally
+from ingest.otel import import_otel
 from models import ReplayMode, SideEffectRecord
 from models.errors import InvalidInputError
-from runtime.importers.otel import import_otel
 from stores.sql.trajectory import load_trajectory
 from tests.importers.conftest import OTEL_FILES
-from worker.local_replay import engine_for, replay_locally
 
 
 def test_the_four_framework_traces_are_there() -> None:
@@ -84,7 +84,7 @@ async def test_an_uninterpretable_span_is_kept_and_reported(stores, tmp_path: Pa
 
 
 def test_malformed_traces_name_the_position(tmp_path: Path) -> None:
-    from runtime.importers.otel import convert_otel_file
+    from ingest.otel import convert_otel_file
 
     bad = tmp_path / "bad.json"
     bad.write_text('{"spans": [{"name": "call_llm x", "context": {"span_id": 1}}]}')

@@ -12,21 +12,21 @@ from pathlib import Path
 
 import pytest
 
+from app.local_replay import engine_for, replay_locally
+from integrations.tau_bench.evaluate import evaluate_runs
+from integrations.tau_bench.imported import load_imported_runs
+from integrations.tau_bench.importer import convert_tau_file, import_tau_bench, load_tau_run
+from integrations.tau_bench.sources import dedupe_runs, runs_from_file
 from models import ReplayMode, ReplayStatus
 from models.errors import InvalidInputError
 from models.forensics import compare_expected
 from models.replay_flow import ReplayPlan
 from runtime.completeness import evidence_completeness
-from runtime.forensics.evaluate import evaluate_runs
-from runtime.forensics.imported import load_imported_runs
-from runtime.forensics.sources import dedupe_runs, runs_from_file
-from runtime.importers.tau_bench import convert_tau_file, import_tau_bench, load_tau_run
 from stores.artifacts import LocalArtifactStore
 from stores.sql.database import open_database
 from stores.sql.evidence import SqlEvidenceReader
 from stores.sql.ledger import SqlLedger
 from tests.importers.conftest import TAU, TAU_FILES, ImportStores
-from worker.local_replay import engine_for, replay_locally
 
 TOOLS = TAU / "tools_info.json"
 

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 import yaml
 
+from devstack.temporal_server import SEARCH_ATTRIBUTES
 from models.queues import CONTROL_QUEUE, REPLAY_QUEUE
-from worker.temporal_server import SEARCH_ATTRIBUTES
 
 ROOT = Path(__file__).resolve().parents[2]
 INFRA = ROOT / "infra"

@@ -15,7 +15,7 @@ from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
 from temporalio.client import Client
 
-from worker.temporal_server import SEARCH_ATTRIBUTES
+from devstack.temporal_server import SEARCH_ATTRIBUTES
 
 SCRIPT = Path(__file__).resolve().parents[2] / "infra" / "register-search-attributes.sh"
 

@@ -13,9 +13,11 @@ import pytest_asyncio
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
+from devstack.temporal_server import start_temporal_dev_server
 from examples.support_desk.providers import SimulatedWorld
 from runtime.privacy.service import PrivacyService
 from stores.artifacts import LocalArtifactStore
+from stores.bundle import open_stores
 from stores.encryption import LocalKeyEncryptionKey
 from stores.sql.database import Database, open_database
 from stores.sql.evidence import SqlEvidenceReader
@@ -25,9 +27,7 @@ from stores.sql.privacy_records import SqlPrivacyRecords
 from stores.sql.scratch import create_scratch_database, drop_scratch_database
 from tests.fixtures_db import PG_ADMIN_URL
 from tests.fixtures_replay import ReplayStack, stack_settings
-from worker.stores import open_stores
 from worker.temporal import running_workers
-from worker.temporal_server import start_temporal_dev_server
 
 TEST_KEK = LocalKeyEncryptionKey(os.urandom(32))
 

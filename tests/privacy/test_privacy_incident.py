@@ -8,8 +8,10 @@ import uuid
 
 import pytest
 
+from activities.report_bundle import report_bundle
 from examples.support_desk.providers import CUSTOMERS
 from examples.support_desk.spec import run_scenario
+from forensics.report import render_html, render_json, render_markdown
 from models import ReplayMode
 from models.base import format_instant
 from models.enums import ReplayConfidence
@@ -17,9 +19,7 @@ from models.errors import ContentDestroyedError, EvidenceLockedError
 from models.incident_flow import IncidentPhase, IncidentView, RootCauseConfirmation
 from models.privacy import RawEvidenceState
 from models.replay_flow import ReplayPlan, ReplayStatus
-from runtime.report import render_html, render_json, render_markdown
 from tests.workflows.test_incident_workflow import open_incident, wait_phase, wrong_customer_run
-from worker.incident_report import report_bundle
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 

@@ -12,11 +12,11 @@ import pytest
 from examples.support_desk.agent import SCENARIOS
 from examples.support_desk.reconcilers import support_desk_reconcilers
 from examples.support_desk.spec import run_scenario, support_desk_spec
+from forensics.failure_facts import gather_failure_facts
+from forensics.reconcile import reconcile_side_effect
 from models import AgentFailureType, SideEffectRecord, SideEffectStatus, ToolFixture
 from models.errors import ApprovalDeniedError
 from models.signatures import FailureFacts, classify
-from runtime.failure_facts import gather_failure_facts
-from runtime.reconcile import reconcile_side_effect
 from runtime.recorder import RunRecorder
 from runtime.session import record_run
 from runtime.side_effects import SideEffectLedger

@@ -15,6 +15,7 @@ from sqlalchemy import update
 
 from examples.support_desk.providers import SimulatedWorld
 from examples.support_desk.spec import run_scenario
+from forensics.freeze import collect_references, freeze_evidence, referenced_artifacts
 from models import (
     ContextSnapshot,
     EvidenceFreezeRequest,
@@ -29,7 +30,6 @@ from models.canonical import canonicalize
 from models.digest import sha256_digest
 from models.errors import ChainBrokenError, EvidenceLockedError, InvalidInputError, RunNotFoundError
 from models.freeze import FreezeRecord
-from runtime.freeze import collect_references, freeze_evidence, referenced_artifacts
 from runtime.ports import ArtifactStore
 from stores.artifacts import LocalArtifactStore, S3ArtifactStore
 from stores.sql import schema
@@ -50,7 +50,7 @@ def freeze_request(run_id: str, days: int = 730) -> EvidenceFreezeRequest:
 
 
 async def expected_references(ledger: SqlLedger, evidence: SqlEvidenceReader, run_id: str) -> set:  # type: ignore[type-arg]
-    """What the run's evidence points to, read independently of ``runtime.freeze``."""
+    """What the run's evidence points to, read independently of ``forensics.freeze``."""
     refs = {p.content_ref for p in await evidence.records(PromptArtifact, run_id)}
     for snapshot in await evidence.records(ContextSnapshot, run_id):
         refs.update(snapshot.message_refs)

@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 
+from app.local_replay import engine_for, replay_locally
+from ingest import ingest_events, ingest_run
 from models import ReplayMode, SideEffectRecord, SideEffectStatus
 from models.errors import ConflictError, InvalidInputError, SequenceConflictError
 from models.ingest import (
@@ -18,8 +20,6 @@ from models.ingest import (
     IngestTool,
 )
 from runtime.completeness import evidence_completeness
-from runtime.ingest import ingest_events, ingest_run
-from worker.local_replay import engine_for, replay_locally
 
 START = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)
 

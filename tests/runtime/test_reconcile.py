@@ -18,19 +18,19 @@ from examples.support_desk.reconcilers import (
     support_desk_reconcilers,
 )
 from examples.support_desk.spec import run_scenario
+from forensics.reconcile import (
+    ReconciliationOutcome,
+    ReconciliationResult,
+    SideEffectReconciler,
+    reconcile_side_effect,
+    resolve_by_human,
+)
 from models import ExecutionEventType, SideEffectRecord, SideEffectStatus, ToolFixture
 from models.errors import (
     ConflictError,
     InvalidInputError,
     ReconciliationRequiredError,
     RetryNotAllowedError,
-)
-from runtime.reconcile import (
-    ReconciliationOutcome,
-    ReconciliationResult,
-    SideEffectReconciler,
-    reconcile_side_effect,
-    resolve_by_human,
 )
 from runtime.recorder import RunRecorder
 from runtime.side_effects import retry_side_effect

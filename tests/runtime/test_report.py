@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from forensics.report import NOT_CONFIRMED, render_html, render_json, render_markdown
 from models.canonical import canonical_hash
 from models.comparison import compare_trajectories
 from models.enums import (
@@ -28,7 +29,6 @@ from models.report_bundle import FailureSummary, PendingTask, ReportBundle, Time
 from models.signatures import FailureClassification
 from models.statistics import wilson_interval
 from models.trajectory import ModelDecision, SideEffectFact, ToolCallFact, Trajectory
-from runtime.report import NOT_CONFIRMED, render_html, render_json, render_markdown
 
 XSS = "<script>alert(1)</script>"
 T0 = datetime(2025, 3, 4, 3, 0, tzinfo=UTC)

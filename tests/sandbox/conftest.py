@@ -11,11 +11,11 @@ import pytest_asyncio
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
+from devstack.temporal_server import start_temporal_dev_server
 from examples.support_desk.providers import SimulatedWorld
+from stores.bundle import open_stores
 from tests.fixtures_replay import ReplayStack, stack_settings
-from worker.stores import open_stores
 from worker.temporal import running_workers
-from worker.temporal_server import start_temporal_dev_server
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session", params=["sqlite", "postgresql"])

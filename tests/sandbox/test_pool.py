@@ -19,15 +19,15 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 
 from activities.sandbox.config import SandboxSettings
 from activities.sandbox.runner import SandboxedSteps
+from devstack.temporal_server import start_temporal_dev_server
 from examples.synthetic import record_synthetic_run
 from models import ExecutionEventType, ReplayMode
 from models.queues import CONTROL_QUEUE
 from models.replay_flow import ReplayPlan, ReplayWorkflowInput, StepInput, StepOutput
 from runtime.replay.engine import ReplayEngine
+from stores.bundle import open_stores
 from tests.fixtures_replay import stack_settings
 from worker.catalogs import catalogs
-from worker.stores import open_stores
-from worker.temporal_server import start_temporal_dev_server
 from workflows.replay import ReplayWorkflow
 
 

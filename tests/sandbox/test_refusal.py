@@ -18,9 +18,9 @@ from models import ExecutionEventType, ReplayMode
 from models.errors import ConfigurationError, SandboxUnavailableError
 from models.replay_flow import ReplayPlan, StepInput
 from runtime.replay.engine import ReplayEngine
+from stores.bundle import open_stores
 from tests.fixtures_replay import stack_settings
 from worker.catalogs import catalogs
-from worker.stores import open_stores
 from worker.temporal import running_workers
 
 MISSING = SandboxSettings(bwrap="/nonexistent/bwrap")

@@ -18,6 +18,8 @@ from botocore import UNSIGNED
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
+from devstack.ports import free_ports
+from devstack.seaweedfs import SeaweedFS, start_seaweedfs
 from models.digest import sha256_digest
 from models.errors import (
     ArtifactIntegrityError,
@@ -30,8 +32,6 @@ from models.errors import (
 from runtime.ports import ArtifactStore
 from stores.artifacts import LocalArtifactStore, S3ArtifactStore, open_artifact_store
 from tests.fixtures_s3 import make_s3_store, unique_bucket_name
-from worker.ports import free_ports
-from worker.seaweedfs import SeaweedFS, start_seaweedfs
 
 
 @pytest.fixture(params=["local", "s3"])

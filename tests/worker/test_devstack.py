@@ -22,7 +22,8 @@ import boto3
 import pytest
 from botocore.config import Config
 
-from worker.devstack import (
+from devstack.ports import free_ports, port_is_free
+from devstack.stack import (
     WORKER_COMMAND_ENV,
     default_worker_command,
     load_stack_state,
@@ -33,7 +34,6 @@ from worker.devstack import (
     terminate,
     worker_command,
 )
-from worker.ports import free_ports, port_is_free
 
 ROOT = Path(__file__).resolve().parents[2]
 REPLAYBOOK = str(Path(sys.executable).parent / "replaybook")

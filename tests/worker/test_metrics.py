@@ -8,12 +8,12 @@ import uuid
 import pytest
 from prometheus_client import REGISTRY
 
+from activities import metrics
 from examples.support_desk.spec import run_scenario
 from models import ReplayBudget, ReplayMode, ReplayStatus
 from models.incident_flow import IncidentPhase, RootCauseConfirmation
 from models.replay_flow import ReplayPlan
 from tests.workflows.test_incident_workflow import open_incident, wait_phase, wrong_customer_run
-from worker import metrics
 
 
 def value(name: str, **labels: str) -> float:

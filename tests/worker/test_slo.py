@@ -15,8 +15,11 @@ import pytest
 import pytest_asyncio
 from sqlalchemy import delete
 
+from app.slo import compute_slos
+from devstack.demo import record_sample_run
 from examples.support_desk.providers import SimulatedWorld
 from examples.support_desk.spec import run_scenario
+from forensics.reconcile import reconcile_side_effect
 from models import (
     ExecutionEventType,
     PinnedVersions,
@@ -27,9 +30,9 @@ from models import (
 from models.canonical import canonical_hash
 from models.regression import ForbiddenSideEffect, RegressionCase
 from models.slo import retried_while_unknown
-from runtime.reconcile import reconcile_side_effect
 from runtime.recorder import RunRecorder
 from stores.artifacts.local import LocalArtifactStore
+from stores.bundle import Stores
 from stores.sql import schema
 from stores.sql.database import open_database
 from stores.sql.evidence import SqlEvidenceReader
@@ -38,9 +41,6 @@ from stores.sql.ledger import NewEvent, SqlLedger
 from stores.sql.scratch import create_scratch_database, drop_scratch_database
 from tests.fixtures_db import PG_ADMIN_URL
 from worker.agents import reconcilers_for
-from worker.demo import record_sample_run
-from worker.slo import compute_slos
-from worker.stores import Stores
 
 E = ExecutionEventType
 S = SideEffectStatus

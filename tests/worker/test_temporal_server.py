@@ -17,14 +17,14 @@ from temporalio.api.operatorservice.v1 import (
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 
-from models.errors import ConfigurationError, StoreError
-from worker.devstack import pid_alive
-from worker.ports import free_ports, port_is_free
-from worker.temporal_server import (
+from devstack.ports import free_ports, port_is_free
+from devstack.stack import pid_alive
+from devstack.temporal_server import (
     SEARCH_ATTRIBUTES,
     TemporalDevServer,
     start_temporal_dev_server,
 )
+from models.errors import ConfigurationError, StoreError
 
 KEYWORD = IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD
 

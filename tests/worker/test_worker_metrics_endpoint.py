@@ -22,14 +22,14 @@ from prometheus_client.parser import text_string_to_metric_families
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
+from devstack.ports import free_ports
+from devstack.temporal_server import TemporalDevServer, start_temporal_dev_server
 from examples.support_desk.providers import SimulatedWorld
 from examples.support_desk.spec import run_scenario
 from models.incident_flow import IncidentPhase, IncidentRequest, RootCauseConfirmation
 from models.queues import CONTROL_QUEUE
+from stores.bundle import open_stores
 from tests.workflows.test_incident_workflow import wait_phase
-from worker.ports import free_ports
-from worker.stores import open_stores
-from worker.temporal_server import TemporalDevServer, start_temporal_dev_server
 from workflows.incident import IncidentWorkflow
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,15 +10,15 @@ import pytest
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
+from devstack.temporal_server import start_temporal_dev_server
 from examples.support_desk.providers import SimulatedWorld
 from examples.support_desk.spec import run_scenario
 from models.incident_flow import IncidentPhase, IncidentRequest, IncidentView, RootCauseConfirmation
 from models.queues import CONTROL_QUEUE
+from stores.bundle import open_stores
 from tests.fixtures_replay import stack_settings
 from tests.workflows.test_incident_workflow import wait_phase
 from tests.workflows.test_replay_durability import start_worker, stop
-from worker.stores import open_stores
-from worker.temporal_server import start_temporal_dev_server
 from workflows.incident import IncidentWorkflow
 
 

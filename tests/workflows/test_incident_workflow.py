@@ -119,7 +119,7 @@ async def test_wrong_customer_incident_end_to_end(replay_stack) -> None:  # type
     groups = {g["signature"]: g for g in await incidents.signature_groups()}
     assert final.incident_id in groups["DATA_NONUNIQUE_LOOKUP_WRONG_RECIPIENT"]["incident_ids"]
 
-    from worker.regress import run_gate
+    from app.regression import run_gate
 
     v17_gate = await run_gate(stack.settings, [("prompt", "v17")], repeat=3)
     v18_gate = await run_gate(stack.settings, [("prompt", "v18")], repeat=3)

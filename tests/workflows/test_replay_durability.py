@@ -17,13 +17,13 @@ import pytest
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
+from devstack.temporal_server import start_temporal_dev_server
 from examples.synthetic import record_synthetic_run
 from models import ExecutionEventType, ReplayMode, ReplayStatus
 from models.queues import CONTROL_QUEUE
 from models.replay_flow import ReplayOutcome, ReplayPlan, ReplayWorkflowInput
+from stores.bundle import open_stores
 from tests.fixtures_replay import stack_settings
-from worker.stores import open_stores
-from worker.temporal_server import start_temporal_dev_server
 from workflows.replay import ReplayWorkflow
 
 STEPS = 200

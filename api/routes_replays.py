@@ -1,0 +1,79 @@
+"""``/api/replays``: start, follow and cancel replays (Temporal ``Replay`` workflows)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import structlog
+from fastapi import APIRouter, Depends
+
+from api.auth import OPERATE, READ, Principal, require_role
+from api.errors import naming
+from api.schemas import CancelAccepted, ReplayAccepted, ReplayCreate, camel
+from api.state import State
+from cli.replay import (
+    PlanFields,
+    build_plan,
+    cancel_replay,
+    invalid,
+    replay_view,
+    start_replay,
+)
+from models import ReplayMode
+from models.errors import RunNotFoundError
+
+log = structlog.get_logger(__name__)
+router = APIRouter(prefix="/api/replays", tags=["replays"])
+Reader = Annotated[Principal, Depends(require_role(*READ))]
+Operator = Annotated[Principal, Depends(require_role(*OPERATE))]
+
+API_FIELDS = PlanFields(
+    mode="mode",
+    prompt="candidatePromptVersion",
+    model="candidateModel",
+    from_step="startFromStep",
+    repeat="repeat",
+    mode_names={mode: mode.value for mode in ReplayMode},
+)
+
+
+@router.post("", status_code=202, summary="Start a replay of a recorded run")
+async def create_replay(body: ReplayCreate, state: State, caller: Operator) -> ReplayAccepted:
+    plan = build_plan(
+        body.source_run_id,
+        body.mode,
+        prompt=body.candidate_prompt_version,
+        model=body.candidate_model,
+        from_step=body.start_from_step,
+        policy=body.policy_version,
+        retriever=body.retriever_version,
+        deny_approval=body.deny_approvals,
+        repeat=body.repeat,
+        budget=body.budget.to_model(),
+        miss=body.fixture_miss_policy,
+        simulation=body.simulation,
+        fields=API_FIELDS,
+    )
+    try:
+        await (await state.stores()).ledger.get_run(body.source_run_id)
+    except RunNotFoundError as exc:
+        raise invalid("sourceRunId", str(exc)) from None
+    await start_replay(await state.client(), plan)
+    log.info(
+        "replay started", replay_id=plan.replay_id, run_id=plan.source_run_id, caller=caller.caller
+    )
+    return ReplayAccepted(replay_id=plan.replay_id)
+
+
+@router.get("/{replay_id}", summary="A replay's status and, once finished, its comparison")
+async def get_replay(replay_id: str, state: State, _: Reader) -> dict[str, Any]:
+    with naming("replay_id"):
+        return camel(await replay_view(await state.client(), replay_id))  # type: ignore[no-any-return]
+
+
+@router.post("/{replay_id}/cancel", status_code=202, summary="Cancel a replay; it ends CANCELED")
+async def cancel(replay_id: str, state: State, caller: Operator) -> CancelAccepted:
+    with naming("replay_id"):
+        await cancel_replay(await state.client(), replay_id)
+    log.info("replay cancel requested", replay_id=replay_id, caller=caller.caller)
+    return CancelAccepted(replay_id=replay_id)

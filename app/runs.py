@@ -1,0 +1,74 @@
+"""Read-side views of runs, shared by the CLI (``runs … --json``) and the HTTP API."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import select
+
+from runtime.completeness import evidence_completeness
+from stores.bundle import Stores
+from stores.sql import schema
+
+
+async def list_runs_view(stores: Stores, limit: int = 1000) -> list[dict[str, Any]]:
+    """Every recorded run's header and chain head, newest first."""
+    return [
+        {
+            "run_id": r.run_id,
+            "graph_id": r.graph_id,
+            "graph_version": r.graph_version,
+            "status": r.status,
+            "created_at": r.created_at.isoformat(),
+            "event_count": r.event_count,
+            "head_hash": r.head_hash,
+        }
+        for r in await stores.ledger.list_runs(limit=limit)
+    ]
+
+
+async def describe_run(stores: Stores, run_id: str) -> dict[str, Any]:
+    """A run's header, pins, chain head, events and the evidence recorded beside them."""
+    run = await stores.ledger.get_run(run_id)
+    events = await stores.ledger.events(run_id)
+    evidence: dict[str, list[dict[str, Any]]] = {}
+    tables = (
+        schema.tool_fixtures,
+        schema.prompt_artifacts,
+        schema.context_snapshots,
+        schema.retrieval_fixtures,
+        schema.policy_decisions,
+        schema.approvals,
+        schema.side_effects,
+        schema.checkpoints,
+    )
+    async with stores.db.read() as conn:
+        for table in tables:
+            query = (
+                select(table.c.record).where(table.c.run_id == run_id).order_by(table.c.sequence)
+            )
+            evidence[table.name] = [row.record for row in (await conn.execute(query)).all()]
+    completeness = await evidence_completeness(
+        stores.ledger, stores.evidence, stores.artifacts, run_id
+    )
+    return {
+        **run.model_dump(mode="json"),
+        "event_count": len(events),
+        "head_hash": events[-1].hash if events else None,
+        "events": [e.model_dump(mode="json") for e in events],
+        "fixtures": evidence["tool_fixtures"],
+        "prompt_artifacts": evidence["prompt_artifacts"],
+        "context_snapshots": evidence["context_snapshots"],
+        "retrievals": evidence["retrieval_fixtures"],
+        "policy_decisions": evidence["policy_decisions"],
+        "approvals": evidence["approvals"],
+        "side_effects": evidence["side_effects"],
+        "checkpoints": evidence["checkpoints"],
+        # the run's data subjects (rule 17): end user and tenant, primary first
+        "subjects": await stores.privacy.vault.subjects(run_id) if stores.privacy else [],
+        "evidence_completeness": {
+            **completeness.model_dump(mode="json"),
+            "confidence": completeness.confidence.value,
+            "summary": completeness.summary(),
+        },
+    }

@@ -1,0 +1,190 @@
+"""``replaybook slo``: the seed's SLOs computed from the stored evidence.
+
+A **critical run** is a recorded agent run (not a replay) that wrote to the outside world —
+its side-effect ledger has at least one entry — or that an incident was opened for. Those are
+the runs an investigation may need to reconstruct, so their evidence must be complete (6/6).
+
+| objective | value | goal |
+| --- | --- | --- |
+| ``critical_run_evidence_completeness`` | % of critical runs scored 6/6 | 100% |
+| ``unknown_auto_retries`` | side effects executed again after UNKNOWN without a reconciliation proving them not applied | 0 |
+| ``unreconciled_critical_side_effects`` | side effects of recorded runs still UNKNOWN | 0 |
+| ``replays_with_production_write`` | replay runs that recorded a side effect or a WRITE tool call that was not blocked | 0 |
+| ``confirmed_incident_regression_coverage`` | % of confirmed incidents with a regression case | 100% |
+
+A replay worker holds no write credential, so using one can only show in the evidence as a
+write the replay executed: both are the fourth objective.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from typing import Any
+
+from sqlalchemy import func, select
+
+from models import ExecutionEventType, SideEffectClass, SideEffectRecord, SideEffectStatus
+from models.slo import SloReport, ratio_objective, report, retried_while_unknown, zero_objective
+from runtime.completeness import evidence_completeness
+from stores.bundle import Stores
+from stores.sql import schema
+
+E = ExecutionEventType
+
+
+async def _runs(stores: Stores) -> dict[str, bool]:
+    """run id -> whether it is a replay run."""
+    async with stores.db.read() as conn:
+        rows = (await conn.execute(select(schema.runs.c.run_id, schema.runs.c.record))).all()
+    out = {}
+    for row in rows:
+        record = row.record if isinstance(row.record, dict) else json.loads(row.record)
+        out[row.run_id] = (record.get("labels") or {}).get("kind") == "replay"
+    return out
+
+
+async def _side_effects(stores: Stores) -> list[Any]:
+    t = schema.side_effects.c
+    async with stores.db.read() as conn:
+        return list((await conn.execute(select(t.run_id, t.side_effect_id, t.status))).all())
+
+
+async def _incidents(stores: Stores) -> tuple[list[Any], set[str]]:
+    i, c = schema.incidents.c, schema.regression_cases.c
+    async with stores.db.read() as conn:
+        incidents = list(
+            (await conn.execute(select(i.incident_id, i.source_run_id, i.record))).all()
+        )
+        with_case = set((await conn.execute(select(c.incident_id))).scalars())
+    return incidents, with_case
+
+
+async def _replay_write_offenders(stores: Stores, replays: set[str]) -> set[str]:
+    """Replay runs with a recorded side effect, or more WRITE tool calls than blocked writes."""
+    if not replays:
+        return set()
+    e, f = schema.execution_events.c, schema.tool_fixtures.c
+    blocked: Counter[str] = Counter()
+    offenders: set[str] = set()
+    async with stores.db.read() as conn:
+        counts = await conn.execute(
+            select(e.run_id, e.type, func.count())
+            .where(e.type.in_([str(E.SIDE_EFFECT), str(E.WRITE_BLOCKED)]))
+            .group_by(e.run_id, e.type)
+        )
+        for run_id, type_, n in counts:
+            if run_id not in replays:
+                continue
+            if type_ == str(E.SIDE_EFFECT):
+                offenders.add(run_id)
+            else:
+                blocked[run_id] += n
+        writes: Counter[str] = Counter()
+        for run_id, record in await conn.execute(select(f.run_id, f.record)):
+            if run_id not in replays:
+                continue
+            record = record if isinstance(record, dict) else json.loads(record)
+            if record.get("side_effect_class", SideEffectClass.WRITE.value) == "WRITE":
+                writes[run_id] += 1
+    offenders.update(run_id for run_id, n in writes.items() if n > blocked[run_id])
+    return offenders
+
+
+async def _auto_retried(stores: Stores, run_ids: set[str]) -> set[str]:
+    offenders: set[str] = set()
+    for run_id in sorted(run_ids):
+        history: dict[str, list[tuple[SideEffectStatus, bool | None]]] = {}
+        loaded = await stores.ledger.events_with_payloads(
+            run_id, types=frozenset({E.SIDE_EFFECT}), missing_ok=True
+        )
+        for _, data in loaded:
+            if data is None:
+                continue
+            record = SideEffectRecord.model_validate_json(data)
+            history.setdefault(record.side_effect_id, []).append(
+                (record.status, record.reconciled_applied)
+            )
+        offenders.update(sid for sid, h in history.items() if retried_while_unknown(h))
+    return offenders
+
+
+async def compute_slos(stores: Stores) -> SloReport:
+    runs = await _runs(stores)
+    replays = {run_id for run_id, is_replay in runs.items() if is_replay}
+    effects = [s for s in await _side_effects(stores) if s.run_id not in replays]
+    incidents, with_case = await _incidents(stores)
+
+    critical = {s.run_id for s in effects} | {
+        i.source_run_id for i in incidents if i.source_run_id not in replays
+    }
+    incomplete = set()
+    for run_id in critical:
+        scored = await evidence_completeness(
+            stores.ledger, stores.evidence, stores.artifacts, run_id
+        )
+        if scored.score < scored.total:
+            incomplete.add(f"{run_id} ({scored.summary()})")
+
+    confirmed, uncovered = 0, set()
+    for incident in incidents:
+        record = (
+            incident.record if isinstance(incident.record, dict) else json.loads(incident.record)
+        )
+        if record.get("confirmation"):
+            confirmed += 1
+            if incident.incident_id not in with_case:
+                uncovered.add(incident.incident_id)
+
+    return report(
+        [
+            ratio_objective(
+                "critical_run_evidence_completeness",
+                "critical runs (wrote a side effect, or an incident's source) with 6/6 evidence",
+                len(critical) - len(incomplete),
+                len(critical),
+                incomplete,
+            ),
+            zero_objective(
+                "unknown_auto_retries",
+                "UNKNOWN side effects executed again without a reconciliation proving them not applied",
+                await _auto_retried(stores, {s.run_id for s in effects}),
+            ),
+            zero_objective(
+                "unreconciled_critical_side_effects",
+                "side effects of recorded runs still UNKNOWN (not reconciled)",
+                (
+                    f"{s.side_effect_id} (run {s.run_id})"
+                    for s in effects
+                    if s.status == SideEffectStatus.UNKNOWN.value
+                ),
+            ),
+            zero_objective(
+                "replays_with_production_write",
+                "replays that used a production write credential or executed a write",
+                await _replay_write_offenders(stores, replays),
+            ),
+            ratio_objective(
+                "confirmed_incident_regression_coverage",
+                "confirmed incidents that produced a regression case",
+                confirmed - len(uncovered),
+                confirmed,
+                uncovered,
+            ),
+        ]
+    )
+
+
+def render_text(slo: SloReport) -> str:
+    lines = []
+    for r in slo.objectives:
+        if r.kind == "ratio":
+            value = "n/a" if r.value is None else f"{r.value:g}%"
+            goal = f"{r.goal:g}%"
+        else:
+            value, goal = f"{r.value:g}", f"{r.goal:g}"
+        verdict = "PASS" if r.passed else "FAIL"
+        lines.append(f"{verdict}  {r.name:<40} {value:>8}  (goal {goal})  {r.detail}")
+        lines.extend(f"        {o}" for o in r.offenders)
+    lines.append("all SLOs pass" if slo.passed else "SLO violated")
+    return "\n".join(lines)

@@ -1,0 +1,81 @@
+"""``replaybook import``: record runs of foreign agents (tau-bench, OpenTelemetry GenAI spans)
+through the ingestion core. Idempotent: importing a file again records nothing new."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from cli.common import JsonOption, load_settings, print_json, run_async
+
+app = typer.Typer()
+
+import_app = typer.Typer(
+    help="Import runs recorded by other agent frameworks.", no_args_is_help=True
+)
+app.add_typer(import_app, name="import")
+
+
+def _print(report: dict, as_json: bool, seconds: float) -> None:  # type: ignore[type-arg]
+    report = {**report, "seconds": round(seconds, 3)}
+    if as_json:
+        print_json(report)
+        return
+    typer.echo(
+        f"{report['runs']} runs from {report['source']}: {report['imported']} imported, "
+        f"{report['already_imported']} already imported ({report['events_recorded']} events, "
+        f"{report['seconds']}s)"
+    )
+    for run_id in report["run_ids"]:
+        typer.echo(run_id)
+    for note in report["opaque"]:
+        typer.echo(f"kept as opaque: {note}", err=True)
+
+
+@import_app.command("tau-bench")
+@run_async
+async def import_tau_bench_command(
+    file: Annotated[Path, typer.Argument(help="A tau-bench runs file (JSON list of runs).")],
+    domain: Annotated[str, typer.Option(help="airline | retail (any domain of the tools file).")],
+    tools_info: Annotated[
+        Path, typer.Option("--tools-info", help="Tool schemas and write tools (tools_info.json).")
+    ],
+    tools_commit: Annotated[
+        str | None, typer.Option(help="Which commit's schemas to use (default: the last listed).")
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """One run per (task_id, trial): model calls, tool fixtures, user turns, side effects."""
+    from integrations.tau_bench.importer import import_tau_bench
+    from stores.bundle import open_stores
+
+    started = time.perf_counter()
+    async with open_stores(load_settings()) as stores:
+        report = await import_tau_bench(
+            stores.ledger, stores.artifacts, stores.evidence, file, domain, tools_info, tools_commit
+        )
+    _print(report.to_json(), as_json, time.perf_counter() - started)
+
+
+@import_app.command("otel")
+@run_async
+async def import_otel_command(
+    file: Annotated[Path, typer.Argument(help='Spans: {"spans": [...]}, a list, or OTLP JSON.')],
+    write_tools: Annotated[
+        str | None,
+        typer.Option(help="Comma-separated tools that are writes (the others are reads)."),
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """One run per trace: gen_ai model calls, tool executions; unknown spans kept as opaque."""
+    from ingest.otel import import_otel
+    from stores.bundle import open_stores
+
+    writes = [w.strip() for w in write_tools.split(",") if w.strip()] if write_tools else None
+    started = time.perf_counter()
+    async with open_stores(load_settings()) as stores:
+        report = await import_otel(stores.ledger, stores.artifacts, stores.evidence, file, writes)
+    _print(report.to_json(), as_json, time.perf_counter() - started)

@@ -1,0 +1,132 @@
+"""``replaybook privacy``: retention sweep, legal hold, deletion propagation (rule 17)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated
+
+import typer
+
+from cli.common import JsonOption, load_settings, print_json, run_async
+
+app = typer.Typer()
+
+privacy_app = typer.Typer(
+    help="Retention, legal hold and deletion of recorded evidence.", no_args_is_help=True
+)
+app.add_typer(privacy_app, name="privacy")
+
+
+def _date(text: str | None) -> datetime | None:
+    from models.errors import InvalidInputError
+
+    if text is None:
+        return None
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        raise InvalidInputError(f"--until {text!r} is not an ISO date (YYYY-MM-DD)") from None
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+@privacy_app.command("sweep")
+@run_async
+async def privacy_sweep(as_json: JsonOption = False) -> None:
+    """Destroy the raw content of runs past their retention class (runs on hold are kept)."""
+    from stores.bundle import open_stores
+
+    async with open_stores(load_settings()) as stores:
+        result = await stores.privacy.sweep()  # type: ignore[union-attr]
+    if as_json:
+        print_json(result)
+        return
+    typer.echo(f"swept at {result['swept_at']}: {len(result['destroyed'])} run(s) expired")
+    for item in result["destroyed"]:
+        typer.echo(f"  {item['run_id']} ({item['class']}): {item['raw_payloads']} raw payloads")
+    for item in result["held"]:
+        typer.echo(f"  kept {item['run_id']}: {'; '.join(item['held'])}")
+
+
+@privacy_app.command("hold")
+@run_async
+async def privacy_hold(
+    run_id: str,
+    reason: Annotated[str, typer.Option("--reason", help="Why the evidence is held.")],
+    until: Annotated[
+        str | None, typer.Option("--until", help="Hold until this date (ISO); open-ended if unset.")
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Put a run's evidence on legal hold (and its objects, with S3 Object Lock legal hold)."""
+    from stores.bundle import open_stores
+
+    async with open_stores(load_settings()) as stores:
+        hold, objects = await stores.privacy.hold(  # type: ignore[union-attr]
+            run_id, reason, until=_date(until)
+        )
+        enforced = stores.artifacts.enforced_by_backend()
+    view = {**hold.model_dump(mode="json"), "objects_held": objects, "enforced_by_store": enforced}
+    if as_json:
+        print_json(view)
+    else:
+        typer.echo(f"{hold.hold_id}: run {run_id} on legal hold ({objects} objects held)")
+
+
+@privacy_app.command("release")
+@run_async
+async def privacy_release(
+    run_id: str,
+    incident: Annotated[
+        str | None,
+        typer.Option(
+            "--incident",
+            help="Also release the evidence freeze of this incident (once COMPLETED or FAILED).",
+        ),
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Release a run's legal holds. An incident freeze keeps holding its evidence unless
+    released explicitly with --incident ID."""
+    from stores.bundle import open_stores
+
+    async with open_stores(load_settings()) as stores:
+        privacy = stores.privacy
+        assert privacy is not None
+        freezes = await privacy.release_freeze(run_id, incident) if incident else []
+        released = await privacy.release(run_id)
+        remaining = await privacy.hold_reasons(run_id)
+    if as_json:
+        print_json(
+            {
+                "released": [h.model_dump(mode="json") for h in released],
+                "released_freezes": freezes,
+                "still_held": remaining,
+            }
+        )
+        return
+    typer.echo(f"run {run_id}: released {len(released)} hold(s), {len(freezes)} freeze(s)")
+    for reason in remaining:
+        typer.echo(f"  still held: {reason}")
+
+
+@privacy_app.command("delete-subject")
+@run_async
+async def privacy_delete_subject(
+    subject_id: str,
+    request_id: Annotated[str, typer.Option("--request-id", help="The deletion request's id.")],
+    as_json: JsonOption = False,
+) -> None:
+    """Crypto-shred a data subject: destroy their data keys and raw content everywhere and
+    record a receipt. Exit 2 naming the hold when any of their runs is on legal hold."""
+    from stores.bundle import open_stores
+
+    async with open_stores(load_settings()) as stores:
+        receipt = await stores.privacy.delete_subject(subject_id, request_id)  # type: ignore[union-attr]
+    if as_json:
+        print_json(receipt.model_dump(mode="json"))
+        return
+    typer.echo(
+        f"deletion {receipt.request_id} of {subject_id} at {receipt.executed_at.isoformat()}: "
+        f"{receipt.raw_payloads_destroyed} raw payloads, {receipt.data_keys_destroyed} keys, "
+        f"{len(receipt.runs)} run(s)"
+    )

@@ -1,0 +1,92 @@
+"""A pytest plugin so a project can gate releases in its own test suite:
+
+    def test_candidate_repeats_no_incident(replaybook_gate):
+        replaybook_gate(prompt="v18")          # fails the test naming every failed assertion
+
+or ``pytest --replaybook-candidate prompt=v18`` to run the gate as its own test item. It
+uses the same cases and replays as ``replaybook regress`` (settings from the environment).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+
+def run_gate_sync(candidates: list[tuple[str, str]], repeat: int = 5) -> dict[str, Any]:
+    """``app.regression.run_gate`` from synchronous code (in a thread if a loop is running)."""
+    from app.regression import run_gate
+    from worker.settings import Settings
+
+    def run() -> dict[str, Any]:
+        return asyncio.run(run_gate(Settings.from_env(), candidates, repeat=repeat))
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return run()
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(run).result()
+
+
+def failure_report(result: dict[str, Any]) -> str:
+    lines = [f"regression gate FAILED for candidate {result['candidate']}:"]
+    for case in result["cases"]:
+        if not case["passed"]:
+            first = case["failures"][0]
+            lines.append(
+                f"  {case['case_id']} ({case['incident_id']}): {first['assertion']} — {first['reason']}"
+            )
+    return "\n".join(lines)
+
+
+@pytest.fixture
+def replaybook_gate() -> Callable[..., dict[str, Any]]:
+    def gate(repeat: int = 5, **candidate: str) -> dict[str, Any]:
+        result = run_gate_sync(list(candidate.items()), repeat=repeat)
+        if not result["passed"]:
+            pytest.fail(failure_report(result), pytrace=False)
+        return result
+
+    return gate
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("replaybook")
+    group.addoption(
+        "--replaybook-candidate",
+        action="append",
+        default=[],
+        metavar="KIND=VALUE",
+        help="run Replaybook's regression gate for this candidate (prompt=V, model=M, …)",
+    )
+
+
+class _GateItem(pytest.Item):
+    def __init__(self, *, candidates: list[tuple[str, str]], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.candidates = candidates
+
+    def runtest(self) -> None:
+        result = run_gate_sync(self.candidates)
+        if not result["passed"]:
+            raise AssertionError(failure_report(result))
+
+    def reportinfo(self):  # type: ignore[no-untyped-def]
+        return self.path, None, f"replaybook regression gate {dict(self.candidates)}"
+
+
+def pytest_collection_modifyitems(
+    session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
+) -> None:
+    values = config.getoption("--replaybook-candidate")
+    if not values:
+        return
+    candidates = [tuple(v.split("=", 1)) for v in values if "=" in v]
+    items.append(
+        _GateItem.from_parent(session, name="replaybook-regression-gate", candidates=candidates)
+    )

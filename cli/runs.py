@@ -1,0 +1,114 @@
+"""``replaybook canonical`` and ``replaybook runs list | show | verify``."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from cli.common import JsonOption, fail, load_settings, print_json, run_async
+from cli.exit_codes import EXIT_BROKEN
+from models.errors import InvalidInputError
+
+app = typer.Typer()
+runs_app = typer.Typer(
+    help="Recorded runs: list, show, verify the hash chain.", no_args_is_help=True
+)
+app.add_typer(runs_app, name="runs")
+
+
+# canonical ------------------------------------------------------------------------------------
+
+
+@app.command()
+def canonical(
+    path: Annotated[str, typer.Argument(help="JSON file, or - for standard input.")] = "-",
+    hash_: Annotated[
+        bool, typer.Option("--hash", help="Print the sha256: digest instead.")
+    ] = False,
+) -> None:
+    """Write the RFC 8785 canonical form of a JSON document (strings NFC-normalised)."""
+    from models.canonical import canonicalize_text
+    from models.digest import sha256_digest
+
+    try:
+        data = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
+    except OSError as exc:
+        fail(f"canonical: cannot read {path}: {exc.strerror}")
+    try:
+        out = canonicalize_text(data)
+    except InvalidInputError as exc:
+        fail(f"canonical: {exc}")
+    if hash_:
+        sys.stdout.write(sha256_digest(out) + "\n")
+    else:
+        sys.stdout.buffer.write(out)
+    sys.stdout.flush()
+
+
+# runs -----------------------------------------------------------------------------------------
+
+
+@runs_app.command("list")
+@run_async
+async def runs_list(as_json: JsonOption = False) -> None:
+    """List recorded runs, newest first."""
+    from app.runs import list_runs_view
+    from stores.bundle import open_stores
+
+    async with open_stores(load_settings()) as stores:
+        rows = await list_runs_view(stores)
+    if as_json:
+        print_json({"runs": rows})
+        return
+    if not rows:
+        typer.echo("no runs recorded")
+    for row in rows:
+        typer.echo(
+            f"{row['run_id']}  {row['graph_id']}@{row['graph_version']}  {row['status']:<9}"
+            f"  {row['event_count']:>6} events  {row['created_at']}"
+        )
+
+
+@runs_app.command("show")
+@run_async
+async def runs_show(run_id: str, as_json: JsonOption = False) -> None:
+    """Show a run: its header, pinned versions and events."""
+    from app.runs import describe_run
+    from stores.bundle import open_stores
+
+    async with open_stores(load_settings()) as stores:
+        view = await describe_run(stores, run_id)
+    if as_json:
+        print_json(view)
+        return
+    typer.echo(
+        f"run {view['run_id']}  {view['graph_id']}@{view['graph_version']}  {view['status']}"
+    )
+    for name, value in view["pinned"].items():
+        if value is not None:
+            typer.echo(f"  {name}: {value}")
+    typer.echo(f"  events: {view['event_count']}  head: {view['head_hash']}")
+    for event in view["events"]:
+        typer.echo(
+            f"  #{event['sequence']:<5} {event['type']:<17} step={event['step_id']}"
+            f"  {event['logical_time']}  {event['payload_hash'][:19]}…"
+        )
+
+
+@runs_app.command("verify")
+@run_async
+async def runs_verify(run_id: str, as_json: JsonOption = False) -> None:
+    """Verify a run's hash chain: exit 0 when intact, 1 naming the first broken sequence."""
+    from stores.bundle import open_stores
+
+    async with open_stores(load_settings()) as stores:
+        result = await stores.ledger.verify(run_id)
+    if as_json:
+        print_json(result.model_dump(mode="json"))
+    else:
+        typer.echo(result.summary())
+    if not result.intact:
+        raise typer.Exit(EXIT_BROKEN)

@@ -1,0 +1,209 @@
+"""``make demo``: the whole story on the embedded stack, start to finish.
+
+Starts the stack (Temporal dev server + worker), records reference runs of the support desk
+(a SIMULATION), opens an incident for the wrong-customer run (counterfactual: prompt v18) and
+for the lost refund, prints progress, stands in for the human who confirms each root cause
+(showing the command a person would type), runs the regression gate with v17 and v18, writes
+the HTML reports and prints where to look. Safe to run again: each run makes new ids.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Callable
+
+from devstack.stack import stack_ports, stack_up
+from examples.support_desk.providers import SimulatedWorld
+from examples.support_desk.spec import run_scenario
+from models import FixtureMissPolicy
+from models.incident_flow import (
+    Counterfactual,
+    IncidentPhase,
+    IncidentRequest,
+    IncidentView,
+    RootCauseConfirmation,
+)
+from models.queues import CONTROL_QUEUE
+from stores.bundle import open_stores
+from worker.settings import Settings
+
+Echo = Callable[[str], None]
+DEADLINE_S = 240
+
+
+async def _wait(handle, phase: IncidentPhase, echo: Echo, seen: set[str]) -> IncidentView:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + DEADLINE_S
+    while time.monotonic() < deadline:
+        view: IncidentView | None = await handle.query("status", result_type=IncidentView)
+        if view is not None:
+            for entry in view.timeline:
+                key = f"{entry.phase}:{entry.detail}"
+                if key not in seen:
+                    seen.add(key)
+                    echo(f"    {view.incident_id}  {entry.phase:<26} {entry.detail}")
+            if view.phase is phase:
+                return view
+            if view.phase is IncidentPhase.FAILED:
+                raise RuntimeError(f"incident {view.incident_id} failed: {view.error}")
+        await asyncio.sleep(0.2)
+    raise TimeoutError(f"incident did not reach {phase.value} within {DEADLINE_S}s")
+
+
+async def run_incident_demo(settings: Settings, echo: Echo = print) -> None:
+    from app.regression import run_gate
+    from worker.temporal import connect
+    from workflows.incident import IncidentWorkflow
+
+    started = time.monotonic()
+    echo("1. embedded stack (Temporal dev server + worker)")
+    up = stack_up(settings.home, echo=lambda line: echo(f"    {line}"), **stack_ports(os.environ))
+    ui = up.status["components"]["temporal"]["ui_url"]
+    settings = Settings.from_env()  # now pointing at the stack's Temporal
+    client = await connect(settings)
+
+    async with open_stores(settings) as stores:
+        world = SimulatedWorld(stores.db)
+        await world.ensure()
+        echo(
+            "2. record reference runs of the support desk (SIMULATION: scripted model, simulated providers)"
+        )
+        happy = await run_scenario(world, stores.ledger, stores.artifacts, "happy", seed=1)
+        echo(f"    happy           {happy.run_id}  {happy.outcome['resolution']}")
+        wrong = None
+        for seed in range(50):
+            candidate = await run_scenario(
+                world, stores.ledger, stores.artifacts, "wrong-customer", seed=seed
+            )
+            if candidate.outcome["emailed"] == "bob@example.com":
+                wrong = candidate
+                break
+        assert wrong is not None
+        echo(
+            f"    wrong-customer  {wrong.run_id}  ticket from C-2002 (Carol) emailed bob@example.com"
+        )
+        refund = await run_scenario(
+            world, stores.ledger, stores.artifacts, "refund-timeout", seed=1
+        )
+        echo(f"    refund-timeout  {refund.run_id}  refund outcome UNKNOWN (response lost)")
+
+        echo("3. open incidents")
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        requests = [
+            IncidentRequest(
+                incident_id=f"INC-{stamp}-wrong-customer",
+                source_run_id=wrong.run_id,
+                counterfactuals=(Counterfactual(kind="prompt", value="v18"),),
+                repeat=20,
+                miss_policy=FixtureMissPolicy.SANDBOX_LIVE,
+            ),
+            IncidentRequest(
+                incident_id=f"INC-{stamp}-refund-timeout", source_run_id=refund.run_id, repeat=5
+            ),
+        ]
+        handles = []
+        for request in requests:
+            handles.append(
+                await client.start_workflow(
+                    IncidentWorkflow.run, request, id=request.incident_id, task_queue=CONTROL_QUEUE
+                )
+            )
+            echo(
+                f"    replaybook incident open {request.source_run_id} ... -> {request.incident_id}"
+            )
+        seen: set[str] = set()
+        views = [await _wait(h, IncidentPhase.AWAITING_CONFIRMATION, echo, seen) for h in handles]
+
+        echo("4. what the replays show")
+        for view in views:
+            echo(
+                f"    {view.incident_id}: signature {view.signature.signature if view.signature else '-'}"
+            )
+            for r in view.replays:
+                echo(f"      {r.label:<12} reproduced {r.reproduced}/{r.runs}  95% CI {r.ci95}")
+            for s in view.side_effects:
+                echo(
+                    f"      side effect {s.side_effect_id} {s.capability_id}: {s.status} (applied={s.applied})"
+                )
+
+        echo("5. root-cause confirmation (the demo stands in for the human here)")
+        causes = [
+            (
+                "prompt v17 does not tell the model to identify customers by customer_id; it looked the "
+                "customer up by phone, two customers share that number, the first match (Bob) was emailed; "
+                "the prompt v18 counterfactual no longer reproduces",
+                "v18",
+            ),
+            (
+                "the payment provider committed the refund and the response was lost; reconciliation by "
+                "provider_request_id proved it applied; nothing was retried",
+                "payments-client-2",
+            ),
+        ]
+        for handle, view, (cause, fix) in zip(handles, views, causes, strict=True):
+            cited = tuple(r.replay_id for r in view.replays)
+            echo(
+                f"    replaybook incident confirm {view.incident_id} --root-cause '…' --fix-version {fix} --verified-by demo-oncall"
+            )
+            await handle.execute_update(
+                "confirm_root_cause",
+                RootCauseConfirmation(
+                    root_cause=cause, fix_version=fix, verified_by="demo-oncall", replay_ids=cited
+                ),
+            )
+        finals: list[IncidentView] = [await h.result() for h in handles]
+
+        echo("6. regression gate")
+        for prompt in ("v17", "v18"):
+            gate = await run_gate(settings, [("prompt", prompt)], repeat=3)
+            echo(
+                f"    replaybook regress --candidate prompt={prompt}: {'passed' if gate['passed'] else 'FAILED'}"
+            )
+            for case in gate["cases"]:
+                if not case["passed"]:
+                    echo(f"      {case['case_id']}: {case['failures'][0]['assertion']}")
+
+        echo("7. reports")
+        reports = settings.home / "reports"
+        reports.mkdir(parents=True, exist_ok=True)
+        for final in finals:
+            path = reports / f"{final.incident_id}.html"
+            path.write_bytes(await stores.artifacts.get(final.report_refs["html"]))
+            echo(f"    {path}")
+            echo(f"    {ui}/namespaces/{settings.temporal_namespace}/workflows/{final.incident_id}")
+    echo("8. metrics and SLOs (counted by the worker, which ran every activity)")
+    port = worker_metrics_port(up.status)
+    if port is not None:
+        echo(f"    curl -s localhost:{port}/metrics | grep ^agent_")
+    else:
+        echo("    the worker serves /metrics when REPLAYBOOK_METRICS_PORT is set")
+    echo("    .venv/bin/replaybook slo")
+    api = up.status.get("api_url")
+    if api:
+        echo(
+            "9. the HTTP API (the embedded stack's admin token is in `replaybook dev status --json`)"
+        )
+        echo(f"    {api}/docs")
+        echo(
+            f'    curl -s -H "Authorization: Bearer $(.venv/bin/replaybook dev status --json | '
+            f'python3 -c \'import json,sys; print(json.load(sys.stdin)["dev_token"])\')" '
+            f"{api}/api/incidents/{final.incident_id}"
+        )
+    echo(
+        f"done in {time.monotonic() - started:.0f}s. The stack keeps running for the Web UI ({ui}); "
+        "stop it with: .venv/bin/replaybook dev down"
+    )
+
+
+def worker_metrics_port(status: dict) -> int | None:  # type: ignore[type-arg]
+    """Where the stack's worker serves /metrics (``dev status --json``), if it does."""
+    worker = status.get("components", {}).get("worker", {})
+    for value in (
+        status.get("worker_metrics_port"),
+        worker.get("worker_metrics_port"),
+        worker.get("metrics_port"),
+    ):
+        if isinstance(value, int):
+            return value
+    return None

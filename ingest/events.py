@@ -1,0 +1,290 @@
+"""One client event → the ledger events our own runtime would have recorded for it.
+
+Steps follow the tool loop (``runtime.tool_loop``): each model call and each user turn is a
+step, consecutive tool calls are one ``tools`` step, and every other kind of event joins the
+open step, unless the client names the step itself.
+"""
+
+from __future__ import annotations
+
+from ingest.recorder import IngestRecorder
+from ingest.state import IngestState
+from models import (
+    ApprovalRecord,
+    ExecutionEventType,
+    PolicyDecisionRecord,
+    RetrievalFixture,
+    SideEffectClass,
+    SideEffectRecord,
+    SideEffectStatus,
+    ToolFixture,
+    ToolOutcome,
+)
+from models.canonical import canonical_hash
+from models.errors import InvalidInputError, NotFoundError
+from models.ingest import (
+    USER_REPLY,
+    ApprovalEvent,
+    CheckpointEvent,
+    IngestEvent,
+    ModelCallEvent,
+    OpaqueEvent,
+    PolicyDecisionEvent,
+    RetrievalEvent,
+    RunEndEvent,
+    SideEffectStateEvent,
+    ToolCallEvent,
+    UserMessageEvent,
+)
+from models.model_call import ModelResponse
+from runtime.approvals import action_hash
+from runtime.ports import EvidenceReader
+from runtime.tool_loop.conversation import (
+    MODEL,
+    TOOLS,
+    USER,
+    record_context,
+    record_model_response,
+    run_key,
+    tool_schemas,
+    user_reply_request,
+    user_reply_response,
+)
+from runtime.tools import request_hash
+
+E = ExecutionEventType
+_OWN_STEP = {"model_call": MODEL, "user_message": USER}
+_STEP_KIND = {**_OWN_STEP, "tool_call": TOOLS}
+_STATUS_OUTCOME = {
+    ToolOutcome.SUCCESS: SideEffectStatus.CONFIRMED,
+    ToolOutcome.ERROR: SideEffectStatus.FAILED,
+    ToolOutcome.DENIED: SideEffectStatus.FAILED,
+    ToolOutcome.TIMEOUT: SideEffectStatus.UNKNOWN,
+    ToolOutcome.UNKNOWN: SideEffectStatus.UNKNOWN,
+}
+
+
+def side_effect_id(run_id: str, tool_call_sequence: int) -> str:
+    return f"se-{run_key(run_id, 'side-effect', tool_call_sequence)}"
+
+
+async def _enter_step(recorder: IngestRecorder, state: IngestState, event: IngestEvent) -> None:
+    """Close the open step and start the event's own, when it has one."""
+    if isinstance(event, RunEndEvent):
+        return
+    step = event.step_id or _STEP_KIND.get(event.type)
+    if step is None:
+        return  # joins the open step
+    new = step != state.step or (event.step_id is None and event.type in _OWN_STEP)
+    if not new:
+        return
+    if state.step is not None:
+        await recorder.record(E.STEP_COMPLETED, payload={"next": step, "output": None})
+    recorder.step_id = step
+    state.begin_step(step)
+    await recorder.record(E.STEP_STARTED, payload={"step": step})
+
+
+async def record_event(
+    recorder: IngestRecorder, evidence: EvidenceReader, state: IngestState, event: IngestEvent
+) -> None:
+    await _enter_step(recorder, state, event)
+    if isinstance(event, ModelCallEvent):
+        await _model_call(recorder, state, event)
+    elif isinstance(event, ToolCallEvent):
+        await _tool_call(recorder, state, event)
+    elif isinstance(event, UserMessageEvent):
+        state.apply_user(event.content, event.done)
+        turn = state.conversation.user_turns
+        await _fixture(
+            recorder,
+            f"user-{turn}",
+            USER_REPLY,
+            user_reply_request(turn),
+            user_reply_response(event.content, event.done),
+            ToolOutcome.SUCCESS,
+            SideEffectClass.READ,
+        )
+    elif isinstance(event, RetrievalEvent):
+        await recorder.record(
+            E.RETRIEVAL,
+            record=RetrievalFixture(
+                query_hash=canonical_hash(event.query),
+                retriever_version=event.retriever_version,
+                evidence=event.evidence,
+                run_id=recorder.run_id,
+                step_id=recorder.step_id,
+            ),
+        )
+    elif isinstance(event, PolicyDecisionEvent):
+        await recorder.record(
+            E.POLICY_DECISION,
+            record=PolicyDecisionRecord(
+                policy_id=event.policy_id,
+                policy_version=event.policy_version,
+                input_hash=canonical_hash(event.input),
+                sanitized_input=event.input,
+                decision=event.decision,
+                reasons=event.reasons,
+                run_id=recorder.run_id,
+                step_id=recorder.step_id,
+            ),
+        )
+    elif isinstance(event, ApprovalEvent):
+        await recorder.record(
+            E.APPROVAL,
+            record=ApprovalRecord(
+                approval_id=event.approval_id,
+                approver=event.approver,
+                action_hash=action_hash(event.capability, event.arguments),
+                decision=event.decision,
+                approved_at=recorder.logical_time(),
+                expires_at=event.expires_at,
+                run_id=recorder.run_id,
+                step_id=recorder.step_id,
+            ),
+        )
+    elif isinstance(event, SideEffectStateEvent):
+        await _side_effect_change(recorder, evidence, event)
+    elif isinstance(event, CheckpointEvent):
+        await recorder.checkpoint(
+            recorder.step_id, dict(event.state), event.state_schema_version, None
+        )
+    elif isinstance(event, OpaqueEvent):
+        await recorder.record(
+            E.OPAQUE, payload={"source": event.source, "reason": event.reason, "data": event.data}
+        )
+
+
+async def _model_call(recorder: IngestRecorder, state: IngestState, event: ModelCallEvent) -> None:
+    messages = list(event.messages) if event.messages is not None else state.conversation.messages
+    tools = tool_schemas(state.tools_json)
+    _, snapshot = await record_context(
+        recorder,
+        state.conversation.model_calls + 1,
+        state.system_prompt,
+        messages,
+        tools,
+        event.model,
+        recorder.stored_messages,
+    )
+    response = ModelResponse(
+        model=event.model,
+        content=event.content,
+        tool_calls=event.tool_calls,
+        finish_reason=event.finish_reason,
+        usage=event.usage,
+        cost=event.cost,
+        response_id=event.response_id,
+    )
+    profile = state.run.pinned.model_profile or f"imported:{event.model}"
+    await record_model_response(
+        recorder, profile, state.conversation.prompt_artifact_id, snapshot, response
+    )
+    state.apply_model(response)
+
+
+async def _tool_call(recorder: IngestRecorder, state: IngestState, event: ToolCallEvent) -> None:
+    if event.name == USER_REPLY:
+        raise InvalidInputError(
+            f"event {event.sequence}: {USER_REPLY} is reserved; send a user_message event"
+        )
+    declared = state.tool_classes.get(event.name)
+    effect_class = event.side_effect_class or SideEffectClass(declared or "WRITE")
+    call_id = event.tool_call_id or f"call-{event.sequence}"
+    preq: str | None = None
+    if effect_class is SideEffectClass.WRITE:
+        preq = (
+            event.provider_request_id or f"preq-{run_key(recorder.run_id, 'preq', event.sequence)}"
+        )
+        status = event.side_effect_status or _STATUS_OUTCOME.get(
+            event.outcome, SideEffectStatus.UNKNOWN
+        )
+        ahash = action_hash(event.name, event.arguments)
+        planned = SideEffectRecord(
+            side_effect_id=side_effect_id(recorder.run_id, event.sequence),
+            run_id=recorder.run_id,
+            step_id=recorder.step_id,
+            capability_id=event.name,
+            idempotency_key=f"idem-{run_key(recorder.run_id, 'idem', event.sequence)}",
+            action_hash=ahash,
+            status=SideEffectStatus.PLANNED,
+            provider_request_id=preq,
+        )
+        await recorder.record(E.SIDE_EFFECT, record=planned)
+        executing = planned.model_copy(update={"status": SideEffectStatus.EXECUTING})
+        await recorder.record(E.SIDE_EFFECT, record=executing)
+        receipt = event.receipt
+        if receipt is None and event.output is not None:
+            receipt = (
+                event.output if isinstance(event.output, str) else canonical_hash(event.output)
+            )
+        final = executing.model_copy(
+            update={
+                "status": status,
+                "provider_receipt": receipt,
+                "executed_at": recorder.logical_time()
+                if status is SideEffectStatus.CONFIRMED
+                else None,
+            }
+        )
+        await recorder.record(E.SIDE_EFFECT, record=final)
+    await _fixture(
+        recorder,
+        call_id,
+        event.name,
+        event.arguments,
+        event.output,
+        event.outcome,
+        effect_class,
+        preq,
+    )
+    state.apply_tool(call_id, event.name, event.output)
+
+
+async def _fixture(
+    recorder: IngestRecorder,
+    call_id: str,
+    capability_id: str,
+    arguments: dict,  # type: ignore[type-arg]
+    output: object,
+    outcome: ToolOutcome,
+    effect_class: SideEffectClass,
+    provider_request_id: str | None = None,
+) -> None:
+    fixture = ToolFixture(
+        tool_call_id=call_id,
+        capability_id=capability_id,
+        request_hash=request_hash(capability_id, arguments),
+        sanitized_request=arguments,
+        sanitized_response=output,  # type: ignore[arg-type]
+        outcome=outcome,
+        started_at=recorder.logical_time(),
+        completed_at=recorder.logical_time(),
+        provider_request_id=provider_request_id,
+        run_id=recorder.run_id,
+        step_id=recorder.step_id,
+        side_effect_class=effect_class,
+    )
+    await recorder.record(E.TOOL_CALL, record=fixture)
+
+
+async def _side_effect_change(
+    recorder: IngestRecorder, evidence: EvidenceReader, event: SideEffectStateEvent
+) -> None:
+    key = side_effect_id(recorder.run_id, event.tool_call_sequence)
+    try:
+        current: SideEffectRecord = await evidence.record(SideEffectRecord, key)
+    except NotFoundError:
+        raise InvalidInputError(
+            f"event {event.sequence}: event {event.tool_call_sequence} recorded no side effect "
+            "(it is not a WRITE tool call, or not recorded yet)"
+        ) from None
+    updated = current.model_copy(
+        update={
+            "status": event.status,
+            "provider_receipt": event.receipt or current.provider_receipt,
+            "reconciled_applied": event.reconciled_applied,
+        }
+    )
+    await recorder.record(E.SIDE_EFFECT, record=updated, step_id=current.step_id)

@@ -1,0 +1,104 @@
+"""What every importer shares: reading the source file with positions in errors, deterministic
+run ids, and recording converted runs through the one ingestion path."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from ingest import ingest_events, ingest_run
+from models.canonical import canonical_hash
+from models.digest import digest_hex
+from models.errors import InvalidInputError
+from models.ingest import IngestEvent, IngestRunHeader
+from runtime.ports import ArtifactStore, EventLedger, EvidenceReader
+
+
+@dataclass(frozen=True)
+class ConvertedRun:
+    header: IngestRunHeader
+    events: tuple[IngestEvent, ...]
+    #: what the importer could not interpret (kept as OPAQUE events), for the report
+    opaque: tuple[str, ...] = ()
+
+
+@dataclass
+class ImportReport:
+    source: str
+    run_ids: list[str] = field(default_factory=list)
+    #: runs recorded by this import (the others were already there, unchanged)
+    imported: int = 0
+    already_imported: int = 0
+    events_recorded: int = 0
+    opaque: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "run_ids": self.run_ids,
+            "runs": len(self.run_ids),
+            "imported": self.imported,
+            "already_imported": self.already_imported,
+            "events_recorded": self.events_recorded,
+            "opaque": self.opaque,
+        }
+
+
+def read_json_file(path: Path) -> Any:
+    """The file's JSON; a syntax error names the line and column."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InvalidInputError(f"{path}: cannot read: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise InvalidInputError(f"{path}: not UTF-8 at byte {exc.start}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidInputError(
+            f"{path}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
+        ) from None
+
+
+def content_id(*parts: Any) -> str:
+    """A short digest of the content a run was imported from: the same content gives the same
+    run id, so a second import finds the run already there."""
+    try:
+        return digest_hex(canonical_hash(list(parts)))[:16]
+    except InvalidInputError:  # no canonical form (NaN …): the JSON text still identifies it
+        return digest_hex(canonical_hash(json.dumps(list(parts), sort_keys=True, default=str)))[:16]
+
+
+def build(where: str, model: type, data: Any) -> Any:
+    """Validate ``data`` as ``model``; an error names the position and the field."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = ".".join(str(p) for p in first["loc"])
+        raise InvalidInputError(f"{where}: {loc}: {first['msg']}") from None
+
+
+async def record_converted(
+    ledger: EventLedger,
+    artifacts: ArtifactStore,
+    evidence: EvidenceReader,
+    runs: Sequence[ConvertedRun],
+    report: ImportReport,
+) -> ImportReport:
+    for run in runs:
+        created = await ingest_run(ledger, artifacts, run.header)
+        result = await ingest_events(ledger, artifacts, evidence, run.header.run_id, run.events)
+        report.run_ids.append(run.header.run_id)
+        if created.recorded or result.recorded:
+            report.imported += 1
+        else:
+            report.already_imported += 1
+        report.events_recorded += result.recorded
+        report.opaque.extend(run.opaque)
+    return report

@@ -1,0 +1,163 @@
+"""Where an ingested run stands, rebuilt from its ledger: which client events are recorded
+(and with what content), the open step, and the conversation so far. Nothing is kept between
+calls, so any API process can take the next batch of a run."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from ingest.recorder import marker_of
+from models import ExecutionEventType, RunRecord
+from models.errors import InvalidInputError
+from models.ingest import TOOL_LOOP_GRAPH_ID
+from models.model_call import ChatMessage, ModelResponse
+from runtime.ports import ArtifactStore, EventLedger
+from runtime.tool_loop.conversation import (
+    MODEL,
+    START,
+    TOOLS,
+    USER,
+    LoopInput,
+    LoopState,
+    after_model,
+    after_tools,
+    after_user,
+    assistant_message,
+    is_user_reply,
+    tool_message_content,
+)
+
+E = ExecutionEventType
+_READ = frozenset(
+    {
+        E.RUN_STARTED,
+        E.PROMPT_COMPILED,
+        E.MODEL_CALL,
+        E.TOOL_CALL,
+        E.STEP_STARTED,
+        E.STEP_COMPLETED,
+        E.RUN_COMPLETED,
+        E.RUN_FAILED,
+    }
+)
+
+
+@dataclass
+class IngestState:
+    run: RunRecord
+    loop: LoopInput
+    head: int
+    #: client sequence -> content digest of every recorded client event (0: the header)
+    recorded: dict[int, str] = field(default_factory=dict)
+    step: str | None = None
+    steps: int = 0
+    ended: bool = False
+    conversation: LoopState = field(default_factory=LoopState)
+    system_prompt: str | None = None
+    #: tool name -> "READ" | "WRITE" as declared in the header
+    tool_classes: dict[str, str] = field(default_factory=dict)
+    #: the header's tools as offered to the model
+    tools_json: list[dict[str, Any]] = field(default_factory=list)
+    #: what the last step did, for deciding how the loop ended
+    last_response: ModelResponse | None = None
+    last_tools: list[str] = field(default_factory=list)
+    last_done: bool = False
+
+    @property
+    def next_sequence(self) -> int:
+        return max(self.recorded, default=0) + 1
+
+    @property
+    def is_tool_loop(self) -> bool:
+        return self.run.graph_id == TOOL_LOOP_GRAPH_ID
+
+    # the same bookkeeping as the loop's graph, so the outcome is decided the same way
+    def apply_model(self, response: ModelResponse) -> None:
+        self.conversation.model_calls += 1
+        self.conversation.messages.append(assistant_message(response))
+        if not response.tool_calls:
+            self.conversation.answers += 1
+        self.last_response = response
+
+    def apply_tool(self, tool_call_id: str | None, name: str, output: Any) -> None:
+        self.conversation.messages.append(
+            ChatMessage(
+                role="tool",
+                content=tool_message_content(output),
+                tool_call_id=tool_call_id,
+                name=name,
+            )
+        )
+        self.last_tools.append(name)
+
+    def apply_user(self, content: str | None, done: bool) -> None:
+        self.conversation.user_turns += 1
+        self.conversation.messages.append(ChatMessage(role="user", content=content))
+        self.last_done = done
+
+    def begin_step(self, step: str) -> None:
+        self.step = step
+        self.steps += 1
+        self.last_tools = []
+
+    def ended_by(self) -> str:
+        """Why the loop would stop after the last recorded step ("stopped" when the loop would
+        go on: the source stopped where the loop's rules do not, e.g. an undeclared limit)."""
+        loop, conv = self.loop, self.conversation
+        if self.step == MODEL and self.last_response is not None:
+            nxt, why = after_model(loop, conv, self.last_response)
+        elif self.step == TOOLS:
+            nxt, why = after_tools(loop, conv, self.last_tools)
+        elif self.step == USER:
+            nxt, why = after_user(loop, conv, self.last_done)
+        else:
+            nxt, why = START, None
+        return why if nxt is None and why else "stopped"
+
+
+async def load_ingest_state(
+    ledger: EventLedger, artifacts: ArtifactStore, run_id: str
+) -> IngestState:
+    run = await ledger.get_run(run_id)
+    loaded = await ledger.events_with_payloads(run_id, types=_READ)
+    head_events = await ledger.events(run_id, from_sequence=max(1, _last(loaded)))
+    head = head_events[-1].sequence if head_events else 0
+    state = IngestState(run=run, loop=LoopInput(), head=head)
+    for event, data in loaded:
+        marker = marker_of(run_id, event)
+        if marker is not None:
+            state.recorded[marker.sequence] = marker.digest
+        payload = json.loads(data or b"null")
+        if event.type is E.RUN_STARTED:
+            state.loop = LoopInput.from_json(payload.get("input"))
+            state.conversation = LoopState(messages=list(state.loop.initial_messages))
+            if state.loop.tools_ref:
+                tools = json.loads(await artifacts.get(state.loop.tools_ref))
+                state.tools_json = tools
+                state.tool_classes = {t["name"]: t["side_effect_class"] for t in tools}
+            if state.loop.system_prompt_ref:
+                state.system_prompt = (await artifacts.get(state.loop.system_prompt_ref)).decode()
+        elif event.type is E.PROMPT_COMPILED:
+            state.conversation.prompt_artifact_id = payload["artifact_id"]
+        elif event.type is E.STEP_STARTED:
+            state.begin_step(event.step_id)
+        elif event.type is E.MODEL_CALL:
+            state.apply_model(ModelResponse.model_validate(payload["response"]))
+        elif event.type is E.TOOL_CALL:
+            response = payload.get("sanitized_response")
+            if is_user_reply(payload["capability_id"]):
+                reply = response if isinstance(response, dict) else {}
+                state.apply_user(reply.get("content"), bool(reply.get("done")))
+            else:
+                state.apply_tool(payload.get("tool_call_id"), payload["capability_id"], response)
+        elif event.type in (E.RUN_COMPLETED, E.RUN_FAILED):
+            state.ended = True
+    if not state.recorded:
+        raise InvalidInputError(f"run {run_id!r} was not created by ingestion")
+    return state
+
+
+def _last(loaded: list[tuple[Any, bytes | None]]) -> int:
+    return loaded[-1][0].sequence if loaded else 1

@@ -1,1 +1,0 @@
-"""Importers of foreign agent-run formats, each a converter to the ingestion format."""

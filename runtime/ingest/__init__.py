@@ -1,5 +1,0 @@
-"""Ingestion of runs recorded outside Replaybook's runtime (``models.ingest`` is the format)."""
-
-from runtime.ingest.core import ingest_events, ingest_run
-
-__all__ = ["ingest_events", "ingest_run"]

@@ -1,8 +1,0 @@
-"""Replaybook's HTTP API (FastAPI): replays, incidents, runs; OpenAPI at ``/openapi.json``.
-
-``create_app`` builds the application; ``replaybook api`` serves it with uvicorn.
-"""
-
-from worker.api.app import create_app
-
-__all__ = ["create_app"]

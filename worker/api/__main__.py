@@ -1,8 +1,0 @@
-"""``python -m worker.api [--host H] [--port P]``: the same as ``replaybook api``."""
-
-import sys
-
-from worker.cli import app
-
-if __name__ == "__main__":
-    app(["api", *sys.argv[1:]], prog_name="replaybook")
