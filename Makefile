@@ -4,7 +4,11 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo test bench lint clean
+.PHONY: install demo test typecheck bench lint clean
+
+# every package mypy checks (the configuration is [tool.mypy] in pyproject.toml)
+TYPED := models runtime forensics ingest integrations stores activities workflows app cli api \
+         devstack worker examples bench
 
 install: $(STAMP)
 	bash infra/ensure-bubblewrap.sh
@@ -23,7 +27,11 @@ demo: install
 test: install
 	bash infra/ensure-postgres.sh
 	$(BIN)/ruff check .
+	$(BIN)/mypy $(TYPED)
 	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+typecheck: install
+	$(BIN)/mypy $(TYPED)
 
 bench: install
 	bash infra/ensure-postgres.sh

@@ -29,9 +29,9 @@ from models.incident_flow import (
 )
 from models.signatures import classify
 from runtime.recorder import RunRecorder
+from runtime.trajectory import load_trajectory
 from stores.bundle import Stores
 from stores.sql.incidents import SqlIncidentStore
-from stores.sql.trajectory import load_trajectory
 
 log = structlog.get_logger(__name__)
 FREEZE_TYPES = tuple(EvidenceType)
@@ -56,6 +56,12 @@ class IncidentActivities:
     async def freeze_incident_evidence(
         self, incident_id: str, run_id: str, retention_days: int, frozen_at: datetime
     ) -> FreezeSummary:
+        """Verify the run's chain, put every artifact its evidence references on legal hold
+        with retention ``retention_days`` from ``frozen_at``, record the freeze in the incident
+        store and return its summary. Idempotent: the time comes from the workflow and the
+        freeze id from the incident and run.
+
+        Never deletes evidence or shortens a retention, and appends nothing to the run."""
         # the time comes from the workflow, so a retried activity freezes identically
         now = frozen_at
         request = EvidenceFreezeRequest(
@@ -80,6 +86,8 @@ class IncidentActivities:
 
     @activity.defn(name="unknown_side_effects")
     async def unknown_side_effects(self, run_id: str) -> list[str]:
+        """The ids of the run's side effects whose outcome is UNKNOWN (counted once per
+        incident). Reads the evidence only: writes nothing and contacts no provider."""
         effects: list[SideEffectRecord] = await self.stores.evidence.records(
             SideEffectRecord, run_id
         )
@@ -89,7 +97,9 @@ class IncidentActivities:
             if e.status is SideEffectStatus.UNKNOWN
         }
         # counted once per incident (the workflow id), however often the activity is retried
-        observe.unknown_side_effects_found(activity.info().workflow_id, unknown)
+        # (an activity started without a workflow has none: its own id, stable across retries)
+        info = activity.info()
+        observe.unknown_side_effects_found(info.workflow_id or info.activity_id, unknown)
         return list(unknown)
 
     async def _recorder(self, run_id: str) -> RunRecorder:
@@ -97,6 +107,11 @@ class IncidentActivities:
 
     @activity.defn(name="reconcile_side_effect")
     async def reconcile_side_effect(self, run_id: str, side_effect_id: str) -> ReconcileOutcome:
+        """Ask the providers, read-only, whether the UNKNOWN side effect was applied; a
+        conclusive answer is appended to the run's chain as RECONCILED, an inconclusive one
+        leaves it UNKNOWN and says a human is needed. Safe to retry.
+
+        Never executes or retries the write itself."""
         run = await self.stores.ledger.get_run(run_id)
         result = await reconcile_side_effect(
             self.stores.evidence,
@@ -126,6 +141,11 @@ class IncidentActivities:
     async def resolve_side_effect_by_human(
         self, run_id: str, resolution: SideEffectResolution
     ) -> ReconcileOutcome:
+        """Append a person's verdict on the side effect (applied or not, on what evidence, who
+        decided) to the run's chain as RECONCILED. Safe to retry; a contradicting verdict is
+        refused.
+
+        Contacts no provider and never executes or retries the write."""
         record = await resolve_by_human(
             self.stores.evidence,
             await self._recorder(run_id),
@@ -147,6 +167,9 @@ class IncidentActivities:
 
     @activity.defn(name="sign_failure")
     async def sign_failure(self, incident_id: str, run_id: str) -> SignatureResult:
+        """Classify the run's failure from its recorded facts into a failure type and
+        signature. Reads the ledger and evidence only; writes nothing and guesses no root
+        cause."""
         facts = await gather_failure_facts(self.stores.ledger, self.stores.evidence, run_id)
         c = classify(facts)
         return SignatureResult(
@@ -158,6 +181,9 @@ class IncidentActivities:
 
     @activity.defn(name="save_incident")
     async def save_incident(self, view: IncidentView) -> None:
+        """Upsert the incident's row (phase, signature, the whole view) in the incident store;
+        a COMPLETED or FAILED incident is counted. Touches neither the run's chain nor its
+        evidence."""
         sig = view.signature
         await self.incidents.save_incident(
             incident_id=view.incident_id,
@@ -175,6 +201,9 @@ class IncidentActivities:
     async def create_regression_case(
         self, view: IncidentView, confirmation: RootCauseConfirmation
     ) -> str | None:
+        """The id of the regression case built from the failure and the confirmed root cause,
+        written once (a retry finds the case already there); None when the failure yields no
+        case. Writes only to the incident store; runs no replay and changes no run."""
         s = self.stores
         facts = await gather_failure_facts(s.ledger, s.evidence, view.source_run_id)
         source = await load_trajectory(s.ledger, view.source_run_id)
@@ -199,10 +228,15 @@ class IncidentActivities:
 
     @activity.defn(name="build_incident_report")
     async def build_incident_report(self, view: IncidentView) -> dict[str, str]:
-        from activities.report_bundle import report_bundle
+        """Gather the incident's report bundle and store it rendered as JSON, Markdown and
+        HTML, plus the canonical bundle, in the artifact store; returns their references.
+        Writes only artifacts: appends nothing to any run and changes no incident."""
         from forensics.report import render_html, render_json, render_markdown
+        from forensics.report_gather import report_bundle
 
-        bundle = await report_bundle(self.stores, view)
+        bundle = await report_bundle(
+            self.stores.ledger, self.stores.evidence, self.incidents, view
+        )
         refs = {}
         for fmt, render in (("json", render_json), ("md", render_markdown), ("html", render_html)):
             refs[fmt] = await self.stores.artifacts.put(render(bundle).encode())

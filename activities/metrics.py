@@ -13,7 +13,6 @@ counted (``_once``) prevents that for the common case (the retry lands on the sa
 
 from __future__ import annotations
 
-import os
 from collections import OrderedDict
 from collections.abc import Iterable
 from decimal import Decimal
@@ -129,22 +128,6 @@ def budget_ratio(used: float | Decimal, limit: float | Decimal | None) -> float 
 
 
 # serving -----------------------------------------------------------------------------------------
-
-
-def port_from_env(name: str) -> int | None:
-    """The port in env ``name`` (unset or empty: None); a bad value is a clear error."""
-    from models.errors import ConfigurationError
-
-    text = os.environ.get(name, "").strip()
-    if not text:
-        return None
-    try:
-        port = int(text)
-    except ValueError:
-        raise ConfigurationError(f"{name} must be a port number, not {text!r}") from None
-    if not 0 <= port <= 65535:
-        raise ConfigurationError(f"{name} must be a port number (0-65535), not {port}")
-    return port
 
 
 def serve_metrics(port: int, addr: str = "0.0.0.0") -> None:

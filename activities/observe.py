@@ -112,8 +112,8 @@ async def _replay_compared(ledger: EventLedger, plan: ReplayPlan, result: Compar
     for resource, ratio in ratios.items():
         if ratio is not None:
             metrics.BUDGET_USED_RATIO.labels(resource=resource).observe(ratio)
-    budget_stop = bool(facts.stopped) and (
-        facts.stopped.startswith("budget") or facts.stopped.startswith("BudgetExhausted")
+    budget_stop = facts.stopped is not None and facts.stopped.startswith(
+        ("budget", "BudgetExhausted")
     )
     if budget_stop:
         metrics.BUDGET_EXHAUSTED_TOTAL.labels(mode=mode).inc()

@@ -15,7 +15,7 @@ from models.comparison import compare_trajectories, reproduces
 from models.errors import SandboxError
 from models.replay_flow import ComparisonResult, PreparedReplay, ReplayPlan, StepInput, StepOutput
 from runtime.replay.engine import ReplayEngine
-from stores.sql.trajectory import load_trajectory
+from runtime.trajectory import load_trajectory
 
 log = structlog.get_logger(__name__)
 
@@ -37,6 +37,13 @@ class ReplayActivities:
 
     @activity.defn(name="prepare_replay")
     async def prepare_replay(self, plan: ReplayPlan) -> PreparedReplay:
+        """Verify the source run's chain and check that its evidence and the plan's overrides
+        are available here; when nothing is missing, create the replay run (header and
+        RUN_STARTED with the replay manifest; idempotent on retry). A refusal comes back as
+        ``ok=False`` with its problems (and is counted), not as an error.
+
+        Runs no step, calls no model or provider, and never writes to the source run; the
+        result carries ids, hashes and counts only."""
         prepared = await self.engine.prepare(plan)
         log.info(
             "replay prepared",
@@ -53,6 +60,17 @@ class ReplayActivities:
 
     @activity.defn(name="replay_step")
     async def replay_step(self, step: StepInput) -> StepOutput:
+        """Run the replay's next steps from ``step`` (in the bubblewrap sandbox unless the
+        development flag is set), each recorded whole or not at all in the replay run, and
+        return where they ended with their counters and the isolation they ran under. A step
+        already recorded by an earlier attempt is returned, not run again; heartbeats while it
+        runs. Sandbox limits and violations are not retried.
+
+        Never executes a write capability (each attempt is blocked, recorded as WRITE_BLOCKED
+        and answered with the recorded result or a dry run), never writes to the source run,
+        reaches a live model only in a mode other than RECORDED and live read providers only
+        under the SANDBOX_LIVE miss policy; it passes ids, hashes and counters, never states or
+        payloads."""
         # heartbeats let Temporal notice a dead worker within the heartbeat timeout instead of
         # waiting out the whole start-to-close timeout (a live model call can be slow)
         beating = asyncio.create_task(_heartbeat(step.step_id))
@@ -67,7 +85,7 @@ class ReplayActivities:
             return output.model_copy(update={"isolation": isolation})
         except SandboxError as exc:
             log.warning("sandboxed step failed", replay_id=step.plan.replay_id, error=str(exc))
-            if getattr(exc, "retryable", True):
+            if exc.retryable:
                 raise
             # a limit or a violation: running the same hostile code again cannot help
             raise ApplicationError(str(exc), type=type(exc).__name__, non_retryable=True) from exc
@@ -76,6 +94,10 @@ class ReplayActivities:
 
     @activity.defn(name="compare_replay")
     async def compare_replay(self, plan: ReplayPlan) -> ComparisonResult:
+        """Compare the replay's trajectory with the source's (a fork only with what it
+        re-executed) and say whether it reproduces; the replay is counted in the metrics.
+
+        Reads the ledger only: records nothing in either run and calls no model or provider."""
         after = 0
         if plan.from_step:  # a fork is compared on what it re-executed
             after = (await self.engine.source(plan.source_run_id)).marks[plan.from_step].sequence
@@ -88,7 +110,11 @@ class ReplayActivities:
 
     @activity.defn(name="close_replay_run")
     async def close_replay_run(self, replay_id: str, reason: str) -> None:
-        """Mark the replay run ended early (canceled or failed) in its header."""
+        """Mark the replay run ended early (canceled, failed, or stopped by its budget) in its
+        header, close its kept sandboxed process on this worker, and count a cancellation or a
+        failure. A run that does not exist yet (canceled while preparing) is not an error.
+
+        Appends no event and deletes nothing; touches only the replay run, never its source."""
         if self.sandboxed is not None:  # its kept sandboxed process, when on this worker
             await self.sandboxed.close(replay_id)
         mode = "unknown"

@@ -14,7 +14,7 @@ from api import errors, routes_incidents, routes_replays, routes_runs
 from api.config import ApiConfig
 from api.limits import BodySizeLimit
 from api.state import ApiState
-from worker.settings import Settings
+from worker.settings import Settings, load_settings
 
 DESCRIPTION = """
 Replay recorded LLM agent runs and run incident forensics (Replaybook).
@@ -32,10 +32,11 @@ Request bodies are limited (413 beyond): 64 KiB for control endpoints by default
 
 
 def create_app(settings: Settings | None = None, config: ApiConfig | None = None) -> FastAPI:
-    """The API over ``settings``' stores and Temporal, authenticated per ``config``; both
-    default to the environment (``Settings.from_env()``, ``ApiConfig.from_env()``)."""
-    settings = settings or Settings.from_env()
-    config = (config or ApiConfig.from_env()).checked()
+    """The API over ``settings``' stores and Temporal, authenticated per ``config``: the
+    settings default to the process's (``load_settings()``), the config to their ``api``
+    section (``ApiConfig.from_settings``)."""
+    settings = settings or load_settings()
+    config = (config or ApiConfig.from_settings(settings.api)).checked()
     state = ApiState(settings, config)
 
     @contextlib.asynccontextmanager

@@ -1,4 +1,5 @@
-"""The API's configuration from the environment (each variable documented in README.md).
+"""The API's configuration, from the ``api`` section of the settings (``worker.settings.
+ApiSettings``; each variable documented in README.md):
 
 * ``REPLAYBOOK_API_TOKENS``: ``TOKEN=ROLE[+ROLE…][@NAME]`` entries separated by commas, e.g.
   ``tokenA=engineer,tokenB=forensic+engineer@alice``;
@@ -12,18 +13,11 @@
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from api.auth import Role, TokenTable, parse_tokens
 from models.errors import ConfigurationError
-from runtime.env_values import positive_int
-
-DEFAULT_MAX_BODY_BYTES = 64 * 1024
-DEFAULT_MAX_INGEST_BYTES = 8 * 1024 * 1024
-TRUE = ("1", "true", "yes")
+from worker.settings import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_INGEST_BYTES, ApiSettings
 
 
 @dataclass(frozen=True)
@@ -34,26 +28,26 @@ class ApiConfig:
     max_ingest_bytes: int = DEFAULT_MAX_INGEST_BYTES
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> ApiConfig:
-        env = os.environ if env is None else env
+    def from_settings(cls, settings: ApiSettings) -> ApiConfig:
+        """The token table of ``REPLAYBOOK_API_TOKENS`` and ``REPLAYBOOK_API_TOKENS_FILE`` (read
+        here) and the limits, refused when nobody could call the API."""
         tokens: TokenTable = {}
-        if text := env.get("REPLAYBOOK_API_TOKENS"):
-            tokens |= parse_tokens(text, "REPLAYBOOK_API_TOKENS")
-        if path := env.get("REPLAYBOOK_API_TOKENS_FILE"):
+        if settings.tokens is not None:
+            tokens |= parse_tokens(settings.tokens.get_secret_value(), "REPLAYBOOK_API_TOKENS")
+        if (path := settings.tokens_file) is not None:
             try:
-                content = Path(path).read_text()
+                content = path.read_text()
             except OSError as exc:
                 raise ConfigurationError(
-                    f"REPLAYBOOK_API_TOKENS_FILE: cannot read {path}: {exc.strerror}"
+                    f"REPLAYBOOK_API_TOKENS_FILE: cannot read {path}: {exc.strerror}",
+                    field="REPLAYBOOK_API_TOKENS_FILE",
                 ) from exc
             tokens |= parse_tokens(content, f"REPLAYBOOK_API_TOKENS_FILE ({path})")
         return cls(
             tokens=tokens,
-            insecure_dev=(env.get("REPLAYBOOK_API_INSECURE_DEV") or "").lower() in TRUE,
-            max_body_bytes=_size(env, "REPLAYBOOK_API_MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES),
-            max_ingest_bytes=_size(
-                env, "REPLAYBOOK_API_MAX_INGEST_BYTES", DEFAULT_MAX_INGEST_BYTES
-            ),
+            insecure_dev=settings.insecure_dev,
+            max_body_bytes=settings.max_body_bytes,
+            max_ingest_bytes=settings.max_ingest_bytes,
         ).checked()
 
     def checked(self) -> ApiConfig:
@@ -72,7 +66,3 @@ class ApiConfig:
             max_body_bytes=self.max_body_bytes,
             max_ingest_bytes=self.max_ingest_bytes,
         )
-
-
-def _size(env: Mapping[str, str], name: str, default: int) -> int:
-    return positive_int(env, name, default, what="a number of bytes")

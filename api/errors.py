@@ -79,8 +79,8 @@ def naming(field: str) -> Iterator[None]:
     try:
         yield
     except ReplaybookError as exc:
-        if getattr(exc, "field", None) is None:
-            exc.field = field  # type: ignore[attr-defined]
+        if exc.field is None:
+            raise exc.with_field(field) from exc
         raise
 
 
@@ -135,7 +135,7 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(ReplaybookError)
     async def replaybook_error(request: Request, exc: ReplaybookError) -> JSONResponse:
         status = status_of(exc)
-        field = getattr(exc, "field", None) or "request"
+        field = exc.field or "request"
         if status >= 500:
             log.error("api request failed", path=request.url.path, error=str(exc), code=exc.code)
         return error_body(status, exc.code, field, str(exc))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 
 from starlette.exceptions import HTTPException
+from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.errors import error_body
@@ -60,5 +61,5 @@ class BodySizeLimit:
     def _message(self, limit: int) -> str:
         return f"the request body is larger than the limit of {limit} bytes"
 
-    def _too_large(self, limit: int):  # type: ignore[no-untyped-def]
+    def _too_large(self, limit: int) -> JSONResponse:
         return error_body(413, "payload_too_large", "body", self._message(limit))

@@ -8,7 +8,6 @@ import structlog
 from fastapi import APIRouter, Depends, Query
 from fastapi.responses import Response
 
-from activities.incident import new_incident_id
 from api.auth import FORENSIC, OPERATE, READ, Principal, require_role
 from api.errors import naming
 from api.schemas import (
@@ -20,16 +19,16 @@ from api.schemas import (
     camel,
 )
 from api.state import State
-from cli.incident import (
+from app.incidents import (
     confirm_root_cause,
     incident_status_view,
     load_report,
+    new_incident_request,
     open_incident,
     resolve_side_effect,
 )
-from cli.replay import invalid
-from models.errors import ConflictError, RunNotFoundError
-from models.incident_flow import Counterfactual, IncidentRequest, SideEffectResolution
+from models.errors import ConflictError
+from models.incident_flow import SideEffectResolution
 
 log = structlog.get_logger(__name__)
 router = APIRouter(prefix="/api/incidents", tags=["incidents"])
@@ -62,21 +61,15 @@ def _refusal_field(exc: ConflictError) -> str:
 
 @router.post("", status_code=202, summary="Open an incident for a recorded run")
 async def create_incident(body: IncidentCreate, state: State, caller: Operator) -> IncidentAccepted:
-    request = IncidentRequest(
-        incident_id=new_incident_id(),
-        source_run_id=body.source_run_id,
-        counterfactuals=tuple(
-            Counterfactual(kind=c.kind, value=c.value) for c in body.counterfactuals
-        ),
+    request = new_incident_request(
+        body.source_run_id,
+        [(c.kind, c.value) for c in body.counterfactuals],
         repeat=body.repeat,
         miss_policy=body.fixture_miss_policy,
         retention_days=body.retention_days,
     )
-    try:
-        await (await state.stores()).ledger.get_run(body.source_run_id)
-    except RunNotFoundError as exc:
-        raise invalid("sourceRunId", str(exc)) from None
-    await open_incident(await state.client(), request)
+    ledger = (await state.stores()).ledger
+    await open_incident(state.client, ledger, request, source_field="sourceRunId")
     log.info("incident opened", incident_id=request.incident_id, caller=caller.caller)
     return IncidentAccepted(incident_id=request.incident_id, source_run_id=body.source_run_id)
 
@@ -84,7 +77,7 @@ async def create_incident(body: IncidentCreate, state: State, caller: Operator) 
 @router.get("/{incident_id}", summary="Phase, signature, replays with rates, pending human tasks")
 async def get_incident(incident_id: str, state: State, _: Reader) -> dict[str, Any]:
     with naming("incident_id"):
-        return camel(await incident_status_view(await state.client(), incident_id))  # type: ignore[no-any-return]
+        return camel(await incident_status_view(await state.client(), incident_id))
 
 
 @router.post("/{incident_id}/root-cause", summary="Confirm the root cause (a human's decision)")
@@ -102,8 +95,7 @@ async def post_root_cause(
                 replay_ids=body.replay_ids,
             )
     except ConflictError as exc:
-        exc.field = _refusal_field(exc)  # type: ignore[attr-defined]
-        raise
+        raise exc.with_field(_refusal_field(exc)) from exc
     log.info("root cause confirmed", incident_id=incident_id, caller=caller.caller)
     return RootCauseConfirmed(
         incident_id=incident_id,
@@ -129,8 +121,7 @@ async def post_resolution(
         with naming("incident_id"):
             result = await resolve_side_effect(await state.client(), incident_id, resolution)
     except ConflictError as exc:
-        exc.field = _refusal_field(exc)  # type: ignore[attr-defined]
-        raise
+        raise exc.with_field(_refusal_field(exc)) from exc
     log.info(
         "side effect resolved",
         incident_id=incident_id,
@@ -138,7 +129,7 @@ async def post_resolution(
         caller=caller.caller,
     )
     data = result.model_dump(mode="json") if hasattr(result, "model_dump") else result
-    return camel(data if isinstance(data, dict) else {"result": str(data)})  # type: ignore[no-any-return]
+    return camel(data if isinstance(data, dict) else {"result": str(data)})
 
 
 @router.get(

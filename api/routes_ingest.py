@@ -56,8 +56,7 @@ async def append_events(
                 stores.ledger, stores.artifacts, stores.evidence, run_id, batch.events
             )
         except NotFoundError as exc:
-            exc.field = "run_id"  # type: ignore[attr-defined]
-            raise
+            raise exc.with_field("run_id") from exc
     if not result.recorded:
         response.status_code = 200
     log.info("events ingested", run_id=run_id, caller=caller.caller, recorded=result.recorded)

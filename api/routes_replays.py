@@ -11,16 +11,9 @@ from api.auth import OPERATE, READ, Principal, require_role
 from api.errors import naming
 from api.schemas import CancelAccepted, ReplayAccepted, ReplayCreate, camel
 from api.state import State
-from cli.replay import (
-    PlanFields,
-    build_plan,
-    cancel_replay,
-    invalid,
-    replay_view,
-    start_replay,
-)
+from app.replays import cancel_replay, new_plan, replay_view, start_replay
 from models import ReplayMode
-from models.errors import RunNotFoundError
+from models.replay_plans import PlanFields
 
 log = structlog.get_logger(__name__)
 router = APIRouter(prefix="/api/replays", tags=["replays"])
@@ -33,13 +26,14 @@ API_FIELDS = PlanFields(
     model="candidateModel",
     from_step="startFromStep",
     repeat="repeat",
+    candidate="candidate",
     mode_names={mode: mode.value for mode in ReplayMode},
 )
 
 
 @router.post("", status_code=202, summary="Start a replay of a recorded run")
 async def create_replay(body: ReplayCreate, state: State, caller: Operator) -> ReplayAccepted:
-    plan = build_plan(
+    plan = new_plan(
         body.source_run_id,
         body.mode,
         prompt=body.candidate_prompt_version,
@@ -47,18 +41,15 @@ async def create_replay(body: ReplayCreate, state: State, caller: Operator) -> R
         from_step=body.start_from_step,
         policy=body.policy_version,
         retriever=body.retriever_version,
-        deny_approval=body.deny_approvals,
+        deny_approvals=body.deny_approvals,
         repeat=body.repeat,
         budget=body.budget.to_model(),
         miss=body.fixture_miss_policy,
         simulation=body.simulation,
         fields=API_FIELDS,
     )
-    try:
-        await (await state.stores()).ledger.get_run(body.source_run_id)
-    except RunNotFoundError as exc:
-        raise invalid("sourceRunId", str(exc)) from None
-    await start_replay(await state.client(), plan)
+    ledger = (await state.stores()).ledger
+    await start_replay(state.client, ledger, plan, source_field="sourceRunId")
     log.info(
         "replay started", replay_id=plan.replay_id, run_id=plan.source_run_id, caller=caller.caller
     )
@@ -68,7 +59,7 @@ async def create_replay(body: ReplayCreate, state: State, caller: Operator) -> R
 @router.get("/{replay_id}", summary="A replay's status and, once finished, its comparison")
 async def get_replay(replay_id: str, state: State, _: Reader) -> dict[str, Any]:
     with naming("replay_id"):
-        return camel(await replay_view(await state.client(), replay_id))  # type: ignore[no-any-return]
+        return camel(await replay_view(await state.client(), replay_id))
 
 
 @router.post("/{replay_id}/cancel", status_code=202, summary="Cancel a replay; it ends CANCELED")

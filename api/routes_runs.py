@@ -14,10 +14,10 @@ from fastapi import APIRouter, Depends, Path, Query
 from api.auth import FORENSIC, READ, Principal, require_role
 from api.errors import naming
 from api.state import State
+from app.privacy import read_evidence
 from app.runs import describe_run, list_runs_view
 from models.errors import AccessDeniedError, InvalidInputError
 from models.privacy import FORENSIC_ROLE
-from runtime.privacy.views import evidence_view
 
 router = APIRouter(prefix="/api/runs", tags=["runs"])
 Reader = Annotated[Principal, Depends(require_role(*READ))]
@@ -55,7 +55,7 @@ async def verify_run(run_id: str, state: State, _: Reader) -> dict[str, Any]:
 async def get_event(run_id: str, sequence: Sequence, state: State, _: Reader) -> dict[str, Any]:
     stores = await state.stores()
     with naming("run_id"):
-        return await evidence_view(stores.ledger, stores.privacy, run_id, sequence)
+        return await read_evidence(stores, run_id, sequence)
 
 
 @router.get(
@@ -75,18 +75,17 @@ async def get_raw_event(
     reason: Annotated[str, Query(description="Why raw evidence is read (audited).")] = "",
 ) -> dict[str, Any]:
     if not reason.strip():
-        error = InvalidInputError("a raw read needs ?reason=TEXT (every raw read is audited)")
-        error.field = "reason"  # type: ignore[attr-defined]
-        raise error
+        raise InvalidInputError(
+            "a raw read needs ?reason=TEXT (every raw read is audited)", field="reason"
+        )
     stores = await state.stores()
     # a reader without the forensic role is refused by the privacy service, which audits the
     # refusal (who tried, on what, why) before answering 403
     role = FORENSIC_ROLE if principal.may(FORENSIC) else "+".join(sorted(principal.roles))
     try:
         with naming("run_id"):
-            return await evidence_view(
-                stores.ledger,
-                stores.privacy,
+            return await read_evidence(
+                stores,
                 run_id,
                 sequence,
                 raw=True,
@@ -95,5 +94,4 @@ async def get_raw_event(
                 role=role,
             )
     except AccessDeniedError as exc:
-        exc.field = "Authorization"  # type: ignore[attr-defined]
-        raise
+        raise exc.with_field("Authorization") from exc

@@ -32,7 +32,8 @@ class ApiState:
         if self._stores is None:
             async with self._lock:
                 if self._stores is None:
-                    self._stores = await self._exit.enter_async_context(open_stores(self.settings))
+                    opened = open_stores(self.settings.stores)
+                    self._stores = await self._exit.enter_async_context(opened)
         return self._stores
 
     async def client(self) -> Client:
@@ -45,7 +46,7 @@ class ApiState:
                         self._client = await connect(self.settings)
                     except RuntimeError as exc:  # the SDK's "Failed client connect"
                         raise StoreError(
-                            f"cannot reach Temporal at {self.settings.temporal_address}: {exc}"
+                            f"cannot reach Temporal at {self.settings.temporal.address}: {exc}"
                         ) from exc
         return self._client
 
@@ -55,7 +56,8 @@ class ApiState:
 
 
 def get_state(request: Request) -> ApiState:
-    return request.app.state.api  # type: ignore[no-any-return]
+    api: ApiState = request.app.state.api
+    return api
 
 
 State = Annotated[ApiState, Depends(get_state)]

@@ -12,9 +12,11 @@ from models.comparison import compare_trajectories, reproduces
 from models.ingest import TOOL_LOOP_GRAPH_ID
 from models.replay import ReplayComparison
 from models.replay_flow import PreparedReplay, ReplayPlan, StepInput
+from runtime.providers.endpoint import ModelEndpointSettings
 from runtime.replay.engine import ReplayEngine
 from runtime.tool_loop.catalog import tool_loop_catalog
-from stores.sql.trajectory import load_trajectory
+from runtime.trajectory import load_trajectory
+from stores.bundle import Stores
 
 
 @dataclass
@@ -29,9 +31,12 @@ class LocalReplay:
     replay_id: str
 
 
-def engine_for(stores) -> ReplayEngine:  # type: ignore[no-untyped-def]
+def engine_for(stores: Stores, endpoint: ModelEndpointSettings | None = None) -> ReplayEngine:
+    """An engine for imported runs; ``endpoint`` (``Settings.models``) serves model calls of
+    ``exact``/``model-swap`` replays."""
+    catalog = tool_loop_catalog(endpoint)
     return ReplayEngine(
-        stores.ledger, stores.evidence, stores.artifacts, {TOOL_LOOP_GRAPH_ID: tool_loop_catalog()}
+        stores.ledger, stores.evidence, stores.artifacts, {TOOL_LOOP_GRAPH_ID: catalog}
     )
 
 

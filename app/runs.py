@@ -4,11 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import select
-
 from runtime.completeness import evidence_completeness
 from stores.bundle import Stores
-from stores.sql import schema
+from stores.sql.views import SqlRunViews
 
 
 async def list_runs_view(stores: Stores, limit: int = 1000) -> list[dict[str, Any]]:
@@ -31,23 +29,7 @@ async def describe_run(stores: Stores, run_id: str) -> dict[str, Any]:
     """A run's header, pins, chain head, events and the evidence recorded beside them."""
     run = await stores.ledger.get_run(run_id)
     events = await stores.ledger.events(run_id)
-    evidence: dict[str, list[dict[str, Any]]] = {}
-    tables = (
-        schema.tool_fixtures,
-        schema.prompt_artifacts,
-        schema.context_snapshots,
-        schema.retrieval_fixtures,
-        schema.policy_decisions,
-        schema.approvals,
-        schema.side_effects,
-        schema.checkpoints,
-    )
-    async with stores.db.read() as conn:
-        for table in tables:
-            query = (
-                select(table.c.record).where(table.c.run_id == run_id).order_by(table.c.sequence)
-            )
-            evidence[table.name] = [row.record for row in (await conn.execute(query)).all()]
+    evidence = await SqlRunViews(stores.db).run_evidence(run_id)
     completeness = await evidence_completeness(
         stores.ledger, stores.evidence, stores.artifacts, run_id
     )

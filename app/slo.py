@@ -18,75 +18,44 @@ write the replay executed: both are the fourth objective.
 
 from __future__ import annotations
 
-import json
 from collections import Counter
-from typing import Any
-
-from sqlalchemy import func, select
 
 from models import ExecutionEventType, SideEffectClass, SideEffectRecord, SideEffectStatus
 from models.slo import SloReport, ratio_objective, report, retried_while_unknown, zero_objective
 from runtime.completeness import evidence_completeness
 from stores.bundle import Stores
-from stores.sql import schema
+from stores.sql.slo_queries import SqlSloFacts
 
 E = ExecutionEventType
 
 
-async def _runs(stores: Stores) -> dict[str, bool]:
+async def _runs(facts: SqlSloFacts) -> dict[str, bool]:
     """run id -> whether it is a replay run."""
-    async with stores.db.read() as conn:
-        rows = (await conn.execute(select(schema.runs.c.run_id, schema.runs.c.record))).all()
-    out = {}
-    for row in rows:
-        record = row.record if isinstance(row.record, dict) else json.loads(row.record)
-        out[row.run_id] = (record.get("labels") or {}).get("kind") == "replay"
-    return out
+    return {
+        run_id: labels.get("kind") == "replay"
+        for run_id, labels in (await facts.run_labels()).items()
+    }
 
 
-async def _side_effects(stores: Stores) -> list[Any]:
-    t = schema.side_effects.c
-    async with stores.db.read() as conn:
-        return list((await conn.execute(select(t.run_id, t.side_effect_id, t.status))).all())
-
-
-async def _incidents(stores: Stores) -> tuple[list[Any], set[str]]:
-    i, c = schema.incidents.c, schema.regression_cases.c
-    async with stores.db.read() as conn:
-        incidents = list(
-            (await conn.execute(select(i.incident_id, i.source_run_id, i.record))).all()
-        )
-        with_case = set((await conn.execute(select(c.incident_id))).scalars())
-    return incidents, with_case
-
-
-async def _replay_write_offenders(stores: Stores, replays: set[str]) -> set[str]:
+async def _replay_write_offenders(facts: SqlSloFacts, replays: set[str]) -> set[str]:
     """Replay runs with a recorded side effect, or more WRITE tool calls than blocked writes."""
     if not replays:
         return set()
-    e, f = schema.execution_events.c, schema.tool_fixtures.c
     blocked: Counter[str] = Counter()
     offenders: set[str] = set()
-    async with stores.db.read() as conn:
-        counts = await conn.execute(
-            select(e.run_id, e.type, func.count())
-            .where(e.type.in_([str(E.SIDE_EFFECT), str(E.WRITE_BLOCKED)]))
-            .group_by(e.run_id, e.type)
-        )
-        for run_id, type_, n in counts:
-            if run_id not in replays:
-                continue
-            if type_ == str(E.SIDE_EFFECT):
-                offenders.add(run_id)
-            else:
-                blocked[run_id] += n
-        writes: Counter[str] = Counter()
-        for run_id, record in await conn.execute(select(f.run_id, f.record)):
-            if run_id not in replays:
-                continue
-            record = record if isinstance(record, dict) else json.loads(record)
-            if record.get("side_effect_class", SideEffectClass.WRITE.value) == "WRITE":
-                writes[run_id] += 1
+    for run_id, type_, n in await facts.event_counts([E.SIDE_EFFECT, E.WRITE_BLOCKED]):
+        if run_id not in replays:
+            continue
+        if type_ == str(E.SIDE_EFFECT):
+            offenders.add(run_id)
+        else:
+            blocked[run_id] += n
+    writes: Counter[str] = Counter()
+    for run_id, record in await facts.tool_fixtures():
+        if run_id not in replays:
+            continue
+        if record.get("side_effect_class", SideEffectClass.WRITE.value) == "WRITE":
+            writes[run_id] += 1
     offenders.update(run_id for run_id, n in writes.items() if n > blocked[run_id])
     return offenders
 
@@ -110,10 +79,12 @@ async def _auto_retried(stores: Stores, run_ids: set[str]) -> set[str]:
 
 
 async def compute_slos(stores: Stores) -> SloReport:
-    runs = await _runs(stores)
+    facts = SqlSloFacts(stores.db)
+    runs = await _runs(facts)
     replays = {run_id for run_id, is_replay in runs.items() if is_replay}
-    effects = [s for s in await _side_effects(stores) if s.run_id not in replays]
-    incidents, with_case = await _incidents(stores)
+    effects = [s for s in await facts.side_effects() if s.run_id not in replays]
+    incidents = await facts.incidents()
+    with_case = await facts.incidents_with_regression_case()
 
     critical = {s.run_id for s in effects} | {
         i.source_run_id for i in incidents if i.source_run_id not in replays
@@ -128,10 +99,7 @@ async def compute_slos(stores: Stores) -> SloReport:
 
     confirmed, uncovered = 0, set()
     for incident in incidents:
-        record = (
-            incident.record if isinstance(incident.record, dict) else json.loads(incident.record)
-        )
-        if record.get("confirmation"):
+        if incident.record.get("confirmation"):
             confirmed += 1
             if incident.incident_id not in with_case:
                 uncovered.add(incident.incident_id)
@@ -162,7 +130,7 @@ async def compute_slos(stores: Stores) -> SloReport:
             zero_objective(
                 "replays_with_production_write",
                 "replays that used a production write credential or executed a write",
-                await _replay_write_offenders(stores, replays),
+                await _replay_write_offenders(facts, replays),
             ),
             ratio_objective(
                 "confirmed_incident_regression_coverage",

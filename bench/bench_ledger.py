@@ -24,6 +24,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from pydantic import JsonValue
 from sqlalchemy import BigInteger, Column, LargeBinary, MetaData, String, Table, insert
 
 from models import ExecutionEventType, RunRecord
@@ -49,7 +50,7 @@ _baseline = Table(
 
 
 def _event(i: int) -> NewEvent:
-    payload = {"tool": "crm.lookup", "arguments": {"customer_id": f"C-{i}"}, "i": i}
+    payload: JsonValue = {"tool": "crm.lookup", "arguments": {"customer_id": f"C-{i}"}, "i": i}
     return NewEvent(
         f"step-{i}", ExecutionEventType.TOOL_CALL, T0 + timedelta(seconds=i), payload=payload
     )

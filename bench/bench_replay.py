@@ -15,7 +15,6 @@ Goals: playback of 1,000 steps <= 10 s; fork at 90% >= 5x cheaper than the full 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import tempfile
 import time
 import uuid
@@ -31,6 +30,7 @@ from models.queues import CONTROL_QUEUE
 from models.replay_flow import ReplayPlan, ReplayWorkflowInput
 from runtime.replay.engine import ReplayEngine
 from stores.bundle import open_stores
+from worker.agents import open_world
 from worker.settings import Settings
 from worker.temporal import catalogs, connect, running_workers
 from workflows.replay import ReplayWorkflow
@@ -58,19 +58,21 @@ async def _run(steps: int) -> dict[str, float]:
         home = Path(tmp)
         server = start_temporal_dev_server(home / "temporal", headless=True)
         try:
-            settings = Settings(
-                home=home,
-                database_url=f"sqlite+aiosqlite:///{home / 'rb.db'}",
-                artifacts=str(home / "artifacts"),
-                s3_endpoint_url=None,
-                temporal_address=server.address,
-                temporal_namespace="default",
-                log_format="json",
+            settings = Settings.from_env(
+                {
+                    "REPLAYBOOK_HOME": str(home),
+                    "REPLAYBOOK_DATABASE_URL": f"sqlite+aiosqlite:///{home / 'rb.db'}",
+                    "TEMPORAL_ADDRESS": server.address,
+                    "REPLAYBOOK_LOG_FORMAT": "json",
+                }
             )
-            async with open_stores(settings) as stores:
+            async with open_stores(settings.stores) as stores:
                 source = await record_synthetic_run(stores.ledger, stores.artifacts, steps)
                 engine = ReplayEngine(
-                    stores.ledger, stores.evidence, stores.artifacts, catalogs(stores.db)
+                    stores.ledger,
+                    stores.evidence,
+                    stores.artifacts,
+                    catalogs(open_world(settings.stores.database_url)),
                 )
                 started = time.perf_counter()
                 await _in_process(engine, _plan(source.run_id))
@@ -100,9 +102,8 @@ async def _run(steps: int) -> dict[str, float]:
                         _plan(source.run_id, mode=ReplayMode.FORK_FROM_STEP, from_step=fork_step),
                         "bubblewrap",
                     )
-                unsandboxed = dataclasses.replace(
-                    settings, sandbox=dataclasses.replace(settings.sandbox, isolation=NO_ISOLATION)
-                )
+                sandbox_off = settings.sandbox.model_copy(update={"isolation": NO_ISOLATION})
+                unsandboxed = settings.model_copy(update={"sandbox": sandbox_off})
                 async with running_workers(unsandboxed, "all", client):
                     baseline = await through_temporal(_plan(source.run_id), NO_ISOLATION)
         finally:

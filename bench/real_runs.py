@@ -30,8 +30,8 @@ from integrations.tau_bench.sources import load_annotations
 from integrations.tau_bench.world.measure import WorldData
 from models import ReplayMode
 from models.evidence import SideEffectRecord
+from runtime.trajectory import load_trajectory
 from stores.bundle import open_stores
-from stores.sql.trajectory import load_trajectory
 from worker.settings import Settings
 
 TAU_FILES = (
@@ -79,8 +79,8 @@ async def _replay_all(stores: Any, run_ids: list[str]) -> dict[str, Any]:
 async def measure(data: Path) -> dict[str, Any]:
     tau = data / "tau-bench"
     with tempfile.TemporaryDirectory(prefix="replaybook-real-runs-") as home:
-        settings = Settings.from_env({"REPLAYBOOK_HOME": home})
-        async with open_stores(settings) as stores:
+        settings = Settings.from_env({"REPLAYBOOK_HOME": str(home)})
+        async with open_stores(settings.stores) as stores:
             started = time.perf_counter()
             tau_ids: list[str] = []
             for domain, name in TAU_FILES:

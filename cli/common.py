@@ -16,7 +16,9 @@ from typing import Annotated, Any, NoReturn, TypeVar
 import typer
 
 from cli.exit_codes import EXIT_BAD_INPUT, exit_code_for
+from devstack.components import dev_env_path
 from models.errors import ReplaybookError
+from runtime.manifests import set_image_digest
 from worker import temporal_state
 from worker.logs import configure_logging
 from worker.settings import Settings
@@ -32,9 +34,26 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
     raise typer.Exit(code)
 
 
+def cli_settings() -> Settings:
+    """The settings of a CLI process (a composition root): its environment and, below it, as a
+    development convenience of the CLI only, the embedded stack's addresses that
+    ``replaybook dev up`` keeps in ``$REPLAYBOOK_HOME/dev/env`` while a stack is recorded
+    there (``ConfigurationError`` for a refused value)."""
+    settings = read_settings()
+    dev_env = dev_env_path(settings.home)
+    if dev_env.is_file():
+        settings = read_settings(env_file=dev_env)
+    set_image_digest(settings.image_digest)
+    return settings
+
+
 def load_settings() -> Settings:
-    """The process's settings, read from the environment once (the CLI is a composition root)."""
-    return read_settings()
+    """``cli_settings()`` for a command: a refused value ends it with its one-line error (exit
+    code 2)."""
+    try:
+        return cli_settings()
+    except ReplaybookError as exc:
+        fail(str(exc), exit_code_for(exc))
 
 
 def run_async(fn: Callable[..., Coroutine[Any, Any, T]]) -> Callable[..., T]:

@@ -86,7 +86,7 @@ def dev_up(
             ui_port=ui_port,
             s3_port=s3_port,
             api_port=api_port,
-            namespace=settings.temporal_namespace,
+            namespace=settings.temporal.namespace,
             echo=(lambda _: None) if as_json else typer.echo,
         )
     except ReplaybookError as exc:

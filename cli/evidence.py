@@ -29,16 +29,15 @@ async def evidence_show(
     as_json: JsonOption = False,
 ) -> None:
     """One event's payload: the sanitized view, or with --raw --reason the raw one."""
+    from app.privacy import read_evidence
     from models.errors import AccessDeniedError
-    from runtime.privacy.views import evidence_view
     from stores.bundle import open_stores
 
     if raw and not (reason or "").strip():
         raise AccessDeniedError("--raw needs --reason TEXT (every raw read is audited)")
-    async with open_stores(load_settings()) as stores:
-        out = await evidence_view(
-            stores.ledger,
-            stores.privacy,
+    async with open_stores(load_settings().stores) as stores:
+        out = await read_evidence(
+            stores,
             run_id,
             sequence,
             raw=raw,
@@ -60,11 +59,11 @@ async def evidence_show(
 @run_async
 async def audit(as_json: JsonOption = False) -> None:
     """Every access to raw evidence: who, when, what, why, outcome."""
+    from app.privacy import audit_log
     from stores.bundle import open_stores
 
-    async with open_stores(load_settings()) as stores:
-        records = await stores.privacy.records.audits()  # type: ignore[union-attr]
-    rows = [r.model_dump(mode="json") for r in records]
+    async with open_stores(load_settings().stores) as stores:
+        rows = await audit_log(stores)
     if as_json:
         print_json({"audit": rows})
         return

@@ -12,13 +12,18 @@ expected actions produce), as the benchmark itself does.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from contextlib import AbstractAsyncContextManager
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from app.forensics import evaluate as evaluate_runs
+from app.forensics import expected_comparison, load_runs, measure_world_replay, world_data
 from cli.common import JsonOption, fail, load_settings, print_json, run_async
-from models.errors import InvalidInputError
-from models.forensics import ExpectedComparison, ForensicsRun
+from models.forensics import ExpectedComparison
+
+if TYPE_CHECKING:
+    from stores.bundle import Stores
 
 app = typer.Typer()
 
@@ -52,46 +57,10 @@ AnnotationsOption = Annotated[
 ]
 
 
-def _runs_from_files(files: list[str], tools_info_path: str | None) -> list[ForensicsRun]:
-    from integrations.tau_bench.sources import load_json, runs_from_file
-
-    if not tools_info_path:
-        raise InvalidInputError("--file needs --tools-info PATH (the tools' schemas)")
-    tools_info = load_json(tools_info_path)
-    runs: list[ForensicsRun] = []
-    for spec in files:
-        domain, sep, path = spec.partition("=")
-        if not sep or not path:
-            raise InvalidInputError(f"--file {spec!r}: expected DOMAIN=PATH")
-        runs += runs_from_file(path, domain, tools_info)
-    return runs
-
-
-async def _imported_runs(run_id: str | None = None) -> list[ForensicsRun]:
-    from integrations.tau_bench.imported import load_imported_runs
+def _stores() -> AbstractAsyncContextManager[Stores]:
     from stores.bundle import open_stores
 
-    async with open_stores(load_settings()) as stores:
-        return await load_imported_runs(stores, run_id)
-
-
-def _world(env_data: str | None) -> Any:
-    from integrations.tau_bench.world.measure import WorldData
-
-    return WorldData(env_data) if env_data else None
-
-
-def _expectations(files: list[str] | None) -> dict[Any, Any]:
-    """The ``*.expectations.jsonl`` files beside the given result files."""
-    from integrations.tau_bench.world.measure import expectations_beside, load_expectations
-
-    out: dict[Any, Any] = {}
-    for spec in files or []:
-        domain, _, path = spec.partition("=")
-        beside = expectations_beside(path)
-        if beside is not None:
-            out.update(load_expectations(beside, domain))
-    return out
+    return open_stores(load_settings().stores)
 
 
 def _describe(c: ExpectedComparison) -> list[str]:
@@ -133,17 +102,10 @@ async def expected(
     env_data: EnvDataOption = None,
 ) -> None:
     """Compare a run's writes with its expected actions and predict its outcome."""
-    from models.forensics import compare_expected
-
-    if files:
-        runs = [r for r in _runs_from_files(files, tools_info) if r.run_id == run_id]
-    else:
-        runs = await _imported_runs(run_id)
+    runs = await load_runs(_stores, files, tools_info, run_id)
     if not runs:
         fail(f"forensics: no imported tau-bench run {run_id!r}")
-    world = _world(env_data)
-    state = world.state_matches(runs[0]) if world is not None else None
-    comparison = compare_expected(runs[0], world_state_matches=state)
+    comparison = expected_comparison(runs[0], env_data)
     if as_json:
         print_json(comparison.model_dump(mode="json"))
         return
@@ -201,24 +163,12 @@ async def evaluate(
     env_data: EnvDataOption = None,
 ) -> None:
     """Agreement of predicted outcomes with recorded rewards, signatures, localisation."""
-    from integrations.tau_bench.evaluate import evaluate_runs
-    from integrations.tau_bench.sources import dedupe_runs, load_annotations
-
-    runs = _runs_from_files(files, tools_info) if files else await _imported_runs()
+    runs = await load_runs(_stores, files, tools_info)
     if not runs:
         fail(
             "forensics: no imported tau-bench runs (import some with `replaybook import tau-bench`)"
         )
-    runs, duplicates = dedupe_runs(runs)
-    world = _world(env_data)
-    summary = evaluate_runs(
-        runs, load_annotations(annotations), world=world.state_matches if world else None
-    )
-    summary["duplicates_skipped"] = duplicates
-    if world is not None:
-        from integrations.tau_bench.world.measure import measure_world
-
-        summary["world"] = measure_world(runs, world, _expectations(files))
+    summary = evaluate_runs(runs, annotations=annotations, env_data=env_data, files=files)
     if as_json:
         print_json(summary)
         return
@@ -267,27 +217,21 @@ async def world(
     """Re-execute runs' tool calls against a private copy of the domain database."""
     if not env_data:
         fail("forensics world needs --env-data PATH (the benchmark's env-data folder)")
-    data = _world(env_data)
-    runs = _runs_from_files(files, tools_info) if files else await _imported_runs(run_id)
+    if run_id is None and db_version:
+        fail("--db-version needs a RUN_ID (without one, both versions are measured)")
+    runs = await load_runs(_stores, files, tools_info, run_id)
     if run_id is None:
-        if db_version:
-            fail("--db-version needs a RUN_ID (without one, both versions are measured)")
-        from integrations.tau_bench.sources import dedupe_runs
-        from integrations.tau_bench.world.measure import measure_world
-
-        runs, _ = dedupe_runs(runs)
-        if not runs:
+        result = measure_world_replay(runs, env_data, files)
+        if result is None:
             fail("forensics: no tau-bench runs to replay")
-        result = measure_world(runs, data, _expectations(files))
         if as_json:
             print_json(result)
         else:
             _print_world(result)
         return
-    runs = [r for r in runs if r.run_id == run_id]
     if not runs:
         fail(f"forensics: no tau-bench run {run_id!r}")
-    replay = data.replay(runs[0], db_version)
+    replay = world_data(env_data).replay(runs[0], db_version)
     if as_json:
         print_json({**replay.summary(), "calls": [c.model_dump() for c in replay.calls]})
         return

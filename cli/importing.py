@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -19,7 +19,7 @@ import_app = typer.Typer(
 app.add_typer(import_app, name="import")
 
 
-def _print(report: dict, as_json: bool, seconds: float) -> None:  # type: ignore[type-arg]
+def _print(report: dict[str, Any], as_json: bool, seconds: float) -> None:
     report = {**report, "seconds": round(seconds, 3)}
     if as_json:
         print_json(report)
@@ -53,7 +53,7 @@ async def import_tau_bench_command(
     from stores.bundle import open_stores
 
     started = time.perf_counter()
-    async with open_stores(load_settings()) as stores:
+    async with open_stores(load_settings().stores) as stores:
         report = await import_tau_bench(
             stores.ledger, stores.artifacts, stores.evidence, file, domain, tools_info, tools_commit
         )
@@ -76,6 +76,6 @@ async def import_otel_command(
 
     writes = [w.strip() for w in write_tools.split(",") if w.strip()] if write_tools else None
     started = time.perf_counter()
-    async with open_stores(load_settings()) as stores:
+    async with open_stores(load_settings().stores) as stores:
         report = await import_otel(stores.ledger, stores.artifacts, stores.evidence, file, writes)
     _print(report.to_json(), as_json, time.perf_counter() - started)

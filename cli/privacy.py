@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Annotated
 
 import typer
 
+from app.privacy import delete_subject, hold, parse_until, release, sweep
 from cli.common import JsonOption, load_settings, print_json, run_async
 
 app = typer.Typer()
@@ -17,26 +17,14 @@ privacy_app = typer.Typer(
 app.add_typer(privacy_app, name="privacy")
 
 
-def _date(text: str | None) -> datetime | None:
-    from models.errors import InvalidInputError
-
-    if text is None:
-        return None
-    try:
-        value = datetime.fromisoformat(text)
-    except ValueError:
-        raise InvalidInputError(f"--until {text!r} is not an ISO date (YYYY-MM-DD)") from None
-    return value if value.tzinfo else value.replace(tzinfo=UTC)
-
-
 @privacy_app.command("sweep")
 @run_async
 async def privacy_sweep(as_json: JsonOption = False) -> None:
     """Destroy the raw content of runs past their retention class (runs on hold are kept)."""
     from stores.bundle import open_stores
 
-    async with open_stores(load_settings()) as stores:
-        result = await stores.privacy.sweep()  # type: ignore[union-attr]
+    async with open_stores(load_settings().stores) as stores:
+        result = await sweep(stores)
     if as_json:
         print_json(result)
         return
@@ -60,16 +48,14 @@ async def privacy_hold(
     """Put a run's evidence on legal hold (and its objects, with S3 Object Lock legal hold)."""
     from stores.bundle import open_stores
 
-    async with open_stores(load_settings()) as stores:
-        hold, objects = await stores.privacy.hold(  # type: ignore[union-attr]
-            run_id, reason, until=_date(until)
-        )
-        enforced = stores.artifacts.enforced_by_backend()
-    view = {**hold.model_dump(mode="json"), "objects_held": objects, "enforced_by_store": enforced}
+    async with open_stores(load_settings().stores) as stores:
+        view = await hold(stores, run_id, reason, parse_until(until))
     if as_json:
         print_json(view)
     else:
-        typer.echo(f"{hold.hold_id}: run {run_id} on legal hold ({objects} objects held)")
+        typer.echo(
+            f"{view['hold_id']}: run {run_id} on legal hold ({view['objects_held']} objects held)"
+        )
 
 
 @privacy_app.command("release")
@@ -89,23 +75,16 @@ async def privacy_release(
     released explicitly with --incident ID."""
     from stores.bundle import open_stores
 
-    async with open_stores(load_settings()) as stores:
-        privacy = stores.privacy
-        assert privacy is not None
-        freezes = await privacy.release_freeze(run_id, incident) if incident else []
-        released = await privacy.release(run_id)
-        remaining = await privacy.hold_reasons(run_id)
+    async with open_stores(load_settings().stores) as stores:
+        result = await release(stores, run_id, incident)
     if as_json:
-        print_json(
-            {
-                "released": [h.model_dump(mode="json") for h in released],
-                "released_freezes": freezes,
-                "still_held": remaining,
-            }
-        )
+        print_json(result)
         return
-    typer.echo(f"run {run_id}: released {len(released)} hold(s), {len(freezes)} freeze(s)")
-    for reason in remaining:
+    typer.echo(
+        f"run {run_id}: released {len(result['released'])} hold(s), "
+        f"{len(result['released_freezes'])} freeze(s)"
+    )
+    for reason in result["still_held"]:
         typer.echo(f"  still held: {reason}")
 
 
@@ -120,8 +99,8 @@ async def privacy_delete_subject(
     record a receipt. Exit 2 naming the hold when any of their runs is on legal hold."""
     from stores.bundle import open_stores
 
-    async with open_stores(load_settings()) as stores:
-        receipt = await stores.privacy.delete_subject(subject_id, request_id)  # type: ignore[union-attr]
+    async with open_stores(load_settings().stores) as stores:
+        receipt = await delete_subject(stores, subject_id, request_id)
     if as_json:
         print_json(receipt.model_dump(mode="json"))
         return

@@ -4,7 +4,8 @@
         replaybook_gate(prompt="v18")          # fails the test naming every failed assertion
 
 or ``pytest --replaybook-candidate prompt=v18`` to run the gate as its own test item. It
-uses the same cases and replays as ``replaybook regress`` (settings from the environment).
+uses the same cases and replays as ``replaybook regress`` (the same settings: the
+environment, and a ``replaybook dev up`` stack's addresses below it).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,10 +22,17 @@ import pytest
 def run_gate_sync(candidates: list[tuple[str, str]], repeat: int = 5) -> dict[str, Any]:
     """``app.regression.run_gate`` from synchronous code (in a thread if a loop is running)."""
     from app.regression import run_gate
-    from worker.settings import Settings
+    from cli.common import cli_settings
+    from stores.bundle import open_stores
+    from worker.temporal import connect
+
+    async def gate() -> dict[str, Any]:
+        settings = cli_settings()
+        async with open_stores(settings.stores) as stores:
+            return await run_gate(await connect(settings), stores, candidates, repeat=repeat)
 
     def run() -> dict[str, Any]:
-        return asyncio.run(run_gate(Settings.from_env(), candidates, repeat=repeat))
+        return asyncio.run(gate())
 
     try:
         asyncio.get_running_loop()
@@ -76,7 +85,7 @@ class _GateItem(pytest.Item):
         if not result["passed"]:
             raise AssertionError(failure_report(result))
 
-    def reportinfo(self):  # type: ignore[no-untyped-def]
+    def reportinfo(self) -> tuple[Path, None, str]:
         return self.path, None, f"replaybook regression gate {dict(self.candidates)}"
 
 

@@ -58,7 +58,7 @@ async def runs_list(as_json: JsonOption = False) -> None:
     from app.runs import list_runs_view
     from stores.bundle import open_stores
 
-    async with open_stores(load_settings()) as stores:
+    async with open_stores(load_settings().stores) as stores:
         rows = await list_runs_view(stores)
     if as_json:
         print_json({"runs": rows})
@@ -79,7 +79,7 @@ async def runs_show(run_id: str, as_json: JsonOption = False) -> None:
     from app.runs import describe_run
     from stores.bundle import open_stores
 
-    async with open_stores(load_settings()) as stores:
+    async with open_stores(load_settings().stores) as stores:
         view = await describe_run(stores, run_id)
     if as_json:
         print_json(view)
@@ -104,7 +104,7 @@ async def runs_verify(run_id: str, as_json: JsonOption = False) -> None:
     """Verify a run's hash chain: exit 0 when intact, 1 naming the first broken sequence."""
     from stores.bundle import open_stores
 
-    async with open_stores(load_settings()) as stores:
+    async with open_stores(load_settings().stores) as stores:
         result = await stores.ledger.verify(run_id)
     if as_json:
         print_json(result.model_dump(mode="json"))

@@ -31,7 +31,9 @@ async def sandbox_check(as_json: JsonOption = False) -> None:
             "REPLAYBOOK_SANDBOX=off: replay steps run unsandboxed (development flag), "
             "there is no sandbox to check"
         )
-    secrets = host_secret_paths(settings.home, settings.database_url, settings.artifacts)
+    secrets = host_secret_paths(
+        settings.home, settings.stores.database_url, settings.stores.artifacts_location
+    )
     report = await run_check(settings.sandbox, secrets)
     if as_json:
         print_json(report)

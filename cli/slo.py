@@ -24,7 +24,7 @@ async def slo(json_: JsonOption = False) -> None:
     from app.slo import compute_slos, render_text
     from stores.bundle import open_stores
 
-    async with open_stores(load_settings()) as stores:
+    async with open_stores(load_settings().stores) as stores:
         result = await compute_slos(stores)
     if json_:
         print_json(result.model_dump(mode="json"))

@@ -1,9 +1,17 @@
 """Starting each component of the embedded stack (``devstack.stack`` orchestrates them):
 the Temporal dev server, SeaweedFS, the worker and the HTTP API, each in its own session with
-its log under ``$REPLAYBOOK_HOME/dev``, recorded with pid, start time and ports."""
+its log under ``$REPLAYBOOK_HOME/dev``, recorded with pid, start time and ports.
+
+The stack hands its addresses to the processes it starts through their environment
+(``stack_variables``, the same variables a production deployment sets), and writes them to
+``$REPLAYBOOK_HOME/dev/env`` (``write_dev_env``), which the CLI reads below the environment so
+that ``replaybook …`` run by hand after ``dev up`` finds the stack. Production settings never
+read that file, nor the stack's state.
+"""
 
 from __future__ import annotations
 
+import os
 import secrets
 import shlex
 import subprocess
@@ -19,12 +27,53 @@ from models.errors import ConfigurationError, StoreError
 
 HOST = "127.0.0.1"
 S3_REGION = "us-east-1"
+DEV_ENV_FILENAME = "env"
 #: The worker variables that point it at the stack (recorded, to notice when they change).
 _WORKER_WIRING = ("TEMPORAL_ADDRESS", "TEMPORAL_NAMESPACE", "REPLAYBOOK_S3_ENDPOINT_URL")
 
 
 def dev_dir(home: Path | str) -> Path:
     return Path(home) / "dev"
+
+
+def dev_env_path(home: Path | str) -> Path:
+    """The dotenv file of the stack's addresses (present while a stack is recorded)."""
+    return dev_dir(home) / DEV_ENV_FILENAME
+
+
+def stack_variables(components: Mapping[str, Any]) -> dict[str, str]:
+    """The variables that point Replaybook at the stack's services: Temporal's address and
+    namespace and, when the stack runs SeaweedFS, its S3 endpoint and credentials."""
+    out: dict[str, str] = {}
+    temporal = components.get("temporal")
+    if temporal is not None:
+        out |= {
+            "TEMPORAL_ADDRESS": temporal["address"],
+            "TEMPORAL_NAMESPACE": temporal["namespace"],
+        }
+    s3 = components.get("seaweedfs")
+    if s3 is not None:
+        out |= {
+            "REPLAYBOOK_S3_ENDPOINT_URL": s3["endpoint_url"],
+            "REPLAYBOOK_S3_ACCESS_KEY_ID": s3["access_key"],
+            "REPLAYBOOK_S3_SECRET_ACCESS_KEY": s3["secret_key"],
+        }
+    return out
+
+
+def write_dev_env(home: Path, components: Mapping[str, Any]) -> None:
+    """``$REPLAYBOOK_HOME/dev/env`` (mode 0600: it holds the S3 secret), replaced atomically."""
+    lines = [
+        "# the embedded stack's addresses, written by `replaybook dev up` and removed by",
+        "# `replaybook dev down`; the replaybook CLI reads them below its environment",
+        *(f"{name}={shlex.quote(value)}" for name, value in stack_variables(components).items()),
+    ]
+    path = dev_env_path(home)
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    os.replace(tmp, path)
 
 
 def now_iso() -> str:
@@ -109,19 +158,15 @@ def launch_seaweedfs(
 def worker_environment(
     home: Path, components: Mapping[str, Any], env: Mapping[str, str]
 ) -> dict[str, str]:
-    """The worker's environment: the caller's, pointed at the stack's services."""
-    temporal = components["temporal"]
-    out = dict(env) | {
-        "REPLAYBOOK_HOME": str(home),
-        "TEMPORAL_ADDRESS": temporal["address"],
-        "TEMPORAL_NAMESPACE": temporal["namespace"],
-    }
+    """The worker's environment: the caller's, pointed at the stack's services
+    (``stack_variables``)."""
+    out = dict(env) | {"REPLAYBOOK_HOME": str(home)} | stack_variables(components)
     s3 = components.get("seaweedfs")
     if s3 is not None:
+        # the same credentials for boto3's own chain, which nothing else may override
         for key in ("AWS_SESSION_TOKEN", "AWS_PROFILE"):
             out.pop(key, None)
         out |= {
-            "REPLAYBOOK_S3_ENDPOINT_URL": s3["endpoint_url"],
             "AWS_ACCESS_KEY_ID": s3["access_key"],
             "AWS_SECRET_ACCESS_KEY": s3["secret_key"],
             "AWS_DEFAULT_REGION": s3["region"],

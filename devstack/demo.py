@@ -12,6 +12,8 @@ import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
+from pydantic import JsonValue
+
 from models import (
     ApprovalRecord,
     ContextSnapshot,
@@ -30,14 +32,14 @@ from models import (
     ToolOutcome,
 )
 from models.canonical import canonical_hash
-from stores.bundle import open_stores
+from stores.bundle import Stores, open_stores
 from stores.sql.ledger import NewEvent
 from worker.settings import Settings
 
 E = ExecutionEventType
 
 
-async def record_sample_run(stores, run_id: str, start: datetime) -> None:  # type: ignore[no-untyped-def]
+async def record_sample_run(stores: Stores, run_id: str, start: datetime) -> None:
     """Record the sample run ``run_id`` with logical times from ``start``."""
     tick = iter(range(1, 1000))
 
@@ -49,36 +51,50 @@ async def record_sample_run(stores, run_id: str, start: datetime) -> None:  # ty
         b"Tools: crm.lookup(customer_id), email.send(to, subject, body)\n"
     )
     prompt_ref = await stores.artifacts.put(prompt_text)
-    request = {"customer_id": "C-1001"}
+    request: dict[str, JsonValue] = {"customer_id": "C-1001"}
     email = {"to": "ada@example.com", "subject": "Your ticket", "body": "We fixed it."}
     action_hash = canonical_hash({"capability": "email.send", "arguments": email})
-    await stores.ledger.create_run(
-        RunRecord(
-            run_id=run_id,
-            graph_id="sample-support-desk",
-            graph_version="1",
-            created_at=start,
-            pinned=PinnedVersions(
-                model_profile="scripted-demo@1",
-                prompt_bundle_hash=prompt_ref,
-                policy_version="refunds-v3",
-                capability_registry_version="2026.11",
-                knowledge_snapshot="kb-2026-11-01",
-                redaction_policy_version="redact-v1",
-            ),
-        )
-    )
-    side_effect = SideEffectRecord(
-        side_effect_id=f"{run_id}-se-1",
-        run_id=run_id,
-        step_id="email",
-        capability_id="email.send",
-        idempotency_key=canonical_hash({"run": run_id, "step": "email", "action": action_hash}),
-        action_hash=action_hash,
-        status=SideEffectStatus.PLANNED,
-    )
+    await stores.ledger.create_run(_sample_run_record(run_id, start, prompt_ref))
     events = [
         NewEvent("start", E.RUN_STARTED, at(), payload={"input": "My order arrived broken"}),
+        *_planner_events(run_id, start, at, prompt_text, prompt_ref, request),
+        *_review_events(run_id, start, at, email, action_hash),
+        *_email_events(run_id, start, at, action_hash),
+        NewEvent("end", E.RUN_COMPLETED, at(), payload={"outcome": "resolved"}),
+    ]
+    for event in events:
+        await stores.ledger.append(run_id, event)
+    await stores.ledger.finish_run(run_id, RunStatus.COMPLETED, {"outcome": "resolved"})
+
+
+def _sample_run_record(run_id: str, start: datetime, prompt_ref: str) -> RunRecord:
+    """The sample run's header: its graph and pinned versions."""
+    return RunRecord(
+        run_id=run_id,
+        graph_id="sample-support-desk",
+        graph_version="1",
+        created_at=start,
+        pinned=PinnedVersions(
+            model_profile="scripted-demo@1",
+            prompt_bundle_hash=prompt_ref,
+            policy_version="refunds-v3",
+            capability_registry_version="2026.11",
+            knowledge_snapshot="kb-2026-11-01",
+            redaction_policy_version="redact-v1",
+        ),
+    )
+
+
+def _planner_events(
+    run_id: str,
+    start: datetime,
+    at: Callable[[], datetime],
+    prompt_text: bytes,
+    prompt_ref: str,
+    request: dict[str, JsonValue],
+) -> list[NewEvent]:
+    """The planner's compiled prompt, context snapshot and model call, then the CRM lookup."""
+    return [
         NewEvent(
             "planner",
             E.PROMPT_COMPILED,
@@ -127,6 +143,18 @@ async def record_sample_run(stores, run_id: str, start: datetime) -> None:  # ty
                 step_id="crm",
             ),
         ),
+    ]
+
+
+def _review_events(
+    run_id: str,
+    start: datetime,
+    at: Callable[[], datetime],
+    email: dict[str, str],
+    action_hash: str,
+) -> list[NewEvent]:
+    """The reviewer's policy decision (approval required) and the approval of the email."""
+    return [
         NewEvent(
             "reviewer",
             E.POLICY_DECISION,
@@ -156,6 +184,23 @@ async def record_sample_run(stores, run_id: str, start: datetime) -> None:  # ty
                 step_id="reviewer",
             ),
         ),
+    ]
+
+
+def _email_events(
+    run_id: str, start: datetime, at: Callable[[], datetime], action_hash: str
+) -> list[NewEvent]:
+    """The email side effect PLANNED → EXECUTING → CONFIRMED, then the checkpoint after it."""
+    side_effect = SideEffectRecord(
+        side_effect_id=f"{run_id}-se-1",
+        run_id=run_id,
+        step_id="email",
+        capability_id="email.send",
+        idempotency_key=canonical_hash({"run": run_id, "step": "email", "action": action_hash}),
+        action_hash=action_hash,
+        status=SideEffectStatus.PLANNED,
+    )
+    return [
         NewEvent("email", E.SIDE_EFFECT, at(), record=side_effect),
         NewEvent(
             "email",
@@ -188,17 +233,13 @@ async def record_sample_run(stores, run_id: str, start: datetime) -> None:  # ty
                 logical_time=start,
             ),
         ),
-        NewEvent("end", E.RUN_COMPLETED, at(), payload={"outcome": "resolved"}),
     ]
-    for event in events:
-        await stores.ledger.append(run_id, event)
-    await stores.ledger.finish_run(run_id, RunStatus.COMPLETED, {"outcome": "resolved"})
 
 
 async def run_demo(settings: Settings, echo: Callable[[str], None] = print) -> str:
     run_id = f"run-{uuid.uuid4().hex[:12]}"
-    async with open_stores(settings) as stores:
-        echo(f"database: {settings.database_url}")
+    async with open_stores(settings.stores) as stores:
+        echo(f"database: {settings.stores.database_url}")
         echo(f"artifacts: {stores.artifacts.location}")
         await record_sample_run(stores, run_id, datetime(2026, 8, 20, 10, 15, tzinfo=UTC))
         echo(f"recorded {run_id}")

@@ -13,7 +13,9 @@ import asyncio
 import os
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
+from devstack.components import dev_env_path
 from devstack.stack import stack_ports, stack_up
 from examples.support_desk.providers import SimulatedWorld
 from examples.support_desk.spec import run_scenario
@@ -26,14 +28,24 @@ from models.incident_flow import (
     RootCauseConfirmation,
 )
 from models.queues import CONTROL_QUEUE
-from stores.bundle import open_stores
-from worker.settings import Settings
+from runtime.executor import RunResult
+from stores.bundle import Stores, open_stores
+from worker.agents import open_world
+from worker.settings import Settings, load_settings
 
 Echo = Callable[[str], None]
+if TYPE_CHECKING:
+    from temporalio.client import WorkflowHandle
+
+    from workflows.incident import IncidentWorkflow
+
+    IncidentHandle = WorkflowHandle[IncidentWorkflow, IncidentView]
 DEADLINE_S = 240
 
 
-async def _wait(handle, phase: IncidentPhase, echo: Echo, seen: set[str]) -> IncidentView:  # type: ignore[no-untyped-def]
+async def _wait(
+    handle: IncidentHandle, phase: IncidentPhase, echo: Echo, seen: set[str]
+) -> IncidentView:
     deadline = time.monotonic() + DEADLINE_S
     while time.monotonic() < deadline:
         view: IncidentView | None = await handle.query("status", result_type=IncidentView)
@@ -60,50 +72,16 @@ async def run_incident_demo(settings: Settings, echo: Echo = print) -> None:
     echo("1. embedded stack (Temporal dev server + worker)")
     up = stack_up(settings.home, echo=lambda line: echo(f"    {line}"), **stack_ports(os.environ))
     ui = up.status["components"]["temporal"]["ui_url"]
-    settings = Settings.from_env()  # now pointing at the stack's Temporal
+    # now pointing at the stack: the addresses it hands over in its env file (as to the CLI)
+    settings = load_settings(env_file=dev_env_path(settings.home))
     client = await connect(settings)
 
-    async with open_stores(settings) as stores:
-        world = SimulatedWorld(stores.db)
-        await world.ensure()
-        echo(
-            "2. record reference runs of the support desk (SIMULATION: scripted model, simulated providers)"
-        )
-        happy = await run_scenario(world, stores.ledger, stores.artifacts, "happy", seed=1)
-        echo(f"    happy           {happy.run_id}  {happy.outcome['resolution']}")
-        wrong = None
-        for seed in range(50):
-            candidate = await run_scenario(
-                world, stores.ledger, stores.artifacts, "wrong-customer", seed=seed
-            )
-            if candidate.outcome["emailed"] == "bob@example.com":
-                wrong = candidate
-                break
-        assert wrong is not None
-        echo(
-            f"    wrong-customer  {wrong.run_id}  ticket from C-2002 (Carol) emailed bob@example.com"
-        )
-        refund = await run_scenario(
-            world, stores.ledger, stores.artifacts, "refund-timeout", seed=1
-        )
-        echo(f"    refund-timeout  {refund.run_id}  refund outcome UNKNOWN (response lost)")
+    async with open_stores(settings.stores) as stores:
+        wrong, refund = await _record_reference_runs(stores, echo)
 
         echo("3. open incidents")
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        requests = [
-            IncidentRequest(
-                incident_id=f"INC-{stamp}-wrong-customer",
-                source_run_id=wrong.run_id,
-                counterfactuals=(Counterfactual(kind="prompt", value="v18"),),
-                repeat=20,
-                miss_policy=FixtureMissPolicy.SANDBOX_LIVE,
-            ),
-            IncidentRequest(
-                incident_id=f"INC-{stamp}-refund-timeout", source_run_id=refund.run_id, repeat=5
-            ),
-        ]
-        handles = []
-        for request in requests:
+        handles: list[IncidentHandle] = []
+        for request in _incident_requests(wrong, refund):
             handles.append(
                 await client.start_workflow(
                     IncidentWorkflow.run, request, id=request.incident_id, task_queue=CONTROL_QUEUE
@@ -115,48 +93,13 @@ async def run_incident_demo(settings: Settings, echo: Echo = print) -> None:
         seen: set[str] = set()
         views = [await _wait(h, IncidentPhase.AWAITING_CONFIRMATION, echo, seen) for h in handles]
 
-        echo("4. what the replays show")
-        for view in views:
-            echo(
-                f"    {view.incident_id}: signature {view.signature.signature if view.signature else '-'}"
-            )
-            for r in view.replays:
-                echo(f"      {r.label:<12} reproduced {r.reproduced}/{r.runs}  95% CI {r.ci95}")
-            for s in view.side_effects:
-                echo(
-                    f"      side effect {s.side_effect_id} {s.capability_id}: {s.status} (applied={s.applied})"
-                )
-
-        echo("5. root-cause confirmation (the demo stands in for the human here)")
-        causes = [
-            (
-                "prompt v17 does not tell the model to identify customers by customer_id; it looked the "
-                "customer up by phone, two customers share that number, the first match (Bob) was emailed; "
-                "the prompt v18 counterfactual no longer reproduces",
-                "v18",
-            ),
-            (
-                "the payment provider committed the refund and the response was lost; reconciliation by "
-                "provider_request_id proved it applied; nothing was retried",
-                "payments-client-2",
-            ),
-        ]
-        for handle, view, (cause, fix) in zip(handles, views, causes, strict=True):
-            cited = tuple(r.replay_id for r in view.replays)
-            echo(
-                f"    replaybook incident confirm {view.incident_id} --root-cause '…' --fix-version {fix} --verified-by demo-oncall"
-            )
-            await handle.execute_update(
-                "confirm_root_cause",
-                RootCauseConfirmation(
-                    root_cause=cause, fix_version=fix, verified_by="demo-oncall", replay_ids=cited
-                ),
-            )
+        _echo_replays(views, echo)
+        await _confirm_root_causes(handles, views, echo)
         finals: list[IncidentView] = [await h.result() for h in handles]
 
         echo("6. regression gate")
         for prompt in ("v17", "v18"):
-            gate = await run_gate(settings, [("prompt", prompt)], repeat=3)
+            gate = await run_gate(client, stores, [("prompt", prompt)], repeat=3)
             echo(
                 f"    replaybook regress --candidate prompt={prompt}: {'passed' if gate['passed'] else 'FAILED'}"
             )
@@ -164,22 +107,128 @@ async def run_incident_demo(settings: Settings, echo: Echo = print) -> None:
                 if not case["passed"]:
                     echo(f"      {case['case_id']}: {case['failures'][0]['assertion']}")
 
-        echo("7. reports")
-        reports = settings.home / "reports"
-        reports.mkdir(parents=True, exist_ok=True)
-        for final in finals:
-            path = reports / f"{final.incident_id}.html"
-            path.write_bytes(await stores.artifacts.get(final.report_refs["html"]))
-            echo(f"    {path}")
-            echo(f"    {ui}/namespaces/{settings.temporal_namespace}/workflows/{final.incident_id}")
+        await _write_reports(stores, settings, ui, finals, echo)
+    _echo_where_to_look(up.status, finals[-1], echo)
+    echo(
+        f"done in {time.monotonic() - started:.0f}s. The stack keeps running for the Web UI ({ui}); "
+        "stop it with: .venv/bin/replaybook dev down"
+    )
+
+
+async def _record_reference_runs(stores: Stores, echo: Echo) -> tuple[RunResult, RunResult]:
+    """Step 2: the support desk's reference runs (a happy one, then the wrong-customer and the
+    lost-refund runs the incidents are about)."""
+    # the simulated world keeps its own store, beside the evidence database
+    world = SimulatedWorld(open_world(stores.db.engine.url))
+    await world.ensure()
+    echo(
+        "2. record reference runs of the support desk (SIMULATION: scripted model, simulated providers)"
+    )
+    happy = await run_scenario(world, stores.ledger, stores.artifacts, "happy", seed=1)
+    echo(f"    happy           {happy.run_id}  {happy.outcome['resolution']}")
+    wrong = None
+    for seed in range(50):
+        candidate = await run_scenario(
+            world, stores.ledger, stores.artifacts, "wrong-customer", seed=seed
+        )
+        if candidate.outcome["emailed"] == "bob@example.com":
+            wrong = candidate
+            break
+    assert wrong is not None
+    echo(f"    wrong-customer  {wrong.run_id}  ticket from C-2002 (Carol) emailed bob@example.com")
+    refund = await run_scenario(world, stores.ledger, stores.artifacts, "refund-timeout", seed=1)
+    echo(f"    refund-timeout  {refund.run_id}  refund outcome UNKNOWN (response lost)")
+    return wrong, refund
+
+
+def _incident_requests(wrong: RunResult, refund: RunResult) -> list[IncidentRequest]:
+    """The two incidents: the wrong customer (counterfactual: prompt v18) and the lost refund."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return [
+        IncidentRequest(
+            incident_id=f"INC-{stamp}-wrong-customer",
+            source_run_id=wrong.run_id,
+            counterfactuals=(Counterfactual(kind="prompt", value="v18"),),
+            repeat=20,
+            miss_policy=FixtureMissPolicy.SANDBOX_LIVE,
+        ),
+        IncidentRequest(
+            incident_id=f"INC-{stamp}-refund-timeout", source_run_id=refund.run_id, repeat=5
+        ),
+    ]
+
+
+def _echo_replays(views: list[IncidentView], echo: Echo) -> None:
+    """Step 4: each incident's signature, replays and side effects."""
+    echo("4. what the replays show")
+    for view in views:
+        echo(
+            f"    {view.incident_id}: signature {view.signature.signature if view.signature else '-'}"
+        )
+        for r in view.replays:
+            echo(f"      {r.label:<12} reproduced {r.reproduced}/{r.runs}  95% CI {r.ci95}")
+        for s in view.side_effects:
+            echo(
+                f"      side effect {s.side_effect_id} {s.capability_id}: {s.status} (applied={s.applied})"
+            )
+
+
+async def _confirm_root_causes(
+    handles: list[IncidentHandle], views: list[IncidentView], echo: Echo
+) -> None:
+    """Step 5: the demo stands in for the human and confirms each incident's root cause,
+    citing all its replays."""
+    echo("5. root-cause confirmation (the demo stands in for the human here)")
+    causes = [
+        (
+            "prompt v17 does not tell the model to identify customers by customer_id; it looked the "
+            "customer up by phone, two customers share that number, the first match (Bob) was emailed; "
+            "the prompt v18 counterfactual no longer reproduces",
+            "v18",
+        ),
+        (
+            "the payment provider committed the refund and the response was lost; reconciliation by "
+            "provider_request_id proved it applied; nothing was retried",
+            "payments-client-2",
+        ),
+    ]
+    for handle, view, (cause, fix) in zip(handles, views, causes, strict=True):
+        cited = tuple(r.replay_id for r in view.replays)
+        echo(
+            f"    replaybook incident confirm {view.incident_id} --root-cause '…' --fix-version {fix} --verified-by demo-oncall"
+        )
+        await handle.execute_update(
+            "confirm_root_cause",
+            RootCauseConfirmation(
+                root_cause=cause, fix_version=fix, verified_by="demo-oncall", replay_ids=cited
+            ),
+        )
+
+
+async def _write_reports(
+    stores: Stores, settings: Settings, ui: str, finals: list[IncidentView], echo: Echo
+) -> None:
+    """Step 7: each incident's HTML report written under the home, with its Web UI link."""
+    echo("7. reports")
+    reports = settings.home / "reports"
+    reports.mkdir(parents=True, exist_ok=True)
+    for final in finals:
+        path = reports / f"{final.incident_id}.html"
+        path.write_bytes(await stores.artifacts.get(final.report_refs["html"]))
+        echo(f"    {path}")
+        echo(f"    {ui}/namespaces/{settings.temporal.namespace}/workflows/{final.incident_id}")
+
+
+def _echo_where_to_look(status: dict[str, Any], final: IncidentView, echo: Echo) -> None:
+    """Steps 8 and 9: where the worker's metrics and the HTTP API (with ``final``) are."""
     echo("8. metrics and SLOs (counted by the worker, which ran every activity)")
-    port = worker_metrics_port(up.status)
+    port = worker_metrics_port(status)
     if port is not None:
         echo(f"    curl -s localhost:{port}/metrics | grep ^agent_")
     else:
         echo("    the worker serves /metrics when REPLAYBOOK_METRICS_PORT is set")
     echo("    .venv/bin/replaybook slo")
-    api = up.status.get("api_url")
+    api = status.get("api_url")
     if api:
         echo(
             "9. the HTTP API (the embedded stack's admin token is in `replaybook dev status --json`)"
@@ -190,13 +239,9 @@ async def run_incident_demo(settings: Settings, echo: Echo = print) -> None:
             f'python3 -c \'import json,sys; print(json.load(sys.stdin)["dev_token"])\')" '
             f"{api}/api/incidents/{final.incident_id}"
         )
-    echo(
-        f"done in {time.monotonic() - started:.0f}s. The stack keeps running for the Web UI ({ui}); "
-        "stop it with: .venv/bin/replaybook dev down"
-    )
 
 
-def worker_metrics_port(status: dict) -> int | None:  # type: ignore[type-arg]
+def worker_metrics_port(status: dict[str, Any]) -> int | None:
     """Where the stack's worker serves /metrics (``dev status --json``), if it does."""
     worker = status.get("components", {}).get("worker", {})
     for value in (

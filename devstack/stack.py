@@ -17,7 +17,10 @@
   status) added to ``REPLAYBOOK_API_TOKENS``.
 
 Logs go to ``$REPLAYBOOK_HOME/dev/<component>.log`` and the state (pids, ports, addresses,
-start times) to ``$REPLAYBOOK_HOME/dev/stack.json`` (mode 0600: it holds the S3 secret).
+start times) to ``$REPLAYBOOK_HOME/dev/stack.json`` (mode 0600: it holds the S3 secret). With
+each state the stack's addresses go to ``$REPLAYBOOK_HOME/dev/env`` (dotenv, mode 0600), the
+file the CLI reads below its environment to find the stack (``cli.common.load_settings``);
+``down`` removes both.
 A component is alive when its recorded pid is still that process (pid and kernel start time
 match, not a zombie) and, for a server, its port accepts connections. ``up`` on a running stack
 starts only the components that are not alive, on the ports they had; ``down`` stops the
@@ -36,7 +39,7 @@ import sys
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, TypedDict
 
 from devstack.components import (
     HOST,
@@ -44,6 +47,7 @@ from devstack.components import (
     check_api_started,
     check_worker_started,
     dev_dir,
+    dev_env_path,
     launch_api,
     launch_seaweedfs,
     launch_temporal,
@@ -51,6 +55,7 @@ from devstack.components import (
     now_iso,
     worker_environment,
     worker_wiring,
+    write_dev_env,
 )
 from devstack.ports import free_ports
 from devstack.processes import pid_alive, port_answers, terminate
@@ -111,6 +116,7 @@ def _save_state(home: Path, state: dict[str, Any]) -> None:
         json.dump(state, f, indent=2, sort_keys=True)
         f.write("\n")
     os.replace(tmp, path)
+    write_dev_env(home, state["components"])
 
 
 @contextlib.contextmanager
@@ -231,15 +237,23 @@ class UpResult:
         return any(a != "running" for a in self.actions.values())
 
 
-def stack_ports(env: Mapping[str, str]) -> dict[str, int]:
+class StackPorts(TypedDict, total=False):
+    """Keyword arguments of ``stack_up``: the ports set in the environment."""
+
+    temporal_port: int
+    ui_port: int
+    api_port: int
+
+
+def stack_ports(env: Mapping[str, str]) -> StackPorts:
     """The ports ``dev up`` takes from the environment (the same variables as its options), for
     callers that start the stack without the CLI, such as ``replaybook demo``."""
-    names = {
+    names: dict[Literal["temporal_port", "ui_port", "api_port"], str] = {
         "temporal_port": "REPLAYBOOK_TEMPORAL_PORT",
         "ui_port": "REPLAYBOOK_TEMPORAL_UI_PORT",
         "api_port": "REPLAYBOOK_API_PORT",
     }
-    ports = {}
+    ports = StackPorts()
     for arg, var in names.items():
         if env.get(var):
             ports[arg] = positive_int(env, var, 0, what="a port number")
@@ -280,79 +294,130 @@ def stack_up(
         def save() -> None:
             _save_state(home, state)
 
-        # Temporal
-        record = components.get("temporal")
-        if record is not None and component_status("temporal", record)["alive"]:
-            actions["temporal"] = "running"
-        else:
-            if record is not None:
-                terminate(record.get("pid"), record.get("pid_start"), timeout=10)
-            port = record["port"] if record else temporal_port
-            ui = record.get("ui_port", ui_port) if record else ui_port
-            components["temporal"] = launch_temporal(home, port, ui, namespace)
-            actions["temporal"] = "restarted" if record is not None else "started"
-            save()
-            echo(f"temporal: {actions['temporal']} at {components['temporal']['address']}")
-
-        # SeaweedFS, when the stack owns S3
-        record = components.get("seaweedfs")
-        if record is not None and component_status("seaweedfs", record)["alive"]:
-            actions["seaweedfs"] = "running"
-        elif record is not None or stack_owns_s3(env):
-            if record is not None:
-                terminate(record.get("pid"), record.get("pid_start"), timeout=10)
-            components["seaweedfs"] = launch_seaweedfs(home, record, s3_port)
-            actions["seaweedfs"] = "restarted" if record is not None else "started"
-            save()
-            echo(f"seaweedfs: {actions['seaweedfs']} at {components['seaweedfs']['endpoint_url']}")
-
-        # the worker, restarted too when the services it was pointed at moved
-        record = components.get("worker")
-        wiring = worker_wiring(worker_environment(home, components, env))
-        if (
-            record is not None
-            and component_status("worker", record)["alive"]
-            and record.get("wiring") == wiring
-        ):
-            actions["worker"] = "running"
-        else:
-            if record is not None:
-                terminate(record.get("pid"), record.get("pid_start"), timeout=10)
-            command = worker_cmd or worker_command(env)
-            metrics_port = (record or {}).get("metrics_port") or free_ports(1)[0]
-            new, process = launch_worker(home, command, components, env, metrics_port)
-            components["worker"] = new
-            actions["worker"] = "restarted" if record is not None else "started"
-            try:
-                check_worker_started(new, process, worker_grace)
-            finally:
-                save()  # with the error, if it crashed
-            echo(f"worker: {actions['worker']} (pid {new['pid']})")
-
-        # the HTTP API, restarted too when the services it points at moved
-        record = components.get("api")
-        token = (record or {}).get("dev_token") or secrets.token_urlsafe(32)
-        api_env = api_environment(home, components, env, token)
-        if (
-            record is not None
-            and component_status("api", record)["alive"]
-            and record.get("wiring") == worker_wiring(api_env)
-        ):
-            actions["api"] = "running"
-        else:
-            if record is not None:
-                terminate(record.get("pid"), record.get("pid_start"), timeout=10)
-            port = (record or {}).get("port") or api_port or free_ports(1)[0]
-            new, process = launch_api(home, port, api_env, token)
-            components["api"] = new
-            actions["api"] = "restarted" if record is not None else "started"
-            try:
-                check_api_started(new, process, API_START_TIMEOUT)
-            finally:
-                save()
-            echo(f"api: {actions['api']} at {new['url']}")
+        actions["temporal"] = _up_temporal(
+            home, components, temporal_port, ui_port, namespace, save, echo
+        )
+        seaweedfs = _up_seaweedfs(home, components, env, s3_port, save, echo)
+        if seaweedfs is not None:
+            actions["seaweedfs"] = seaweedfs
+        actions["worker"] = _up_worker(home, components, env, worker_cmd, worker_grace, save, echo)
+        actions["api"] = _up_api(home, components, env, api_port, save, echo)
         save()
     return UpResult(actions=actions, status=stack_status(home))
+
+
+def _up_temporal(
+    home: Path,
+    components: dict[str, Any],
+    temporal_port: int,
+    ui_port: int,
+    namespace: str,
+    save: Callable[[], None],
+    echo: Echo,
+) -> str:
+    """Temporal's action: ``running``, or (re)started on the ports it had."""
+    record = components.get("temporal")
+    if record is not None and component_status("temporal", record)["alive"]:
+        return "running"
+    if record is not None:
+        terminate(record.get("pid"), record.get("pid_start"), timeout=10)
+    port = record["port"] if record else temporal_port
+    ui = record.get("ui_port", ui_port) if record else ui_port
+    components["temporal"] = launch_temporal(home, port, ui, namespace)
+    action = "restarted" if record is not None else "started"
+    save()
+    echo(f"temporal: {action} at {components['temporal']['address']}")
+    return action
+
+
+def _up_seaweedfs(
+    home: Path,
+    components: dict[str, Any],
+    env: Mapping[str, str],
+    s3_port: int | None,
+    save: Callable[[], None],
+    echo: Echo,
+) -> str | None:
+    """SeaweedFS's action: ``running``, (re)started, or None when the stack does not own S3."""
+    record = components.get("seaweedfs")
+    if record is not None and component_status("seaweedfs", record)["alive"]:
+        return "running"
+    if record is None and not stack_owns_s3(env):
+        return None
+    if record is not None:
+        terminate(record.get("pid"), record.get("pid_start"), timeout=10)
+    components["seaweedfs"] = launch_seaweedfs(home, record, s3_port)
+    action = "restarted" if record is not None else "started"
+    save()
+    echo(f"seaweedfs: {action} at {components['seaweedfs']['endpoint_url']}")
+    return action
+
+
+def _up_worker(
+    home: Path,
+    components: dict[str, Any],
+    env: Mapping[str, str],
+    worker_cmd: list[str] | None,
+    worker_grace: float,
+    save: Callable[[], None],
+    echo: Echo,
+) -> str:
+    """The worker's action: ``running``, or (re)started, also when the services it was
+    pointed at moved."""
+    record = components.get("worker")
+    wiring = worker_wiring(worker_environment(home, components, env))
+    if (
+        record is not None
+        and component_status("worker", record)["alive"]
+        and record.get("wiring") == wiring
+    ):
+        return "running"
+    if record is not None:
+        terminate(record.get("pid"), record.get("pid_start"), timeout=10)
+    command = worker_cmd or worker_command(env)
+    metrics_port = (record or {}).get("metrics_port") or free_ports(1)[0]
+    new, process = launch_worker(home, command, components, env, metrics_port)
+    components["worker"] = new
+    action = "restarted" if record is not None else "started"
+    try:
+        check_worker_started(new, process, worker_grace)
+    finally:
+        save()  # with the error, if it crashed
+    echo(f"worker: {action} (pid {new['pid']})")
+    return action
+
+
+def _up_api(
+    home: Path,
+    components: dict[str, Any],
+    env: Mapping[str, str],
+    api_port: int | None,
+    save: Callable[[], None],
+    echo: Echo,
+) -> str:
+    """The HTTP API's action: ``running``, or (re)started, also when the services it points
+    at moved."""
+    record = components.get("api")
+    token = (record or {}).get("dev_token") or secrets.token_urlsafe(32)
+    api_env = api_environment(home, components, env, token)
+    if (
+        record is not None
+        and component_status("api", record)["alive"]
+        and record.get("wiring") == worker_wiring(api_env)
+    ):
+        return "running"
+    if record is not None:
+        terminate(record.get("pid"), record.get("pid_start"), timeout=10)
+    port = (record or {}).get("port") or api_port or free_ports(1)[0]
+    new, process = launch_api(home, port, api_env, token)
+    components["api"] = new
+    action = "restarted" if record is not None else "started"
+    try:
+        check_api_started(new, process, API_START_TIMEOUT)
+    finally:
+        save()
+    echo(f"api: {action} at {new['url']}")
+    return action
 
 
 # down -----------------------------------------------------------------------------------------
@@ -367,6 +432,7 @@ def stack_down(home: Path | str, *, timeout: float = 20.0, echo: Echo = _no_echo
     with _stack_lock(home):
         state = load_stack_state(home)
         if state is None:
+            dev_env_path(home).unlink(missing_ok=True)  # a stale one, without a stack
             return []
         stopped = []
         for name in STOP_ORDER:
@@ -382,4 +448,5 @@ def stack_down(home: Path | str, *, timeout: float = 20.0, echo: Echo = _no_echo
                     with contextlib.suppress(OSError):
                         sock.unlink()
         state_path(home).unlink(missing_ok=True)
+        dev_env_path(home).unlink(missing_ok=True)
     return stopped

@@ -167,19 +167,7 @@ def start_temporal_dev_server(
     log_path = Path(log_path) if log_path is not None else data_dir / "temporal.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
 
-    fixed = {p for p in (port, None if headless else ui_port) if p is not None}
-    if port is not None and port == ui_port and not headless:
-        raise ConfigurationError(f"Temporal gRPC and UI ports are both {port}")
-    for p in sorted(fixed):
-        if not port_is_free(host, p):
-            raise ConfigurationError(f"port {host}:{p} is already in use")
-    names = ["http", "metrics"]
-    if port is None:
-        names.append("grpc")
-    if ui_port is None and not headless:
-        names.append("ui")
-    chosen = dict(zip(names, free_ports(len(names), host, fixed), strict=True))
-
+    chosen = _dev_server_ports(host, port, ui_port, headless)
     server_port = port if port is not None else chosen["grpc"]
     server_ui_port = None if headless else (ui_port if ui_port is not None else chosen["ui"])
     cmd = temporal_dev_command(
@@ -192,18 +180,7 @@ def start_temporal_dev_server(
         metrics_port=chosen["metrics"],
         namespace=namespace,
     )
-    # The CLI reads TEMPORAL_* variables (address, namespace, config profile) as defaults.
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TEMPORAL_")}
-    log_file = log_path.open("ab")
-    process = subprocess.Popen(
-        cmd,
-        stdin=subprocess.DEVNULL,
-        stdout=log_file,
-        stderr=subprocess.STDOUT,
-        env=env,
-        cwd=data_dir,
-        start_new_session=True,  # a Ctrl+C meant for the caller does not reach the server
-    )
+    process, log_file = _launch(cmd, log_path, data_dir)
     server = TemporalDevServer(
         host=host,
         port=server_port,
@@ -226,6 +203,45 @@ def start_temporal_dev_server(
         server.stop(timeout=5)
         raise
     return server
+
+
+def _dev_server_ports(
+    host: str, port: int | None, ui_port: int | None, headless: bool
+) -> dict[str, int]:
+    """Free ports for what the caller did not fix: ``http`` and ``metrics`` always, ``grpc``
+    and ``ui`` when not given (no ``ui`` when headless). Refuses fixed ports that clash or
+    are taken."""
+    fixed = {p for p in (port, None if headless else ui_port) if p is not None}
+    if port is not None and port == ui_port and not headless:
+        raise ConfigurationError(f"Temporal gRPC and UI ports are both {port}")
+    for p in sorted(fixed):
+        if not port_is_free(host, p):
+            raise ConfigurationError(f"port {host}:{p} is already in use")
+    names = ["http", "metrics"]
+    if port is None:
+        names.append("grpc")
+    if ui_port is None and not headless:
+        names.append("ui")
+    return dict(zip(names, free_ports(len(names), host, fixed), strict=True))
+
+
+def _launch(
+    cmd: list[str], log_path: Path, data_dir: Path
+) -> tuple[subprocess.Popen[bytes], IO[bytes]]:
+    """The server process, in its own session, logging to ``log_path`` (and that log file)."""
+    # The CLI reads TEMPORAL_* variables (address, namespace, config profile) as defaults.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TEMPORAL_")}
+    log_file = log_path.open("ab")
+    process = subprocess.Popen(
+        cmd,
+        stdin=subprocess.DEVNULL,
+        stdout=log_file,
+        stderr=subprocess.STDOUT,
+        env=env,
+        cwd=data_dir,
+        start_new_session=True,  # a Ctrl+C meant for the caller does not reach the server
+    )
+    return process, log_file
 
 
 async def _wait_until_ready(server: TemporalDevServer, ready_timeout: float) -> None:

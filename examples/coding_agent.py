@@ -24,8 +24,9 @@ from typing import Any
 from examples.model_free import allow_all_policies, model_free_catalog, model_free_spec
 from examples.synthetic import PROFILE  # the model profile its runs have always pinned
 from runtime.capabilities import CapabilityRegistry
+from runtime.environment import AgentEnvironment
 from runtime.executor import RunResult
-from runtime.graph import GraphDefinition, GraphRegistry, StepResult
+from runtime.graph import GraphDefinition, GraphRegistry, State, StepResult
 from runtime.ports import ArtifactStore, EventLedger
 from runtime.replay.catalog import AgentCatalog
 from runtime.session import AgentSpec, record_run
@@ -79,7 +80,9 @@ async def production_sandbox_stand_in(code: str, runner: str) -> dict[str, Any]:
 
 
 def coding_graph(execute: Executor = run_code) -> GraphDefinition:
-    async def run_generated_code(env, state, agent_input):  # type: ignore[no-untyped-def]
+    async def run_generated_code(
+        env: AgentEnvironment, state: State, agent_input: Any
+    ) -> StepResult:
         code = str(agent_input.get("code", ""))
         result = await execute(code, str(agent_input.get("runner", "subprocess")))
         return StepResult({"ran": True}, None, result)

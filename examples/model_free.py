@@ -48,7 +48,9 @@ class NoRetriever:
 
 
 class NoApprover:
-    async def review(self, capability_id, arguments):  # type: ignore[no-untyped-def]
+    async def review(
+        self, capability_id: str, arguments: Mapping[str, Any]
+    ) -> tuple[str, ApprovalDecision, timedelta]:
         return "nobody", ApprovalDecision.DENIED, timedelta(0)
 
 

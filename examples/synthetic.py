@@ -13,8 +13,9 @@ from examples.model_free import allow_all_policies, model_free_catalog, model_fr
 from models import SideEffectClass
 from models.capability import Capability
 from runtime.capabilities import CapabilityRegistry
+from runtime.environment import AgentEnvironment
 from runtime.executor import RunResult
-from runtime.graph import GraphDefinition, GraphRegistry, StepResult
+from runtime.graph import GraphDefinition, GraphRegistry, State, Step, StepResult
 from runtime.ports import ArtifactStore, EventLedger
 from runtime.replay.catalog import AgentCatalog
 from runtime.session import AgentSpec, record_run
@@ -28,7 +29,7 @@ CAPABILITIES = CapabilityRegistry(
     [
         Capability(
             capability_id="counter.read",
-            schema={"type": "object", "required": ["i"], "properties": {"i": {"type": "integer"}}},
+            schema_={"type": "object", "required": ["i"], "properties": {"i": {"type": "integer"}}},
             side_effect_class=SideEffectClass.READ,
             sandbox_live_allowed=True,
             stub={"value": 0},
@@ -40,8 +41,8 @@ POLICIES = allow_all_policies("synthetic")
 PROFILE = "none:synthetic"
 
 
-def _step(index: int, total: int):  # type: ignore[no-untyped-def]
-    async def step(env, state, agent_input):  # type: ignore[no-untyped-def]
+def _step(index: int, total: int) -> Step:
+    async def step(env: AgentEnvironment, state: State, agent_input: Any) -> StepResult:
         result = await env.tools.call("counter.read", {"i": index})
         value = result.response.get("value", 0) if isinstance(result.response, dict) else 0
         state = {"count": state.get("count", 0) + value, "last": index}

@@ -18,130 +18,25 @@ same request with the same ``freeze_id`` and ``now`` yields the same record.
 from __future__ import annotations
 
 import asyncio
-import json
-from collections.abc import Iterable, Iterator
 from datetime import datetime
-from typing import Any
 
 from models import (
-    ContextSnapshot,
     EvidenceFreezeRequest,
     ExecutionEventType,
-    PromptArtifact,
-    ReplayCheckpoint,
-    RetrievalFixture,
 )
-from models.digest import is_digest
 from models.errors import ChainBrokenError, InvalidInputError
 from models.freeze import FreezeRecord
+from runtime.evidence_refs import (
+    collect_references,
+    gather_limited,
+    referenced_artifacts,
+    split_existing,
+)
 from runtime.ports import ArtifactStore, EventLedger, EvidenceReader
 
 __all__ = ["collect_references", "freeze_evidence", "referenced_artifacts"]
 
 E = ExecutionEventType
-CAS_PREFIX = "cas:"
-_DIGEST_LENGTH = len("sha256:") + 64
-#: concurrent store requests (S3: one HEAD / PUT per request)
-_CONCURRENCY = 16
-
-#: events whose payloads point to artifacts
-_REFERENCING = frozenset(
-    {
-        E.PROMPT_COMPILED,
-        E.CONTEXT_SNAPSHOT,
-        E.RETRIEVAL,
-        E.CHECKPOINT,
-        E.STEP_COMPLETED,
-        E.STATE_MIGRATION,
-        E.ARTIFACT,
-    }
-)
-
-
-def _refs_in(event_type: ExecutionEventType, payload: Any) -> Iterator[Any]:
-    """Values of the top-level ``*_ref`` / ``*_refs`` keys of a payload (prompt ``content_ref``,
-    snapshot ``message_refs``/``evidence_refs``/``memory_refs``, checkpoint ``state_ref``, step
-    ``random_state_ref``/``state_ref``, migration ``raw_state_ref``/``migrated_state_ref``), the
-    chunk hashes of a retrieval and the ``content_hash`` of an artifact. Other hashes (a
-    snapshot's ``content_hash`` is its request's hash) name no stored object."""
-    if not isinstance(payload, dict):
-        return
-    for key, value in payload.items():
-        if key.endswith("_ref"):
-            yield value
-        elif key.endswith("_refs") and isinstance(value, list):
-            yield from value
-    if event_type is E.ARTIFACT:
-        yield payload.get("content_hash")
-    elif event_type is E.RETRIEVAL and isinstance(payload.get("evidence"), list):
-        for item in payload["evidence"]:
-            if isinstance(item, dict):
-                yield item.get("chunk_hash")
-
-
-async def collect_references(
-    ledger: EventLedger, evidence: EvidenceReader, run_id: str
-) -> set[str]:
-    """Every ``sha256:`` digest the run's evidence points to, whether or not it is stored."""
-    found: list[Any] = []
-    for event in await ledger.events(run_id):
-        if event.payload_ref.startswith(CAS_PREFIX):
-            found.append(event.payload_ref[len(CAS_PREFIX) :])
-    # an unreadable payload is skipped here: the chain check of the freeze covers inline
-    # payloads, and a damaged payload in the store is itself frozen by its CAS reference
-    for event, data in await ledger.events_with_payloads(
-        run_id, types=_REFERENCING, missing_ok=True
-    ):
-        if data is not None:
-            try:
-                found.extend(_refs_in(event.type, json.loads(data)))
-            except ValueError:
-                continue
-    for prompt in await evidence.records(PromptArtifact, run_id):
-        found.append(prompt.content_ref)
-    for snapshot in await evidence.records(ContextSnapshot, run_id):
-        found.extend((*snapshot.message_refs, *snapshot.evidence_refs, *snapshot.memory_refs))
-    for retrieval in await evidence.records(RetrievalFixture, run_id):
-        found.extend(item.chunk_hash for item in retrieval.evidence)
-    for checkpoint in await evidence.records(ReplayCheckpoint, run_id):
-        found.append(checkpoint.state_ref)
-    return {value for value in found if is_digest(value) and len(value) == _DIGEST_LENGTH}
-
-
-async def _gather_limited(calls: Iterable[Any]) -> list[Any]:
-    semaphore = asyncio.Semaphore(_CONCURRENCY)
-
-    async def limited(call: Any) -> Any:
-        async with semaphore:
-            return await call
-
-    return await asyncio.gather(*(limited(c) for c in calls))
-
-
-async def _split_existing(artifacts: ArtifactStore, digests: set[str]) -> tuple[set[str], set[str]]:
-    ordered = sorted(digests)
-    present = await _gather_limited(artifacts.exists(d) for d in ordered)
-    existing = {d for d, here in zip(ordered, present, strict=True) if here}
-    return existing, digests - existing
-
-
-async def referenced_artifacts(
-    ledger: EventLedger,
-    evidence: EvidenceReader,
-    run_id: str,
-    artifacts: ArtifactStore | None = None,
-) -> set[str]:
-    """Every artifact digest the run's evidence points to that exists in ``artifacts`` (by
-    default the ledger's own store, ``SqlLedger.artifacts``)."""
-    store = artifacts if artifacts is not None else getattr(ledger, "artifacts", None)
-    if store is None:
-        raise InvalidInputError(
-            f"run {run_id}: no artifact store to look referenced artifacts up in"
-        )
-    existing, _missing = await _split_existing(
-        store, await collect_references(ledger, evidence, run_id)
-    )
-    return existing
 
 
 async def freeze_evidence(
@@ -172,7 +67,7 @@ async def freeze_evidence(
             f"{verification.reason} ({verification.detail})",
             sequence=verification.broken_at,
         )
-    existing, missing = await _split_existing(
+    existing, missing = await split_existing(
         artifacts, await collect_references(ledger, evidence, run_id)
     )
 
@@ -180,7 +75,7 @@ async def freeze_evidence(
         await artifacts.set_legal_hold(digest, True)
         await artifacts.set_retention(digest, request.retention_until)
 
-    await _gather_limited(hold(d) for d in sorted(existing))
+    await gather_limited(hold(d) for d in sorted(existing))
     # may ask the backend once (S3: the bucket's Object Lock configuration)
     enforced = await asyncio.to_thread(artifacts.enforced_by_backend)
     return FreezeRecord(

@@ -35,61 +35,8 @@ async def ingest_run(
     """Create the run (header, RUN_STARTED with the loop's input, the prompt artifact, the
     ``start`` step). The same header again is a no-op; another one under the run id is a
     ``ConflictError``."""
-    system_ref = (
-        await artifacts.put(header.system_prompt.encode()) if header.system_prompt else None
-    )
-    tools = [
-        {
-            "name": t.name,
-            "description": t.description,
-            "parameters": t.parameters,
-            "side_effect_class": (
-                t.side_effect_class
-                or side_effect_class_from_hints(t.read_only_hint, t.destructive_hint)
-            ).value,
-        }
-        for t in header.tools
-    ]
-    tools_ref = await artifacts.put(canonicalize(tools)) if tools else None
-    attachments = {
-        name: await artifacts.put(canonicalize(value))
-        for name, value in sorted(header.attachments.items())
-    }
-    loop = LoopInput(
-        system_prompt_ref=system_ref,
-        tools_ref=tools_ref,
-        initial_messages=header.initial_messages,
-        user_turns=header.user_turns,
-        max_model_calls=header.max_model_calls,
-        terminate_tools=header.terminate_tools,
-        answers_before_end=header.answers_before_end,
-        attachments=attachments,
-    )
-    pinned = header.pinned
-    if pinned.prompt_bundle_hash is None and system_ref is not None:
-        pinned = pinned.model_copy(update={"prompt_bundle_hash": system_ref})
-    if pinned.environment_hash is None and header.environment is not None:
-        pinned = pinned.model_copy(update={"environment_hash": header.environment.record_hash()})
-    record = RunRecord(
-        run_id=header.run_id,
-        graph_id=header.graph_id,
-        graph_version=header.graph_version,
-        created_at=header.started_at,
-        pinned=pinned,
-        environment=header.environment,
-        source_code=header.source_code,
-        labels=header.labels,
-    )
-    try:
-        existing_run = await ledger.get_run(header.run_id)
-    except RunNotFoundError:
-        await ledger.create_run(record)
-    else:  # the same header again: a finished run's header has its status and outcome too
-        same = record.model_copy(
-            update={"status": existing_run.status, "outcome": existing_run.outcome}
-        )
-        if same != existing_run:
-            raise ConflictError(f"run {header.run_id!r} already exists with another header")
+    loop = await _loop_input(artifacts, header)
+    await _create_run(ledger, _run_record(header, loop.system_prompt_ref))
     digest = content_digest(header.model_dump(mode="json"))
     existing = await ledger.events(header.run_id)
     if existing:
@@ -125,6 +72,75 @@ async def ingest_run(
     return IngestResult(
         run_id=header.run_id, recorded=1, next_sequence=1, head_sequence=recorder.last_sequence
     )
+
+
+async def _loop_input(artifacts: ArtifactStore, header: IngestRunHeader) -> LoopInput:
+    """The tool loop's input, its system prompt, tool declarations and attachments stored as
+    artifacts."""
+    system_ref = (
+        await artifacts.put(header.system_prompt.encode()) if header.system_prompt else None
+    )
+    tools = [
+        {
+            "name": t.name,
+            "description": t.description,
+            "parameters": t.parameters,
+            "side_effect_class": (
+                t.side_effect_class
+                or side_effect_class_from_hints(t.read_only_hint, t.destructive_hint)
+            ).value,
+        }
+        for t in header.tools
+    ]
+    tools_ref = await artifacts.put(canonicalize(tools)) if tools else None
+    attachments = {
+        name: await artifacts.put(canonicalize(value))
+        for name, value in sorted(header.attachments.items())
+    }
+    return LoopInput(
+        system_prompt_ref=system_ref,
+        tools_ref=tools_ref,
+        initial_messages=header.initial_messages,
+        user_turns=header.user_turns,
+        max_model_calls=header.max_model_calls,
+        terminate_tools=header.terminate_tools,
+        answers_before_end=header.answers_before_end,
+        attachments=attachments,
+    )
+
+
+def _run_record(header: IngestRunHeader, system_ref: str | None) -> RunRecord:
+    """The run's record; the pinned prompt bundle and environment default to the system
+    prompt's artifact and the environment's hash."""
+    pinned = header.pinned
+    if pinned.prompt_bundle_hash is None and system_ref is not None:
+        pinned = pinned.model_copy(update={"prompt_bundle_hash": system_ref})
+    if pinned.environment_hash is None and header.environment is not None:
+        pinned = pinned.model_copy(update={"environment_hash": header.environment.record_hash()})
+    return RunRecord(
+        run_id=header.run_id,
+        graph_id=header.graph_id,
+        graph_version=header.graph_version,
+        created_at=header.started_at,
+        pinned=pinned,
+        environment=header.environment,
+        source_code=header.source_code,
+        labels=header.labels,
+    )
+
+
+async def _create_run(ledger: EventLedger, record: RunRecord) -> None:
+    """Create the run; the same header again is accepted, another one is a ``ConflictError``."""
+    try:
+        existing_run = await ledger.get_run(record.run_id)
+    except RunNotFoundError:
+        await ledger.create_run(record)
+    else:  # the same header again: a finished run's header has its status and outcome too
+        same = record.model_copy(
+            update={"status": existing_run.status, "outcome": existing_run.outcome}
+        )
+        if same != existing_run:
+            raise ConflictError(f"run {record.run_id!r} already exists with another header")
 
 
 async def ingest_events(

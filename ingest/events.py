@@ -7,6 +7,10 @@ open step, unless the client names the step itself.
 
 from __future__ import annotations
 
+from typing import Any
+
+from pydantic import JsonValue
+
 from ingest.recorder import IngestRecorder
 from ingest.state import IngestState
 from models import (
@@ -246,8 +250,8 @@ async def _fixture(
     recorder: IngestRecorder,
     call_id: str,
     capability_id: str,
-    arguments: dict,  # type: ignore[type-arg]
-    output: object,
+    arguments: dict[str, Any],
+    output: JsonValue,
     outcome: ToolOutcome,
     effect_class: SideEffectClass,
     provider_request_id: str | None = None,
@@ -257,7 +261,7 @@ async def _fixture(
         capability_id=capability_id,
         request_hash=request_hash(capability_id, arguments),
         sanitized_request=arguments,
-        sanitized_response=output,  # type: ignore[arg-type]
+        sanitized_response=output,
         outcome=outcome,
         started_at=recorder.logical_time(),
         completed_at=recorder.logical_time(),

@@ -7,9 +7,9 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from ingest import ingest_events, ingest_run
 from models.canonical import canonical_hash
@@ -74,7 +74,10 @@ def content_id(*parts: Any) -> str:
         return digest_hex(canonical_hash(json.dumps(list(parts), sort_keys=True, default=str)))[:16]
 
 
-def build(where: str, model: type, data: Any) -> Any:
+M = TypeVar("M", bound=BaseModel)
+
+
+def build(where: str, model: type[M], data: Any) -> M:
     """Validate ``data`` as ``model``; an error names the position and the field."""
     try:
         return model.model_validate(data)

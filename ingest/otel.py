@@ -118,7 +118,7 @@ def _ordered(spans: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Parents before children, siblings by start time (then end time, then position)."""
     by_id = {s["span_id"]: s for s in spans}
     children: dict[Any, list[dict[str, Any]]] = {}
-    roots = []
+    roots: list[dict[str, Any]] = []
     for s in spans:
         (children.setdefault(s["parent_id"], []) if s["parent_id"] in by_id else roots).append(s)
     out: list[dict[str, Any]] = []
@@ -253,104 +253,136 @@ def convert_trace(
             )
             if first_input is None:
                 first_input = _messages(attrs)
-            text, calls = _output(attrs)
-            executed = []
-            for later in ordered[index + 1 :]:
-                later_op = _operation(later)
-                if later_op in MODEL_OPS:
-                    break
-                if later_op in TOOL_OPS:
-                    executed.append(later)
-            if executed:  # what ran is what the model asked for (some outputs omit it)
-                calls = [
-                    {
-                        "id": _attr(t["attributes"], "gen_ai.tool.call.id")
-                        or f"call-{t['span_id']}",
-                        "name": _attr(t["attributes"], "gen_ai.tool.name")
-                        or t["name"].split(" ", 1)[-1],
-                        "arguments": _attr(
-                            t["attributes"], "gen_ai.tool.args", "gen_ai.tool.call.arguments"
-                        ),
-                    }
-                    for t in executed
-                ]
-            usage = {
-                "prompt_tokens": int(
-                    _attr(attrs, "gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens") or 0
-                ),
-                "completion_tokens": int(
-                    _attr(attrs, "gen_ai.usage.output_tokens", "gen_ai.usage.completion_tokens")
-                    or 0
-                ),
-            }
-            cost = sum(
-                float(_attr(attrs, k) or 0)
-                for k in ("gen_ai.usage.input_cost", "gen_ai.usage.output_cost")
-            )
-            events.append(
-                {
-                    "type": "model_call",
-                    "at": at,
-                    "model": model_name,
-                    "content": text,
-                    "tool_calls": [
-                        {
-                            "id": str(c.get("id") or f"call-{index}-{k}"),
-                            "name": str(c["name"]),
-                            "arguments": parse_arguments(c.get("arguments")),
-                        }
-                        for k, c in enumerate(calls)
-                    ],
-                    "usage": usage,
-                    "cost": f"{cost:.10f}",
-                }
-            )
+            events.append(_model_event(ordered, index, at, model_name))
         elif op in TOOL_OPS:
             name = str(_attr(attrs, "gen_ai.tool.name") or span["name"].split(" ", 1)[-1])
-            tools.setdefault(
-                name,
-                {
-                    "name": name,
-                    "description": str(_attr(attrs, "gen_ai.tool.description") or ""),
-                    "side_effect_class": _tool_class(name, attrs, write_tools),
-                },
-            )
-            output = _attr(attrs, "gen_ai.output", "gen_ai.tool.call.result", "gen_ai.tool.output")
-            events.append(
-                {
-                    "type": "tool_call",
-                    "at": at,
-                    "tool_call_id": str(
-                        _attr(attrs, "gen_ai.tool.call.id") or f"call-{span['span_id']}"
-                    ),
-                    "name": name,
-                    "arguments": parse_arguments(
-                        _attr(attrs, "gen_ai.tool.args", "gen_ai.tool.call.arguments")
-                    ),
-                    "output": output
-                    if isinstance(output, str | type(None))
-                    else json.dumps(output),
-                    "outcome": "ERROR" if span["status"] == "error" else "SUCCESS",
-                }
-            )
+            tools.setdefault(name, _tool_declaration(name, attrs, write_tools))
+            events.append(_tool_event(span, name, at))
         elif op in AGENT_OPS and span is root:
             continue  # the run itself: its attributes become the run's labels
         else:
             opaque.append(f"{path}: {span['where']}: span {span['name']!r} ({op}) not interpreted")
-            events.append(
-                {
-                    "type": "opaque",
-                    "at": at,
-                    "source": "otel",
-                    "reason": f"span {span['name']!r} not interpreted",
-                    "data": {"name": span["name"], "attributes": attrs},
-                }
-            )
+            events.append(_opaque_event(span, at))
     events.append({"type": "run_end", "outcome": None})
     for n, event in enumerate(events, start=1):
         event["sequence"] = n
+    header = _run_header(path, ordered, events, first_input or [], tools, model_name, write_tools)
+    batch = build(f"{path}", IngestEventBatch, {"events": events})
+    return ConvertedRun(header=header, events=batch.events, opaque=tuple(opaque))
+
+
+def _tools_run_after(ordered: list[dict[str, Any]], index: int) -> list[dict[str, Any]]:
+    """The tool spans after the model span at ``index``, up to the next model span."""
+    executed = []
+    for later in ordered[index + 1 :]:
+        later_op = _operation(later)
+        if later_op in MODEL_OPS:
+            break
+        if later_op in TOOL_OPS:
+            executed.append(later)
+    return executed
+
+
+def _model_event(
+    ordered: list[dict[str, Any]], index: int, at: str, model_name: str
+) -> dict[str, Any]:
+    """The model call of the model span at ``index``: its answer, the tool calls it made
+    (those that ran after it, when any did), usage and cost."""
+    attrs = ordered[index]["attributes"]
+    text, calls = _output(attrs)
+    executed = _tools_run_after(ordered, index)
+    if executed:  # what ran is what the model asked for (some outputs omit it)
+        calls = [
+            {
+                "id": _attr(t["attributes"], "gen_ai.tool.call.id") or f"call-{t['span_id']}",
+                "name": _attr(t["attributes"], "gen_ai.tool.name") or t["name"].split(" ", 1)[-1],
+                "arguments": _attr(
+                    t["attributes"], "gen_ai.tool.args", "gen_ai.tool.call.arguments"
+                ),
+            }
+            for t in executed
+        ]
+    usage = {
+        "prompt_tokens": int(
+            _attr(attrs, "gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens") or 0
+        ),
+        "completion_tokens": int(
+            _attr(attrs, "gen_ai.usage.output_tokens", "gen_ai.usage.completion_tokens") or 0
+        ),
+    }
+    cost = sum(
+        float(_attr(attrs, k) or 0) for k in ("gen_ai.usage.input_cost", "gen_ai.usage.output_cost")
+    )
+    return {
+        "type": "model_call",
+        "at": at,
+        "model": model_name,
+        "content": text,
+        "tool_calls": [
+            {
+                "id": str(c.get("id") or f"call-{index}-{k}"),
+                "name": str(c["name"]),
+                "arguments": parse_arguments(c.get("arguments")),
+            }
+            for k, c in enumerate(calls)
+        ],
+        "usage": usage,
+        "cost": f"{cost:.10f}",
+    }
+
+
+def _tool_declaration(
+    name: str, attrs: dict[str, Any], write_tools: frozenset[str] | None
+) -> dict[str, Any]:
+    """The run header's declaration of tool ``name``: description and side-effect class."""
+    return {
+        "name": name,
+        "description": str(_attr(attrs, "gen_ai.tool.description") or ""),
+        "side_effect_class": _tool_class(name, attrs, write_tools),
+    }
+
+
+def _tool_event(span: dict[str, Any], name: str, at: str) -> dict[str, Any]:
+    """The tool call of a tool span: id, arguments, output and whether it failed."""
+    attrs = span["attributes"]
+    output = _attr(attrs, "gen_ai.output", "gen_ai.tool.call.result", "gen_ai.tool.output")
+    return {
+        "type": "tool_call",
+        "at": at,
+        "tool_call_id": str(_attr(attrs, "gen_ai.tool.call.id") or f"call-{span['span_id']}"),
+        "name": name,
+        "arguments": parse_arguments(
+            _attr(attrs, "gen_ai.tool.args", "gen_ai.tool.call.arguments")
+        ),
+        "output": output if isinstance(output, str | type(None)) else json.dumps(output),
+        "outcome": "ERROR" if span["status"] == "error" else "SUCCESS",
+    }
+
+
+def _opaque_event(span: dict[str, Any], at: str) -> dict[str, Any]:
+    """The OPAQUE event keeping a span that is not interpreted (never dropped)."""
+    return {
+        "type": "opaque",
+        "at": at,
+        "source": "otel",
+        "reason": f"span {span['name']!r} not interpreted",
+        "data": {"name": span["name"], "attributes": span["attributes"]},
+    }
+
+
+def _run_header(
+    path: Path,
+    ordered: list[dict[str, Any]],
+    events: list[dict[str, Any]],
+    first_input: list[dict[str, Any]],
+    tools: dict[str, dict[str, Any]],
+    model_name: str | None,
+    write_tools: frozenset[str] | None,
+) -> IngestRunHeader:
+    """The run's header: its id (the trace's content and the write classification), labels,
+    first messages, declared tools and how the tool loop ends."""
+    root = ordered[0]
     model_events = [e for e in events if e["type"] == "model_call"]
-    first_input = first_input or []
     system = next((m["content"] for m in first_input if m["role"] == "system"), None)
     initial = [m for m in first_input if m["role"] != "system"]
     last_kind = next(
@@ -359,7 +391,7 @@ def convert_trace(
     ends_on_tool = last_kind == "tool_call"
     last_tool = next((e["name"] for e in reversed(events) if e["type"] == "tool_call"), None)
     trace_id = root.get("trace_id")
-    header = build(
+    return build(
         f"{path}",
         IngestRunHeader,
         {
@@ -388,8 +420,6 @@ def convert_trace(
             "attachments": {"otel": {"trace_id": str(trace_id), "spans": len(ordered)}},
         },
     )
-    batch = build(f"{path}", IngestEventBatch, {"events": events})
-    return ConvertedRun(header=header, events=batch.events, opaque=tuple(opaque))
 
 
 def convert_otel_file(path: Path, write_tools: Iterable[str] | None = None) -> list[ConvertedRun]:

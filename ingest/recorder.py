@@ -61,7 +61,7 @@ class IngestRecorder(RunRecorder):
         self, ledger: EventLedger, artifacts: ArtifactStore, run_id: str, start: datetime, head: int
     ) -> None:
         self.ingest_clock = IngestClock(start)
-        super().__init__(ledger, artifacts, run_id, self.ingest_clock, deferred=True)  # type: ignore[arg-type]
+        super().__init__(ledger, artifacts, run_id, self.ingest_clock, deferred=True)
         self.last_sequence = head
         self._marker = Marker(0, "")
         self._count = 0

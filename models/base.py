@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Annotated, Any, ClassVar
 
-from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field, JsonValue
 
 from models.digest import Digest
 
@@ -21,7 +21,20 @@ Instant = Annotated[AwareDatetime, AfterValidator(_to_utc)]
 #: A non-empty identifier.
 Identifier = Annotated[str, Field(min_length=1, max_length=512)]
 
-__all__ = ["Digest", "HashedRecord", "Identifier", "Instant", "Record", "format_instant"]
+__all__ = [
+    "Digest",
+    "HashedRecord",
+    "Identifier",
+    "Instant",
+    "Record",
+    "format_instant",
+    "object_schema",
+]
+
+
+def object_schema() -> dict[str, JsonValue]:
+    """``{"type": "object"}``: the JSON Schema of a tool's arguments when none is declared."""
+    return {"type": "object"}
 
 
 def format_instant(value: datetime) -> str:

@@ -200,7 +200,7 @@ def _object(d: dict, marks: _Marks | None, keys: list[str] | None = None) -> dic
             keys = sorted(d)
             plain = "".join(keys).isascii()
         except TypeError:
-            plain = False
+            keys, plain = [], False
         if not plain:
             named, keys = _unicode_keys(d)
             return _object(named, marks, keys)
@@ -334,10 +334,10 @@ def canonicalize_flat(fields: dict[str, str | int]) -> bytes:
         for k, v in fields.items():
             if type(k) is not str or k <= previous or not k.isascii():
                 break
-            t = type(v)
-            if (t is str and not v.isascii()) or (
-                t is not str and (t is not int or not -_MAX <= v <= _MAX)
-            ):
+            if type(v) is str:
+                if not v.isascii():
+                    break
+            elif type(v) is not int or not -_MAX <= v <= _MAX:
                 break
             previous = k
         else:
@@ -361,7 +361,10 @@ def _object_pairs(pairs: list[tuple[str, Any]]) -> dict | _Rejected:
     if len(d) == len(pairs):
         return d
     seen: set[str] = set()
-    dup = next(k for k, _ in pairs if k in seen or seen.add(k))
+    for dup, _ in pairs:  # the first key seen twice
+        if dup in seen:
+            break
+        seen.add(dup)
     return _Rejected(f"duplicate object key {dup!r}")
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import ConfigDict, Field, JsonValue
 
-from models.base import Identifier, Record
+from models.base import Identifier, Record, object_schema
 from models.enums import SideEffectClass
 
 
@@ -19,9 +19,7 @@ class Capability(Record):
     version: str = "1"
     description: str = ""
     #: JSON Schema of the arguments
-    schema_: dict[str, JsonValue] = Field(
-        default_factory=lambda: {"type": "object"}, alias="schema"
-    )
+    schema_: dict[str, JsonValue] = Field(default_factory=object_schema, alias="schema")
     side_effect_class: SideEffectClass = SideEffectClass.WRITE
     idempotent: bool = False
     #: what replay returns on a fixture miss under the STUB policy

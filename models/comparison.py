@@ -203,22 +203,22 @@ def _tool_diffs(
                     )
             continue
         for i, j in zip_longest(range(i1, i2), range(j1, j2)):
-            ta = a[i] if i is not None else None
-            tb = b[j] if j is not None else None
-            if ta is not None and tb is not None:
-                text = f"{call_text(ta.capability_id, ta.arguments)} became {call_text(tb.capability_id, tb.arguments)}"
-            elif ta is not None:
-                text = f"the replay did not call {call_text(ta.capability_id, ta.arguments)}"
+            src = a[i] if i is not None else None
+            rep = b[j] if j is not None else None
+            if src is not None and rep is not None:
+                text = f"{call_text(src.capability_id, src.arguments)} became {call_text(rep.capability_id, rep.arguments)}"
+            elif src is not None:
+                text = f"the replay did not call {call_text(src.capability_id, src.arguments)}"
             else:
-                assert tb is not None
-                text = f"the replay also called {call_text(tb.capability_id, tb.arguments)}"
+                assert rep is not None
+                text = f"the replay also called {call_text(rep.capability_id, rep.arguments)}"
             diff = TrajectoryDiff(
                 type=DiffType.TOOL_CHANGED,
-                source_step=ta.step_id if ta is not None else None,
-                replay_step=tb.step_id if tb is not None else None,
+                source_step=src.step_id if src is not None else None,
+                replay_step=rep.step_id if rep is not None else None,
                 explanation=text,
             )
-            found.append(_Found(diff, pa[i] if i is not None else pb[j]))  # type: ignore[index]
+            found.append(_Found(diff, pa[i] if i is not None else pb[j]))
     return found
 
 

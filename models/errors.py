@@ -43,16 +43,60 @@ so they are never renamed. Each class carries a stable ``code`` for the CLI and 
         ├── SandboxViolationError      a sandboxed step asked for what a replay may not do
         └── SandboxedStepFailedError   the sandboxed step process died (a limit, a crash)
 
+Every error declares, besides its message:
+
+* ``field`` (``str | None``): the input it is about, when it is about one (``"reason"``,
+  ``"--mode"``, ``"Authorization"``); the API answers it as ``field``;
+* ``retryable`` (``bool``): ``False`` when trying again cannot help (a sandbox limit, a
+  provider's 4xx), ``True`` when it leaves the decision to Temporal's retry policy, which
+  matches class names.
+
+Both are keyword arguments of every constructor, e.g. ``InvalidInputError(message,
+field="reason")``. Nothing sets attributes on an error after it is made:
+``error.with_field(name)`` is a copy of an error already raised that names ``name``, and
+``Class.restored(message, attributes)`` rebuilds one raised in another process.
+
 A replay that differs from its source is a result (``TrajectoryDiff``), never an error.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import ClassVar, Self
+
 
 class ReplaybookError(Exception):
     """Root of every error Replaybook raises on purpose."""
 
-    code = "replaybook_error"
+    code: ClassVar[str] = "replaybook_error"
+    #: the input this error is about (a CLI option, an API field, parameter or header)
+    field: str | None = None
+    #: ``False``: retrying cannot help; ``True``: Temporal's retry policy decides by class name
+    retryable: bool = True
+
+    def __init__(self, *args: object, field: str | None = None, retryable: bool = True) -> None:
+        super().__init__(*args)
+        self.field = field
+        self.retryable = retryable
+
+    def with_field(self, field: str) -> Self:
+        """This error (class, message and every attribute) naming ``field`` instead, to raise
+        in its place: ``raise exc.with_field("run_id") from exc``."""
+        return type(self)._rebuilt(self.args, {**vars(self), "field": field})
+
+    @classmethod
+    def restored(cls, message: str, attributes: Mapping[str, object]) -> Self:
+        """The error another process raised, from its message and attributes (``vars``)."""
+        return cls._rebuilt((message,), attributes)
+
+    @classmethod
+    def _rebuilt(cls, args: tuple[object, ...], attributes: Mapping[str, object]) -> Self:
+        # the constructor is not called again: subclasses with their own arguments (a path, a
+        # sequence, a status) would word the message twice
+        error = cls.__new__(cls, *args)
+        Exception.__init__(error, *args)
+        vars(error).update(attributes)
+        return error
 
 
 class InvalidInputError(ReplaybookError):
@@ -66,8 +110,10 @@ class CanonicalizationError(InvalidInputError):
 
     code = "not_canonicalizable"
 
-    def __init__(self, message: str, path: str = "$") -> None:
-        super().__init__(f"{message} at {path}")
+    def __init__(
+        self, message: str, path: str = "$", *, field: str | None = None, retryable: bool = True
+    ) -> None:
+        super().__init__(f"{message} at {path}", field=field, retryable=retryable)
         self.reason = message
         self.path = path
 
@@ -124,8 +170,15 @@ class ArtifactIntegrityError(IntegrityError):
 class ChainBrokenError(IntegrityError):
     code = "chain_broken"
 
-    def __init__(self, message: str, sequence: int | None = None) -> None:
-        super().__init__(message)
+    def __init__(
+        self,
+        message: str,
+        sequence: int | None = None,
+        *,
+        field: str | None = None,
+        retryable: bool = True,
+    ) -> None:
+        super().__init__(message, field=field, retryable=retryable)
         self.sequence = sequence
 
 
@@ -151,10 +204,16 @@ class ModelProviderError(ReplaybookError):
 
     code = "model_provider_error"
 
-    def __init__(self, message: str, *, status: int | None = None, retryable: bool = False) -> None:
-        super().__init__(message)
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        retryable: bool = False,
+        field: str | None = None,
+    ) -> None:
+        super().__init__(message, field=field, retryable=retryable)
         self.status = status
-        self.retryable = retryable
 
 
 class UnknownCapabilityError(NotFoundError):

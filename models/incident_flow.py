@@ -9,6 +9,7 @@ from pydantic import Field
 
 from models.base import Instant, Record
 from models.enums import FixtureMissPolicy, ReplayConfidence, ReplayMode
+from models.replay_plans import candidate_mode
 
 
 class IncidentPhase(StrEnum):
@@ -36,9 +37,7 @@ class Counterfactual(Record):
 
     @property
     def mode(self) -> ReplayMode:
-        return {"prompt": ReplayMode.PROMPT_SWAP, "model": ReplayMode.MODEL_SWAP}.get(
-            self.kind, ReplayMode.EXACT
-        )
+        return candidate_mode({self.kind: self.value})
 
 
 class IncidentRequest(Record):

@@ -19,7 +19,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, JsonValue, model_validator
 
-from models.base import Identifier, Instant, Record
+from models.base import Identifier, Instant, Record, object_schema
 from models.enums import (
     ApprovalDecision,
     PolicyDecision,
@@ -78,7 +78,7 @@ class IngestTool(Record):
     name: Identifier
     description: str = ""
     #: JSON Schema of the arguments (as offered to the model; ingestion does not validate calls)
-    parameters: dict[str, JsonValue] = Field(default_factory=lambda: {"type": "object"})
+    parameters: dict[str, JsonValue] = Field(default_factory=object_schema)
     #: READ or WRITE; when absent the MCP hints decide, and with no hint the tool is WRITE
     side_effect_class: SideEffectClass | None = None
     read_only_hint: bool | None = None

@@ -6,7 +6,7 @@ from decimal import Decimal
 
 from pydantic import Field, JsonValue
 
-from models.base import Record
+from models.base import Record, object_schema
 
 
 class ToolCallRequest(Record):
@@ -30,7 +30,7 @@ class ToolSchema(Record):
 
     name: str
     description: str = ""
-    parameters: dict[str, JsonValue] = Field(default_factory=lambda: {"type": "object"})
+    parameters: dict[str, JsonValue] = Field(default_factory=object_schema)
 
 
 class ModelRequest(Record):

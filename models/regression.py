@@ -65,7 +65,8 @@ class ArgumentConstraint(Record):
         if self.op in (ConstraintOp.EQUAL, ConstraintOp.NOT_EQUAL):
             equal = actual is not _MISSING and _same(actual, self.value)
             return equal if self.op is ConstraintOp.EQUAL else not equal
-        member = actual is not _MISSING and any(_same(actual, v) for v in self.value)  # type: ignore[union-attr]
+        values = self.value if isinstance(self.value, list) else []  # a list (the validator)
+        member = actual is not _MISSING and any(_same(actual, v) for v in values)
         return member if self.op is ConstraintOp.IN else not member
 
 
@@ -250,11 +251,11 @@ def evaluate_case(case: RegressionCase, trajectory: Trajectory) -> CaseResult:
             AssertionFailure(index=-1, kind="completed", assertion="run completes", reason=reason)
         )
     for index, assertion in enumerate(case.assertions):
-        reason = _check(assertion, trajectory)
-        if reason is not None:
+        problem = _check(assertion, trajectory)
+        if problem is not None:
             failures.append(
                 AssertionFailure(
-                    index=index, kind=assertion.kind, assertion=describe(assertion), reason=reason
+                    index=index, kind=assertion.kind, assertion=describe(assertion), reason=problem
                 )
             )
     return CaseResult(

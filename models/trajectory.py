@@ -1,6 +1,6 @@
 """A run's behaviour reduced to what behavioural equivalence compares (rule 13).
 
-Both a source run and a replay are read into a ``Trajectory`` (``stores.sql.trajectory``);
+Both a source run and a replay are read into a ``Trajectory`` (``runtime.trajectory``);
 ``models.comparison`` compares two of them.
 """
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import jsonschema
@@ -37,7 +37,7 @@ class CapabilityRegistry:
     def __contains__(self, capability_id: object) -> bool:
         return capability_id in self._capabilities
 
-    def __iter__(self):  # type: ignore[no-untyped-def]
+    def __iter__(self) -> Iterator[Capability]:
         return iter(self._capabilities.values())
 
     def validate_arguments(self, capability_id: str, arguments: Mapping[str, Any]) -> None:

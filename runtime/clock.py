@@ -12,6 +12,13 @@ class AgentClock(Protocol):
     def now(self) -> datetime: ...
 
 
+class RecordingClock(AgentClock, Protocol):
+    """A run recorder's clock: the agent's reads (``now``) and the time events are stamped
+    with (``logical_time``): the system's, a replay's recorded readings or an ingested run's."""
+
+    def logical_time(self) -> datetime: ...
+
+
 def system_time() -> datetime:
     return datetime.now(UTC)
 

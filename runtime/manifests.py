@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib.metadata
-import os
 import platform
 import subprocess
 from pathlib import Path
@@ -13,6 +12,16 @@ from pathlib import Path
 from models import EnvironmentManifest, SourceCodeManifest
 from models.canonical import canonical_hash
 from models.digest import sha256_digest
+
+#: the digest of the container image this process runs (``REPLAYBOOK_IMAGE_DIGEST``), recorded
+#: in every environment manifest; the composition root sets it once (``set_image_digest``)
+_image_digest: str | None = None
+
+
+def set_image_digest(digest: str | None) -> None:
+    """Called by each composition root with ``Settings.image_digest``."""
+    global _image_digest
+    _image_digest = digest or None
 
 
 @functools.cache
@@ -44,7 +53,7 @@ def os_image() -> str:
 
 def capture_environment(tool_bundle_hash: str | None = None) -> EnvironmentManifest:
     return EnvironmentManifest(
-        container_image_digest=os.environ.get("REPLAYBOOK_IMAGE_DIGEST") or None,
+        container_image_digest=_image_digest,
         os_image=os_image(),
         python_version=platform.python_version(),
         dependency_lock_hash=installed_distributions_hash(),

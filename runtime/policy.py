@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from models import ExecutionEventType, PolicyDecision, PolicyDecisionRecord
 from models.canonical import canonical_hash
@@ -36,6 +36,17 @@ class PolicySet:
             raise UnknownCapabilityError(
                 f"policy {policy_id!r} is not in policy set {self.version}"
             ) from None
+
+
+class WritePolicy(Protocol):
+    """What a tool gateway asks before a write: a ``RecordingPolicyEngine``, or a stand-in
+    that always answers from ``decision_for`` (an imported agent's policy is not deployed)."""
+
+    def decision_for(self, input_hash: str) -> PolicyDecisionRecord | None: ...
+
+    async def decide(
+        self, policy_id: str, policy_input: Mapping[str, Any]
+    ) -> PolicyDecisionRecord: ...
 
 
 class RecordingPolicyEngine:

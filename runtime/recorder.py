@@ -29,7 +29,7 @@ from models.canonical import canonicalize
 from models.digest import sha256_digest
 from models.errors import InvalidInputError
 from models.redaction import RedactionPolicy
-from runtime.clock import SystemAgentClock
+from runtime.clock import RecordingClock, SystemAgentClock
 from runtime.ports import ArtifactStore, EventLedger, NewEvent
 
 log = structlog.get_logger(__name__)
@@ -42,7 +42,7 @@ class RunRecorder:
         ledger: EventLedger,
         artifacts: ArtifactStore,
         run_id: str,
-        clock: SystemAgentClock | None = None,
+        clock: RecordingClock | None = None,
         *,
         deferred: bool = False,
         redaction: RedactionPolicy | None = None,
@@ -52,7 +52,7 @@ class RunRecorder:
         self.artifacts = artifacts
         self.run_id = run_id
         # agent reads of the clock are buffered here and written before the next event
-        self.clock = clock or SystemAgentClock(on_read=self.buffer_clock_read)
+        self.clock: RecordingClock = clock or SystemAgentClock(on_read=self.buffer_clock_read)
         self.step_id = "run"
         self._pending: list[NewEvent] = []
         self.last_sequence = 0

@@ -32,7 +32,7 @@ from models.errors import (
 )
 from runtime.approvals import action_hash, check_approval
 from runtime.capabilities import CapabilityRegistry
-from runtime.policy import RecordingPolicyEngine
+from runtime.policy import WritePolicy
 from runtime.recorder import RunRecorder
 from runtime.side_effects import SideEffectLedger
 
@@ -82,7 +82,7 @@ class RecordingToolGateway:
         registry: CapabilityRegistry,
         providers: Mapping[str, ToolProvider],
         recorder: RunRecorder,
-        policy: RecordingPolicyEngine,
+        policy: WritePolicy,
         write_policy_id: str,
         sanitize: Callable[[Any], Any] = lambda v: v,
     ) -> None:
@@ -136,7 +136,7 @@ class RecordingToolGateway:
         effect, receipt = await self.side_effects.execute(
             capability_id=capability_id, step_id=self.recorder.step_id, action_hash=ahash, call=send
         )
-        response: JsonValue = (
+        written: JsonValue = (
             receipt
             if receipt is not None
             else {"status": effect.status.value, "detail": effect.provider_receipt}
@@ -145,7 +145,7 @@ class RecordingToolGateway:
             call_id,
             capability_id,
             arguments,
-            response,
+            written,
             _STATUS_OUTCOME[effect.status],
             started,
             effect,
@@ -195,9 +195,9 @@ class RecordingToolGateway:
         started: datetime,
         effect: SideEffectRecord | None = None,
     ) -> ToolResult:
-        provider_request_id = effect.provider_request_id if effect else None
+        provider_request_id: JsonValue = effect.provider_request_id if effect else None
         if provider_request_id is None and isinstance(response, dict):
-            provider_request_id = response.get("provider_request_id")  # type: ignore[assignment]
+            provider_request_id = response.get("provider_request_id")
         fixture = await record_tool_call(
             self.recorder,
             self.registry,

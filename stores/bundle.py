@@ -1,4 +1,4 @@
-"""Composition of the stores from settings (the one place that connects to anything)."""
+"""Composition of the stores from their settings (the one place that connects to anything)."""
 
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ from dataclasses import dataclass
 from runtime.ports import ArtifactStore
 from runtime.privacy.service import PrivacyService
 from stores.artifacts import S3ArtifactStore, open_artifact_store
+from stores.config import StoreSettings
 from stores.encryption import load_kek
 from stores.sql.database import Database, open_database
 from stores.sql.evidence import SqlEvidenceReader
 from stores.sql.ledger import SqlLedger
 from stores.sql.privacy import SqlRawVault
 from stores.sql.privacy_records import SqlPrivacyRecords
-from worker.settings import Settings
 
 
 @dataclass
@@ -29,21 +29,23 @@ class Stores:
 
 
 @contextlib.asynccontextmanager
-async def open_stores(settings: Settings) -> AsyncIterator[Stores]:
+async def open_stores(settings: StoreSettings) -> AsyncIterator[Stores]:
+    """The stores of ``settings`` (``Settings.stores``), open until the block exits."""
+    s3_secret = settings.artifacts.s3_secret_key
     artifacts = open_artifact_store(
-        settings.artifacts,
-        s3_endpoint_url=settings.s3_endpoint_url,
-        s3_access_key=settings.s3_access_key,
-        s3_secret_key=settings.s3_secret_key,
+        settings.artifacts_location,
+        s3_endpoint_url=settings.artifacts.s3_endpoint_url,
+        s3_access_key=settings.artifacts.s3_access_key,
+        s3_secret_key=s3_secret.get_secret_value() if s3_secret is not None else None,
     )
     if isinstance(artifacts, S3ArtifactStore):
         # a new bucket gets Object Lock so that holds are enforced by the store itself
         await artifacts.ensure_bucket(object_lock=True)
     db = await open_database(settings.database_url)
     try:
-        # the KEK is loaded from the environment (or the dev key file under REPLAYBOOK_HOME)
+        # the KEK is loaded from its settings (or the dev key file under the home directory)
         # only when a raw payload is sealed or opened
-        vault = SqlRawVault(db, artifacts, lambda: load_kek(home=settings.home))
+        vault = SqlRawVault(db, artifacts, lambda: load_kek(settings.kek, settings.home))
         ledger = SqlLedger(db, artifacts, vault=vault)
         evidence = SqlEvidenceReader(db)
         yield Stores(
@@ -55,9 +57,3 @@ async def open_stores(settings: Settings) -> AsyncIterator[Stores]:
         )
     finally:
         await db.dispose()
-
-
-async def require_run(settings: Settings, run_id: str) -> None:
-    """Refuse an unknown run id (``RunNotFoundError`` naming it) before anything is started."""
-    async with open_stores(settings) as stores:
-        await stores.ledger.get_run(run_id)

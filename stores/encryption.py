@@ -1,7 +1,7 @@
 """Envelope encryption of raw evidence: AES-256-GCM under per-subject data keys, each data key
 wrapped by a key-encryption key (KEK).
 
-The KEK comes from configuration, in this order:
+The KEK comes from configuration (``stores.config.KekSettings``), in this order:
 
 1. ``REPLAYBOOK_KEK_FILE``: a file holding the key (32 raw bytes, or their base64 text);
 2. ``REPLAYBOOK_KEK``: the base64 text of 32 bytes;
@@ -20,7 +20,6 @@ import base64
 import binascii
 import hashlib
 import os
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -29,6 +28,7 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from models.errors import ConfigurationError, IntegrityError
+from stores.config import KekSettings
 
 log = structlog.get_logger(__name__)
 
@@ -105,13 +105,13 @@ def _decode_key(text: bytes, where: str) -> bytes:
 
 
 def load_kek(
-    env: Mapping[str, str] | None = None, home: Path | None = None
+    settings: KekSettings | None = None, home: Path | None = None
 ) -> LocalKeyEncryptionKey:
-    """The KEK from ``REPLAYBOOK_KEK_FILE`` or ``REPLAYBOOK_KEK``; else the development key file
-    under ``home`` (generated when missing)."""
-    env = os.environ if env is None else env
-    if env.get("REPLAYBOOK_KEK_FILE"):
-        path = Path(env["REPLAYBOOK_KEK_FILE"]).expanduser()
+    """The KEK from ``REPLAYBOOK_KEK_FILE`` or ``REPLAYBOOK_KEK`` (``settings``); else the
+    development key file under ``home`` (default ``./.replaybook``), generated when missing."""
+    settings = settings or KekSettings()
+    if settings.file is not None:
+        path = settings.file.expanduser()
         try:
             data = path.read_bytes()
         except OSError as exc:
@@ -119,9 +119,10 @@ def load_kek(
                 f"REPLAYBOOK_KEK_FILE {path}: cannot read: {exc.strerror}"
             ) from None
         return LocalKeyEncryptionKey(_decode_key(data, f"REPLAYBOOK_KEK_FILE {path}"))
-    if env.get("REPLAYBOOK_KEK"):
-        return LocalKeyEncryptionKey(_decode_key(env["REPLAYBOOK_KEK"].encode(), "REPLAYBOOK_KEK"))
-    home = home or Path(env.get("REPLAYBOOK_HOME") or ".replaybook").expanduser().resolve()
+    if settings.key is not None:
+        text = settings.key.get_secret_value().encode()
+        return LocalKeyEncryptionKey(_decode_key(text, "REPLAYBOOK_KEK"))
+    home = home or Path(".replaybook").resolve()
     path = home / KEK_FILE_NAME
     if not path.exists():
         home.mkdir(parents=True, exist_ok=True)

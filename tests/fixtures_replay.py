@@ -16,20 +16,23 @@ from examples.support_desk.providers import SimulatedWorld
 from models.queues import CONTROL_QUEUE
 from models.replay_flow import ReplayOutcome, ReplayPlan, ReplayWorkflowInput
 from stores.bundle import Stores, open_stores
+from stores.sql.support_desk_world import SqlWorldStore
 from worker.settings import Settings
 from worker.temporal import running_workers
 from workflows.replay import ReplayWorkflow
 
 
-def stack_settings(home: Path, temporal_address: str) -> Settings:
-    return Settings(
-        home=home,
-        database_url=f"sqlite+aiosqlite:///{home / 'replaybook.db'}",
-        artifacts=str(home / "artifacts"),
-        s3_endpoint_url=None,
-        temporal_address=temporal_address,
-        temporal_namespace="default",
-        log_format="json",
+def stack_settings(
+    home: Path, temporal_address: str, database_url: str | None = None
+) -> Settings:
+    """The settings of a stack under ``home`` (SQLite there unless ``database_url``)."""
+    return Settings.from_env(
+        {
+            "REPLAYBOOK_HOME": str(home),
+            "REPLAYBOOK_DATABASE_URL": database_url,
+            "TEMPORAL_ADDRESS": temporal_address,
+            "REPLAYBOOK_LOG_FORMAT": "json",
+        }
     )
 
 
@@ -59,8 +62,8 @@ async def replay_stack(
     temporal_server: TemporalDevServer, temporal_client: Client, replay_home: Path
 ) -> AsyncIterator[ReplayStack]:
     settings = stack_settings(replay_home, temporal_server.address)
-    async with open_stores(settings) as stores:
-        world = SimulatedWorld(stores.db)
+    async with open_stores(settings.stores) as stores:
+        world = SimulatedWorld(SqlWorldStore.beside(stores.db.engine.url))
         await world.ensure()
         async with running_workers(settings, "all", temporal_client):
             yield ReplayStack(settings, temporal_client, stores, world)

@@ -4,27 +4,27 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 import os
 import signal
 import sys
 
-from activities.metrics import port_from_env, serve_metrics
+from activities.metrics import serve_metrics
 from activities.sandbox.config import NO_ISOLATION
+from models.errors import ReplaybookError
+from runtime.manifests import set_image_digest
 from worker.logs import configure_logging
-from worker.settings import Settings
+from worker.settings import MetricsSettings, Settings, load_settings
 from worker.temporal import run_workers
 
 
-def start_metrics_endpoints() -> None:
+def start_metrics_endpoints(metrics: MetricsSettings) -> None:
     """Replaybook's metrics on ``REPLAYBOOK_METRICS_PORT`` and the Temporal SDK's own (task
     latencies, poll and slot counts, sticky cache…) on ``REPLAYBOOK_TEMPORAL_METRICS_PORT``,
     each only when set. The SDK's metrics come from its Rust core, which serves them itself:
     its runtime must be the default one before any client connects."""
-    port = port_from_env("REPLAYBOOK_METRICS_PORT")
-    if port is not None:
-        serve_metrics(port)
-    sdk_port = port_from_env("REPLAYBOOK_TEMPORAL_METRICS_PORT")
+    if metrics.port is not None:
+        serve_metrics(metrics.port)
+    sdk_port = metrics.temporal_port
     if sdk_port is not None:
         from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 
@@ -49,19 +49,23 @@ def main() -> None:
         help="DEVELOPMENT ONLY: run replay steps without bubblewrap (recorded in each replay)",
     )
     args = parser.parse_args()
-    settings = Settings.from_env()
+    try:
+        settings = load_settings()  # the worker's composition root: read once, passed down
+    except ReplaybookError as exc:
+        print(f"python -m worker: {exc}", file=sys.stderr)
+        sys.exit(2)
     if args.unsandboxed:
-        settings = dataclasses.replace(
-            settings, sandbox=dataclasses.replace(settings.sandbox, isolation=NO_ISOLATION)
-        )
+        settings = unsandboxed(settings)
     configure_logging(settings.log_format)
-    start_metrics_endpoints()
+    set_image_digest(settings.image_digest)
+    start_metrics_endpoints(settings.metrics)
 
     async def serve() -> None:
         task = asyncio.current_task()
+        assert task is not None  # serve() is the task asyncio.run runs
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, task.cancel)  # type: ignore[union-attr]
+            loop.add_signal_handler(sig, task.cancel)
         try:
             await run_workers(settings, args.queue)
         except asyncio.CancelledError:
@@ -73,6 +77,12 @@ def main() -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
+
+
+def unsandboxed(settings: Settings) -> Settings:
+    """``--unsandboxed``: the development flag, as ``REPLAYBOOK_SANDBOX=off`` sets it."""
+    sandbox = settings.sandbox.model_copy(update={"isolation": NO_ISOLATION})
+    return settings.model_copy(update={"sandbox": sandbox})
 
 
 if __name__ == "__main__":

@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Any
 
 import structlog
+from structlog.typing import EventDict, WrappedLogger
 from temporalio import activity
 
 
-def add_temporal_context(
-    _logger: object, _method: str, event_dict: dict[str, Any]
-) -> dict[str, Any]:
+def add_temporal_context(_logger: WrappedLogger, _method: str, event_dict: EventDict) -> EventDict:
     """Inside an activity, name the workflow (replay or incident id: they are the workflow
     ids) and the activity, so every line of a replay's or an incident's work can be found."""
     if activity.in_activity():

@@ -1,78 +1,293 @@
-"""Configuration from the environment. Every variable is documented in README.md.
+"""The process's settings: one pydantic-settings object, read once by each composition root
+(``python -m worker``, the CLI's ``cli.common.load_settings``, the API's ``api.serve``) and
+passed down. Every variable is documented in README.md.
 
-Where a variable is unset and ``replaybook dev up`` runs the embedded stack under
-``REPLAYBOOK_HOME``, the stack's own Temporal address and S3 endpoint are used.
+Each section is a model of the layer that consumes it, its fields named after their variables
+(``validation_alias``; the first set one of an ``AliasChoices`` wins): ``database``,
+``artifacts`` and ``kek`` (``stores.config``, composed into ``Settings.stores`` for
+``open_stores``), ``sandbox`` (``activities.sandbox.config``), ``models`` (the
+OpenAI-compatible endpoint, ``runtime.providers.openai_compat``); ``api``, ``metrics`` and
+``temporal`` are the faces' and the worker's own, defined here. An unset, empty or blank
+variable means its default; a refused value is a ``ConfigurationError`` naming the variable
+and its rule.
+
+The Temporal section comes from ``temporalio.envconfig``, the SDK's own client configuration:
+``TEMPORAL_ADDRESS``, ``TEMPORAL_NAMESPACE``, ``TEMPORAL_API_KEY``, ``TEMPORAL_TLS*`` and the
+profile file (``TEMPORAL_CONFIG_FILE``, ``TEMPORAL_PROFILE``, else the SDK's default path).
+``TEMPORAL_TLS_CERT`` / ``TEMPORAL_TLS_KEY`` / ``TEMPORAL_TLS_CA`` are Replaybook's names for
+``TEMPORAL_TLS_CLIENT_CERT_PATH`` / ``…_CLIENT_KEY_PATH`` / ``…_SERVER_CA_CERT_PATH``.
+
+Production reads the process environment and nothing else. ``load_settings(env_file=…)`` adds a
+dotenv file *below* the environment: the CLI passes the one ``replaybook dev up`` writes (see
+``cli.common``); a variable the environment sets always wins, and the file's S3 endpoint and
+credentials are used together or not at all.
 """
 
 from __future__ import annotations
 
-import os
+import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    InstanceOf,
+    SecretStr,
+    ValidationError,
+    field_validator,
+)
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from temporalio.envconfig import ClientConfigProfile, ClientConnectConfig
 
 from activities.sandbox.config import SandboxSettings
+from models.errors import ConfigurationError
+from runtime.env_values import ByteCount, Flag, Port, configuration_error, read_variables
+from runtime.providers.endpoint import ModelEndpointSettings
+from stores.config import ArtifactSettings, DatabaseSettings, KekSettings, StoreSettings
+
+DEFAULT_HOME = ".replaybook"
+DEFAULT_TEMPORAL_ADDRESS = "127.0.0.1:7233"
+DEFAULT_TEMPORAL_NAMESPACE = "default"
+DEFAULT_MAX_BODY_BYTES = 64 * 1024
+DEFAULT_MAX_INGEST_BYTES = 8 * 1024 * 1024
+LOG_FORMATS = ("auto", "json", "console")
+
+_SECTION = ConfigDict(frozen=True, validate_by_name=True, validate_by_alias=True)
+#: Replaybook's names of the Temporal TLS files → the SDK's (which win when both are set)
+_TLS_FILE_SYNONYMS = {
+    "TEMPORAL_TLS_CERT": "TEMPORAL_TLS_CLIENT_CERT_PATH",
+    "TEMPORAL_TLS_KEY": "TEMPORAL_TLS_CLIENT_KEY_PATH",
+    "TEMPORAL_TLS_CA": "TEMPORAL_TLS_SERVER_CA_CERT_PATH",
+}
+_TLS_ON = ("1", "true", "yes", "on")
+_TLS_OFF = ("0", "false", "no", "off")
+#: an env file's S3 endpoint goes with its credentials: both are ignored when the environment
+#: names an endpoint of its own
+_S3_ENDPOINT = ("REPLAYBOOK_S3_ENDPOINT_URL", "AWS_ENDPOINT_URL")
+_S3_GROUP = (*_S3_ENDPOINT, "REPLAYBOOK_S3_ACCESS_KEY_ID", "REPLAYBOOK_S3_SECRET_ACCESS_KEY")
 
 
-@dataclass(frozen=True)
-class Settings:
-    home: Path
-    database_url: str
-    artifacts: str
-    s3_endpoint_url: str | None
-    temporal_address: str
-    temporal_namespace: str
-    log_format: str
-    s3_access_key: str | None = None
-    s3_secret_key: str | None = None
-    temporal_tls: bool = False
-    temporal_tls_cert: str | None = None
-    temporal_tls_key: str | None = None
-    temporal_tls_ca: str | None = None
-    temporal_api_key: str | None = None
-    #: how replay steps are isolated (REPLAYBOOK_SANDBOX=bubblewrap|off, limits)
-    sandbox: SandboxSettings = field(default_factory=SandboxSettings)
+# sections of the faces and the worker -----------------------------------------------------------
+
+
+class ApiSettings(BaseModel):
+    """The HTTP API's tokens and limits (``api.config.ApiConfig.from_settings`` parses them)."""
+
+    model_config = _SECTION
+
+    #: ``TOKEN=ROLE[+ROLE…][@NAME]`` entries separated by commas
+    tokens: SecretStr | None = Field(None, validation_alias="REPLAYBOOK_API_TOKENS")
+    #: a file of the same entries, one per line (``#`` comments)
+    tokens_file: Path | None = Field(None, validation_alias="REPLAYBOOK_API_TOKENS_FILE")
+    #: serve without tokens, every caller ``admin`` (a laptop only)
+    insecure_dev: Flag = Field(False, validation_alias="REPLAYBOOK_API_INSECURE_DEV")
+    #: the largest request body of a control endpoint (larger: 413)
+    max_body_bytes: ByteCount = Field(
+        DEFAULT_MAX_BODY_BYTES, validation_alias="REPLAYBOOK_API_MAX_BODY_BYTES"
+    )
+    #: the same for the ingestion endpoints
+    max_ingest_bytes: ByteCount = Field(
+        DEFAULT_MAX_INGEST_BYTES, validation_alias="REPLAYBOOK_API_MAX_INGEST_BYTES"
+    )
+
+
+class MetricsSettings(BaseModel):
+    """The worker's Prometheus endpoints, each served only when its port is set."""
+
+    model_config = _SECTION
+
+    #: Replaybook's ``/metrics``
+    port: Port | None = Field(None, validation_alias="REPLAYBOOK_METRICS_PORT")
+    #: the Temporal SDK's own (served by its Rust core)
+    temporal_port: Port | None = Field(None, validation_alias="REPLAYBOOK_TEMPORAL_METRICS_PORT")
+
+
+class TemporalSettings(BaseModel):
+    """The Temporal service, as ``temporalio.envconfig`` loads it (``TemporalSettings.load``)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    address: str = DEFAULT_TEMPORAL_ADDRESS
+    namespace: str = DEFAULT_TEMPORAL_NAMESPACE
+    #: everything else the SDK loaded: TLS, API key, gRPC metadata
+    profile: InstanceOf[ClientConfigProfile] = Field(
+        default_factory=ClientConfigProfile, repr=False
+    )
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
-        from devstack.stack import load_stack_state
-
-        env = os.environ if env is None else env
-        home = Path(env.get("REPLAYBOOK_HOME") or ".replaybook").expanduser().resolve()
-        stack = (load_stack_state(home) or {}).get("components", {})
-        s3_endpoint = env.get("REPLAYBOOK_S3_ENDPOINT_URL") or env.get("AWS_ENDPOINT_URL") or None
-        access_key = secret_key = None
-        if s3_endpoint is None and "seaweedfs" in stack:
-            s3_endpoint = stack["seaweedfs"]["endpoint_url"]
-            access_key, secret_key = (
-                stack["seaweedfs"]["access_key"],
-                stack["seaweedfs"]["secret_key"],
-            )
-        temporal = (
-            env.get("TEMPORAL_ADDRESS")
-            or stack.get("temporal", {}).get("address")
-            or "127.0.0.1:7233"
-        )
+    def load(cls, variables: Mapping[str, str | None]) -> TemporalSettings:
+        """From ``variables`` and the profile file they (or the SDK's defaults) point at."""
+        sdk_variables = _sdk_variables(variables)
+        try:
+            profile = ClientConfigProfile.load(override_env_vars=sdk_variables)
+        except Exception as exc:  # the SDK's ConfigError: an unknown profile, a bad TOML file
+            raise ConfigurationError(f"Temporal client configuration: {exc}") from None
         return cls(
-            home=home,
-            database_url=env.get("REPLAYBOOK_DATABASE_URL")
-            or f"sqlite+aiosqlite:///{home / 'replaybook.db'}",
-            artifacts=env.get("REPLAYBOOK_ARTIFACTS") or str(home / "artifacts"),
-            s3_endpoint_url=s3_endpoint,
-            temporal_address=temporal,
-            temporal_namespace=env.get("TEMPORAL_NAMESPACE") or "default",
-            log_format=env.get("REPLAYBOOK_LOG_FORMAT") or "auto",
-            s3_access_key=access_key,
-            s3_secret_key=secret_key,
-            temporal_tls=(env.get("TEMPORAL_TLS") or "").lower() in ("1", "true", "yes"),
-            temporal_tls_cert=env.get("TEMPORAL_TLS_CERT") or None,
-            temporal_tls_key=env.get("TEMPORAL_TLS_KEY") or None,
-            temporal_tls_ca=env.get("TEMPORAL_TLS_CA") or None,
-            temporal_api_key=env.get("TEMPORAL_API_KEY") or None,
-            sandbox=SandboxSettings.from_env(env),
+            address=profile.address or DEFAULT_TEMPORAL_ADDRESS,
+            namespace=profile.namespace or DEFAULT_TEMPORAL_NAMESPACE,
+            profile=profile,
         )
 
+    def connect_config(self) -> ClientConnectConfig:
+        """The keyword arguments of ``Client.connect`` (target host, namespace, TLS, API key,
+        gRPC metadata). As in every Temporal SDK, an API key turns TLS on unless
+        ``TEMPORAL_TLS`` is false."""
+        profile = dataclasses.replace(self.profile, address=self.address, namespace=self.namespace)
+        try:
+            return profile.to_client_connect_config()  # reads the TLS files
+        except OSError as exc:
+            tls = profile.tls
+            files = {
+                "TEMPORAL_TLS_CERT": tls and tls.client_cert,
+                "TEMPORAL_TLS_KEY": tls and tls.client_private_key,
+                "TEMPORAL_TLS_CA": tls and tls.server_root_ca_cert,
+            }
+            name = next(
+                (k for k, v in files.items() if isinstance(v, Path) and str(v) == exc.filename),
+                None,
+            )
+            raise ConfigurationError(
+                f"cannot read Temporal TLS file {exc.filename}"
+                f"{f' ({name})' if name else ''}: {exc.strerror}",
+                field=name,
+            ) from exc
 
-def load_settings() -> Settings:
-    """Read the settings from the environment: called once by each composition root."""
-    return Settings.from_env()
+
+def _sdk_variables(variables: Mapping[str, str | None]) -> dict[str, str]:
+    """``variables`` as the SDK reads them: blank ones dropped, ``TEMPORAL_TLS`` spelled as it
+    parses it, Replaybook's TLS file names under the SDK's."""
+    out = {k: v.strip() for k, v in variables.items() if v is not None and v.strip()}
+    if "TEMPORAL_TLS" in out:
+        flag = out["TEMPORAL_TLS"].lower()
+        if flag in _TLS_ON:
+            out["TEMPORAL_TLS"] = "true"
+        elif flag in _TLS_OFF:
+            out["TEMPORAL_TLS"] = "false"
+        else:
+            raise ConfigurationError(
+                f"TEMPORAL_TLS must be 1, true, yes or 0, false, no, not {out['TEMPORAL_TLS']!r}",
+                field="TEMPORAL_TLS",
+            )
+    for ours, sdk in _TLS_FILE_SYNONYMS.items():
+        if ours in out:
+            out.setdefault(sdk, str(Path(out.pop(ours)).expanduser()))
+    return out
+
+
+def _log_format(value: Any) -> str:
+    text = str(value).strip().lower()
+    if text not in LOG_FORMATS:
+        raise ValueError("must be auto, json or console")
+    return text
+
+
+# the settings ------------------------------------------------------------------------------------
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        frozen=True,
+        case_sensitive=True,
+        extra="ignore",
+        validate_by_name=True,
+        validate_by_alias=True,
+    )
+
+    #: where the embedded stack, the default database, artifacts and dev KEK live
+    home: Path = Field(Path(DEFAULT_HOME), validation_alias="REPLAYBOOK_HOME")
+    #: ``json``, ``console`` or ``auto`` (console on a terminal)
+    log_format: Annotated[str, BeforeValidator(_log_format)] = Field(
+        "auto", validation_alias="REPLAYBOOK_LOG_FORMAT"
+    )
+    #: the container image this process runs, recorded in every environment manifest
+    image_digest: str | None = Field(None, validation_alias="REPLAYBOOK_IMAGE_DIGEST")
+    temporal: TemporalSettings = TemporalSettings()
+    database: DatabaseSettings = DatabaseSettings()
+    artifacts: ArtifactSettings = ArtifactSettings()
+    kek: KekSettings = KekSettings()
+    sandbox: SandboxSettings = SandboxSettings()
+    api: ApiSettings = ApiSettings()
+    models: ModelEndpointSettings = ModelEndpointSettings()
+    metrics: MetricsSettings = MetricsSettings()
+
+    @field_validator("home")
+    @classmethod
+    def _absolute_home(cls, home: Path) -> Path:
+        return home.expanduser().resolve()
+
+    @property
+    def stores(self) -> StoreSettings:
+        """What ``stores.bundle.open_stores`` opens."""
+        return StoreSettings(
+            home=self.home, database=self.database, artifacts=self.artifacts, kek=self.kek
+        )
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str | None]) -> Settings:
+        """The settings of exactly the variables in ``env`` (for tests and tools; a process
+        reads its own environment with ``load_settings``)."""
+        data = settings_data(env)
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            raise configuration_error(cls, exc) from None
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        environment = dict(getattr(env_settings, "env_vars", {}))
+        below = dict(getattr(dotenv_settings, "env_vars", {}))
+        return (init_settings, _Variables(settings_cls, layered(environment, below)))
+
+
+class _Variables(PydanticBaseSettingsSource):
+    """Every field from the variable its alias names; the Temporal section from envconfig."""
+
+    def __init__(self, settings_cls: type[BaseSettings], variables: Mapping[str, str | None]):
+        super().__init__(settings_cls)
+        self.variables = variables
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False  # unused: __call__ reads every field at once
+
+    def __call__(self) -> dict[str, Any]:
+        return settings_data(self.variables)
+
+
+def settings_data(variables: Mapping[str, str | None]) -> dict[str, Any]:
+    """The raw values of ``Settings`` read from ``variables``."""
+    data = read_variables(Settings, variables)
+    data["temporal"] = TemporalSettings.load(variables)
+    return data
+
+
+def layered(
+    environment: Mapping[str, str | None], below: Mapping[str, str | None]
+) -> dict[str, str | None]:
+    """``environment`` over the values of an env file: a variable the environment sets (not
+    blank) wins; the file's S3 endpoint and credentials only count together, when the
+    environment names no endpoint."""
+    if not below:
+        return dict(environment)
+    if any((environment.get(name) or "").strip() for name in _S3_ENDPOINT):
+        below = {k: v for k, v in below.items() if k not in _S3_GROUP}
+    return dict(below) | {k: v for k, v in environment.items() if v is not None and v.strip()}
+
+
+def load_settings(env_file: Path | None = None) -> Settings:
+    """The settings of this process's environment (and, below it, ``env_file`` when given):
+    called once by each composition root. A refused value raises ``ConfigurationError``."""
+    try:
+        return Settings(_env_file=env_file)
+    except ValidationError as exc:
+        raise configuration_error(Settings, exc) from None

@@ -5,25 +5,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Mapping
-from pathlib import Path
 
 import structlog
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.service import TLSConfig
 from temporalio.worker import Worker
 
 from activities.incident import IncidentActivities
 from activities.replay import ReplayActivities
 from activities.sandbox.setup import sandboxed_steps
-from models.errors import ConfigurationError
+from examples.support_desk.world_store import WorldStore
 from models.queues import CONTROL_QUEUE, REPLAY_QUEUE
+from runtime.providers.endpoint import ModelEndpointSettings
 from runtime.replay.catalog import AgentCatalog
 from runtime.replay.engine import ReplayEngine
 from stores.bundle import open_stores
-from stores.sql.database import Database
 from stores.sql.incidents import SqlIncidentStore
-from worker.agents import reconcilers_for
+from worker.agents import open_world, reconcilers_for
 from worker.catalogs import catalogs as agent_catalogs
 from worker.settings import Settings
 from workflows.incident import IncidentWorkflow
@@ -31,48 +29,28 @@ from workflows.replay import ReplayWorkflow
 
 log = structlog.get_logger(__name__)
 WORKFLOWS = [ReplayWorkflow, IncidentWorkflow]
+#: what a sandboxed replay step imports to build the agent catalogs (the child is a process)
+CATALOG_FACTORY = "worker.catalogs:catalogs"
 
 
 async def connect(settings: Settings) -> Client:
     """A client whose payloads are pydantic models (the same converter as the workers). Against
-    a real cluster only the address, namespace and TLS/API-key settings change."""
+    a real cluster only the Temporal settings change (address, namespace, TLS, API key: see
+    ``worker.settings.TemporalSettings``, loaded by ``temporalio.envconfig``)."""
     from worker import temporal_state
 
+    options = settings.temporal.connect_config()  # a TLS file that cannot be read: refused here
     temporal_state.client_used = True
-    return await Client.connect(
-        settings.temporal_address,
-        namespace=settings.temporal_namespace,
-        data_converter=pydantic_data_converter,
-        tls=_tls(settings),
-        api_key=settings.temporal_api_key,
-    )
+    return await Client.connect(**options, data_converter=pydantic_data_converter)
 
 
-def _tls(settings: Settings) -> TLSConfig | bool:
-    if not (settings.temporal_tls_cert or settings.temporal_tls_ca or settings.temporal_tls):
-        return False
-
-    def read(path: str | None) -> bytes | None:
-        if path is None:
-            return None
-        try:
-            return Path(path).read_bytes()
-        except OSError as exc:
-            raise ConfigurationError(
-                f"cannot read Temporal TLS file {path}: {exc.strerror}"
-            ) from exc
-
-    return TLSConfig(
-        client_cert=read(settings.temporal_tls_cert),
-        client_private_key=read(settings.temporal_tls_key),
-        server_root_ca_cert=read(settings.temporal_tls_ca),
-    )
-
-
-def catalogs(db: Database) -> Mapping[str, AgentCatalog]:
+def catalogs(
+    world: WorldStore, endpoint: ModelEndpointSettings | None = None
+) -> Mapping[str, AgentCatalog]:
     """The agents whose code this worker can replay (``worker.catalogs``, which sandboxed
-    steps import in their own process)."""
-    return agent_catalogs(db)
+    steps import in their own process); ``world`` serves their live READ providers,
+    ``endpoint`` is the configured model endpoint (``Settings.models``)."""
+    return agent_catalogs(world, endpoint)
 
 
 @contextlib.asynccontextmanager
@@ -83,15 +61,22 @@ async def running_workers(
     if queues not in ("control", "replay", "all"):
         raise ValueError(f"unknown queue {queues!r} (control, replay or all)")
     client = client or await connect(settings)
-    async with open_stores(settings) as stores:
-        engine = ReplayEngine(stores.ledger, stores.evidence, stores.artifacts, catalogs(stores.db))
+    world = open_world(settings.stores.database_url)
+    async with open_stores(settings.stores) as stores:
+        engine = ReplayEngine(
+            stores.ledger, stores.evidence, stores.artifacts, catalogs(world, settings.models)
+        )
         # a replay worker refuses to start when it cannot sandbox its steps (rule 16)
-        steps = sandboxed_steps(engine, settings.sandbox) if queues != "control" else None
+        steps = (
+            sandboxed_steps(engine, settings.sandbox, catalog_factory=CATALOG_FACTORY)
+            if queues != "control"
+            else None
+        )
         acts = ReplayActivities(engine, steps)
         incident_acts = IncidentActivities(
             stores,
             SqlIncidentStore(stores.db),
-            lambda graph_id: reconcilers_for(graph_id, stores.db),
+            lambda graph_id: reconcilers_for(graph_id, world),
         )
         workers = []
         if queues in ("control", "all"):
@@ -119,7 +104,7 @@ async def running_workers(
             # the replay pool executes agent steps: it is given no write provider at all
             workers.append(Worker(client, task_queue=REPLAY_QUEUE, activities=[acts.replay_step]))
         tasks = [asyncio.create_task(w.run()) for w in workers]
-        log.info("workers started", queues=queues, address=settings.temporal_address)
+        log.info("workers started", queues=queues, address=settings.temporal.address)
         try:
             yield workers
         finally:

@@ -18,7 +18,7 @@ from temporalio.exceptions import ActivityError, ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
     from activities.incident import IncidentActivities
-    from models import ReplayMode, ReplayStatus
+    from models import ReplayStatus
     from models.incident_flow import (
         Counterfactual,
         IncidentPhase,
@@ -32,7 +32,8 @@ with workflow.unsafe.imports_passed_through():
         TimelineEntry,
     )
     from models.queues import CONTROL_QUEUE
-    from models.replay_flow import ReplayOutcome, ReplayPlan, ReplayWorkflowInput
+    from models.replay_flow import ReplayOutcome, ReplayWorkflowInput
+    from models.replay_plans import plan_for_candidates
     from workflows.replay import ReplayWorkflow
 
 INCIDENT_ID = SearchAttributeKey.for_keyword("IncidentId")
@@ -63,10 +64,16 @@ class IncidentWorkflow:
 
     @workflow.query(name="status")
     def status(self) -> IncidentView | None:
+        """The incident as it stands: phase, timeline, side effects, replays and pending tasks
+        (None before the run starts). Reads the workflow's own state only; changes nothing."""
         return self._view
 
     @workflow.update(name="resolve_side_effect")
     async def resolve_side_effect(self, resolution: SideEffectResolution) -> ReconcileOutcome:
+        """Record a person's verdict on a side effect waiting for one (applied or not, the
+        evidence, who decided), through an activity, and drop its pending task. It never
+        executes or retries the side effect itself, and accepts only a side effect that is
+        waiting (see the validator)."""
         assert self._view is not None
         outcome: ReconcileOutcome = await workflow.execute_activity_method(
             IncidentActivities.resolve_side_effect_by_human,
@@ -91,6 +98,8 @@ class IncidentWorkflow:
 
     @resolve_side_effect.validator
     def _validate_resolution(self, resolution: SideEffectResolution) -> None:
+        """Refuses a side effect not waiting for a human, or a verdict without evidence or
+        author. Reads state only."""
         if self._view is None or not any(
             p.side_effect_id == resolution.side_effect_id for p in self._view.pending
         ):
@@ -107,11 +116,16 @@ class IncidentWorkflow:
 
     @workflow.update(name="confirm_root_cause")
     async def confirm_root_cause(self, confirmation: RootCauseConfirmation) -> str:
+        """Accept a person's root cause (validated to cite replays of this incident), which lets
+        the lifecycle go on to the regression case. Only stores it: runs no activity, and the
+        workflow never proposes a root cause itself (rule 18)."""
         self._confirmation = confirmation
         return "confirmed"
 
     @confirm_root_cause.validator
     def _validate_confirmation(self, confirmation: RootCauseConfirmation) -> None:
+        """Refuses a confirmation before AWAITING_CONFIRMATION, a second one, empty fields, or
+        one citing no replay (or a foreign replay) of this incident. Reads state only."""
         if self._view is None or self._view.phase is not IncidentPhase.AWAITING_CONFIRMATION:
             phase = self._view.phase.value if self._view else "not started"
             raise ValueError(
@@ -136,6 +150,17 @@ class IncidentWorkflow:
 
     @workflow.run
     async def run(self, request: IncidentRequest) -> IncidentView:
+        """Take an incident through its lifecycle: freeze the run's evidence, reconcile side
+        effects of unknown outcome (waiting for people where no reconciler can tell), sign the
+        failure, replay the run exactly and with each counterfactual as child workflows, wait
+        for a person to confirm the root cause, create the regression case and the report. An
+        activity or child replay failing for good ends it FAILED; the view is returned.
+
+        Deterministic: no I/O and no clock but ``workflow.now()``; every store read or write
+        goes through an activity, and it never guesses a root cause or decides a side effect's
+        outcome on its own. Its history carries ids, hashes and the small incident view,
+        never the run's payloads.
+        """
         self._view = IncidentView(
             incident_id=request.incident_id, source_run_id=request.source_run_id
         )
@@ -155,6 +180,20 @@ class IncidentWorkflow:
         return self._view
 
     async def _lifecycle(self, request: IncidentRequest) -> None:
+        await self._freeze(request)
+        await self._reconcile(request)
+        await self._sign(request)
+        await self._enter(IncidentPhase.REPLAYING)
+        await self._replays(request, [None])
+        await self._enter(IncidentPhase.COUNTERFACTUALS)
+        await self._replays(request, list(request.counterfactuals))
+        await self._await_confirmation(request)
+        await self._create_regression_case()
+        await self._report()
+        await self._enter(IncidentPhase.COMPLETED)
+
+    async def _freeze(self, request: IncidentRequest) -> None:
+        """FREEZING: the run's evidence frozen under retention, its summary kept in the view."""
         await self._enter(IncidentPhase.FREEZING)
         freeze = await workflow.execute_activity_method(
             IncidentActivities.freeze_incident_evidence,
@@ -169,6 +208,9 @@ class IncidentWorkflow:
         )
         self._update(freeze=freeze)
 
+    async def _reconcile(self, request: IncidentRequest) -> None:
+        """RECONCILING: each side effect of unknown outcome reconciled; waits until a human has
+        resolved every one no reconciler could establish."""
         await self._enter(IncidentPhase.RECONCILING)
         unknown: list[str] = await workflow.execute_activity_method(
             IncidentActivities.unknown_side_effects,
@@ -186,22 +228,15 @@ class IncidentWorkflow:
                     retry_policy=RETRY,
                 )
             )
-        pending = tuple(
-            PendingTask(
-                kind="resolve_side_effect",
-                side_effect_id=o.side_effect_id,
-                detail=f"{o.capability_id}: {o.reason} — replaybook incident resolve-side-effect "
-                f"{request.incident_id} {o.side_effect_id} --outcome applied|not-applied --evidence TEXT",
-            )
-            for o in outcomes
-            if o.needs_human
-        )
+        pending = _resolution_tasks(request, outcomes)
         self._update(side_effects=tuple(outcomes), pending=pending)
         await self._save()
         await workflow.wait_condition(
-            lambda: not any(p.kind == "resolve_side_effect" for p in self._view.pending)
+            lambda: not any(p.kind == "resolve_side_effect" for p in self._current.pending)
         )
 
+    async def _sign(self, request: IncidentRequest) -> None:
+        """SIGNING: the failure's signature, kept in the view and as a search attribute."""
         await self._enter(IncidentPhase.SIGNING)
         signature = await workflow.execute_activity_method(
             IncidentActivities.sign_failure,
@@ -213,15 +248,12 @@ class IncidentWorkflow:
         workflow.upsert_search_attributes([FAILURE_SIGNATURE.value_set(signature.signature)])
         await self._save()
 
-        await self._enter(IncidentPhase.REPLAYING)
-        await self._replays(request, [None])
-        await self._enter(IncidentPhase.COUNTERFACTUALS)
-        await self._replays(request, list(request.counterfactuals))
-
+    async def _await_confirmation(self, request: IncidentRequest) -> None:
+        """AWAITING_CONFIRMATION: waits for ``confirm_root_cause`` and records who confirmed."""
         await self._enter(IncidentPhase.AWAITING_CONFIRMATION)
         self._update(
             pending=(
-                *self._view.pending,
+                *self._current.pending,
                 PendingTask(
                     kind="confirm_root_cause",
                     detail=f"replaybook incident confirm {request.incident_id} --root-cause TEXT --fix-version V --verified-by NAME",
@@ -233,12 +265,14 @@ class IncidentWorkflow:
         assert self._confirmation is not None
         self._update(
             confirmation=self._confirmation,
-            pending=tuple(p for p in self._view.pending if p.kind != "confirm_root_cause"),
+            pending=tuple(p for p in self._current.pending if p.kind != "confirm_root_cause"),
         )
         self._event(
             IncidentPhase.AWAITING_CONFIRMATION, f"confirmed by {self._confirmation.verified_by}"
         )
 
+    async def _create_regression_case(self) -> None:
+        """CREATING_REGRESSION_CASE: the case (if the failure yields one) kept in the view."""
         await self._enter(IncidentPhase.CREATING_REGRESSION_CASE)
         case_id = await workflow.execute_activity_method(
             IncidentActivities.create_regression_case,
@@ -248,15 +282,16 @@ class IncidentWorkflow:
         )
         self._update(regression_case_id=case_id)
 
+    async def _report(self) -> None:
+        """REPORTING: the report's artifact references kept in the view."""
         await self._enter(IncidentPhase.REPORTING)
         refs = await workflow.execute_activity_method(
             IncidentActivities.build_incident_report,
-            self._view,
+            self._current,
             start_to_close_timeout=timedelta(minutes=5),
             retry_policy=RETRY,
         )
         self._update(report_refs=refs)
-        await self._enter(IncidentPhase.COMPLETED)
 
     async def _replays(
         self, request: IncidentRequest, counterfactuals: list[Counterfactual | None]
@@ -264,17 +299,13 @@ class IncidentWorkflow:
         handles = []
         for index, cf in enumerate(counterfactuals):
             suffix = "exact" if cf is None else f"cf{index + 1}"
-            plan = ReplayPlan(
+            plan = plan_for_candidates(
+                request.source_run_id,
+                {cf.kind: cf.value} if cf else {},
                 replay_id=f"{request.incident_id}-{suffix}",
-                source_run_id=request.source_run_id,
-                mode=ReplayMode.EXACT if cf is None else cf.mode,
-                prompt_version=cf.value if cf and cf.kind == "prompt" else None,
-                model_name=cf.value if cf and cf.kind == "model" else None,
-                policy_version=cf.value if cf and cf.kind == "policy" else None,
-                retriever_version=cf.value if cf and cf.kind == "retriever" else None,
-                miss_policy=request.miss_policy,
-                repeat=request.repeat,
                 sampling_seed=index + 1,
+                miss=request.miss_policy,
+                repeat=request.repeat,
             )
             handles.append(
                 (
@@ -288,7 +319,7 @@ class IncidentWorkflow:
                 )
             )
         outcomes: list[ReplayOutcome] = await asyncio.gather(*(h for _, h in handles))
-        replays = list(self._view.replays)
+        replays = list(self._current.replays)
         for (label, _), outcome in zip(handles, outcomes, strict=True):
             summary = outcome.summary or {}
             comparison = outcome.comparison
@@ -318,6 +349,12 @@ class IncidentWorkflow:
 
     # bookkeeping ----------------------------------------------------------------------------
 
+    @property
+    def _current(self) -> IncidentView:
+        """The view, which ``run`` makes before any phase."""
+        assert self._view is not None
+        return self._view
+
     def _update(self, **changes: object) -> None:
         assert self._view is not None
         self._view = self._view.model_copy(update=changes)
@@ -337,7 +374,23 @@ class IncidentWorkflow:
     async def _save(self) -> None:
         await workflow.execute_activity_method(
             IncidentActivities.save_incident,
-            self._view,
+            self._current,
             start_to_close_timeout=SHORT,
             retry_policy=RETRY,
         )
+
+
+def _resolution_tasks(
+    request: IncidentRequest, outcomes: list[ReconcileOutcome]
+) -> tuple[PendingTask, ...]:
+    """A ``resolve_side_effect`` task for each reconciled side effect that needs a human."""
+    return tuple(
+        PendingTask(
+            kind="resolve_side_effect",
+            side_effect_id=o.side_effect_id,
+            detail=f"{o.capability_id}: {o.reason} — replaybook incident resolve-side-effect "
+            f"{request.incident_id} {o.side_effect_id} --outcome applied|not-applied --evidence TEXT",
+        )
+        for o in outcomes
+        if o.needs_human
+    )

@@ -63,6 +63,8 @@ class ReplayWorkflow:
 
     @workflow.query(name="status")
     def status(self) -> ReplayProgress:
+        """The replay's progress: status, confidence, completeness and step counts. Reads the
+        workflow's own state only; changes nothing and runs no activity."""
         return self._progress
 
     def _set(self, status: ReplayStatus, **changes: object) -> None:
@@ -71,6 +73,16 @@ class ReplayWorkflow:
 
     @workflow.run
     async def run(self, inp: ReplayWorkflowInput) -> ReplayOutcome:
+        """Replay one recorded run: prepare it, run its steps as activities on the replay queue
+        (continuing as new on long replays, stopping on the budget), compare the replay with its
+        source; with ``repeat > 1`` run that many child replays and report the reproduction
+        rate instead. A cancellation closes the replay's run and is re-raised.
+
+        Deterministic: it does no I/O and reads no clock but ``workflow.now()``; it executes no
+        capability itself (the steps run in activities, which block every write);
+        its history carries ids, hashes, counters and the comparison's verdict, never states,
+        prompts or payloads (those stay in the stores).
+        """
         plan = inp.plan
         workflow.upsert_search_attributes(
             [SOURCE_RUN_ID.value_set(plan.source_run_id), REPLAY_MODE.value_set(plan.mode.value)]
@@ -94,32 +106,52 @@ class ReplayWorkflow:
         plan = inp.plan
         resume = inp.resume
         if resume is None:
-            self._set(ReplayStatus.PREPARING)
-            prepared: PreparedReplay = await workflow.execute_activity_method(
-                ReplayActivities.prepare_replay,
-                plan,
-                start_to_close_timeout=timedelta(minutes=5),
-                retry_policy=RETRY,
-            )
-            if not prepared.ok:
-                self._set(ReplayStatus.FAILED, reason="; ".join(prepared.problems))
-                return self._outcome(
-                    plan, ReplayStatus.FAILED, prepared, reason="; ".join(prepared.problems)
-                )
-            resume = ResumePoint(
-                prepared=prepared,
-                step_id=prepared.start_step,
-                state_ref=prepared.state_ref,
-                cursors=prepared.cursors,
-                head=prepared.head,
-                started_at=workflow.now(),
-            )
+            started = await self._prepare(plan)
+            if isinstance(started, ReplayOutcome):
+                return started
+            resume = started
         prepared = resume.prepared
         self._set(
             ReplayStatus.RUNNING,
             confidence=prepared.confidence,
             completeness=f"{prepared.completeness_score}/{prepared.completeness_total}",
         )
+        stepped = await self._run_steps(plan, resume)
+        if isinstance(stepped, ReplayOutcome):
+            return stepped
+        resume, stopped = stepped
+        return await self._compare(plan, resume, stopped)
+
+    async def _prepare(self, plan: ReplayPlan) -> ResumePoint | ReplayOutcome:
+        """The point the first step starts from, or the FAILED outcome when preparing refused."""
+        self._set(ReplayStatus.PREPARING)
+        prepared: PreparedReplay = await workflow.execute_activity_method(
+            ReplayActivities.prepare_replay,
+            plan,
+            start_to_close_timeout=timedelta(minutes=5),
+            retry_policy=RETRY,
+        )
+        if not prepared.ok:
+            self._set(ReplayStatus.FAILED, reason="; ".join(prepared.problems))
+            return self._outcome(
+                plan, ReplayStatus.FAILED, prepared, reason="; ".join(prepared.problems)
+            )
+        return ResumePoint(
+            prepared=prepared,
+            step_id=prepared.start_step,
+            state_ref=prepared.state_ref,
+            cursors=prepared.cursors,
+            head=prepared.head,
+            started_at=workflow.now(),
+        )
+
+    async def _run_steps(
+        self, plan: ReplayPlan, resume: ResumePoint
+    ) -> tuple[ResumePoint, str | None] | ReplayOutcome:
+        """Run steps until the graph ends, a step stops the replay or the budget runs out
+        (continuing as new every ``steps_per_run`` steps). Returns where the steps ended and why
+        they stopped early (None: the graph finished), or the FAILED outcome of a step that
+        failed for good."""
         stopped: str | None = None
         steps_this_run = 0
         while resume.step_id is not None and stopped is None:
@@ -132,54 +164,11 @@ class ReplayWorkflow:
             if steps_this_run >= plan.steps_per_run:
                 workflow.continue_as_new(ReplayWorkflowInput(plan=plan, resume=resume))
             try:
-                out: StepOutput = await workflow.execute_activity_method(
-                    ReplayActivities.replay_step,
-                    StepInput(
-                        plan=plan,
-                        step_id=resume.step_id,
-                        state_ref=resume.state_ref,
-                        cursors=resume.cursors,
-                        head=resume.head,
-                        usage=resume.usage,
-                        step_index=resume.steps_executed,
-                    ),
-                    task_queue=REPLAY_QUEUE,
-                    start_to_close_timeout=timedelta(minutes=10),
-                    heartbeat_timeout=timedelta(seconds=STEP_HEARTBEAT_SECONDS),
-                    retry_policy=RETRY,
-                )
+                out = await self._step(plan, resume)
             except ActivityError as exc:
-                if isinstance(exc.cause, CancelledError):
-                    # the replay was canceled while this step ran
-                    raise asyncio.CancelledError() from exc
-                reason = f"step {resume.step_id} failed: {exc.cause or exc}"
-                self._set(ReplayStatus.FAILED, reason=reason)
-                if workflow.patched("close-failed-replay-run"):
-                    # the replay's run is marked FAILED and the failure counted (metrics)
-                    with contextlib.suppress(ActivityError):
-                        await workflow.execute_activity_method(
-                            ReplayActivities.close_replay_run,
-                            args=[plan.replay_id, reason],
-                            start_to_close_timeout=timedelta(seconds=30),
-                            retry_policy=RETRY,
-                        )
-                return self._outcome(
-                    plan, ReplayStatus.FAILED, prepared, resume=resume, reason=reason
-                )
+                return await self._step_failed(plan, resume, exc)
             steps_this_run += out.steps
-            resume = resume.model_copy(
-                update={
-                    "step_id": None if out.finished else out.next_step,
-                    "state_ref": out.state_ref,
-                    "cursors": out.cursors,
-                    "head": out.head,
-                    "usage": resume.usage.plus(out.usage),
-                    "writes_blocked": resume.writes_blocked + out.writes_blocked,
-                    "fixture_misses": resume.fixture_misses + out.fixture_misses,
-                    "steps_executed": resume.steps_executed + out.steps,
-                    "isolation": merge_isolation(resume.isolation, out.isolation),
-                }
-            )
+            resume = _advanced(resume, out)
             self._progress = self._progress.model_copy(
                 update={
                     "steps_executed": resume.steps_executed,
@@ -187,6 +176,55 @@ class ReplayWorkflow:
                 }
             )
             stopped = out.stopped
+        return resume, stopped
+
+    async def _step(self, plan: ReplayPlan, resume: ResumePoint) -> StepOutput:
+        """The output of the steps from ``resume``, run as one activity on the replay queue."""
+        return await workflow.execute_activity_method(
+            ReplayActivities.replay_step,
+            StepInput(
+                plan=plan,
+                step_id=resume.step_id,
+                state_ref=resume.state_ref,
+                cursors=resume.cursors,
+                head=resume.head,
+                usage=resume.usage,
+                step_index=resume.steps_executed,
+            ),
+            task_queue=REPLAY_QUEUE,
+            start_to_close_timeout=timedelta(minutes=10),
+            heartbeat_timeout=timedelta(seconds=STEP_HEARTBEAT_SECONDS),
+            retry_policy=RETRY,
+        )
+
+    async def _step_failed(
+        self, plan: ReplayPlan, resume: ResumePoint, exc: ActivityError
+    ) -> ReplayOutcome:
+        """The FAILED outcome of a step that failed for good, its run closed; a step canceled
+        with the replay re-raises the cancellation instead."""
+        if isinstance(exc.cause, CancelledError):
+            # the replay was canceled while this step ran
+            raise asyncio.CancelledError() from exc
+        reason = f"step {resume.step_id} failed: {exc.cause or exc}"
+        self._set(ReplayStatus.FAILED, reason=reason)
+        if workflow.patched("close-failed-replay-run"):
+            # the replay's run is marked FAILED and the failure counted (metrics)
+            with contextlib.suppress(ActivityError):
+                await workflow.execute_activity_method(
+                    ReplayActivities.close_replay_run,
+                    args=[plan.replay_id, reason],
+                    start_to_close_timeout=timedelta(seconds=30),
+                    retry_policy=RETRY,
+                )
+        return self._outcome(
+            plan, ReplayStatus.FAILED, resume.prepared, resume=resume, reason=reason
+        )
+
+    async def _compare(
+        self, plan: ReplayPlan, resume: ResumePoint, stopped: str | None
+    ) -> ReplayOutcome:
+        """The COMPLETED outcome: the replay compared with its source (a replay stopped by its
+        budget has its run closed first)."""
         if stopped is not None and stopped.startswith("budget"):
             await workflow.execute_activity_method(
                 ReplayActivities.close_replay_run,
@@ -203,7 +241,7 @@ class ReplayWorkflow:
         )
         self._set(ReplayStatus.COMPLETED)
         outcome = self._outcome(
-            plan, ReplayStatus.COMPLETED, prepared, resume=resume, reason=stopped
+            plan, ReplayStatus.COMPLETED, resume.prepared, resume=resume, reason=stopped
         )
         outcome = outcome.model_copy(
             update={
@@ -312,6 +350,23 @@ class ReplayWorkflow:
             summary=summary,
             isolation=functools.reduce(merge_isolation, (o.isolation for o in outcomes), None),
         )
+
+
+def _advanced(resume: ResumePoint, out: StepOutput) -> ResumePoint:
+    """The resume point after ``out``: where the next step starts and the totals so far."""
+    return resume.model_copy(
+        update={
+            "step_id": None if out.finished else out.next_step,
+            "state_ref": out.state_ref,
+            "cursors": out.cursors,
+            "head": out.head,
+            "usage": resume.usage.plus(out.usage),
+            "writes_blocked": resume.writes_blocked + out.writes_blocked,
+            "fixture_misses": resume.fixture_misses + out.fixture_misses,
+            "steps_executed": resume.steps_executed + out.steps,
+            "isolation": merge_isolation(resume.isolation, out.isolation),
+        }
+    )
 
 
 def _total_usage(outcomes: list[ReplayOutcome]) -> BudgetUsage:

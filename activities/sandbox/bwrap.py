@@ -101,12 +101,12 @@ def bwrap_command(
         # bwrap runs privileged (no user namespace) and drops every capability but these two;
         # setpriv then becomes the unprivileged uid with an empty bounding set
         setpriv = shutil.which("setpriv") or "/usr/bin/setpriv"
-        uid = str(settings.uid if uid is None else uid)
+        run_as = settings.uid if uid is None else uid
         args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
         command = [
             setpriv,
-            f"--reuid={uid}",
-            f"--regid={uid}",
+            f"--reuid={run_as}",
+            f"--regid={run_as}",
             "--clear-groups",
             "--inh-caps=-all",
             "--bounding-set=-all",

@@ -140,9 +140,9 @@ def _engine(catalogs: str, isolation: str, call: Any) -> Any:
     # the factory gets no database: whatever would use one is served by the broker
     brokered = {gid: brokered_catalog(c, call) for gid, c in factory(None).items()}
     return ReplayEngine(
-        ProxyLedger(call),  # type: ignore[arg-type]
+        ProxyLedger(call),
         ProxyEvidence(call),
-        ProxyArtifacts(call),  # type: ignore[arg-type]
+        ProxyArtifacts(call),
         brokered,
         isolation=isolation,
     )

@@ -75,13 +75,10 @@ def load_new_event(value: dict[str, Any]) -> NewEvent:
     record = load_model(value["record"]) if value.get("record") is not None else None
     if record is not None and not isinstance(record, HashedRecord):
         raise error_tree.InvalidInputError("an event's record must be a hashed record")
-    privacy = {
-        key: value[key] if key != "raw" else unb64(value[key])
-        for key in ("raw", "redaction_policy_version", "subject_id")
-        if value.get(key) is not None
-    }
     return NewEvent(
-        **privacy,
+        raw=unb64(value.get("raw")),
+        redaction_policy_version=value.get("redaction_policy_version"),
+        subject_id=value.get("subject_id"),
         step_id=str(value["step_id"]),
         type=ExecutionEventType(value["type"]),
         logical_time=datetime.fromisoformat(value["logical_time"]),
@@ -110,11 +107,7 @@ def load_error(value: dict[str, Any]) -> ReplaybookError:
     cls = getattr(error_tree, str(value.get("type")), None)
     if not (isinstance(cls, type) and issubclass(cls, ReplaybookError)):
         cls = ReplaybookError
-    error = cls.__new__(cls)
-    Exception.__init__(error, str(value.get("message", "")))
-    for key, item in (value.get("attributes") or {}).items():
-        setattr(error, key, item)
-    return error
+    return cls.restored(str(value.get("message", "")), value.get("attributes") or {})
 
 
 def dump_context(context: Any) -> dict[str, Any]:

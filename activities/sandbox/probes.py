@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 _SECRET_NAMES = re.compile(
@@ -42,8 +43,26 @@ def network(port: int) -> dict[str, Any]:
     return {"blocked": blocked, "interfaces": interfaces, "attempts": attempts}
 
 
+def environment_names() -> list[str] | None:
+    """The names of the variables this process was started with, read the way any code in the
+    sandbox could (``/proc/self/environ``); ``None`` when that cannot be read."""
+    try:
+        data = Path("/proc/self/environ").read_bytes()
+    except OSError:
+        return None
+    return [
+        entry.split(b"=", 1)[0].decode(errors="replace") for entry in data.split(b"\0") if entry
+    ]
+
+
 def credentials(paths: list[str]) -> dict[str, Any]:
-    names = sorted(name for name in os.environ if _SECRET_NAMES.search(name))
+    visible_names = environment_names()
+    # an environment that cannot be inspected is not proved empty of secrets
+    names = (
+        ["(the environment could not be read)"]
+        if visible_names is None
+        else sorted(name for name in visible_names if _SECRET_NAMES.search(name))
+    )
     readable = []
     for path in [*_SECRET_FILES, *paths]:
         try:

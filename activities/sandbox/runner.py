@@ -46,11 +46,14 @@ class SandboxedSteps:
         self,
         engine: ReplayEngine,
         settings: SandboxSettings,
-        catalogs: str = "worker.catalogs:catalogs",
+        *,
+        catalog_factory: str,
     ) -> None:
         self.engine = engine
         self.settings = settings
-        self.catalogs = catalogs
+        #: ``module:function`` the child imports to build its agent catalogs (a reference, not a
+        #: callable: the child is another process); the worker passes its own
+        self.catalogs = catalog_factory
         #: the isolation recorded for the steps this runner executes
         self.isolation = settings.isolation
         #: uid offsets of the sandboxes alive now, running or kept (each gets its own uid)
@@ -174,11 +177,10 @@ class SandboxedSteps:
             async with asyncio.timeout(self.settings.wall_seconds):
                 return await self._serve(child, broker, step)
         except TimeoutError:
-            raise _not_retryable(
-                SandboxedStepFailedError(
-                    f"step {step.step_id}: killed after {self.settings.wall_seconds:.0f} s "
-                    "(wall-clock limit of a sandboxed step)"
-                )
+            raise SandboxedStepFailedError(
+                f"step {step.step_id}: killed after {self.settings.wall_seconds:.0f} s "
+                "(wall-clock limit of a sandboxed step)",
+                retryable=False,
             ) from None
 
     async def _serve(self, child: StepProcess, broker: StepBroker, step: StepInput) -> StepOutput:
@@ -205,24 +207,24 @@ class SandboxedSteps:
                     child.cpu_seconds = float(message.get("cpu_seconds") or 0.0)
                     return StepOutput.model_validate(message["done"])
                 elif "failed" in message:
-                    error = codec.load_error(message["failed"])
-                    if broker.refused:
-                        error = _not_retryable(error)
-                    raise error
+                    failed = message["failed"]
+                    if broker.refused:  # it asked for what a replay may not do
+                        attributes = {**(failed.get("attributes") or {}), "retryable": False}
+                        failed = {**failed, "attributes": attributes}
+                    raise codec.load_error(failed)
                 else:
                     raise rpc.ProtocolError(f"unexpected frame keys {sorted(message)}")
         except (asyncio.IncompleteReadError, BrokenPipeError, ConnectionResetError):
             returncode = await child.process.wait()
             await asyncio.sleep(0)  # let the stderr drain see the last bytes
-            raise _not_retryable(
-                SandboxedStepFailedError(
-                    f"step {step.step_id}: the sandboxed process "
-                    f"{why_it_died(returncode, self.settings)}{child.stderr_tail()}"
-                )
+            raise SandboxedStepFailedError(
+                f"step {step.step_id}: the sandboxed process "
+                f"{why_it_died(returncode, self.settings)}{child.stderr_tail()}",
+                retryable=False,
             ) from None
         except rpc.ProtocolError as exc:
-            raise _not_retryable(
-                SandboxViolationError(f"step {step.step_id}: broke the pipe protocol: {exc}")
+            raise SandboxViolationError(
+                f"step {step.step_id}: broke the pipe protocol: {exc}", retryable=False
             ) from None
 
 
@@ -234,12 +236,6 @@ async def _answer(broker: StepBroker, message: dict[str, Any]) -> dict[str, Any]
     except (KeyError, TypeError, ValueError) as exc:  # malformed parameters from the child
         broker.refused.append(f"malformed {message.get('call')!r}: {exc!r}")
         return {"error": codec.dump_error(SandboxViolationError(f"malformed call: {exc!r}"))}
-
-
-def _not_retryable(error: ReplaybookError) -> ReplaybookError:
-    """Marked so the activity fails it without retries: running hostile code again cannot help."""
-    error.retryable = False  # type: ignore[attr-defined]
-    return error
 
 
 __all__ = ["SandboxUnavailableError", "SandboxedSteps"]

@@ -12,11 +12,14 @@ from runtime.replay.engine import ReplayEngine
 log = structlog.get_logger(__name__)
 
 
-def sandboxed_steps(engine: ReplayEngine, settings: SandboxSettings) -> SandboxedSteps | None:
+def sandboxed_steps(
+    engine: ReplayEngine, settings: SandboxSettings, *, catalog_factory: str
+) -> SandboxedSteps | None:
     """The sandboxed step runner, after proving a sandbox can be created: otherwise
     ``SandboxUnavailableError`` and the replay worker does not start (never silently
     unsandboxed). With the development flag: None, and the engine records ``none (dev flag)``
-    as the isolation of every step it runs."""
+    as the isolation of every step it runs. ``catalog_factory`` (``module:function``) builds
+    the agent catalogs inside the sandboxed child."""
     if not settings.enabled:
         log.warning("replay steps run UNSANDBOXED: development flag", isolation=NO_ISOLATION)
         engine.isolation = NO_ISOLATION
@@ -28,4 +31,4 @@ def sandboxed_steps(engine: ReplayEngine, settings: SandboxSettings) -> Sandboxe
         address_space_bytes=settings.address_space_bytes,
         max_processes=settings.max_processes,
     )
-    return SandboxedSteps(engine, settings)
+    return SandboxedSteps(engine, settings, catalog_factory=catalog_factory)

@@ -47,7 +47,7 @@ CAPABILITIES = CapabilityRegistry(
         Capability(
             capability_id="crm.get_customer",
             description="Look a customer up by customer_id.",
-            schema={
+            schema_={
                 "type": "object",
                 "required": ["customer_id"],
                 "properties": {"customer_id": {"type": "string"}},
@@ -60,7 +60,7 @@ CAPABILITIES = CapabilityRegistry(
         Capability(
             capability_id="crm.find_by_phone",
             description="Find customers by phone number (phone numbers are not unique).",
-            schema={
+            schema_={
                 "type": "object",
                 "required": ["phone"],
                 "properties": {"phone": {"type": "string"}},
@@ -73,7 +73,7 @@ CAPABILITIES = CapabilityRegistry(
         Capability(
             capability_id="payment.refund",
             description="Refund an order to the original payment method.",
-            schema={
+            schema_={
                 "type": "object",
                 "required": ["order_id", "amount", "currency"],
                 "properties": {
@@ -90,7 +90,7 @@ CAPABILITIES = CapabilityRegistry(
         Capability(
             capability_id="email.send",
             description="Send an email to a customer.",
-            schema={
+            schema_={
                 "type": "object",
                 "required": ["to", "subject", "body"],
                 "properties": {
@@ -188,11 +188,12 @@ async def search(env: AgentEnvironment, state: State, ticket: Any) -> StepResult
 async def crm(env: AgentEnvironment, state: State, ticket: Any) -> StepResult:
     lookup = next(c for c in state["plan"] if c["name"].startswith("crm."))
     result = await env.tools.call(lookup["name"], lookup["arguments"], tool_call_id=lookup["id"])
-    found = (
-        result.response.get("customers", [])
+    customers = (
+        result.response.get("customers")
         if result.ok and isinstance(result.response, dict)
-        else []
+        else None
     )
+    found = customers if isinstance(customers, list) else []
     if not found:
         state = {**state, "customer": None, "resolution": "customer_not_found"}
         return StepResult(state, None, _outcome(state))

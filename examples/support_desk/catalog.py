@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from examples.support_desk.agent import (
     CAPABILITIES,
     GRAPH_ID,
@@ -13,17 +15,23 @@ from examples.support_desk.agent import (
 from examples.support_desk.knowledge import KeywordRetriever
 from examples.support_desk.model import ScriptedSupportModel
 from examples.support_desk.providers import SimulatedWorld
+from examples.support_desk.world_store import WorldStore
 from runtime.replay.catalog import AgentCatalog
-from stores.sql.database import Database
+from runtime.tools import ToolProvider
 
 MODEL_V1 = "support-desk-model@1"
 MODEL_V2 = "support-desk-model@2"
 
 
-def support_desk_catalog(db: Database) -> AgentCatalog:
-    async def read_providers():  # type: ignore[no-untyped-def]
+def support_desk_catalog(world_store: WorldStore | None) -> AgentCatalog:
+    """``world_store`` serves the live READ providers (none in a sandboxed step's process:
+    there the broker serves them)."""
+
+    async def read_providers() -> Mapping[str, ToolProvider]:
         # READ capabilities only: a replay worker is never handed a write provider
-        world = SimulatedWorld(db)
+        if world_store is None:
+            raise RuntimeError("the support desk's world is not open in this process")
+        world = SimulatedWorld(world_store)
         await world.ensure()
         return {
             "crm.get_customer": world.crm_get_customer,

@@ -104,7 +104,8 @@ def evaluate_runs(
     keys = Counter(c.signature_key for c in failed)
     per_domain: dict[str, Counter[str]] = {}
     for c in failed:
-        per_domain.setdefault(c.domain, Counter())[c.signature] += 1
+        if c.signature:  # always (see ``failed``): narrows ``str | None``
+            per_domain.setdefault(c.domain, Counter())[c.signature] += 1
     by_domain: dict[str, dict[str, int]] = {}
     for c in scored:
         d = by_domain.setdefault(c.domain, {"runs": 0, "agree": 0, "recorded_pass": 0})

@@ -74,7 +74,7 @@ def forensics_run_from_imported(imported: Any, run_id: str) -> ForensicsRun:
 
 async def load_imported_runs(stores: Any, run_id: str | None = None) -> list[ForensicsRun]:
     """One imported run (``run_id``) or every imported tau-bench run in the store."""
-    from runtime.importers import tau_bench
+    from integrations.tau_bench import importer as tau_bench
 
     async def load(rid: str) -> ForensicsRun:
         try:

@@ -101,17 +101,7 @@ def _tools(info: ToolsInfo, where: str) -> tuple[IngestTool, ...]:
 def convert_tau_run(
     raw: Any, domain: str, info: ToolsInfo, tools: tuple[IngestTool, ...], where: str
 ) -> ConvertedRun:
-    if not isinstance(raw, dict):
-        raise InvalidInputError(f"{where}: expected a run object")
-    for key in ("task_id", "trial", "traj"):
-        if key not in raw:
-            raise InvalidInputError(f"{where}: missing {key!r}")
-    traj = raw["traj"]
-    if not isinstance(traj, list) or not traj:
-        raise InvalidInputError(f"{where}.traj: expected a non-empty list of messages")
-    for index, message in enumerate(traj):
-        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
-            raise InvalidInputError(f"{where}.traj[{index}]: expected a message with a role")
+    traj = _checked_traj(raw, where)
     task_id, trial = raw["task_id"], raw["trial"]
     # the tools (schemas, write set) are part of what was imported: others make another run
     tools_json = [t.model_dump(mode="json") for t in tools]
@@ -130,18 +120,7 @@ def convert_tau_run(
             last = position == len(traj) - 1
             events.append({"type": "user_message", "content": message.get("content"), "done": last})
         elif role == "assistant":
-            calls = []
-            for k, call in enumerate(message.get("tool_calls") or ()):
-                function = call.get("function") if isinstance(call, dict) else None
-                if not isinstance(function, dict) or not isinstance(function.get("name"), str):
-                    raise InvalidInputError(f"{here}.tool_calls[{k}]: no function name")
-                calls.append(
-                    ToolCallRequest(
-                        id=str(call.get("id") or f"call-{position}-{k}"),
-                        name=function["name"],
-                        arguments=parse_arguments(function.get("arguments")),
-                    )
-                )
+            calls = _assistant_calls(message, position, here)
             pending = list(calls)
             model_calls += 1
             events.append(
@@ -155,28 +134,7 @@ def convert_tau_run(
         elif role == "tool":
             if not pending:
                 raise InvalidInputError(f"{here}: a tool result with no tool call before it")
-            call = pending.pop(0)
-            if message.get("name") not in (None, call.name):
-                raise InvalidInputError(
-                    f"{here}: tool result of {message.get('name')!r} answers a call of {call.name!r}"
-                )
-            output = message.get("content")
-            failed = isinstance(output, str) and output.startswith("Error")
-            events.append(
-                {
-                    "type": "tool_call",
-                    "tool_call_id": message.get("tool_call_id") or call.id,
-                    "name": call.name,
-                    "arguments": call.arguments,
-                    "output": output,
-                    "outcome": "ERROR" if failed else "SUCCESS",
-                    **(
-                        {"side_effect_status": "FAILED" if failed else "CONFIRMED"}
-                        if call.name in info.write_tools
-                        else {}
-                    ),
-                }
-            )
+            events.append(_tool_event(message, pending.pop(0), here, info.write_tools))
         else:
             opaque.append(f"{here}: role {role!r}")
             events.append(
@@ -191,15 +149,101 @@ def convert_tau_run(
     events.append({"type": "run_end", "outcome": {"reward": reward}})
     for n, event in enumerate(events, start=1):
         event["sequence"] = n
-    last = traj[-1]
-    ends_at_limit = (
+    max_model_calls = (
+        model_calls
+        if _ends_at_limit(traj[-1], events) and model_calls
+        else max(MAX_STEPS, model_calls)
+    )
+    header = _run_header(raw, domain, tools, tools_json, run_id, system, max_model_calls, where)
+    batch = build(where, IngestEventBatch, {"events": events})
+    return ConvertedRun(header=header, events=batch.events, opaque=tuple(opaque))
+
+
+def _checked_traj(raw: Any, where: str) -> list[dict[str, Any]]:
+    """The run's non-empty list of messages, each with a role; refuses anything else."""
+    if not isinstance(raw, dict):
+        raise InvalidInputError(f"{where}: expected a run object")
+    for key in ("task_id", "trial", "traj"):
+        if key not in raw:
+            raise InvalidInputError(f"{where}: missing {key!r}")
+    traj = raw["traj"]
+    if not isinstance(traj, list) or not traj:
+        raise InvalidInputError(f"{where}.traj: expected a non-empty list of messages")
+    for index, message in enumerate(traj):
+        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+            raise InvalidInputError(f"{where}.traj[{index}]: expected a message with a role")
+    return traj
+
+
+def _assistant_calls(message: dict[str, Any], position: int, here: str) -> list[ToolCallRequest]:
+    """The tool calls an assistant message makes (ids made up from the position if absent)."""
+    calls = []
+    for k, call in enumerate(message.get("tool_calls") or ()):
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+            raise InvalidInputError(f"{here}.tool_calls[{k}]: no function name")
+        calls.append(
+            ToolCallRequest(
+                id=str(call.get("id") or f"call-{position}-{k}"),
+                name=function["name"],
+                arguments=parse_arguments(function.get("arguments")),
+            )
+        )
+    return calls
+
+
+def _tool_event(
+    message: dict[str, Any], call: ToolCallRequest, here: str, write_tools: frozenset[str]
+) -> dict[str, Any]:
+    """The tool call a tool message answers: its output, ERROR when the output reports one,
+    and for a write tool the side effect (FAILED or CONFIRMED)."""
+    if message.get("name") not in (None, call.name):
+        raise InvalidInputError(
+            f"{here}: tool result of {message.get('name')!r} answers a call of {call.name!r}"
+        )
+    output = message.get("content")
+    failed = isinstance(output, str) and output.startswith("Error")
+    return {
+        "type": "tool_call",
+        "tool_call_id": message.get("tool_call_id") or call.id,
+        "name": call.name,
+        "arguments": call.arguments,
+        "output": output,
+        "outcome": "ERROR" if failed else "SUCCESS",
+        **(
+            {"side_effect_status": "FAILED" if failed else "CONFIRMED"}
+            if call.name in write_tools
+            else {}
+        ),
+    }
+
+
+def _ends_at_limit(last: dict[str, Any], events: list[dict[str, Any]]) -> bool:
+    """Whether the episode stopped at the step limit rather than by handing over: it ends on a
+    tool result that is no hand-over, or on an assistant message calling no tool."""
+    return (
         last["role"] == "tool"
         and not any(
             e.get("name") in TERMINATE_TOOLS for e in events[-3:] if e["type"] == "tool_call"
         )
     ) or (last["role"] == "assistant" and not last.get("tool_calls"))
+
+
+def _run_header(
+    raw: dict[str, Any],
+    domain: str,
+    tools: tuple[IngestTool, ...],
+    tools_json: list[dict[str, Any]],
+    run_id: str,
+    system: str | None,
+    max_model_calls: int,
+    where: str,
+) -> IngestRunHeader:
+    """The run's header: labels, prompt, tools, limits, and the task's ground truth and the
+    recorded reward as the ``tau_bench`` attachment."""
+    task_id, trial, reward = raw["task_id"], raw["trial"], raw.get("reward")
     task = (raw.get("info") or {}).get("task") or {}
-    header = build(
+    return build(
         where,
         IngestRunHeader,
         {
@@ -215,9 +259,7 @@ def convert_tau_run(
             "system_prompt": system,
             "tools": tools_json,
             "user_turns": True,
-            "max_model_calls": model_calls
-            if ends_at_limit and model_calls
-            else max(MAX_STEPS, model_calls),
+            "max_model_calls": max_model_calls,
             "terminate_tools": [t for t in TERMINATE_TOOLS if any(x.name == t for x in tools)],
             "attachments": {
                 ATTACHMENT: {
@@ -237,8 +279,6 @@ def convert_tau_run(
             },
         },
     )
-    batch = build(where, IngestEventBatch, {"events": events})
-    return ConvertedRun(header=header, events=batch.events, opaque=tuple(opaque))
 
 
 def convert_tau_file(

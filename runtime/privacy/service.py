@@ -16,7 +16,6 @@ from typing import Any
 
 import structlog
 
-from forensics.freeze import referenced_artifacts
 from models.enums import RetentionClass
 from models.errors import (
     AccessDeniedError,
@@ -36,6 +35,7 @@ from models.privacy import (
     RawReadOutcome,
 )
 from models.retention import retention_until
+from runtime.evidence_refs import referenced_artifacts
 from runtime.ports import ArtifactStore, EventLedger, EvidenceReader
 
 log = structlog.get_logger(__name__)

@@ -4,7 +4,6 @@ a LiteLLM proxy), built on the official ``openai`` SDK."""
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
@@ -14,11 +13,11 @@ from pydantic import ValidationError
 
 from models.errors import ConfigurationError, ModelProviderError
 from models.model_call import ChatMessage, ModelRequest, ModelResponse, TokenUsage, ToolCallRequest
+from runtime.providers.endpoint import DEFAULT_TIMEOUT, ModelEndpointSettings
 
 #: Local servers ignore the key, but the SDK refuses to start without one; passing it explicitly
 #: also stops the SDK from silently picking up ``OPENAI_API_KEY`` on its own.
 PLACEHOLDER_API_KEY = "no-key"
-DEFAULT_TIMEOUT = 60.0
 _THOUSAND = Decimal(1000)
 
 
@@ -54,25 +53,21 @@ class OpenAICompatibleProvider:
         )
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> OpenAICompatibleProvider:
-        env = os.environ if env is None else env
-        base_url = env.get("REPLAYBOOK_MODEL_BASE_URL", "").strip()
+    def from_settings(cls, settings: ModelEndpointSettings) -> OpenAICompatibleProvider:
+        """The provider of the configured endpoint (``ConfigurationError`` naming what is
+        missing)."""
+        base_url = (settings.base_url or "").strip()
         if not base_url:
-            raise ConfigurationError("REPLAYBOOK_MODEL_BASE_URL is not set")
-        model = env.get("REPLAYBOOK_MODEL_NAME", "").strip()
-        if not model:
-            raise ConfigurationError("REPLAYBOOK_MODEL_NAME is not set")
-        raw_timeout = env.get("REPLAYBOOK_MODEL_TIMEOUT", "").strip()
-        try:
-            timeout = float(raw_timeout) if raw_timeout else DEFAULT_TIMEOUT
-        except ValueError:
-            timeout = float("nan")  # refused just below, with the other unusable values
-        if not 0 < timeout < float("inf"):
             raise ConfigurationError(
-                f"REPLAYBOOK_MODEL_TIMEOUT must be a positive number of seconds, got {raw_timeout!r}"
+                "REPLAYBOOK_MODEL_BASE_URL is not set", field="REPLAYBOOK_MODEL_BASE_URL"
             )
-        api_key = env.get("REPLAYBOOK_MODEL_API_KEY") or env.get("OPENAI_API_KEY")
-        return cls(base_url=base_url, model=model, api_key=api_key, timeout=timeout)
+        model = (settings.name or "").strip()
+        if not model:
+            raise ConfigurationError(
+                "REPLAYBOOK_MODEL_NAME is not set", field="REPLAYBOOK_MODEL_NAME"
+            )
+        api_key = settings.api_key.get_secret_value() if settings.api_key is not None else None
+        return cls(base_url=base_url, model=model, api_key=api_key, timeout=settings.timeout)
 
     async def aclose(self) -> None:
         await self._client.close()

@@ -37,6 +37,7 @@ from models.replay_flow import PreparedReplay, ReplayCursorsView, ReplayPlan, St
 from runtime.completeness import evidence_completeness
 from runtime.environment import AgentEnvironment
 from runtime.executor import load_random_state, migrate_recorded_state, store_random_state
+from runtime.graph import GraphDefinition
 from runtime.model_gateway import RecordingModelGateway
 from runtime.policy import RecordingPolicyEngine
 from runtime.ports import ArtifactStore, EventLedger, EvidenceReader, NewEvent
@@ -119,51 +120,22 @@ class ReplayEngine:
             graph = catalog.graphs.get(run.graph_id, run.graph_version)
         except ReplaybookError as exc:
             return PreparedReplay(ok=False, problems=(str(exc),))
-        for prompt in await self.evidence.records(PromptArtifact, plan.source_run_id):
-            if not await self.artifacts.exists(prompt.content_ref):
-                problems.append(
-                    f"compiled prompt {prompt.artifact_id} ({prompt.content_ref}) is not retrievable"
-                )
-        for fixtures in source.retrievals.values():
-            for item in fixtures[0].evidence:
-                if not await self.artifacts.exists(item.chunk_hash):
-                    problems.append(
-                        f"retrieved chunk {item.chunk_id} ({item.chunk_hash}) is not retrievable"
-                    )
-        for checkpoint in source.checkpoints.values():
-            try:
-                graph.migration_path(checkpoint.state_schema_version)
-            except ReplaybookError as exc:
-                problems.append(f"checkpoint of step {checkpoint.step_id}: {exc}")
-        if catalog.bundle_by_hash(run.pinned.prompt_bundle_hash) is None:
-            problems.append(
-                f"the source's prompt bundle {run.pinned.prompt_bundle_hash} is not deployed"
-            )
-        try:
-            if plan.prompt_version:
-                catalog.bundle(plan.prompt_version)
-            if plan.mode is not ReplayMode.RECORDED:
-                catalog.model(plan.model_name or catalog.default_model)
-            if plan.policy_version:
-                catalog.policy_set(plan.policy_version)
-            if plan.retriever_version:
-                catalog.retriever(plan.retriever_version)
-        except ReplaybookError as exc:
-            problems.append(str(exc))
+        problems += await self._unusable_evidence(plan, source, catalog, graph)
+        problems += _unknown_overrides(plan, catalog)
 
         start_step: str | None = graph.entry
         state_ref: str | None = None
         cursors = ReplayCursorsView()
         if plan.from_step is not None:
             marks = source.marks.get(plan.from_step)
-            checkpoint = source.checkpoints.get(plan.from_step)
-            if marks is None or checkpoint is None:
+            resumed = source.checkpoints.get(plan.from_step)
+            if marks is None or resumed is None:
                 problems.append(
                     f"step {plan.from_step!r} has no checkpoint in run {plan.source_run_id} "
                     f"(steps: {', '.join(source.steps)})"
                 )
             else:
-                start_step, state_ref = marks.next_step, checkpoint.state_ref
+                start_step, state_ref = marks.next_step, resumed.state_ref
                 cursors = ReplayCursorsView(
                     model_calls=marks.model_calls,
                     clock_reads=marks.clock_reads,
@@ -189,6 +161,40 @@ class ReplayEngine:
             head=head,
             source_steps=len(source.steps),
         )
+
+    async def _unusable_evidence(
+        self,
+        plan: ReplayPlan,
+        source: SourceEvidence,
+        catalog: AgentCatalog,
+        graph: GraphDefinition,
+    ) -> list[str]:
+        """What the replay needs from the source but cannot use: compiled prompts and retrieved
+        chunks no longer retrievable, checkpoints whose state cannot be migrated to the deployed
+        graph, a prompt bundle not deployed."""
+        run = source.run
+        problems: list[str] = []
+        for prompt in await self.evidence.records(PromptArtifact, plan.source_run_id):
+            if not await self.artifacts.exists(prompt.content_ref):
+                problems.append(
+                    f"compiled prompt {prompt.artifact_id} ({prompt.content_ref}) is not retrievable"
+                )
+        for fixtures in source.retrievals.values():
+            for item in fixtures[0].evidence:
+                if not await self.artifacts.exists(item.chunk_hash):
+                    problems.append(
+                        f"retrieved chunk {item.chunk_id} ({item.chunk_hash}) is not retrievable"
+                    )
+        for checkpoint in source.checkpoints.values():
+            try:
+                graph.migration_path(checkpoint.state_schema_version)
+            except ReplaybookError as exc:
+                problems.append(f"checkpoint of step {checkpoint.step_id}: {exc}")
+        if catalog.bundle_by_hash(run.pinned.prompt_bundle_hash) is None:
+            problems.append(
+                f"the source's prompt bundle {run.pinned.prompt_bundle_hash} is not deployed"
+            )
+        return problems
 
     async def _begin(
         self, plan: ReplayPlan, source: SourceEvidence, catalog: AgentCatalog, full: bool
@@ -286,49 +292,19 @@ class ReplayEngine:
             fixtures=fixtures,
             retrievals=retrievals,
         )
-        # the source's redaction policy: lookup hashes match the source's, and anything a live
-        # model adds is sanitized like the source was
-        recorder = RunRecorder(
-            self.ledger,
-            self.artifacts,
-            plan.replay_id,
-            deferred=True,
-            redaction=replay_redaction(source.run, catalog.capabilities),
-        )
-        recorder.clock = FixedAgentClock(source, positions, recorder)  # type: ignore[assignment]
-        recorder.last_sequence = step.head
-        recorder.step_id = step.step_id
+        recorder = self._step_recorder(step, source, catalog, positions)
         env = await self._environment(
             plan, source, catalog, recorder, positions, step.usage, step.cursors
         )
-        state: dict[str, Any] = (
-            json.loads(await self.artifacts.get(step.state_ref)) if step.state_ref else {}
-        )
-        if step.state_ref and step.step_index == 0 and plan.from_step:
-            recorded_version = source.checkpoints[plan.from_step].state_schema_version
-            state = await migrate_recorded_state(graph, recorder, state, recorded_version)
+        state = await self._step_state(step, source, graph, recorder)
 
         started: dict[str, Any] = {"step": step.step_id}
         if self.isolation is not None:
             started["isolation"] = self.isolation
         await recorder.record(E.STEP_STARTED, payload=started)
-        stopped: str | None = None
-        next_step: str | None = None
-        outcome: Any = None
-        state_ref = step.state_ref
-        try:
-            result = await graph.steps[step.step_id](env, state, source.agent_input)
-        except STOPPING_ERRORS as exc:
-            stopped = f"{type(exc).__name__}: {exc}"
-        else:
-            checkpoint = await recorder.checkpoint(
-                step.step_id, result.state, graph.state_schema_version, None
-            )
-            state_ref, next_step, outcome = (
-                checkpoint.state_ref,
-                result.next,
-                normalize_json(result.output),
-            )
+        stopped, next_step, outcome, state_ref = await _execute_step(
+            step, graph, env, state, source, recorder
+        )
         finished = stopped is not None or next_step is None
         output = StepOutput(
             step_id=step.step_id,
@@ -347,20 +323,7 @@ class ReplayEngine:
             stopped=stopped,
             finished=finished,
         )
-        marker = {"replay_step": output.model_dump(mode="json")}
-        await recorder.record(
-            E.STEP_COMPLETED, payload={"next": next_step, "output": outcome, **marker}
-        )
-        if stopped is not None:
-            recorder.step_id = "run"
-            error = stopped.split(":", 1)[0]
-            await recorder.record(
-                E.RUN_FAILED,
-                payload={"error": error, "message": stopped, "partial": True, **marker},
-            )
-        elif finished:
-            recorder.step_id = "run"
-            await recorder.record(E.RUN_COMPLETED, payload={"outcome": outcome, **marker})
+        await _record_step_end(recorder, output, outcome)
         try:
             await recorder.flush(expected_sequence=step.head + 1)
         except SequenceConflictError:
@@ -380,6 +343,43 @@ class ReplayEngine:
                 plan.replay_id, status, outcome if not stopped else {"stopped": stopped}
             )
         return output.model_copy(update={"head": recorder.last_sequence})
+
+    def _step_recorder(
+        self,
+        step: StepInput,
+        source: SourceEvidence,
+        catalog: AgentCatalog,
+        positions: StepLedger,
+    ) -> RunRecorder:
+        """The deferred recorder of one step, after the replay's ``head``, reading the source's
+        clock."""
+        # the source's redaction policy: lookup hashes match the source's, and anything a live
+        # model adds is sanitized like the source was
+        recorder = RunRecorder(
+            self.ledger,
+            self.artifacts,
+            step.plan.replay_id,
+            deferred=True,
+            redaction=replay_redaction(source.run, catalog.capabilities),
+        )
+        recorder.clock = FixedAgentClock(source, positions, recorder)
+        recorder.last_sequence = step.head
+        recorder.step_id = step.step_id
+        return recorder
+
+    async def _step_state(
+        self, step: StepInput, source: SourceEvidence, graph: GraphDefinition, recorder: RunRecorder
+    ) -> dict[str, Any]:
+        """The state the step starts from: empty, the previous step's, or (the first step of a
+        fork) the source's checkpoint migrated to the deployed graph's schema."""
+        plan = step.plan
+        state: dict[str, Any] = (
+            json.loads(await self.artifacts.get(step.state_ref)) if step.state_ref else {}
+        )
+        if step.state_ref and step.step_index == 0 and plan.from_step:
+            recorded_version = source.checkpoints[plan.from_step].state_schema_version
+            state = await migrate_recorded_state(graph, recorder, state, recorded_version)
+        return state
 
     async def run_steps(self, step: StepInput) -> StepOutput:
         """Run up to ``plan.activity_batch()`` steps, each recorded atomically; their counters
@@ -504,7 +504,7 @@ class ReplayEngine:
             model=RecordingModelGateway(
                 provider, bundle, recorder, model=plan.model_name or catalog.default_model
             ),
-            tools=ReplayToolGateway(  # type: ignore[arg-type]
+            tools=ReplayToolGateway(
                 catalog.capabilities,
                 live_reads,
                 recorder,
@@ -514,7 +514,7 @@ class ReplayEngine:
                 positions,
                 plan.miss_policy,
             ),
-            knowledge=ReplayKnowledgeGateway(  # type: ignore[arg-type]
+            knowledge=ReplayKnowledgeGateway(
                 source,
                 self.artifacts,
                 recorder,
@@ -523,5 +523,72 @@ class ReplayEngine:
                 plan.miss_policy,
             ),
             policy=policy,
-            approvals=ReplayApprovalGateway(source, recorder, plan.deny_approvals),  # type: ignore[arg-type]
+            approvals=ReplayApprovalGateway(source, recorder, plan.deny_approvals),
         )
+
+
+def _unknown_overrides(plan: ReplayPlan, catalog: AgentCatalog) -> list[str]:
+    """The first override of the plan (prompt, model, policy, retriever) this worker's catalog
+    does not have, as a problem."""
+    try:
+        if plan.prompt_version:
+            catalog.bundle(plan.prompt_version)
+        if plan.mode is not ReplayMode.RECORDED:
+            catalog.model(plan.model_name or catalog.default_model)
+        if plan.policy_version:
+            catalog.policy_set(plan.policy_version)
+        if plan.retriever_version:
+            catalog.retriever(plan.retriever_version)
+    except ReplaybookError as exc:
+        return [str(exc)]
+    return []
+
+
+async def _execute_step(
+    step: StepInput,
+    graph: GraphDefinition,
+    env: AgentEnvironment,
+    state: dict[str, Any],
+    source: SourceEvidence,
+    recorder: RunRecorder,
+) -> tuple[str | None, str | None, Any, str | None]:
+    """Run the step's code: (why it stopped the replay, the next step, its output, the state
+    checkpointed after it). A stopping error (budget, fixture miss, refused action) stops the
+    replay; the state is then left as it was."""
+    stopped: str | None = None
+    next_step: str | None = None
+    outcome: Any = None
+    state_ref = step.state_ref
+    try:
+        result = await graph.steps[step.step_id](env, state, source.agent_input)
+    except STOPPING_ERRORS as exc:
+        stopped = f"{type(exc).__name__}: {exc}"
+    else:
+        checkpoint = await recorder.checkpoint(
+            step.step_id, result.state, graph.state_schema_version, None
+        )
+        state_ref, next_step, outcome = (
+            checkpoint.state_ref,
+            result.next,
+            normalize_json(result.output),
+        )
+    return stopped, next_step, outcome, state_ref
+
+
+async def _record_step_end(recorder: RunRecorder, output: StepOutput, outcome: Any) -> None:
+    """STEP_COMPLETED carrying the step's output (so a retry finds it), then RUN_FAILED
+    (partial) when the replay stopped here or RUN_COMPLETED when it finished."""
+    marker = {"replay_step": output.model_dump(mode="json")}
+    await recorder.record(
+        E.STEP_COMPLETED, payload={"next": output.next_step, "output": outcome, **marker}
+    )
+    if output.stopped is not None:
+        recorder.step_id = "run"
+        error = output.stopped.split(":", 1)[0]
+        await recorder.record(
+            E.RUN_FAILED,
+            payload={"error": error, "message": output.stopped, "partial": True, **marker},
+        )
+    elif output.finished:
+        recorder.step_id = "run"
+        await recorder.record(E.RUN_COMPLETED, payload={"outcome": outcome, **marker})

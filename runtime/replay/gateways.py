@@ -15,6 +15,8 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
+from pydantic import JsonValue
+
 from models import (
     ApprovalRecord,
     ExecutionEventType,
@@ -36,7 +38,7 @@ from models.model_call import ModelRequest, ModelResponse
 from models.replay import ReplayBudget
 from runtime.approvals import action_hash, check_approval
 from runtime.capabilities import CapabilityRegistry
-from runtime.policy import RecordingPolicyEngine
+from runtime.policy import WritePolicy
 from runtime.ports import ModelProvider
 from runtime.recorder import RunRecorder
 from runtime.replay.source import SourceEvidence
@@ -166,7 +168,7 @@ class ReplayToolGateway:
         registry: CapabilityRegistry,
         read_providers: Mapping[str, ToolProvider],
         recorder: RunRecorder,
-        policy: RecordingPolicyEngine,
+        policy: WritePolicy,
         write_policy_id: str,
         source: SourceEvidence,
         positions: StepLedger,
@@ -288,6 +290,59 @@ class ReplayToolGateway:
         started: datetime,
     ) -> ToolResult:
         ahash = action_hash(capability_id, self.recorder.hashing_view(arguments))
+        await self._refuse_unless_allowed(capability_id, arguments, ahash, approval)
+        recorded = self.source.side_effects.get(ahash)
+        fixture = next(
+            (
+                f
+                for fs in self.source.fixtures.values()
+                for f in fs
+                if recorded and f.provider_request_id == recorded.provider_request_id
+            ),
+            None,
+        )
+        self.positions.writes_blocked += 1
+        await self.recorder.record(
+            E.WRITE_BLOCKED,
+            payload={
+                "capability_id": capability_id,
+                "action_hash": ahash,
+                "arguments": arguments,
+                "answered_with": "recorded" if recorded else "dry_run",
+                "source_side_effect_id": recorded.side_effect_id if recorded else None,
+            },
+        )
+        if recorded is not None:
+            response: JsonValue = (
+                fixture.sanitized_response if fixture else {"status": recorded.status.value}
+            )
+            outcome = fixture.outcome if fixture else ToolOutcome.SUCCESS
+            effect = recorded
+        else:
+            response = {"dry_run": True, "status": "NOT_EXECUTED", "capability_id": capability_id}
+            outcome = ToolOutcome.DRY_RUN
+            effect = SideEffectRecord(
+                side_effect_id=f"dry-run-{ahash[7:31]}",
+                run_id=self.recorder.run_id,
+                step_id=self.recorder.step_id,
+                capability_id=capability_id,
+                idempotency_key=f"dry-run-{ahash[7:47]}",
+                action_hash=ahash,
+                status=SideEffectStatus.CONFIRMED,
+                provider_receipt="dry-run: not executed",
+            )
+        result = await self._record(call_id, capability_id, arguments, response, outcome, started)
+        return ToolResult(capability_id, outcome, response, result.fixture, effect)
+
+    async def _refuse_unless_allowed(
+        self,
+        capability_id: str,
+        arguments: dict[str, Any],
+        ahash: str,
+        approval: ApprovalRecord | None,
+    ) -> None:
+        """Refuse the write (ACTION_REFUSED recorded, then the error raised) when the write
+        policy denies it or the approval it requires does not hold."""
         decision = self.policy.decision_for(ahash) or await self.policy.decide(
             self.write_policy_id, {"capability": capability_id, "arguments": arguments}
         )
@@ -319,46 +374,6 @@ class ReplayToolGateway:
                     },
                 )
                 raise
-        recorded = self.source.side_effects.get(ahash)
-        fixture = next(
-            (
-                f
-                for fs in self.source.fixtures.values()
-                for f in fs
-                if recorded and f.provider_request_id == recorded.provider_request_id
-            ),
-            None,
-        )
-        self.positions.writes_blocked += 1
-        await self.recorder.record(
-            E.WRITE_BLOCKED,
-            payload={
-                "capability_id": capability_id,
-                "action_hash": ahash,
-                "arguments": arguments,
-                "answered_with": "recorded" if recorded else "dry_run",
-                "source_side_effect_id": recorded.side_effect_id if recorded else None,
-            },
-        )
-        if recorded is not None:
-            response = fixture.sanitized_response if fixture else {"status": recorded.status.value}
-            outcome = fixture.outcome if fixture else ToolOutcome.SUCCESS
-            effect = recorded
-        else:
-            response = {"dry_run": True, "status": "NOT_EXECUTED", "capability_id": capability_id}
-            outcome = ToolOutcome.DRY_RUN
-            effect = SideEffectRecord(
-                side_effect_id=f"dry-run-{ahash[7:31]}",
-                run_id=self.recorder.run_id,
-                step_id=self.recorder.step_id,
-                capability_id=capability_id,
-                idempotency_key=f"dry-run-{ahash[7:47]}",
-                action_hash=ahash,
-                status=SideEffectStatus.CONFIRMED,
-                provider_receipt="dry-run: not executed",
-            )
-        result = await self._record(call_id, capability_id, arguments, response, outcome, started)
-        return ToolResult(capability_id, outcome, response, result.fixture, effect)
 
     async def _record(
         self,

@@ -6,9 +6,9 @@ own; replay never executes a write anyway, rule 4)."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from models import PolicyDecision
 from models.errors import ConfigurationError
@@ -18,6 +18,10 @@ from runtime.ports import ModelProvider
 from runtime.prompts import PromptBundle
 from runtime.replay.catalog import AgentCatalog
 from runtime.tool_loop.graph import GRAPHS, run_registry
+from runtime.tools import ToolProvider
+
+if TYPE_CHECKING:
+    from runtime.providers.endpoint import ModelEndpointSettings
 
 #: the policy every replayed write of an imported run is decided by
 RECORDED_POLICY_ID = "imported-agent-policy"
@@ -32,7 +36,7 @@ class RecordedPromptBundle(PromptBundle):
     pinned_hash: str | None = None
 
     def bundle_hash(self) -> str:
-        return self.pinned_hash  # type: ignore[return-value]
+        return self.pinned_hash  # type: ignore[return-value]  # None: the run pinned no bundle, as recorded
 
 
 def _allow(_: Mapping[str, object]) -> tuple[PolicyDecision, list[str]]:
@@ -47,21 +51,24 @@ class ToolLoopCatalog(AgentCatalog):
         return PolicySet(version or "none", [Policy(RECORDED_POLICY_ID, version or "none", _allow)])
 
 
-def _configured_models() -> dict[str, ModelProvider]:
-    """The OpenAI-compatible endpoint from ``REPLAYBOOK_MODEL_*``, when one is configured."""
-    if not os.environ.get("REPLAYBOOK_MODEL_BASE_URL"):
+def _configured_models(endpoint: ModelEndpointSettings | None) -> dict[str, ModelProvider]:
+    """The OpenAI-compatible endpoint of ``REPLAYBOOK_MODEL_*``, when one is configured."""
+    if endpoint is None or not endpoint.configured:
         return {}
     from runtime.providers.openai_compat import OpenAICompatibleProvider
 
     try:
-        provider = OpenAICompatibleProvider.from_env()
+        provider = OpenAICompatibleProvider.from_settings(endpoint)
     except ConfigurationError:
         return {}
     return {ENDPOINT_MODEL: provider, provider.model: provider}
 
 
-def tool_loop_catalog() -> ToolLoopCatalog:
-    async def no_live_reads() -> dict:  # type: ignore[type-arg]
+def tool_loop_catalog(endpoint: ModelEndpointSettings | None = None) -> ToolLoopCatalog:
+    """``endpoint``: the configured model endpoint (``Settings.models``), offered under
+    ``ENDPOINT_MODEL`` and its own name; ``None`` or unconfigured: no model."""
+
+    async def no_live_reads() -> dict[str, ToolProvider]:
         # an imported agent's tools are not deployed here: nothing can be called live
         return {}
 
@@ -72,7 +79,7 @@ def tool_loop_catalog() -> ToolLoopCatalog:
         capabilities=run_registry([]),
         policy_sets={},
         write_policy_id=RECORDED_POLICY_ID,
-        models=_configured_models(),
+        models=_configured_models(endpoint),
         default_model=ENDPOINT_MODEL,
         retrievers={},
         read_providers=no_live_reads,

@@ -148,7 +148,7 @@ def after_user(loop: LoopInput, state: LoopState, done: bool) -> Next:
     return MODEL, None
 
 
-def loop_outcome(ended_by: str) -> dict[str, str]:
+def loop_outcome(ended_by: str) -> dict[str, JsonValue]:
     """The run's outcome: how the conversation ended (its wording is compared separately)."""
     return {"ended_by": ended_by}
 

@@ -12,9 +12,11 @@ from __future__ import annotations
 import copy
 import json
 from collections import OrderedDict
+from collections.abc import Mapping
 from typing import Any
 
 from models import PolicyDecision, PolicyDecisionRecord, SideEffectClass
+from models.canonical import canonical_hash
 from models.capability import Capability
 from models.errors import UnknownCapabilityError
 from models.ingest import TOOL_LOOP_GRAPH_ID, TOOL_LOOP_GRAPH_VERSION, USER_REPLY
@@ -85,7 +87,10 @@ def run_registry(tools_json: list[dict[str, Any]]) -> CapabilityRegistry:
 
 
 def _ended(state: LoopState, ended_by: str | None, nxt: str | None) -> StepResult:
-    return StepResult(state.to_json(), nxt, loop_outcome(ended_by) if nxt is None else None)
+    # the loop ends (no next step) exactly when it says why
+    return StepResult(
+        state.to_json(), nxt, loop_outcome(ended_by) if ended_by is not None else None
+    )
 
 
 async def _start(env: AgentEnvironment, state: State, agent_input: Any) -> StepResult:
@@ -176,6 +181,10 @@ class _ForeignPolicy:
             reasons=("the imported agent's policy is not evaluated on replay",),
             run_id=self.recorder.run_id,
         )
+
+    async def decide(self, policy_id: str, policy_input: Mapping[str, Any]) -> PolicyDecisionRecord:
+        # never asked (``decision_for`` always answers); the same answer for the same input
+        return self.decision_for(canonical_hash(self.recorder.hashing_view(dict(policy_input))))
 
 
 def _run_gateway(env: AgentEnvironment, tools_json: list[dict[str, Any]]) -> Any:

@@ -331,13 +331,12 @@ class S3ArtifactStore:
         def set_hold() -> None:
             versions = self._require_versions(digest)
             if lock:
-                status = "ON" if on else "OFF"
                 for version_id in versions:
                     self.client.put_object_legal_hold(
                         Bucket=self.bucket,
                         Key=key,
                         VersionId=version_id,
-                        LegalHold={"Status": status},
+                        LegalHold={"Status": "ON" if on else "OFF"},
                     )
             elif on:
                 stamp = datetime.now(UTC).isoformat().encode()
@@ -448,7 +447,9 @@ class S3ArtifactStore:
         dates = [self._version_retention(key, v)[1] for v in versions]
         return max((d for d in dates if d is not None), default=None)
 
-    def _version_retention(self, key: str, version_id: str) -> tuple[str | None, datetime | None]:
+    def _version_retention(
+        self, key: str, version_id: str
+    ) -> tuple[RetentionMode | None, datetime | None]:
         try:
             response = self.client.get_object_retention(
                 Bucket=self.bucket, Key=key, VersionId=version_id

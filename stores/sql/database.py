@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import structlog
 from sqlalchemy import event, text
@@ -85,7 +86,7 @@ class Database:
 
 def _install_sqlite_pragmas(engine: AsyncEngine) -> None:
     @event.listens_for(engine.sync_engine, "connect")
-    def _on_connect(dbapi_connection, _record) -> None:  # type: ignore[no-untyped-def]
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
         # the driver's own implicit BEGIN is turned off so that we can say BEGIN IMMEDIATE
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()

@@ -9,15 +9,16 @@ therefore never fork a chain.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import JsonValue
 from sqlalchemy import insert, select, update
 from sqlalchemy.exc import IntegrityError as SAIntegrityError
+from sqlalchemy.ext.asyncio import AsyncConnection
 
-from models import ExecutionEvent, ExecutionEventType, RunRecord, RunStatus
+from models import ExecutionEvent, ExecutionEventType, HashedRecord, RunRecord, RunStatus
 from models.canonical import canonicalize
 from models.chain import GENESIS_HASH, ChainRow, ChainVerification, row_hash, verify_chain
 from models.digest import sha256_digest, verify_content
@@ -202,92 +203,20 @@ class SqlLedger:
         """Write appends of one or more runs in one transaction; any failure fails them all
         (the committer then retries them one by one)."""
         recorded_at = self.clock()
-        runs = schema.runs
         run_ids = sorted({r.run_id for r in requests})
         try:
             async with self.db.transaction() as conn:
-                head_query = select(runs.c.run_id, runs.c.head_sequence, runs.c.head_hash).where(
-                    runs.c.run_id.in_(run_ids)
-                )
-                if self.db.is_postgresql:
-                    # serialises appenders per run: a second writer waits here, then sees
-                    # the new head (ordered by run id so two batches cannot deadlock)
-                    head_query = head_query.order_by(runs.c.run_id).with_for_update()
-                heads = {
-                    row.run_id: (row.head_sequence, row.head_hash)
-                    for row in (await conn.execute(head_query)).all()
-                }
+                heads = await self._locked_heads(conn, run_ids)
                 start = dict(heads)
-                rows: list[dict[str, Any]] = []
-                raw_rows: list[dict[str, Any]] = []
-                results: list[list[ExecutionEvent]] = []
-                projections = []
-                for request in requests:
-                    if request.run_id not in heads:
-                        raise RunNotFoundError(f"run not found: {request.run_id!r}")
-                    sequence, previous = heads[request.run_id]
-                    expected = request.expected_sequence
-                    if expected is not None and expected != sequence + 1:
-                        raise SequenceConflictError(
-                            f"run {request.run_id!r}: append expected sequence {expected} but "
-                            f"the next sequence is {sequence + 1}"
-                        )
-                    out = []
-                    for event, (payload_ref, payload_hash, inline, raw_columns) in zip(
-                        request.events, request.prepared, strict=True
-                    ):
-                        sequence += 1
-                        chain_row = ChainRow(
-                            run_id=request.run_id,
-                            sequence=sequence,
-                            event_id=event.event_id,
-                            step_id=event.step_id,
-                            type=str(event.type),
-                            payload_ref=payload_ref,
-                            payload_hash=payload_hash,
-                            previous_hash=previous,
-                            hash="",
-                            logical_time=event.logical_time,
-                            recorded_at=recorded_at,
-                        )
-                        link = row_hash(chain_row, previous)
-                        rows.append(_event_row(chain_row, link, inline))
-                        if raw_columns is not None:
-                            raw_rows.append(
-                                {
-                                    **raw_columns,
-                                    "raw_id": event_raw_id(request.run_id, sequence),
-                                    "sequence": sequence,
-                                    "created_at": recorded_at,
-                                }
-                            )
-                        appended = _event_model(chain_row, link)
-                        out.append(appended)
-                        if event.record is not None:
-                            projections.append((event, appended))
-                        previous = link
-                    heads[request.run_id] = (sequence, previous)
-                    results.append(out)
-                await conn.execute(insert(schema.execution_events), rows)
-                if raw_rows:
-                    await conn.execute(insert(schema.raw_payloads), raw_rows)
-                for run_id in run_ids:
-                    (old, _), (new, new_hash) = start[run_id], heads[run_id]
-                    if new == old:
-                        continue
-                    moved = await conn.execute(
-                        update(runs)
-                        .where(runs.c.run_id == run_id, runs.c.head_sequence == old)
-                        .values(head_sequence=new, head_hash=new_hash)
-                    )
-                    if moved.rowcount != 1:
-                        raise SequenceConflictError(
-                            f"run {run_id!r}: the chain head moved during append"
-                        )
-                for event, appended in projections:
+                batch = _link(requests, heads, recorded_at)
+                await conn.execute(insert(schema.execution_events), batch.rows)
+                if batch.raw_rows:
+                    await conn.execute(insert(schema.raw_payloads), batch.raw_rows)
+                await _move_heads(conn, run_ids, start, heads)
+                for event, record, appended in batch.projections:
                     await write_projection(
                         conn,
-                        event.record,
+                        record,
                         run_id=appended.run_id,
                         step_id=event.step_id,
                         event_id=event.event_id,
@@ -306,7 +235,25 @@ class SqlLedger:
             raise SequenceConflictError(
                 f"runs {', '.join(run_ids)}: conflicting append: {exc.orig!r}"
             ) from exc
-        return results
+        return batch.results
+
+    async def _locked_heads(
+        self, conn: AsyncConnection, run_ids: list[str]
+    ) -> dict[str, tuple[int, str]]:
+        """Each run's head (sequence, hash); on PostgreSQL the run rows stay locked until the
+        transaction ends."""
+        runs = schema.runs
+        head_query = select(runs.c.run_id, runs.c.head_sequence, runs.c.head_hash).where(
+            runs.c.run_id.in_(run_ids)
+        )
+        if self.db.is_postgresql:
+            # serialises appenders per run: a second writer waits here, then sees
+            # the new head (ordered by run id so two batches cannot deadlock)
+            head_query = head_query.order_by(runs.c.run_id).with_for_update()
+        return {
+            row.run_id: (row.head_sequence, row.head_hash)
+            for row in (await conn.execute(head_query)).all()
+        }
 
     async def _prepare_payload(
         self, run_id: str, event: NewEvent
@@ -429,6 +376,96 @@ class SqlLedger:
             [_chain_row(row) for row in rows],
             expected_head=(head.head_sequence, head.head_hash),
         )
+
+
+@dataclass
+class _LinkedBatch:
+    """A batch of appends chained onto their runs' heads, ready to insert."""
+
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    raw_rows: list[dict[str, Any]] = field(default_factory=list)
+    #: the appended events, per request
+    results: list[list[ExecutionEvent]] = field(default_factory=list)
+    #: the events carrying a record, to project
+    projections: list[tuple[NewEvent, HashedRecord, ExecutionEvent]] = field(default_factory=list)
+
+
+def _link(
+    requests: list[AppendRequest], heads: dict[str, tuple[int, str]], recorded_at: datetime
+) -> _LinkedBatch:
+    """The rows of ``requests``, each event linked to the one before it; ``heads`` is moved
+    to each run's new head. Refuses a run that does not exist or an expected sequence that
+    is not the next one."""
+    batch = _LinkedBatch()
+    for request in requests:
+        if request.run_id not in heads:
+            raise RunNotFoundError(f"run not found: {request.run_id!r}")
+        sequence, previous = heads[request.run_id]
+        expected = request.expected_sequence
+        if expected is not None and expected != sequence + 1:
+            raise SequenceConflictError(
+                f"run {request.run_id!r}: append expected sequence {expected} but "
+                f"the next sequence is {sequence + 1}"
+            )
+        out = []
+        for event, (payload_ref, payload_hash, inline, raw_columns) in zip(
+            request.events, request.prepared, strict=True
+        ):
+            sequence += 1
+            chain_row = ChainRow(
+                run_id=request.run_id,
+                sequence=sequence,
+                event_id=event.event_id,
+                step_id=event.step_id,
+                type=str(event.type),
+                payload_ref=payload_ref,
+                payload_hash=payload_hash,
+                previous_hash=previous,
+                hash="",
+                logical_time=event.logical_time,
+                recorded_at=recorded_at,
+            )
+            link = row_hash(chain_row, previous)
+            batch.rows.append(_event_row(chain_row, link, inline))
+            if raw_columns is not None:
+                batch.raw_rows.append(
+                    {
+                        **raw_columns,
+                        "raw_id": event_raw_id(request.run_id, sequence),
+                        "sequence": sequence,
+                        "created_at": recorded_at,
+                    }
+                )
+            appended = _event_model(chain_row, link)
+            out.append(appended)
+            if event.record is not None:
+                batch.projections.append((event, event.record, appended))
+            previous = link
+        heads[request.run_id] = (sequence, previous)
+        batch.results.append(out)
+    return batch
+
+
+async def _move_heads(
+    conn: AsyncConnection,
+    run_ids: list[str],
+    start: dict[str, tuple[int, str]],
+    heads: dict[str, tuple[int, str]],
+) -> None:
+    """Move each run's head from ``start`` to ``heads`` with a compare-and-set: a head that
+    moved meanwhile is a sequence conflict."""
+    runs = schema.runs
+    for run_id in run_ids:
+        (old, _), (new, new_hash) = start[run_id], heads[run_id]
+        if new == old:
+            continue
+        moved = await conn.execute(
+            update(runs)
+            .where(runs.c.run_id == run_id, runs.c.head_sequence == old)
+            .values(head_sequence=new, head_hash=new_hash)
+        )
+        if moved.rowcount != 1:
+            raise SequenceConflictError(f"run {run_id!r}: the chain head moved during append")
 
 
 def _event_row(row: ChainRow, link: str, inline: bytes | None) -> dict[str, Any]:

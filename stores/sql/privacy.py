@@ -11,7 +11,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal, overload
 
 from sqlalchemy import and_, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -76,6 +76,14 @@ class SqlRawVault(RawVaultQueries):
         return self._kek
 
     # data keys --------------------------------------------------------------------------------
+
+    @overload
+    async def _active_key(self, subject_id: str, *, create: Literal[True]) -> tuple[str, bytes]: ...
+
+    @overload
+    async def _active_key(
+        self, subject_id: str, *, create: Literal[False]
+    ) -> tuple[str, bytes] | None: ...
 
     async def _active_key(self, subject_id: str, *, create: bool) -> tuple[str, bytes] | None:
         k = schema.data_keys.c
@@ -151,7 +159,7 @@ class SqlRawVault(RawVaultQueries):
     ) -> dict[str, Any]:
         """Encrypt ``raw``; returns the ``raw_payloads`` columns (without id and sequence)."""
         subject = subject_id or NO_SUBJECT
-        key_id, key = await self._active_key(subject, create=True)  # type: ignore[misc]
+        key_id, key = await self._active_key(subject, create=True)
         sealed = seal(data_key_cipher(key), raw, associated_data(run_id, raw_hash, sanitized_hash))
         ref = None
         if len(sealed) > INLINE_CIPHERTEXT_LIMIT and self.artifacts is not None:

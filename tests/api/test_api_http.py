@@ -17,6 +17,7 @@ from examples.support_desk.providers import SimulatedWorld
 from examples.support_desk.spec import run_scenario
 from models.errors import ConfigurationError
 from stores.bundle import open_stores
+from stores.sql.support_desk_world import SqlWorldStore
 from worker.settings import Settings
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -34,15 +35,19 @@ def auth(token: str) -> dict[str, str]:
 
 
 def settings_for(home: Path, database_url: str) -> Settings:
-    return Settings(
-        home=home,
-        database_url=database_url,
-        artifacts=str(home / "artifacts"),
-        s3_endpoint_url=None,
-        temporal_address="127.0.0.1:1",  # nothing here needs Temporal
-        temporal_namespace="default",
-        log_format="json",
+    return Settings.from_env(
+        {
+            "REPLAYBOOK_HOME": str(home),
+            "REPLAYBOOK_DATABASE_URL": database_url,
+            "TEMPORAL_ADDRESS": "127.0.0.1:1",  # nothing here needs Temporal
+            "REPLAYBOOK_LOG_FORMAT": "json",
+        }
     )
+
+
+def api_config(env: dict[str, str]) -> ApiConfig:
+    """The API's configuration from these variables only."""
+    return ApiConfig.from_settings(Settings.from_env(env).api)
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session", params=["sqlite", "postgresql"])
@@ -55,8 +60,8 @@ async def api(
     """A client of the API over a database holding one recorded run (its id is returned)."""
     home = tmp_path_factory.mktemp(f"api-{request.param}")
     settings = settings_for(home, sqlite_url if request.param == "sqlite" else postgres_url)
-    async with open_stores(settings) as stores:
-        world = SimulatedWorld(stores.db)
+    async with open_stores(settings.stores) as stores:
+        world = SimulatedWorld(SqlWorldStore.beside(stores.db.engine.url))
         await world.ensure()
         result = await run_scenario(world, stores.ledger, stores.artifacts, "happy", seed=1)
     app = create_app(settings, ApiConfig(tokens=TOKENS, max_body_bytes=2048))
@@ -217,7 +222,7 @@ async def test_tokens_are_configured_not_hard_coded(tmp_path: Path) -> None:
         parse_tokens("secret-without-role", "REPLAYBOOK_API_TOKENS")
     file = tmp_path / "tokens"
     file.write_text("# the on-call rota\nfile-token=forensic\n\n")
-    config = ApiConfig.from_env(
+    config = api_config(
         {"REPLAYBOOK_API_TOKENS": "env-token=viewer", "REPLAYBOOK_API_TOKENS_FILE": str(file)}
     )
     assert config.tokens == {
@@ -225,10 +230,10 @@ async def test_tokens_are_configured_not_hard_coded(tmp_path: Path) -> None:
         "file-token": frozenset({Role.FORENSIC}),
     }
     with pytest.raises(ConfigurationError, match="needs tokens"):
-        ApiConfig.from_env({})
-    assert ApiConfig.from_env({"REPLAYBOOK_API_INSECURE_DEV": "1"}).insecure_dev
+        api_config({})
+    assert api_config({"REPLAYBOOK_API_INSECURE_DEV": "1"}).insecure_dev
     with pytest.raises(ConfigurationError, match="REPLAYBOOK_API_MAX_BODY_BYTES"):
-        ApiConfig.from_env(
+        api_config(
             {"REPLAYBOOK_API_INSECURE_DEV": "1", "REPLAYBOOK_API_MAX_BODY_BYTES": "x"}
         )
 

@@ -21,6 +21,7 @@ from models.base import format_instant
 from models.errors import ConfigurationError
 from stores.bundle import Stores, open_stores
 from stores.sql.scratch import create_scratch_database, drop_scratch_database
+from stores.sql.support_desk_world import SqlWorldStore
 from tests.api.test_api_http import auth, settings_for
 from tests.fixtures_db import PG_ADMIN_URL
 
@@ -55,8 +56,8 @@ async def papi(
     url = pg_url or f"sqlite+aiosqlite:///{home / 'replaybook.db'}"
     settings = settings_for(home, url)
     try:
-        async with open_stores(settings) as stores:
-            world = SimulatedWorld(stores.db)
+        async with open_stores(settings.stores) as stores:
+            world = SimulatedWorld(SqlWorldStore.beside(stores.db.engine.url))
             await world.ensure()
             result = await run_scenario(world, stores.ledger, stores.artifacts, "wrong-customer")
             sequence = next(

@@ -222,7 +222,7 @@ def test_resolve_side_effect_from_the_command_line(home: Path) -> None:
     shown = json.loads(ok(run(["runs", "show", view["run_id"], "--json"], home)))
     preq = shown["side_effects"][0]["provider_request_id"]
     # the provider filed the refund under another key: reconciliation cannot tell, a human must
-    with sqlite3.connect(home / "replaybook.db") as conn:
+    with sqlite3.connect(home / "support-desk-world.db") as conn:
         conn.execute(
             "UPDATE sim_refunds SET idempotency_key='someone-else' WHERE provider_request_id=?",
             (preq,),

@@ -230,14 +230,15 @@ async def _record_lost_email(home: Path) -> tuple[str, str]:
     from runtime.recorder import RunRecorder
     from runtime.session import record_run
     from stores.bundle import open_stores
+    from stores.sql.support_desk_world import SqlWorldStore
     from tests.fixtures_replay import stack_settings
     from worker.agents import reconcilers_for
 
     async def lost(arguments: dict, context: object) -> dict:
         raise SideEffectOutcomeUnknownError("e-mail provider timed out (the request was lost)")
 
-    async with open_stores(stack_settings(home, "127.0.0.1:1")) as stores:
-        world = SimulatedWorld(stores.db)
+    async with open_stores(stack_settings(home, "127.0.0.1:1").stores) as stores:
+        world = SimulatedWorld(SqlWorldStore.beside(stores.db.engine.url))
         await world.ensure()
         spec = support_desk_spec(world)
         spec = dataclasses.replace(spec, tool_providers={**spec.tool_providers, "email.send": lost})
@@ -263,7 +264,7 @@ async def _record_lost_email(home: Path) -> tuple[str, str]:
         done = await reconcile_side_effect(
             stores.evidence,
             recorder,
-            reconcilers_for(run_record.graph_id, stores.db),
+            reconcilers_for(run_record.graph_id, world.store),
             effect.side_effect_id,
         )
         # no message under that request: the reconciler cannot prove a negative, a human

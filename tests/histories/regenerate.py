@@ -21,6 +21,7 @@ from models import FixtureMissPolicy, ReplayMode
 from models.queues import CONTROL_QUEUE
 from models.replay_flow import ReplayPlan, ReplayWorkflowInput
 from stores.bundle import open_stores
+from stores.sql.support_desk_world import SqlWorldStore
 from tests.fixtures_replay import stack_settings
 from worker.temporal import connect, running_workers
 from workflows.replay import ReplayWorkflow
@@ -34,8 +35,8 @@ async def main() -> None:
         server = start_temporal_dev_server(home / "temporal", headless=True)
         try:
             settings = stack_settings(home, server.address)
-            async with open_stores(settings) as stores:
-                world = SimulatedWorld(stores.db)
+            async with open_stores(settings.stores) as stores:
+                world = SimulatedWorld(SqlWorldStore.beside(stores.db.engine.url))
                 run = await run_scenario(
                     world, stores.ledger, stores.artifacts, "wrong-customer", seed=1
                 )

@@ -13,7 +13,7 @@ from app.local_replay import engine_for, replay_locally
 from ingest.otel import import_otel
 from models import ReplayMode, SideEffectRecord
 from models.errors import InvalidInputError
-from stores.sql.trajectory import load_trajectory
+from runtime.trajectory import load_trajectory
 from tests.importers.conftest import OTEL_FILES
 
 

@@ -26,11 +26,12 @@ from models.regression import (
     retire_case,
 )
 from models.trajectory import SideEffectFact, ToolCallFact, Trajectory
+from runtime.trajectory import load_trajectory
 from stores.artifacts import LocalArtifactStore
 from stores.sql.database import Database
 from stores.sql.evidence import SqlEvidenceReader
 from stores.sql.ledger import SqlLedger
-from stores.sql.trajectory import load_trajectory
+from stores.sql.support_desk_world import SqlWorldStore
 from tests.runtime.conftest import Recording
 
 T0 = datetime(2026, 8, 20, 10, 15, tzinfo=UTC)
@@ -207,7 +208,7 @@ def test_case_record_status_retirement_and_json() -> None:
 @pytest.fixture
 async def rec(database: Database, tmp_path: Path) -> Recording:
     artifacts = LocalArtifactStore(tmp_path / "artifacts")
-    world = SimulatedWorld(database)
+    world = SimulatedWorld(SqlWorldStore.beside(database.engine.url))
     await world.ensure()
     return Recording(
         database, SqlLedger(database, artifacts), artifacts, SqlEvidenceReader(database), world

@@ -25,6 +25,7 @@ from stores.sql.ledger import SqlLedger
 from stores.sql.privacy import SqlRawVault
 from stores.sql.privacy_records import SqlPrivacyRecords
 from stores.sql.scratch import create_scratch_database, drop_scratch_database
+from stores.sql.support_desk_world import SqlWorldStore
 from tests.fixtures_db import PG_ADMIN_URL
 from tests.fixtures_replay import ReplayStack, stack_settings
 from worker.temporal import running_workers
@@ -47,7 +48,7 @@ async def make_stack(db: Database, artifacts: object) -> PrivacyStack:
     vault = SqlRawVault(db, artifacts, TEST_KEK)  # type: ignore[arg-type]
     ledger = SqlLedger(db, artifacts, vault=vault)  # type: ignore[arg-type]
     evidence = SqlEvidenceReader(db)
-    world = SimulatedWorld(db)
+    world = SimulatedWorld(SqlWorldStore.beside(db.engine.url))
     await world.ensure()
     service = PrivacyService(ledger, evidence, artifacts, vault, SqlPrivacyRecords(db))  # type: ignore[arg-type]
     return PrivacyStack(db, ledger, artifacts, evidence, vault, service, world)
@@ -95,8 +96,8 @@ async def isolated_replay_stack(
             server.address, namespace=server.namespace, data_converter=pydantic_data_converter
         )
         settings = stack_settings(tmp_path_factory.mktemp("privacy-home"), server.address)
-        async with open_stores(settings) as stores:
-            world = SimulatedWorld(stores.db)
+        async with open_stores(settings.stores) as stores:
+            world = SimulatedWorld(SqlWorldStore.beside(stores.db.engine.url))
             await world.ensure()
             async with running_workers(settings, "all", client):
                 yield ReplayStack(settings, client, stores, world)

@@ -8,10 +8,10 @@ import uuid
 
 import pytest
 
-from activities.report_bundle import report_bundle
 from examples.support_desk.providers import CUSTOMERS
 from examples.support_desk.spec import run_scenario
 from forensics.report import render_html, render_json, render_markdown
+from forensics.report_gather import report_bundle
 from models import ReplayMode
 from models.base import format_instant
 from models.enums import ReplayConfidence
@@ -19,6 +19,7 @@ from models.errors import ContentDestroyedError, EvidenceLockedError
 from models.incident_flow import IncidentPhase, IncidentView, RootCauseConfirmation
 from models.privacy import RawEvidenceState
 from models.replay_flow import ReplayPlan, ReplayStatus
+from stores.sql.incidents import SqlIncidentStore
 from tests.workflows.test_incident_workflow import open_incident, wait_phase, wrong_customer_run
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -97,7 +98,8 @@ async def test_subject_deleted_after_an_incident_leaves_no_personal_data_in_its_
 
     # the report, regenerated after the deletion and as stored by the incident, holds none of
     # the customers' e-mails or phone numbers
-    bundle = await report_bundle(stack.stores, final)
+    cases = SqlIncidentStore(stack.stores.db)
+    bundle = await report_bundle(stack.stores.ledger, stack.stores.evidence, cases, final)
     rendered = {
         "json": render_json(bundle),
         "md": render_markdown(bundle),

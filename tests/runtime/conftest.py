@@ -12,6 +12,7 @@ from stores.artifacts import LocalArtifactStore
 from stores.sql.database import Database
 from stores.sql.evidence import SqlEvidenceReader
 from stores.sql.ledger import SqlLedger
+from stores.sql.support_desk_world import SqlWorldStore
 
 
 @dataclass
@@ -26,7 +27,7 @@ class Recording:
 @pytest.fixture
 async def rec(database: Database, tmp_path: Path) -> Recording:
     artifacts = LocalArtifactStore(tmp_path / "artifacts")
-    world = SimulatedWorld(database)
+    world = SimulatedWorld(SqlWorldStore.beside(database.engine.url))
     await world.ensure()
     return Recording(
         database, SqlLedger(database, artifacts), artifacts, SqlEvidenceReader(database), world

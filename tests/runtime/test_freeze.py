@@ -37,6 +37,7 @@ from stores.sql.database import Database
 from stores.sql.evidence import SqlEvidenceReader
 from stores.sql.incidents import SqlIncidentStore
 from stores.sql.ledger import CAS_PREFIX, NewEvent, SqlLedger
+from stores.sql.support_desk_world import SqlWorldStore
 
 E = ExecutionEventType
 TYPES = (EvidenceType.EVENT, EvidenceType.PROMPT, EvidenceType.CONTEXT, EvidenceType.RETRIEVAL)
@@ -144,7 +145,11 @@ async def test_freeze_on_s3_with_object_lock(
     # a small inline limit sends the larger payloads to S3 as well
     ledger = SqlLedger(database, store, inline_limit=256)
     record, run_id = await freeze_and_check(
-        database, ledger, store, SimulatedWorld(database), "wrong-customer"
+        database,
+        ledger,
+        store,
+        SimulatedWorld(SqlWorldStore.beside(database.engine.url)),
+        "wrong-customer",
     )
     assert record.enforced_by_backend is True
     cas = [e for e in await ledger.events(run_id) if e.payload_ref.startswith(CAS_PREFIX)]

@@ -11,7 +11,9 @@ import pytest
 
 from models.errors import ConfigurationError, ModelProviderError
 from models.model_call import ChatMessage, ModelRequest, ToolCallRequest, ToolSchema
+from runtime.env_values import read_section
 from runtime.ports import ModelProvider
+from runtime.providers.endpoint import ModelEndpointSettings
 from runtime.providers.openai_compat import OpenAICompatibleProvider
 from tests.runtime.chat_server import (
     ChatServer,
@@ -23,6 +25,11 @@ from tests.runtime.chat_server import (
 )
 
 MakeProvider = Callable[..., OpenAICompatibleProvider]
+
+
+def from_variables(env: dict[str, str]) -> OpenAICompatibleProvider:
+    """The provider of the endpoint these ``REPLAYBOOK_MODEL_*`` variables configure."""
+    return OpenAICompatibleProvider.from_settings(read_section(ModelEndpointSettings, env))
 
 
 @pytest.fixture
@@ -325,7 +332,7 @@ async def test_from_env_reads_settings(server: ChatServer) -> None:
         "REPLAYBOOK_MODEL_TIMEOUT": "7.5",
         "OPENAI_API_KEY": "sk-fallback",
     }
-    provider = OpenAICompatibleProvider.from_env(env)
+    provider = from_variables(env)
     try:
         assert provider.profile == f"openai-compatible:env-model@{server.base_url}"
         assert provider.timeout == 7.5
@@ -344,7 +351,7 @@ def test_from_env_prefers_replaybook_key() -> None:
         "REPLAYBOOK_MODEL_API_KEY": "sk-replaybook",
         "OPENAI_API_KEY": "sk-openai",
     }
-    provider = OpenAICompatibleProvider.from_env(env)
+    provider = from_variables(env)
     assert provider._client.api_key == "sk-replaybook"
     assert provider.timeout == 60.0
 
@@ -379,4 +386,4 @@ def test_from_env_prefers_replaybook_key() -> None:
 )
 def test_from_env_errors_name_the_variable(env: dict[str, str], variable: str) -> None:
     with pytest.raises(ConfigurationError, match=variable):
-        OpenAICompatibleProvider.from_env(env)
+        from_variables(env)

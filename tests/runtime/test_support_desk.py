@@ -7,7 +7,6 @@ import json
 import pytest
 from sqlalchemy import func, select
 
-from examples.support_desk.providers import refunds
 from examples.support_desk.spec import run_scenario, support_desk_spec
 from models import (
     ContextSnapshot,
@@ -22,6 +21,7 @@ from runtime.completeness import evidence_completeness
 from runtime.recorder import RunRecorder
 from runtime.side_effects import retry_side_effect
 from runtime.tools import request_hash
+from stores.sql.support_desk_world import refunds
 
 SEEDS = range(20)
 
@@ -112,7 +112,7 @@ async def test_refund_timeout_is_unknown_applied_once_and_never_retried(rec) -> 
     ]
     assert statuses == ["PLANNED", "EXECUTING", "UNKNOWN"]
 
-    async with rec.db.read() as conn:
+    async with rec.world.store.read() as conn:
         applied = (
             await conn.execute(
                 select(func.count())

@@ -20,7 +20,7 @@ from runtime.executor import RunResult
 from runtime.recorder import RunRecorder
 from runtime.session import record_run
 from runtime.tools import request_hash
-from stores.sql.trajectory import BLOCKED, load_trajectory
+from runtime.trajectory import BLOCKED, load_trajectory
 
 E = ExecutionEventType
 

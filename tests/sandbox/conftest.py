@@ -3,7 +3,6 @@ that serves the sandboxed steps) are the worker's, the child never sees them."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import AsyncIterator
 
 import pytest
@@ -14,6 +13,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from devstack.temporal_server import start_temporal_dev_server
 from examples.support_desk.providers import SimulatedWorld
 from stores.bundle import open_stores
+from stores.sql.support_desk_world import SqlWorldStore
 from tests.fixtures_replay import ReplayStack, stack_settings
 from worker.temporal import running_workers
 
@@ -33,12 +33,10 @@ async def sandbox_stack(
     home = tmp_path_factory.mktemp("sandbox-pg")
     server = start_temporal_dev_server(home / "temporal", headless=True)
     try:
-        settings = dataclasses.replace(
-            stack_settings(home, server.address), database_url=postgres_url
-        )
+        settings = stack_settings(home, server.address, database_url=postgres_url)
         client = await Client.connect(server.address, data_converter=pydantic_data_converter)
-        async with open_stores(settings) as stores:
-            world = SimulatedWorld(stores.db)
+        async with open_stores(settings.stores) as stores:
+            world = SimulatedWorld(SqlWorldStore.beside(stores.db.engine.url))
             await world.ensure()
             async with running_workers(settings, "all", client):
                 yield ReplayStack(settings, client, stores, world)

@@ -4,7 +4,6 @@ batch, gone when the replay ends, and never outliving a worker killed with SIGKI
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import os
 import signal
@@ -24,10 +23,13 @@ from examples.synthetic import record_synthetic_run
 from models import ExecutionEventType, ReplayMode
 from models.queues import CONTROL_QUEUE
 from models.replay_flow import ReplayPlan, ReplayWorkflowInput, StepInput, StepOutput
+from runtime.env_values import read_section
 from runtime.replay.engine import ReplayEngine
 from stores.bundle import open_stores
+from stores.sql.support_desk_world import SqlWorldStore
 from tests.fixtures_replay import stack_settings
 from worker.catalogs import catalogs
+from worker.temporal import CATALOG_FACTORY as CATALOGS
 from workflows.replay import ReplayWorkflow
 
 
@@ -82,11 +84,18 @@ async def _recorded(ledger, replay_id: str) -> list[tuple[str, str, object]]:  #
 
 
 async def test_one_process_serves_a_replays_batches_with_the_same_results(tmp_path: Path) -> None:
-    async with open_stores(stack_settings(tmp_path, "unused")) as stores:
-        engine = ReplayEngine(stores.ledger, stores.evidence, stores.artifacts, catalogs(stores.db))
+    async with open_stores(stack_settings(tmp_path, "unused").stores) as stores:
+        engine = ReplayEngine(
+            stores.ledger,
+            stores.evidence,
+            stores.artifacts,
+            catalogs(SqlWorldStore.beside(stores.db.engine.url)),
+        )
         source = await record_synthetic_run(stores.ledger, stores.artifacts, 10)
-        kept = SandboxedSteps(engine, SandboxSettings())
-        fresh = SandboxedSteps(engine, SandboxSettings(jobs_per_process=1))
+        kept = SandboxedSteps(engine, SandboxSettings(), catalog_factory=CATALOGS)
+        fresh = SandboxedSteps(
+            engine, SandboxSettings(jobs_per_process=1), catalog_factory=CATALOGS
+        )
         try:
             kept_id, kept_out = await _replay(engine, kept, source.run_id)
             fresh_id, fresh_out = await _replay(engine, fresh, source.run_id)
@@ -112,10 +121,15 @@ async def test_one_process_serves_a_replays_batches_with_the_same_results(tmp_pa
 async def test_a_kept_process_is_closed_on_request_and_a_dead_one_replaced(
     tmp_path: Path,
 ) -> None:
-    async with open_stores(stack_settings(tmp_path, "unused")) as stores:
-        engine = ReplayEngine(stores.ledger, stores.evidence, stores.artifacts, catalogs(stores.db))
+    async with open_stores(stack_settings(tmp_path, "unused").stores) as stores:
+        engine = ReplayEngine(
+            stores.ledger,
+            stores.evidence,
+            stores.artifacts,
+            catalogs(SqlWorldStore.beside(stores.db.engine.url)),
+        )
         source = await record_synthetic_run(stores.ledger, stores.artifacts, 10)
-        runner = SandboxedSteps(engine, SandboxSettings())
+        runner = SandboxedSteps(engine, SandboxSettings(), catalog_factory=CATALOGS)
         plan = ReplayPlan(
             replay_id=f"replay-pool-{uuid.uuid4().hex[:10]}",
             source_run_id=source.run_id,
@@ -205,7 +219,7 @@ async def test_no_sandboxed_process_outlives_a_worker_killed_with_sigkill(tmp_pa
     worker = _start_worker(home, server.address, uid)
     try:
         settings = stack_settings(home, server.address)
-        async with open_stores(settings) as stores:
+        async with open_stores(settings.stores) as stores:
             source = await record_synthetic_run(stores.ledger, stores.artifacts, 1000)
             client = await Client.connect(server.address, data_converter=pydantic_data_converter)
             plan = ReplayPlan(
@@ -245,7 +259,8 @@ async def test_no_sandboxed_process_outlives_a_worker_killed_with_sigkill(tmp_pa
 
 
 def test_settings_read_the_pool_limits() -> None:
-    settings = SandboxSettings.from_env(
-        {"REPLAYBOOK_SANDBOX_IDLE_SECONDS": "5", "REPLAYBOOK_SANDBOX_JOBS_PER_PROCESS": "1"}
+    settings = read_section(
+        SandboxSettings,
+        {"REPLAYBOOK_SANDBOX_IDLE_SECONDS": "5", "REPLAYBOOK_SANDBOX_JOBS_PER_PROCESS": "1"},
     )
-    assert dataclasses.astuple(settings)[-2:] == (5, 1)
+    assert (settings.idle_seconds, settings.jobs_per_process) == (5, 1)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import uuid
 from pathlib import Path
@@ -17,28 +16,32 @@ from examples.synthetic import record_synthetic_run
 from models import ExecutionEventType, ReplayMode
 from models.errors import ConfigurationError, SandboxUnavailableError
 from models.replay_flow import ReplayPlan, StepInput
+from runtime.env_values import read_section
 from runtime.replay.engine import ReplayEngine
 from stores.bundle import open_stores
+from stores.sql.support_desk_world import SqlWorldStore
 from tests.fixtures_replay import stack_settings
 from worker.catalogs import catalogs
+from worker.temporal import CATALOG_FACTORY as CATALOGS
 from worker.temporal import running_workers
 
 MISSING = SandboxSettings(bwrap="/nonexistent/bwrap")
 
 
 def test_settings_default_to_bubblewrap_and_refuse_unknown_modes() -> None:
-    assert SandboxSettings.from_env({}).isolation == "bubblewrap"
-    assert SandboxSettings.from_env({"REPLAYBOOK_SANDBOX": "off"}).isolation == NO_ISOLATION
+    assert read_section(SandboxSettings, {}).isolation == "bubblewrap"
+    off = read_section(SandboxSettings, {"REPLAYBOOK_SANDBOX": "off"})
+    assert off.isolation == NO_ISOLATION
     with pytest.raises(ConfigurationError, match="REPLAYBOOK_SANDBOX"):
-        SandboxSettings.from_env({"REPLAYBOOK_SANDBOX": "maybe"})
+        read_section(SandboxSettings, {"REPLAYBOOK_SANDBOX": "maybe"})
     with pytest.raises(ConfigurationError, match="REPLAYBOOK_SANDBOX_CPU_SECONDS"):
-        SandboxSettings.from_env({"REPLAYBOOK_SANDBOX_CPU_SECONDS": "-1"})
+        read_section(SandboxSettings, {"REPLAYBOOK_SANDBOX_CPU_SECONDS": "-1"})
 
 
 async def test_a_replay_worker_without_bubblewrap_refuses_to_start(
     tmp_path: Path, temporal_client
 ) -> None:  # type: ignore[no-untyped-def]
-    settings = dataclasses.replace(stack_settings(tmp_path, "unused"), sandbox=MISSING)
+    settings = stack_settings(tmp_path, "unused").model_copy(update={"sandbox": MISSING})
     with pytest.raises(SandboxUnavailableError, match="not installed"):
         async with running_workers(settings, "replay", temporal_client):
             raise AssertionError("the worker started without a sandbox")
@@ -72,9 +75,16 @@ async def _isolation_recorded(ledger, replay_id: str) -> list[str]:  # type: ign
 
 
 async def test_the_dev_flag_runs_unsandboxed_and_says_so_in_the_replay(tmp_path: Path) -> None:
-    async with open_stores(stack_settings(tmp_path, "unused")) as stores:
-        engine = ReplayEngine(stores.ledger, stores.evidence, stores.artifacts, catalogs(stores.db))
-        runner = sandboxed_steps(engine, dataclasses.replace(MISSING, isolation=NO_ISOLATION))
+    async with open_stores(stack_settings(tmp_path, "unused").stores) as stores:
+        engine = ReplayEngine(
+            stores.ledger,
+            stores.evidence,
+            stores.artifacts,
+            catalogs(SqlWorldStore.beside(stores.db.engine.url)),
+        )
+        runner = sandboxed_steps(
+            engine, MISSING.model_copy(update={"isolation": NO_ISOLATION}), catalog_factory=CATALOGS
+        )
         assert runner is None  # no sandbox, by explicit choice
         plan, out = await _replay_first_step(engine, engine, stores.ledger, stores.artifacts)
         assert out.steps == 1
@@ -84,15 +94,20 @@ async def test_the_dev_flag_runs_unsandboxed_and_says_so_in_the_replay(tmp_path:
 async def test_sandboxed_steps_record_bubblewrap_and_a_broken_sandbox_is_an_error(
     tmp_path: Path,
 ) -> None:
-    async with open_stores(stack_settings(tmp_path, "unused")) as stores:
-        engine = ReplayEngine(stores.ledger, stores.evidence, stores.artifacts, catalogs(stores.db))
-        runner = sandboxed_steps(engine, SandboxSettings())
+    async with open_stores(stack_settings(tmp_path, "unused").stores) as stores:
+        engine = ReplayEngine(
+            stores.ledger,
+            stores.evidence,
+            stores.artifacts,
+            catalogs(SqlWorldStore.beside(stores.db.engine.url)),
+        )
+        runner = sandboxed_steps(engine, SandboxSettings(), catalog_factory=CATALOGS)
         assert isinstance(runner, SandboxedSteps)
         plan, out = await _replay_first_step(engine, runner, stores.ledger, stores.artifacts)
         assert out.steps == 1 and out.next_step == "s00001"
         assert await _isolation_recorded(stores.ledger, plan.replay_id) == ["bubblewrap"]
         # the sandbox disappears under a running worker: the step is refused, not run bare
-        broken = ReplayActivities(engine, SandboxedSteps(engine, MISSING))
+        broken = ReplayActivities(engine, SandboxedSteps(engine, MISSING, catalog_factory=CATALOGS))
         with pytest.raises(SandboxUnavailableError):
             await broken.sandboxed.run_steps(  # type: ignore[union-attr]
                 StepInput(

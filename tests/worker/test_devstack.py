@@ -67,6 +67,35 @@ def run(home: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+SETTINGS_PROBE = """
+import json, sys
+from cli.common import cli_settings
+from worker.settings import load_settings
+s = load_settings() if sys.argv[1] == "production" else cli_settings()
+print(json.dumps({"temporal": s.temporal.address,
+                  "s3": [s.artifacts.s3_endpoint_url, s.artifacts.s3_access_key]}))
+"""
+
+
+def cli_settings_of(home: Path, production: bool = False, **env: str) -> dict[str, Any]:
+    """The settings a CLI process (or, ``production``, a worker) under ``home`` reads."""
+    base = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("REPLAYBOOK_", "AWS_", "TEMPORAL_"))
+    }
+    result = subprocess.run(
+        [sys.executable, "-c", SETTINGS_PROBE, "production" if production else "cli"],
+        capture_output=True,
+        text=True,
+        env=base | {"REPLAYBOOK_HOME": str(home)} | env,
+        cwd=ROOT,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
 def ok_json(result: subprocess.CompletedProcess[str], code: int = 0) -> dict[str, Any]:
     assert result.returncode == code, result.stdout + result.stderr
     return json.loads(result.stdout)
@@ -187,6 +216,18 @@ def test_dev_stack_lifecycle(home: Path) -> None:
     )
     assert seen["REPLAYBOOK_METRICS_PORT"] == str(status["worker_metrics_port"])
     worker_child = seen["child_pid"]
+
+    # the same addresses in the env file the CLI reads below its environment (and only it)
+    dev_env = home / "dev" / "env"
+    assert dev_env.stat().st_mode & 0o077 == 0
+    assert f"TEMPORAL_ADDRESS=127.0.0.1:{temporal_port}" in dev_env.read_text().splitlines()
+    found = cli_settings_of(home)
+    assert found["temporal"] == f"127.0.0.1:{temporal_port}"
+    assert found["s3"] == [s3["endpoint_url"], s3["access_key"]]
+    assert cli_settings_of(home, TEMPORAL_ADDRESS="10.0.0.1:7233")["temporal"] == "10.0.0.1:7233"
+    mine = cli_settings_of(home, REPLAYBOOK_S3_ENDPOINT_URL="http://s3.example:9000")
+    assert mine["s3"] == ["http://s3.example:9000", None]  # the stack's keys are not sent there
+    assert cli_settings_of(home, production=True)["temporal"] == "127.0.0.1:7233"
     assert pid_alive(worker_child)
 
     # a second up is a no-op
@@ -226,6 +267,7 @@ def test_dev_stack_lifecycle(home: Path) -> None:
     assert port_is_free("127.0.0.1", temporal_port)
     assert port_is_free("127.0.0.1", ui_port)
     assert not state_path(home).exists()
+    assert not dev_env.exists()
     assert ok_json(run(home, "dev", "status", "--json"), code=1)["components"] == {}
 
 

@@ -146,12 +146,12 @@ def test_each_thing_is_counted_once_per_process() -> None:
 
 
 @pytest.mark.parametrize("text", ["x", "70000", "-1"])
-def test_a_bad_metrics_port_is_a_clear_error(monkeypatch, text: str) -> None:  # type: ignore[no-untyped-def]
+def test_a_bad_metrics_port_is_a_clear_error(text: str) -> None:
     from models.errors import ConfigurationError
+    from worker.settings import Settings
 
-    monkeypatch.setenv("REPLAYBOOK_METRICS_PORT", text)
     with pytest.raises(ConfigurationError, match="REPLAYBOOK_METRICS_PORT"):
-        metrics.port_from_env("REPLAYBOOK_METRICS_PORT")
+        Settings.from_env({"REPLAYBOOK_METRICS_PORT": text})
 
 
 def test_the_seed_metric_names_are_registered() -> None:

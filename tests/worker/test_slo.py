@@ -39,6 +39,7 @@ from stores.sql.evidence import SqlEvidenceReader
 from stores.sql.incidents import SqlIncidentStore
 from stores.sql.ledger import NewEvent, SqlLedger
 from stores.sql.scratch import create_scratch_database, drop_scratch_database
+from stores.sql.support_desk_world import SqlWorldStore
 from tests.fixtures_db import PG_ADMIN_URL
 from worker.agents import reconcilers_for
 
@@ -99,7 +100,7 @@ async def test_every_objective_fails_on_bad_data_and_passes_when_fixed(fresh_sto
     empty = await compute_slos(stores)
     assert empty.passed and empty.objectives[0].value is None  # nothing measured: no fake 100%
 
-    world = SimulatedWorld(stores.db)
+    world = SimulatedWorld(SqlWorldStore.beside(stores.db.engine.url))
     await world.ensure()
     happy = await run_scenario(world, stores.ledger, stores.artifacts, "happy", seed=1)
     refund = await run_scenario(world, stores.ledger, stores.artifacts, "refund-timeout", seed=1)
@@ -122,7 +123,7 @@ async def test_every_objective_fails_on_bad_data_and_passes_when_fixed(fresh_sto
     await reconcile_side_effect(
         stores.evidence,
         RunRecorder(stores.ledger, stores.artifacts, refund.run_id),
-        reconcilers_for(graph_id, stores.db),
+        reconcilers_for(graph_id, SqlWorldStore.beside(stores.db.engine.url)),
         unknown.side_effect_id,
     )
     assert (await compute_slos(stores)).passed
@@ -239,7 +240,7 @@ async def test_cli_exit_codes(tmp_path: Path) -> None:
     db = await open_database(f"sqlite+aiosqlite:///{tmp_path / 'replaybook.db'}")
     artifacts = LocalArtifactStore(tmp_path / "artifacts")
     try:
-        world = SimulatedWorld(db)
+        world = SimulatedWorld(SqlWorldStore.beside(db.engine.url))
         await world.ensure()
         refund = await run_scenario(
             world, SqlLedger(db, artifacts), artifacts, "refund-timeout", seed=2

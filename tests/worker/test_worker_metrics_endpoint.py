@@ -29,6 +29,7 @@ from examples.support_desk.spec import run_scenario
 from models.incident_flow import IncidentPhase, IncidentRequest, RootCauseConfirmation
 from models.queues import CONTROL_QUEUE
 from stores.bundle import open_stores
+from stores.sql.support_desk_world import SqlWorldStore
 from tests.workflows.test_incident_workflow import wait_phase
 from workflows.incident import IncidentWorkflow
 
@@ -84,8 +85,8 @@ async def test_worker_process_serves_metrics_and_logs_summaries(
     from worker.settings import Settings
 
     settings = Settings.from_env(env)
-    async with open_stores(settings) as stores:  # the worker's database: migrations, sim tables
-        world = SimulatedWorld(stores.db)
+    async with open_stores(settings.stores) as stores:  # the worker's database: migrations, sim tables
+        world = SimulatedWorld(SqlWorldStore.beside(stores.db.engine.url))
         await world.ensure()
         refund = await run_scenario(
             world, stores.ledger, stores.artifacts, "refund-timeout", seed=3

@@ -16,6 +16,7 @@ from examples.support_desk.spec import run_scenario
 from models.incident_flow import IncidentPhase, IncidentRequest, IncidentView, RootCauseConfirmation
 from models.queues import CONTROL_QUEUE
 from stores.bundle import open_stores
+from stores.sql.support_desk_world import SqlWorldStore
 from tests.fixtures_replay import stack_settings
 from tests.workflows.test_incident_workflow import wait_phase
 from tests.workflows.test_replay_durability import start_worker, stop
@@ -32,8 +33,8 @@ async def test_incident_survives_while_waiting_for_confirmation(
     workers = []
     try:
         settings = stack_settings(home, server.address)
-        async with open_stores(settings) as stores:
-            world = SimulatedWorld(stores.db)
+        async with open_stores(settings.stores) as stores:
+            world = SimulatedWorld(SqlWorldStore.beside(stores.db.engine.url))
             await world.ensure()
             run = await run_scenario(
                 world, stores.ledger, stores.artifacts, "refund-timeout", seed=2

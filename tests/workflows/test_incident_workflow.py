@@ -11,7 +11,6 @@ import pytest
 from sqlalchemy import func, select, update
 from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
 
-from examples.support_desk.providers import refunds
 from examples.support_desk.spec import run_scenario
 from models import FixtureMissPolicy, SideEffectRecord, SideEffectStatus
 from models.incident_flow import (
@@ -24,6 +23,7 @@ from models.incident_flow import (
 )
 from models.queues import CONTROL_QUEUE
 from stores.sql.incidents import SqlIncidentStore
+from stores.sql.support_desk_world import refunds
 from workflows.incident import IncidentWorkflow
 
 
@@ -121,15 +121,15 @@ async def test_wrong_customer_incident_end_to_end(replay_stack) -> None:  # type
 
     from app.regression import run_gate
 
-    v17_gate = await run_gate(stack.settings, [("prompt", "v17")], repeat=3)
-    v18_gate = await run_gate(stack.settings, [("prompt", "v18")], repeat=3)
+    v17_gate = await run_gate(stack.client, stack.stores, [("prompt", "v17")], repeat=3)
+    v18_gate = await run_gate(stack.client, stack.stores, [("prompt", "v18")], repeat=3)
     mine = lambda gate: next(c for c in gate["cases"] if c["case_id"] == case.case_id)  # noqa: E731
     assert mine(v17_gate)["passed"] is False and mine(v17_gate)["failures"]
     assert mine(v18_gate)["passed"] is True
 
 
 async def _refund_count(stack, preq: str) -> int:  # type: ignore[no-untyped-def]
-    async with stack.stores.db.read() as conn:
+    async with stack.world.store.read() as conn:
         return (
             await conn.execute(
                 select(func.count())
@@ -195,7 +195,7 @@ async def test_an_inconclusive_side_effect_waits_for_a_human(replay_stack) -> No
     )
     (effect,) = await stack.stores.evidence.records(SideEffectRecord, result.run_id)
     # the provider has the refund under another key: the reconciler cannot tell
-    async with stack.stores.db.transaction() as conn:
+    async with stack.world.store.transaction() as conn:
         await conn.execute(
             update(refunds)
             .where(refunds.c.provider_request_id == effect.provider_request_id)

@@ -86,7 +86,7 @@ async def test_a_replay_survives(disruption: str, tmp_path: Path) -> None:
     workers: list[subprocess.Popen[bytes]] = []
     try:
         settings = stack_settings(home, server.address)
-        async with open_stores(settings) as stores:
+        async with open_stores(settings.stores) as stores:
             source = await record_synthetic_run(stores.ledger, stores.artifacts, STEPS)
             client = await Client.connect(server.address, data_converter=pydantic_data_converter)
             plan = ReplayPlan(

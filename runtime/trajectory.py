@@ -65,6 +65,49 @@ def _model_decision(step_id: str, payload: dict[str, Any]) -> ModelDecision:
     )
 
 
+def _tool_call_fact(step_id: str, payload: dict[str, Any]) -> ToolCallFact:
+    """The fact of a recorded ``ToolFixture`` (the step it names, else the event's)."""
+    return ToolCallFact(
+        step_id=payload.get("step_id") or step_id,
+        capability_id=payload["capability_id"],
+        request_hash=payload["request_hash"],
+        arguments=payload.get("sanitized_request"),
+        outcome=payload["outcome"],
+        side_effect_class=payload.get("side_effect_class", "WRITE"),
+    )
+
+
+def _policy_fact(step_id: str, payload: dict[str, Any]) -> PolicyFact:
+    """The fact of a recorded policy decision (the step it names, else the event's)."""
+    return PolicyFact(
+        step_id=payload.get("step_id") or step_id,
+        policy_id=payload["policy_id"],
+        input_hash=payload["input_hash"],
+        decision=payload["decision"],
+    )
+
+
+def _side_effect_facts(
+    writes: dict[str, dict[str, Any]], arguments_by_request: dict[str, Any]
+) -> tuple[SideEffectFact, ...]:
+    """One fact per write, in order of first appearance; a side effect's arguments are those
+    of the tool call filed under its ``provider_request_id``."""
+    return tuple(
+        SideEffectFact(
+            step_id=write["step_id"],
+            capability_id=write["capability_id"],
+            action_hash=write["action_hash"],
+            arguments=(
+                write["arguments"]
+                if "arguments" in write
+                else arguments_by_request.get(write.get("provider_request_id") or "")
+            ),
+            status=write["status"],
+        )
+        for write in writes.values()
+    )
+
+
 def _has_text(content: str | None) -> bool:
     return content is not None and content.strip() != ""
 
@@ -101,19 +144,11 @@ async def load_trajectory(
             if _has_text(decision.content):
                 final_answer = decision.content
         elif event.type is E.TOOL_CALL:
-            arguments = payload.get("sanitized_request")
-            tool_calls.append(
-                ToolCallFact(
-                    step_id=payload.get("step_id") or event.step_id,
-                    capability_id=payload["capability_id"],
-                    request_hash=payload["request_hash"],
-                    arguments=arguments,
-                    outcome=payload["outcome"],
-                    side_effect_class=payload.get("side_effect_class", "WRITE"),
-                )
-            )
+            tool_calls.append(_tool_call_fact(event.step_id, payload))
             if payload.get("provider_request_id"):
-                arguments_by_request.setdefault(payload["provider_request_id"], arguments)
+                arguments_by_request.setdefault(
+                    payload["provider_request_id"], payload.get("sanitized_request")
+                )
         elif event.type is E.SIDE_EFFECT:
             writes[f"effect:{payload['side_effect_id']}"] = payload  # the last status wins
         elif event.type is E.WRITE_BLOCKED:
@@ -125,40 +160,19 @@ async def load_trajectory(
                 "status": BLOCKED,
             }
         elif event.type is E.POLICY_DECISION:
-            policies.append(
-                PolicyFact(
-                    step_id=payload.get("step_id") or event.step_id,
-                    policy_id=payload["policy_id"],
-                    input_hash=payload["input_hash"],
-                    decision=payload["decision"],
-                )
-            )
+            policies.append(_policy_fact(event.step_id, payload))
         elif event.type is E.RUN_COMPLETED:
             outcome, completed = payload.get("outcome"), True
         elif event.type is E.RUN_FAILED:
             outcome = {"error": payload.get("error"), "message": payload.get("message")}
             completed = False
 
-    side_effects = tuple(
-        SideEffectFact(
-            step_id=write["step_id"],
-            capability_id=write["capability_id"],
-            action_hash=write["action_hash"],
-            arguments=(
-                write["arguments"]
-                if "arguments" in write
-                else arguments_by_request.get(write.get("provider_request_id") or "")
-            ),
-            status=write["status"],
-        )
-        for write in writes.values()
-    )
     return Trajectory(
         run_id=run_id,
         steps=tuple(steps),
         model_decisions=tuple(decisions),
         tool_calls=tuple(tool_calls),
-        side_effects=side_effects,
+        side_effects=_side_effect_facts(writes, arguments_by_request),
         policy_decisions=tuple(policies),
         outcome=outcome,
         final_answer=final_answer,

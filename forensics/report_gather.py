@@ -1,10 +1,10 @@
-"""Gathering an incident's ``ReportBundle`` from the stores (``forensics.report`` renders it)."""
+"""Gathering an incident's ``ReportBundle`` from the evidence (``forensics.report`` renders it)."""
 
 from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from models import (
     AgentFailureType,
@@ -13,6 +13,7 @@ from models import (
     ExecutionEventType,
     FailureForensicsReport,
     PromptArtifact,
+    ReplayComparison,
     ReplayResult,
     ReplayStatus,
     ToolFixture,
@@ -20,17 +21,19 @@ from models import (
 from models.comparison import compare_trajectories
 from models.errors import NotFoundError
 from models.incident_flow import IncidentView
+from models.regression import RegressionCase
 from models.replay_flow import merge_isolation
 from models.report_bundle import FailureSummary, PendingTask, ReportBundle, TimelineEntry
-from stores.bundle import Stores
-from stores.sql.incidents import SqlIncidentStore
-from stores.sql.trajectory import load_trajectory
+from models.trajectory import Trajectory
+from runtime.ports import EventLedger, EvidenceReader
+from runtime.trajectory import load_trajectory
 
 
 async def replay_isolation(ledger: Any, replay_id: str, runs: int | None) -> str | None:
     """The isolation every step of a replay (each of its ``runs`` repeats) recorded when it
     started; a weaker one on any step shows (``merge_isolation``)."""
-    ids = [f"{replay_id}-{n:03d}" for n in range(runs)] if (runs or 1) > 1 else [replay_id]
+    repeats = runs or 1
+    ids = [f"{replay_id}-{n:03d}" for n in range(repeats)] if repeats > 1 else [replay_id]
     isolation = None
     for run_id in ids:
         try:
@@ -44,30 +47,18 @@ async def replay_isolation(ledger: Any, replay_id: str, runs: int | None) -> str
     return isolation
 
 
-async def report_bundle(stores: Stores, view: IncidentView) -> ReportBundle:
+class CaseReader(Protocol):
+    """Where the incident's regression case is read from (the incident store)."""
+
+    async def get_case(self, case_id: str) -> RegressionCase: ...
+
+
+async def report_bundle(
+    ledger: EventLedger, evidence_reader: EvidenceReader, cases_store: CaseReader, view: IncidentView
+) -> ReportBundle:
+    """Everything the incident report shows, gathered from the evidence and the replays."""
     run_id = view.source_run_id
-    verification = await stores.ledger.verify(run_id)
-    evidence = [
-        EvidenceRef(
-            type=EvidenceType.EVENT,
-            ref=f"{run_id}#1-{verification.event_count}",
-            content_hash=verification.head_hash,
-        )
-    ]
-    for prompt in await stores.evidence.records(PromptArtifact, run_id):
-        evidence.append(
-            EvidenceRef(
-                type=EvidenceType.PROMPT, ref=prompt.artifact_id, content_hash=prompt.content_ref
-            )
-        )
-    for fixture in await stores.evidence.records(ToolFixture, run_id):
-        evidence.append(
-            EvidenceRef(
-                type=EvidenceType.TOOL_FIXTURE,
-                ref=f"{fixture.capability_id}:{fixture.tool_call_id}",
-                content_hash=fixture.record_hash(),
-            )
-        )
+    evidence = await _evidence_refs(ledger, evidence_reader, run_id)
     replays = [
         ReplayResult(
             replay_id=r.replay_id,
@@ -77,22 +68,12 @@ async def report_bundle(stores: Stores, view: IncidentView) -> ReportBundle:
             reproduced=r.reproduced,
             runs=r.runs,
             rate=r.rate,
-            isolation=await replay_isolation(stores.ledger, r.replay_id, r.runs),
+            isolation=await replay_isolation(ledger, r.replay_id, r.runs),
         )
         for r in view.replays
     ]
-    source = await load_trajectory(stores.ledger, run_id)
-    shown = next(
-        (r for r in view.replays if r.label != "exact"), view.replays[0] if view.replays else None
-    )
-    replay_trajectory = comparison = None
-    if shown is not None:
-        child = f"{shown.replay_id}-000" if (shown.runs or 1) > 1 else shown.replay_id
-        try:
-            replay_trajectory = await load_trajectory(stores.ledger, child)
-            comparison = compare_trajectories(source, replay_trajectory)
-        except NotFoundError:
-            replay_trajectory = None
+    source = await load_trajectory(ledger, run_id)
+    replay_trajectory, comparison = await _shown_replay(ledger, view, source)
     confirmation = view.confirmation
     report = FailureForensicsReport(
         incident_id=view.incident_id,
@@ -109,7 +90,7 @@ async def report_bundle(stores: Stores, view: IncidentView) -> ReportBundle:
     cases = []
     if view.regression_case_id:
         try:
-            cases.append(await SqlIncidentStore(stores.db).get_case(view.regression_case_id))
+            cases.append(await cases_store.get_case(view.regression_case_id))
         except NotFoundError:
             pass
     return ReportBundle(
@@ -135,3 +116,53 @@ async def report_bundle(stores: Stores, view: IncidentView) -> ReportBundle:
             for p in view.pending
         ),
     )
+
+
+async def _evidence_refs(
+    ledger: EventLedger, evidence_reader: EvidenceReader, run_id: str
+) -> list[EvidenceRef]:
+    """The evidence the report cites: the run's verified chain, its compiled prompts and its
+    tool fixtures."""
+    verification = await ledger.verify(run_id)
+    evidence = [
+        EvidenceRef(
+            type=EvidenceType.EVENT,
+            ref=f"{run_id}#1-{verification.event_count}",
+            content_hash=verification.head_hash,
+        )
+    ]
+    for prompt in await evidence_reader.records(PromptArtifact, run_id):
+        evidence.append(
+            EvidenceRef(
+                type=EvidenceType.PROMPT, ref=prompt.artifact_id, content_hash=prompt.content_ref
+            )
+        )
+    for fixture in await evidence_reader.records(ToolFixture, run_id):
+        evidence.append(
+            EvidenceRef(
+                type=EvidenceType.TOOL_FIXTURE,
+                ref=f"{fixture.capability_id}:{fixture.tool_call_id}",
+                content_hash=fixture.record_hash(),
+            )
+        )
+    return evidence
+
+
+async def _shown_replay(
+    ledger: EventLedger, view: IncidentView, source: Trajectory
+) -> tuple[Trajectory | None, ReplayComparison | None]:
+    """The replay the report shows beside the source (the first counterfactual, else the
+    exact replay; of a repeated one its first run) and its comparison with the source; both
+    None when there is none or its run is not found."""
+    shown = next(
+        (r for r in view.replays if r.label != "exact"), view.replays[0] if view.replays else None
+    )
+    replay_trajectory = comparison = None
+    if shown is not None:
+        child = f"{shown.replay_id}-000" if (shown.runs or 1) > 1 else shown.replay_id
+        try:
+            replay_trajectory = await load_trajectory(ledger, child)
+            comparison = compare_trajectories(source, replay_trajectory)
+        except NotFoundError:
+            replay_trajectory = None
+    return replay_trajectory, comparison

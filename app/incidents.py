@@ -1,0 +1,210 @@
+"""Incidents as Temporal ``Incident`` workflows: open, follow, settle what they wait for
+(side-effect resolutions, the root-cause confirmation), read reports and signatures, retire
+regression cases. The CLI and the HTTP API call these functions."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from app.replays import ClientSource
+from models.errors import ConflictError, InvalidInputError, NotFoundError, RunNotFoundError
+from models.incident_flow import (
+    Counterfactual,
+    IncidentRequest,
+    IncidentView,
+    RootCauseConfirmation,
+    SideEffectResolution,
+)
+from models.queues import CONTROL_QUEUE
+from runtime.ports import EventLedger
+
+if TYPE_CHECKING:
+    from temporalio.client import Client, WorkflowHandle
+
+    from stores.bundle import Stores
+
+
+def new_incident_request(
+    run_id: str,
+    counterfactuals: list[tuple[str, str]],
+    *,
+    incident_id: str | None = None,
+    **options: Any,
+) -> IncidentRequest:
+    """The request that opens an incident for ``run_id`` (id drawn unless given)."""
+    from activities.incident import new_incident_id
+
+    return IncidentRequest(
+        incident_id=incident_id or new_incident_id(),
+        source_run_id=run_id,
+        counterfactuals=tuple(
+            Counterfactual.model_validate({"kind": k, "value": v}) for k, v in counterfactuals
+        ),
+        **options,
+    )
+
+
+def parse_candidates(
+    values: list[str] | None, what: str, allowed: tuple[str, ...]
+) -> list[tuple[str, str]]:
+    pairs = []
+    for value in values or []:
+        kind, sep, item = value.partition("=")
+        if not sep or not item or kind not in allowed:
+            raise InvalidInputError(
+                f"{what} {value!r}: expected KIND=VALUE with KIND one of {', '.join(allowed)}"
+            )
+        pairs.append((kind, item))
+    return pairs
+
+
+async def incident_handle(client: Client, incident_id: str) -> WorkflowHandle[Any, IncidentView]:
+    """The incident's workflow handle; ``NotFoundError`` when no such incident was opened."""
+    from temporalio.service import RPCError
+
+    handle = client.get_workflow_handle(incident_id, result_type=IncidentView)
+    try:
+        await handle.describe()
+    except RPCError as exc:
+        raise NotFoundError(f"incident not found: {incident_id!r} ({exc.message})") from None
+    return handle
+
+
+async def open_incident(
+    client: ClientSource,
+    ledger: EventLedger,
+    request: IncidentRequest,
+    *,
+    source_field: str | None = None,
+) -> None:
+    """Check that the run exists, then connect (``client``) and start the ``Incident`` workflow
+    (id = incident id). An unknown run is ``RunNotFoundError``, or ``InvalidInputError`` naming
+    ``source_field``; either comes before any connection to Temporal."""
+    from temporalio.exceptions import WorkflowAlreadyStartedError
+
+    from workflows.incident import IncidentWorkflow
+
+    try:
+        await ledger.get_run(request.source_run_id)
+    except RunNotFoundError as exc:
+        if source_field is None:
+            raise
+        raise InvalidInputError(str(exc), field=source_field) from None
+    try:
+        await (await client()).start_workflow(
+            IncidentWorkflow.run, request, id=request.incident_id, task_queue=CONTROL_QUEUE
+        )
+    except WorkflowAlreadyStartedError:
+        raise ConflictError(f"incident {request.incident_id!r} already exists") from None
+
+
+async def incident_status_view(client: Client, incident_id: str) -> dict[str, Any]:
+    """The ``status`` query as JSON: phase, signature, replays with rates, pending tasks."""
+    handle = await incident_handle(client, incident_id)
+    view = await handle.query("status", result_type=IncidentView)
+    if view is None:
+        raise NotFoundError(f"incident {incident_id} has not started yet")
+    return view_json(view)
+
+
+async def _update(handle: WorkflowHandle[Any, IncidentView], name: str, arg: Any) -> Any:
+    """A Temporal update; a refusal by its validator (or a finished incident) is a conflict
+    with what the incident is waiting for."""
+    from temporalio.client import WorkflowUpdateFailedError
+    from temporalio.service import RPCError
+
+    try:
+        return await handle.execute_update(name, arg)
+    except WorkflowUpdateFailedError as exc:
+        raise ConflictError(f"refused: {exc.cause}") from None
+    except RPCError as exc:
+        raise ConflictError(f"refused: {exc.message}") from None
+
+
+async def resolve_side_effect(
+    client: Client, incident_id: str, resolution: SideEffectResolution
+) -> Any:
+    """Settle an UNKNOWN side effect no reconciler could (the ``resolve_side_effect`` update)."""
+    return await _update(
+        await incident_handle(client, incident_id), "resolve_side_effect", resolution
+    )
+
+
+async def confirm_root_cause(
+    client: Client,
+    incident_id: str,
+    *,
+    root_cause: str,
+    fix_version: str,
+    verified_by: str,
+    replay_ids: list[str] | None = None,
+) -> RootCauseConfirmation:
+    """The human's confirmation (the ``confirm_root_cause`` update, validated by the workflow:
+    non-empty, cites replays of this incident — all of them when ``replay_ids`` is empty)."""
+    handle = await incident_handle(client, incident_id)
+    view = await handle.query("status", result_type=IncidentView)
+    cited = tuple(replay_ids or (r.replay_id for r in (view.replays if view else ())))
+    try:
+        confirmation = RootCauseConfirmation(
+            root_cause=root_cause,
+            fix_version=fix_version,
+            verified_by=verified_by,
+            replay_ids=cited,
+        )
+    except ValueError as exc:
+        raise InvalidInputError(f"refused: {exc}") from None
+    await _update(handle, "confirm_root_cause", confirmation)
+    return confirmation
+
+
+REPORT_FORMATS = ("json", "md", "html")
+
+
+async def load_report(stores: Stores, incident_id: str, fmt: str) -> bytes:
+    """The stored ``FailureForensicsReport`` rendering; ``ConflictError`` before it exists."""
+    from stores.sql.incidents import SqlIncidentStore
+
+    if fmt not in REPORT_FORMATS:
+        raise InvalidInputError(f"--format must be json, md or html, not {fmt!r}")
+    incident = await SqlIncidentStore(stores.db).get_incident(incident_id)
+    refs = (incident.record or {}).get("report_refs")
+    ref = refs.get(fmt) if isinstance(refs, dict) else None
+    if not isinstance(ref, str):
+        raise ConflictError(f"incident {incident_id} has no report yet (phase {incident.phase})")
+    return await stores.artifacts.get(ref)
+
+
+def view_json(view: IncidentView) -> dict[str, Any]:
+    data = view.model_dump(mode="json")
+    data["phase"] = view.phase.value
+    data["signature"] = view.signature.signature if view.signature else None
+    data["failure_type"] = view.signature.failure_type if view.signature else None
+    data["replays"] = [
+        {
+            "replay_id": r.replay_id,
+            "label": r.label,
+            "mode": r.mode.value,
+            "status": r.status,
+            "rate": r.rate,
+            "reproduced": r.reproduced,
+            "runs": r.runs,
+            "ci95": r.ci95,
+        }
+        for r in view.replays
+    ]
+    return data
+
+
+async def signature_groups(stores: Stores) -> list[dict[str, Any]]:
+    """Incidents grouped by failure signature, with counts."""
+    from stores.sql.incidents import SqlIncidentStore
+
+    return await SqlIncidentStore(stores.db).signature_groups()
+
+
+async def retire_case(stores: Stores, case_id: str, reason: str) -> None:
+    """Retire a regression case: it stays on record, inactive."""
+    from stores.sql.incidents import SqlIncidentStore
+
+    await SqlIncidentStore(stores.db).retire_case(case_id, reason, datetime.now(UTC))

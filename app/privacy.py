@@ -1,0 +1,97 @@
+"""Privacy operations (rule 17): evidence reads (sanitized, or raw with a reason and audited),
+the audit log, retention sweep, legal holds and their release, deletion of a data subject.
+The rules live in ``runtime.privacy``; these functions are what the CLI and the API call."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from models.errors import ConfigurationError, InvalidInputError
+from models.privacy import FORENSIC_ROLE
+
+if TYPE_CHECKING:
+    from runtime.privacy.service import PrivacyService
+    from stores.bundle import Stores
+
+
+def _service(stores: Stores) -> PrivacyService:
+    if stores.privacy is None:
+        raise ConfigurationError("privacy operations need the raw-evidence vault")
+    return stores.privacy
+
+
+def parse_until(text: str | None, field: str = "--until") -> datetime | None:
+    """An ISO date or date-time (UTC when no zone is given), or ``None``."""
+    if text is None:
+        return None
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        raise InvalidInputError(
+            f"{field} {text!r} is not an ISO date (YYYY-MM-DD)", field=field
+        ) from None
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+async def read_evidence(
+    stores: Stores,
+    run_id: str,
+    sequence: int,
+    *,
+    raw: bool = False,
+    actor: str = "",
+    reason: str = "",
+    role: str = FORENSIC_ROLE,
+) -> dict[str, Any]:
+    """One event's payload: the sanitized view, or the raw one (the caller has checked that a
+    reason is given; the privacy service audits every raw attempt, refused ones too)."""
+    from runtime.privacy.views import evidence_view
+
+    return await evidence_view(
+        stores.ledger,
+        stores.privacy,
+        run_id,
+        sequence,
+        raw=raw,
+        actor=actor,
+        reason=reason,
+        role=role,
+    )
+
+
+async def audit_log(stores: Stores) -> list[dict[str, Any]]:
+    """Every access to raw evidence: who, when, what, why, outcome."""
+    return [r.model_dump(mode="json") for r in await _service(stores).records.audits()]
+
+
+async def sweep(stores: Stores) -> dict[str, Any]:
+    """Destroy the raw content of runs past their retention class (held runs are kept)."""
+    return await _service(stores).sweep()
+
+
+async def hold(stores: Stores, run_id: str, reason: str, until: datetime | None) -> dict[str, Any]:
+    """Put a run's evidence on legal hold (and its objects, where the store enforces holds)."""
+    placed, objects = await _service(stores).hold(run_id, reason, until=until)
+    return {
+        **placed.model_dump(mode="json"),
+        "objects_held": objects,
+        "enforced_by_store": stores.artifacts.enforced_by_backend(),
+    }
+
+
+async def release(stores: Stores, run_id: str, incident_id: str | None) -> dict[str, Any]:
+    """Release a run's legal holds, and the freeze of ``incident_id`` when named."""
+    privacy = _service(stores)
+    freezes = await privacy.release_freeze(run_id, incident_id) if incident_id else []
+    released = await privacy.release(run_id)
+    return {
+        "released": [h.model_dump(mode="json") for h in released],
+        "released_freezes": freezes,
+        "still_held": await privacy.hold_reasons(run_id),
+    }
+
+
+async def delete_subject(stores: Stores, subject_id: str, request_id: str) -> Any:
+    """Crypto-shred a data subject; refused naming the hold when any of their runs is held."""
+    return await _service(stores).delete_subject(subject_id, request_id)

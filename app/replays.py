@@ -1,0 +1,217 @@
+"""Replays as Temporal ``Replay`` workflows: plan, start, follow, cancel, and the views the
+CLI and the HTTP API render. Both faces call these functions, so both behave alike."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from decimal import Decimal, InvalidOperation
+from typing import TYPE_CHECKING, Any
+
+from models import FixtureMissPolicy, ReplayBudget, ReplayMode
+from models.errors import ConflictError, InvalidInputError, NotFoundError, RunNotFoundError
+from models.queues import CONTROL_QUEUE
+from models.replay_flow import ReplayOutcome, ReplayPlan, ReplayWorkflowInput
+from models.replay_plans import PLAN_FIELDS, PlanFields, build_replay_plan
+from runtime.ports import EventLedger
+
+if TYPE_CHECKING:
+    from temporalio.client import Client, WorkflowHandle
+
+#: how an operation gets its Temporal client: called only once the input has been checked
+ClientSource = Callable[[], Awaitable["Client"]]
+
+
+def new_replay_id(prefix: str = "replay") -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:12]}"
+
+
+def new_sampling_seed() -> int:
+    return int(uuid.uuid4().int % 1_000_000)
+
+
+def new_plan(
+    run_id: str,
+    mode: ReplayMode,
+    *,
+    replay_id: str | None = None,
+    sampling_seed: int | None = None,
+    prompt: str | None = None,
+    model: str | None = None,
+    from_step: str | None = None,
+    policy: str | None = None,
+    retriever: str | None = None,
+    deny_approvals: list[str] | tuple[str, ...] | None = None,
+    repeat: int = 1,
+    budget: ReplayBudget | None = None,
+    miss: FixtureMissPolicy = FixtureMissPolicy.FAIL,
+    simulation: bool = False,
+    fields: PlanFields = PLAN_FIELDS,
+) -> ReplayPlan:
+    """A plan for a new replay: ``build_replay_plan`` with a fresh id and sampling seed
+    unless the caller chose them."""
+    return build_replay_plan(
+        run_id,
+        mode,
+        replay_id=replay_id or new_replay_id(),
+        sampling_seed=sampling_seed if sampling_seed is not None else new_sampling_seed(),
+        prompt=prompt,
+        model=model,
+        from_step=from_step,
+        policy=policy,
+        retriever=retriever,
+        deny_approvals=tuple(deny_approvals or ()),
+        repeat=repeat,
+        budget=budget,
+        miss=miss,
+        simulation=simulation,
+        fields=fields,
+    )
+
+
+def parse_miss_policy(text: str, field: str = "--on-fixture-miss") -> FixtureMissPolicy:
+    """``fail | stub | sandbox-live`` (any case, ``-`` or ``_``) as a ``FixtureMissPolicy``."""
+    name = text.upper().replace("-", "_")
+    if name not in FixtureMissPolicy.__members__:
+        raise InvalidInputError(
+            f"{field} must be fail, stub or sandbox-live, not {text!r}", field=field
+        )
+    return FixtureMissPolicy[name]
+
+
+def parse_budget(
+    *,
+    max_model_calls: int | None = None,
+    max_tokens: int | None = None,
+    max_cost: str | None = None,
+    max_duration: float | None = None,
+) -> ReplayBudget:
+    """A budget from command-line values, each checked and named (``--max-cost`` …)."""
+    try:
+        cost = Decimal(max_cost) if max_cost is not None else None
+    except InvalidOperation:
+        raise InvalidInputError(
+            f"--max-cost must be a number, not {max_cost!r}", field="--max-cost"
+        ) from None
+    for name, value in (
+        ("--max-model-calls", max_model_calls),
+        ("--max-tokens", max_tokens),
+        ("--max-duration", max_duration),
+    ):
+        if value is not None and value < 0:
+            raise InvalidInputError(f"{name} must not be negative", field=name)
+    return ReplayBudget(
+        max_model_calls=max_model_calls,
+        max_tokens=max_tokens,
+        max_cost=cost,
+        max_duration=timedelta(seconds=max_duration) if max_duration is not None else None,
+    )
+
+
+async def start_replay(
+    client: ClientSource,
+    ledger: EventLedger,
+    plan: ReplayPlan,
+    *,
+    source_field: str | None = None,
+) -> WorkflowHandle[Any, ReplayOutcome]:
+    """Check that the source run exists, then connect (``client``) and start the ``Replay``
+    workflow (id = replay id). An unknown run is ``RunNotFoundError``, or ``InvalidInputError``
+    naming ``source_field`` when the caller names the run in a request body; either comes
+    before any connection to Temporal."""
+    from temporalio.exceptions import WorkflowAlreadyStartedError
+
+    from workflows.replay import ReplayWorkflow
+
+    try:
+        await ledger.get_run(plan.source_run_id)
+    except RunNotFoundError as exc:
+        if source_field is None:
+            raise
+        raise InvalidInputError(str(exc), field=source_field) from None
+    try:
+        return await (await client()).start_workflow(
+            ReplayWorkflow.run,
+            ReplayWorkflowInput(plan=plan),
+            id=plan.replay_id,
+            task_queue=CONTROL_QUEUE,
+        )
+    except WorkflowAlreadyStartedError:
+        raise ConflictError(f"replay {plan.replay_id!r} already exists") from None
+
+
+async def replay_view(client: Client, replay_id: str) -> dict[str, Any]:
+    """The replay's status (from its workflow) and, when finished, its result."""
+    from temporalio.client import WorkflowExecutionStatus
+    from temporalio.service import RPCError
+
+    from models.replay_flow import ReplayProgress
+
+    handle = client.get_workflow_handle(replay_id, result_type=ReplayOutcome)
+    try:
+        description = await handle.describe()
+    except RPCError as exc:
+        raise NotFoundError(f"replay not found: {replay_id!r} ({exc.message})") from None
+    if description.status == WorkflowExecutionStatus.COMPLETED:
+        return outcome_view(await handle.result())
+    if description.status == WorkflowExecutionStatus.RUNNING:
+        progress = await handle.query("status", result_type=ReplayProgress)
+        return {"replay_id": replay_id, **progress.model_dump(mode="json")}
+    name = description.status.name if description.status else "UNKNOWN"
+    return {
+        "replay_id": replay_id,
+        "status": "CANCELED" if name in ("CANCELED", "TERMINATED") else "FAILED",
+        "workflow_status": name,
+    }
+
+
+async def cancel_replay(client: Client, replay_id: str) -> None:
+    """Ask a running replay to stop; it ends CANCELED. Unknown → ``NotFoundError``, already
+    finished → ``ConflictError`` (Temporal would accept the request and do nothing)."""
+    from temporalio.client import WorkflowExecutionStatus
+    from temporalio.service import RPCError
+
+    handle = client.get_workflow_handle(replay_id)
+    try:
+        description = await handle.describe()
+    except RPCError as exc:
+        raise NotFoundError(f"replay not found: {replay_id!r} ({exc.message})") from None
+    if description.status != WorkflowExecutionStatus.RUNNING:
+        name = description.status.name if description.status else "UNKNOWN"
+        raise ConflictError(f"replay {replay_id!r} has already finished ({name})")
+    try:
+        await handle.cancel()
+    except RPCError as exc:
+        raise ConflictError(f"cannot cancel replay {replay_id!r}: {exc.message}") from None
+
+
+def outcome_view(outcome: ReplayOutcome) -> dict[str, Any]:
+    """A finished replay as the CLI's ``--json`` and the API show it."""
+    comparison = outcome.comparison
+    view: dict[str, Any] = {
+        "replay_id": outcome.replay_id,
+        "source_run_id": outcome.source_run_id,
+        "mode": outcome.mode.value,
+        "status": outcome.status.value,
+        "confidence": outcome.confidence.value,
+        "completeness": outcome.completeness,
+        "comparison": None
+        if comparison is None
+        else {**comparison.model_dump(mode="json"), "critical": comparison.critical},
+        "reproduced": outcome.reproduced,
+        "writes_blocked": outcome.writes_blocked,
+        "writes_executed": outcome.writes_executed,
+        "fixture_misses": outcome.fixture_misses,
+        "steps_executed": outcome.steps_executed,
+        "budget_used": outcome.budget_used.model_dump(mode="json"),
+        "partial": outcome.partial,
+        "reason": outcome.reason,
+        "simulation": outcome.simulation,
+        # how the steps were isolated (rule 16); null for replays recorded before it was kept
+        "isolation": outcome.isolation,
+    }
+    if outcome.summary is not None:
+        view["summary"] = outcome.summary
+        view["children"] = list(outcome.children)
+    return view

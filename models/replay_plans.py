@@ -1,0 +1,152 @@
+"""How a replay request becomes a ``ReplayPlan``: the one place where a plan is built and
+checked. The CLI, the HTTP API, the regression gate and the incident workflow all call
+``build_replay_plan`` (the last two through ``plan_for_candidates``).
+
+Pure: ids and sampling seeds are given by the caller (the application layer draws them; a
+workflow derives them from its own inputs), so a workflow can build plans deterministically.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from models.enums import FixtureMissPolicy, ReplayMode
+from models.errors import InvalidInputError
+from models.replay import ReplayBudget
+from models.replay_flow import ReplayPlan
+
+#: what a counterfactual or a regression candidate may swap
+CANDIDATE_KINDS = ("prompt", "model", "policy", "retriever")
+MAX_REPEAT = 1000
+
+
+@dataclass(frozen=True)
+class PlanFields:
+    """How a caller names the plan's inputs, so that an error names the field it typed
+    (CLI flags, API body fields or the plan's own field names)."""
+
+    mode: str = "mode"
+    prompt: str = "prompt_version"
+    model: str = "model_name"
+    from_step: str = "from_step"
+    repeat: str = "repeat"
+    candidate: str = "candidate"
+    mode_names: Mapping[ReplayMode, str] = field(
+        default_factory=lambda: {mode: mode.value for mode in ReplayMode}
+    )
+
+
+PLAN_FIELDS = PlanFields()
+
+
+def _invalid(name: str, message: str) -> InvalidInputError:
+    return InvalidInputError(message, field=name)
+
+
+def _check_mode_inputs(
+    f: PlanFields, mode: ReplayMode, prompt: str | None, model: str | None, from_step: str | None
+) -> None:
+    named = f.mode_names[mode]
+    if mode is ReplayMode.PROMPT_SWAP and not prompt:
+        raise _invalid(f.prompt, f"{f.mode} {named} needs {f.prompt}")
+    if mode is ReplayMode.MODEL_SWAP and not model:
+        raise _invalid(f.model, f"{f.mode} {named} needs {f.model}")
+    if mode is ReplayMode.FORK_FROM_STEP and not from_step:
+        raise _invalid(f.from_step, f"{f.mode} {named} needs {f.from_step}")
+    if from_step and mode is not ReplayMode.FORK_FROM_STEP:
+        fork = f.mode_names[ReplayMode.FORK_FROM_STEP]
+        raise _invalid(f.from_step, f"{f.from_step} is only for {f.mode} {fork}")
+    if mode is ReplayMode.RECORDED and (prompt or model):
+        raise _invalid(
+            f.prompt if prompt else f.model,
+            f"{f.mode} {named} replays the recorded model answers: "
+            f"{f.prompt}/{f.model} need a live mode",
+        )
+
+
+def build_replay_plan(
+    run_id: str,
+    mode: ReplayMode,
+    *,
+    replay_id: str,
+    sampling_seed: int,
+    prompt: str | None = None,
+    model: str | None = None,
+    from_step: str | None = None,
+    policy: str | None = None,
+    retriever: str | None = None,
+    deny_approvals: tuple[str, ...] = (),
+    repeat: int = 1,
+    budget: ReplayBudget | None = None,
+    miss: FixtureMissPolicy = FixtureMissPolicy.FAIL,
+    simulation: bool = False,
+    fields: PlanFields = PLAN_FIELDS,
+) -> ReplayPlan:
+    """Check that the inputs fit the mode (each mismatch named in the caller's ``fields``
+    vocabulary) and build the plan; ``InvalidInputError`` with ``field`` set otherwise."""
+    _check_mode_inputs(fields, mode, prompt, model, from_step)
+    if repeat < 1 or repeat > MAX_REPEAT:
+        raise _invalid(
+            fields.repeat, f"{fields.repeat} must be between 1 and {MAX_REPEAT}, not {repeat}"
+        )
+    return ReplayPlan(
+        replay_id=replay_id,
+        source_run_id=run_id,
+        mode=mode,
+        prompt_version=prompt,
+        model_name=model,
+        policy_version=policy,
+        retriever_version=retriever,
+        deny_approvals=tuple(deny_approvals),
+        from_step=from_step,
+        miss_policy=miss,
+        budget=budget if budget is not None else ReplayBudget(),
+        repeat=repeat,
+        simulation=simulation,
+        sampling_seed=sampling_seed,
+    )
+
+
+def candidate_mode(candidates: Mapping[str, str]) -> ReplayMode:
+    """The mode a set of swaps implies: a prompt swap, else a model swap, else an exact replay
+    under the swapped policy or retriever."""
+    if "prompt" in candidates:
+        return ReplayMode.PROMPT_SWAP
+    if "model" in candidates:
+        return ReplayMode.MODEL_SWAP
+    return ReplayMode.EXACT
+
+
+def plan_for_candidates(
+    run_id: str,
+    candidates: Mapping[str, str],
+    *,
+    replay_id: str,
+    sampling_seed: int,
+    miss: FixtureMissPolicy,
+    repeat: int = 1,
+    fields: PlanFields = PLAN_FIELDS,
+) -> ReplayPlan:
+    """The plan that replays ``run_id`` with ``candidates`` (``{"prompt": "v18"}``…) swapped
+    in: what a counterfactual of an incident and a regression-gate replay run."""
+    unknown = sorted(set(candidates) - set(CANDIDATE_KINDS))
+    if unknown:
+        raise _invalid(
+            fields.candidate,
+            f"{fields.candidate} {unknown[0]}=…: not supported "
+            f"(use {', '.join(CANDIDATE_KINDS)})",
+        )
+    return build_replay_plan(
+        run_id,
+        candidate_mode(candidates),
+        replay_id=replay_id,
+        sampling_seed=sampling_seed,
+        prompt=candidates.get("prompt"),
+        model=candidates.get("model"),
+        policy=candidates.get("policy"),
+        retriever=candidates.get("retriever"),
+        repeat=repeat,
+        miss=miss,
+        fields=fields,
+    )
