@@ -1,0 +1,1 @@
+"""The ``replaybook`` command line (Typer): one module per command group, assembled in ``cli.main``."""

@@ -1,0 +1,1 @@
+"""Benchmark-specific code kept apart from the core."""
