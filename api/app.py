@@ -63,7 +63,7 @@ def create_app(settings: Settings | None = None, config: ApiConfig | None = None
     async def health() -> dict[str, str]:
         return {"status": "ok"}
 
-    # the default registry: the seed's metrics (worker/metrics.py) and the process collectors;
+    # the default registry: the seed's metrics (activities/metrics.py) and the process collectors;
     # the exact path too, so that a scraper is not redirected to /metrics/
     metrics = make_asgi_app()
     app.router.routes.append(Route("/metrics", _Asgi(metrics), include_in_schema=False))

@@ -1,5 +1,5 @@
 """``replaybook slo [--json]``: the seed's SLOs from the stored data; exit 0 when every one
-passes, 1 when one fails (``worker/slo.py`` defines each objective and a critical run)."""
+passes, 1 when one fails (``app/slo.py`` defines each objective and a critical run)."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@
 # deployment. Uses the `temporal` CLI, which reads TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE and,
 # for a secured cluster, TEMPORAL_TLS_CERT / TEMPORAL_TLS_KEY / TEMPORAL_API_KEY itself.
 #
-# The list must match worker/temporal_server.py SEARCH_ATTRIBUTES (a test checks it).
+# The list must match devstack/temporal_server.py SEARCH_ATTRIBUTES (a test checks it).
 set -eu
 TEMPORAL="${TEMPORAL_CLI:-temporal}"
 address="${TEMPORAL_ADDRESS:-127.0.0.1:7233}"
