@@ -7,8 +7,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from app.replays import ClientSource
-from models.errors import ConflictError, InvalidInputError, NotFoundError, RunNotFoundError
+from app.replays import ClientSource, check_source_run
+from models.errors import ConflictError, InvalidInputError, NotFoundError
 from models.incident_flow import (
     Counterfactual,
     IncidentRequest,
@@ -85,12 +85,7 @@ async def open_incident(
 
     from workflows.incident import IncidentWorkflow
 
-    try:
-        await ledger.get_run(request.source_run_id)
-    except RunNotFoundError as exc:
-        if source_field is None:
-            raise
-        raise InvalidInputError(str(exc), field=source_field) from None
+    await check_source_run(ledger, request.source_run_id, source_field)
     try:
         await (await client()).start_workflow(
             IncidentWorkflow.run, request, id=request.incident_id, task_queue=CONTROL_QUEUE

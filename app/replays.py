@@ -109,6 +109,17 @@ def parse_budget(
     )
 
 
+async def check_source_run(ledger: EventLedger, run_id: str, source_field: str | None) -> None:
+    """``RunNotFoundError`` for an unknown run, or ``InvalidInputError`` naming
+    ``source_field`` when the caller names the run in a request body."""
+    try:
+        await ledger.get_run(run_id)
+    except RunNotFoundError as exc:
+        if source_field is None:
+            raise
+        raise InvalidInputError(str(exc), field=source_field) from None
+
+
 async def start_replay(
     client: ClientSource,
     ledger: EventLedger,
@@ -124,12 +135,7 @@ async def start_replay(
 
     from workflows.replay import ReplayWorkflow
 
-    try:
-        await ledger.get_run(plan.source_run_id)
-    except RunNotFoundError as exc:
-        if source_field is None:
-            raise
-        raise InvalidInputError(str(exc), field=source_field) from None
+    await check_source_run(ledger, plan.source_run_id, source_field)
     try:
         return await (await client()).start_workflow(
             ReplayWorkflow.run,

@@ -385,10 +385,37 @@ def compare_trajectories(source: Trajectory, replay: Trajectory) -> ReplayCompar
     - ``first_divergent_step``: the step of the earliest diff in execution order (its source
       step, else its replay step), None when there is no diff.
     """
+    found = _behaviour_diffs(source, replay)
+    similarity = answer_similarity(source.final_answer, replay.final_answer)
+    if similarity < 1.0:
+        found.append(_answer_diff(source, replay, similarity))
+    same_outcome = _same_outcome(source, replay)
+    if not same_outcome:
+        diff = TrajectoryDiff(
+            type=DiffType.OUTCOME_CHANGED,
+            source_step=source.steps[-1] if source.steps else None,
+            replay_step=replay.steps[-1] if replay.steps else None,
+            explanation=_outcome_change(source, replay),
+        )
+        found.append(_Found(diff, _AFTER_ALL))
+    diffs = _in_execution_order(found)
+    return ReplayComparison(
+        same_outcome=same_outcome,
+        same_tool_sequence=[(t.capability_id, t.request_hash) for t in source.tool_calls]
+        == [(t.capability_id, t.request_hash) for t in replay.tool_calls],
+        same_side_effects=Counter((e.capability_id, e.action_hash) for e in source.side_effects)
+        == Counter((e.capability_id, e.action_hash) for e in replay.side_effects),
+        answer_similarity=similarity,
+        diffs=diffs,
+        first_divergent_step=_first_step(diffs),
+    )
+
+
+def _behaviour_diffs(source: Trajectory, replay: Trajectory) -> list[_Found]:
+    """Model decision, policy, tool and side-effect differences, each at its position."""
     src_models = _positions(source.steps, (d.step_id for d in source.model_decisions))
     rep_models = _positions(replay.steps, (d.step_id for d in replay.model_decisions))
     found: list[_Found] = []
-
     decision = _model_decision_diff(
         source.model_decisions, replay.model_decisions, src_models, rep_models
     )
@@ -412,51 +439,42 @@ def compare_trajectories(source: Trajectory, replay: Trajectory) -> ReplayCompar
         _positions(source.steps, (e.step_id for e in source.side_effects)),
         _positions(replay.steps, (e.step_id for e in replay.side_effects)),
     )
+    return found
 
-    similarity = answer_similarity(source.final_answer, replay.final_answer)
-    if similarity < 1.0:
-        ia, ib = _last_answer(source.model_decisions), _last_answer(replay.model_decisions)
-        diff = TrajectoryDiff(
-            type=DiffType.ANSWER_CHANGED,
-            source_step=source.model_decisions[ia].step_id if ia is not None else None,
-            replay_step=replay.model_decisions[ib].step_id if ib is not None else None,
-            explanation=answer_change(source.final_answer, replay.final_answer, similarity),
-        )
-        position = src_models[ia] if ia is not None else rep_models[ib] if ib is not None else 0
-        found.append(_Found(diff, position))
 
-    same_outcome = _same_outcome(source, replay)
-    if not same_outcome:
-        diff = TrajectoryDiff(
-            type=DiffType.OUTCOME_CHANGED,
-            source_step=source.steps[-1] if source.steps else None,
-            replay_step=replay.steps[-1] if replay.steps else None,
-            explanation=_outcome_change(source, replay),
-        )
-        found.append(_Found(diff, _AFTER_ALL))
+def _answer_diff(source: Trajectory, replay: Trajectory, similarity: float) -> _Found:
+    """``ANSWER_CHANGED`` at the last answering model decision of either run."""
+    src_models = _positions(source.steps, (d.step_id for d in source.model_decisions))
+    rep_models = _positions(replay.steps, (d.step_id for d in replay.model_decisions))
+    ia, ib = _last_answer(source.model_decisions), _last_answer(replay.model_decisions)
+    diff = TrajectoryDiff(
+        type=DiffType.ANSWER_CHANGED,
+        source_step=source.model_decisions[ia].step_id if ia is not None else None,
+        replay_step=replay.model_decisions[ib].step_id if ib is not None else None,
+        explanation=answer_change(source.final_answer, replay.final_answer, similarity),
+    )
+    position = src_models[ia] if ia is not None else rep_models[ib] if ib is not None else 0
+    return _Found(diff, position)
 
+
+def _in_execution_order(found: list[_Found]) -> tuple[TrajectoryDiff, ...]:
+    """Diffs by position, then by type rank, then in the order they were found."""
     ordered = sorted(
         (_Found(f.diff, f.position, n) for n, f in enumerate(found)),
         key=lambda f: (f.position, _RANK[f.diff.type], f.serial),
     )
-    diffs = tuple(f.diff for f in ordered)
-    first = next(
+    return tuple(f.diff for f in ordered)
+
+
+def _first_step(diffs: tuple[TrajectoryDiff, ...]) -> str | None:
+    """The step of the earliest diff: its source step, else its replay step."""
+    return next(
         (
             d.source_step if d.source_step is not None else d.replay_step
             for d in diffs
             if d.source_step is not None or d.replay_step is not None
         ),
         None,
-    )
-    return ReplayComparison(
-        same_outcome=same_outcome,
-        same_tool_sequence=[(t.capability_id, t.request_hash) for t in source.tool_calls]
-        == [(t.capability_id, t.request_hash) for t in replay.tool_calls],
-        same_side_effects=Counter((e.capability_id, e.action_hash) for e in source.side_effects)
-        == Counter((e.capability_id, e.action_hash) for e in replay.side_effects),
-        answer_similarity=similarity,
-        diffs=diffs,
-        first_divergent_step=first,
     )
 
 

@@ -84,7 +84,9 @@ class Database:
         await self.engine.dispose()
 
 
-def _install_sqlite_pragmas(engine: AsyncEngine) -> None:
+def install_sqlite_pragmas(engine: AsyncEngine, *, foreign_keys: bool = True) -> None:
+    """WAL, a busy timeout and ``BEGIN IMMEDIATE`` on every connection of a SQLite engine."""
+
     @event.listens_for(engine.sync_engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
         # the driver's own implicit BEGIN is turned off so that we can say BEGIN IMMEDIATE
@@ -92,7 +94,8 @@ def _install_sqlite_pragmas(engine: AsyncEngine) -> None:
         cursor = dbapi_connection.cursor()
         cursor.execute("PRAGMA journal_mode=WAL")
         cursor.execute("PRAGMA synchronous=NORMAL")
-        cursor.execute("PRAGMA foreign_keys=ON")
+        if foreign_keys:
+            cursor.execute("PRAGMA foreign_keys=ON")
         cursor.execute("PRAGMA busy_timeout=10000")
         cursor.close()
 
@@ -115,7 +118,7 @@ async def open_database(url: str, *, migrate: bool = True, echo: bool = False) -
         kwargs["pool_pre_ping"] = True
     engine = create_async_engine(url, **kwargs)
     if url.startswith("sqlite"):
-        _install_sqlite_pragmas(engine)
+        install_sqlite_pragmas(engine)
     db = Database(engine)
     if migrate:
         try:

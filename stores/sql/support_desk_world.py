@@ -32,18 +32,18 @@ from sqlalchemy import (
     String,
     Table,
     Text,
-    event,
     func,
     insert,
     select,
     text,
 )
-from sqlalchemy.engine import URL, Connection, make_url
+from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
 from sqlalchemy.pool import NullPool
 
 from models.errors import ConfigurationError, StoreError
+from stores.sql.database import install_sqlite_pragmas
 
 __all__ = [
     "WORLD_FILE",
@@ -130,22 +130,6 @@ def world_url_beside(database_url: DatabaseUrl) -> URL:
     raise ConfigurationError(f"unsupported database {backend!r} for the simulated world")
 
 
-def _sqlite_engine(engine: AsyncEngine) -> None:
-    @event.listens_for(engine.sync_engine, "connect")
-    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
-        dbapi_connection.isolation_level = None
-        cursor = dbapi_connection.cursor()
-        cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute("PRAGMA synchronous=NORMAL")
-        cursor.execute("PRAGMA busy_timeout=10000")
-        cursor.close()
-
-    @event.listens_for(engine.sync_engine, "begin")
-    def _on_begin(conn: Connection) -> None:
-        # the CLI and a worker may write at once: take the write lock up front
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
-
-
 def _row(row: Any) -> dict[str, Any] | None:
     return dict(row._mapping) if row is not None else None
 
@@ -200,7 +184,7 @@ class SqlWorldStore:
             kwargs["execution_options"] = {"schema_translate_map": {None: WORLD_SCHEMA}}
         self.engine = create_async_engine(self.url, **kwargs)
         if self.url.get_backend_name() == "sqlite":
-            _sqlite_engine(self.engine)
+            install_sqlite_pragmas(self.engine, foreign_keys=False)
 
     @classmethod
     def beside(cls, database_url: DatabaseUrl) -> SqlWorldStore:

@@ -44,21 +44,81 @@ ALLOWED: dict[str, set[str]] = {
     "integrations": {"models", "runtime", "ingest"},
     "activities": {"models", "runtime", "forensics", "ingest", "integrations", "stores"},
     "workflows": {"models", "activities"},
-    "app": {"models", "runtime", "forensics", "ingest", "integrations", "stores", "activities",
-            "workflows", "examples"},
+    "app": {
+        "models",
+        "runtime",
+        "forensics",
+        "ingest",
+        "integrations",
+        "stores",
+        "activities",
+        "workflows",
+        "examples",
+    },
     "examples": {"models", "runtime", "forensics"},
-    "worker": {"models", "runtime", "forensics", "ingest", "integrations", "stores", "activities",
-               "workflows", "examples"},
-    "api": {"models", "runtime", "forensics", "ingest", "integrations", "stores", "activities",
-            "workflows", "app", "worker"},
-    "cli": {"models", "runtime", "forensics", "ingest", "integrations", "stores", "activities",
-            "workflows", "app", "worker", "devstack", "examples"},
-    "devstack": {"models", "runtime", "forensics", "ingest", "integrations", "stores",
-                 "activities", "workflows", "app", "worker", "examples"},
+    "worker": {
+        "models",
+        "runtime",
+        "forensics",
+        "ingest",
+        "integrations",
+        "stores",
+        "activities",
+        "workflows",
+        "examples",
+    },
+    "api": {
+        "models",
+        "runtime",
+        "forensics",
+        "ingest",
+        "integrations",
+        "stores",
+        "activities",
+        "workflows",
+        "app",
+        "worker",
+    },
+    "cli": {
+        "models",
+        "runtime",
+        "forensics",
+        "ingest",
+        "integrations",
+        "stores",
+        "activities",
+        "workflows",
+        "app",
+        "worker",
+        "devstack",
+        "examples",
+    },
+    "devstack": {
+        "models",
+        "runtime",
+        "forensics",
+        "ingest",
+        "integrations",
+        "stores",
+        "activities",
+        "workflows",
+        "app",
+        "worker",
+        "examples",
+    },
 }
 SQL_LIBRARIES = {"sqlalchemy", "asyncpg", "aiosqlite", "sqlite3", "alembic"}
-NO_ENVIRONMENT = ("runtime", "activities", "stores", "forensics", "ingest", "integrations",
-                  "workflows", "models", "app")
+NO_ENVIRONMENT = (
+    "runtime",
+    "activities",
+    "stores",
+    "forensics",
+    "ingest",
+    "integrations",
+    "workflows",
+    "models",
+    "app",
+)
 
 
 def _sources(package: str) -> list[Path]:
@@ -161,7 +221,9 @@ def test_no_import_cycle_between_cli_modules() -> None:
 
 def test_sql_is_built_only_in_stores() -> None:
     offenders = {
-        str(path.relative_to(ROOT)): sorted({n.split(".")[0] for n in _imports(path)} & SQL_LIBRARIES)
+        str(path.relative_to(ROOT)): sorted(
+            {n.split(".")[0] for n in _imports(path)} & SQL_LIBRARIES
+        )
         for package in PACKAGES
         if package != "stores"
         for path in _sources(package)
