@@ -8,12 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
+from tests.testdata import unpacked_testdata
 
 ROOT = Path(__file__).resolve().parents[2]
-DATA = ROOT.parent / "shared" / "testdata" / "tau-bench"
+DATA = unpacked_testdata() / "tau-bench"
 REPLAYBOOK = str(Path(sys.executable).parent / "replaybook")
-pytestmark = pytest.mark.skipif(not DATA.is_dir(), reason="shared tau-bench data not present")
 
 
 def run(args: list[str], home: Path) -> subprocess.CompletedProcess[str]:

@@ -19,9 +19,9 @@ from models.forensics import (
     normalize_arguments,
     output_found,
 )
+from tests.testdata import unpacked_testdata
 
-DATA = Path(__file__).resolve().parents[2].parent / "shared" / "testdata" / "tau-bench"
-needs_data = pytest.mark.skipif(not DATA.is_dir(), reason="shared tau-bench data not present")
+DATA = unpacked_testdata() / "tau-bench"
 
 FLIGHTS_SCHEMA = {
     "type": "object",
@@ -177,7 +177,6 @@ def test_bad_files_are_named(tmp_path: Path) -> None:
         runs_from_file(bad, "banking", {})
 
 
-@needs_data
 def test_agreement_on_the_real_runs() -> None:
     info = json.loads((DATA / "tools_info.json").read_text())
     runs = runs_from_file(DATA / "airline/gpt-4o-airline.json", "airline", info)
@@ -203,7 +202,6 @@ def test_agreement_on_the_real_runs() -> None:
     }
 
 
-@needs_data
 def test_imported_adapter_matches_the_file_reader() -> None:
     from integrations.tau_bench.imported import forensics_run_from_imported
     from integrations.tau_bench.trajectory import tool_schemas

@@ -22,11 +22,11 @@ from integrations.tau_bench.world.measure import (
     measure_world,
 )
 from integrations.tau_bench.world.replay import tools_for
+from tests.testdata import unpacked_testdata
 
 ROOT = Path(__file__).resolve().parents[2]
-DATA = ROOT.parent / "shared" / "testdata" / "tau-bench"
+DATA = unpacked_testdata() / "tau-bench"
 ENV = DATA / "env-data"
-needs_data = pytest.mark.skipif(not DATA.is_dir(), reason="shared tau-bench data not present")
 RUN_FILES = [
     ("airline", "airline/gpt-4o-airline.json"),
     ("retail", "retail/agentrx-retail-full.json"),
@@ -112,7 +112,6 @@ def test_calculate_prints_floats_and_refuses_code() -> None:
 # the real data
 
 
-@needs_data
 def test_base_hashes_reproduce_the_expectations_initial_hashes(all_runs: tuple) -> None:
     _, expectations = all_runs
     initial = {(d, row["env_version"].split("@")[1][:7]) for (d, _, _), row in expectations.items()}
@@ -121,7 +120,6 @@ def test_base_hashes_reproduce_the_expectations_initial_hashes(all_runs: tuple) 
     assert ours == hashes and len(hashes) == 2
 
 
-@needs_data
 def test_world_replay_agrees_with_every_expectation(world_data: WorldData, all_runs: tuple) -> None:
     runs, expectations = all_runs
     result = measure_world(runs, world_data, expectations)
@@ -141,7 +139,6 @@ def test_world_replay_agrees_with_every_expectation(world_data: WorldData, all_r
         assert consistent_hash(base.tables) == load_domain(ENV, version, domain).initial_hash
 
 
-@needs_data
 def test_drift_names_the_user_details_answer(world_data: WorldData, all_runs: tuple) -> None:
     runs, expectations = all_runs
     run = next(r for r in runs if r.run_id == "tau-airline-2-0")
@@ -153,7 +150,6 @@ def test_drift_names_the_user_details_answer(world_data: WorldData, all_runs: tu
     assert '"province"' in (diverging.recorded or "") and '"province"' not in diverging.output
 
 
-@needs_data
 def test_world_state_makes_every_predicted_verdict_agree(
     world_data: WorldData, all_runs: tuple
 ) -> None:
@@ -166,7 +162,6 @@ def test_world_state_makes_every_predicted_verdict_agree(
     assert with_world["agreement"] == 1.0
 
 
-@needs_data
 def test_cli_world_and_bad_version(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("REPLAYBOOK_", "AWS_"))}
     env |= {"REPLAYBOOK_HOME": str(tmp_path), "REPLAYBOOK_LOG_FORMAT": "json"}

@@ -11,8 +11,9 @@ from stores.artifacts import LocalArtifactStore
 from stores.sql.database import Database
 from stores.sql.evidence import SqlEvidenceReader
 from stores.sql.ledger import SqlLedger
+from tests.testdata import unpacked_testdata
 
-TESTDATA = Path(__file__).resolve().parents[3] / "shared" / "testdata"
+TESTDATA = unpacked_testdata()
 TAU = TESTDATA / "tau-bench"
 TAU_FILES = (
     (TAU / "airline" / "gpt-4o-airline.json", "airline"),

@@ -12,7 +12,6 @@ import re
 import struct
 import unicodedata
 from collections import OrderedDict
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -33,8 +32,9 @@ from models.canonical import (
 )
 from models.digest import is_digest, sha256_digest
 from models.errors import CanonicalizationError, InvalidInputError
+from tests.testdata import unpacked_testdata
 
-TESTDATA = Path(__file__).resolve().parents[2].parent / "shared" / "testdata" / "rfc8785"
+TESTDATA = unpacked_testdata() / "rfc8785"
 
 # The two RFC 8785 reference vectors whose strings are not in NFC. Replaybook's rule (NFC before
 # JCS) deliberately makes their canonical form differ from plain RFC 8785:
