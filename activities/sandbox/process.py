@@ -59,11 +59,11 @@ class StepProcess:
         self.process.stdin.write(rpc.encode_frame(message))
         await self.process.stdin.drain()
 
-    async def receive(self) -> Any:
+    async def receive(self, quota: int | None = None) -> Any:
         """The next frame; IncompleteReadError when bwrap itself exits first (the pipe may
         still be held open by a process inside, so end-of-file alone would not tell)."""
         assert self.process.stdout
-        receiving = asyncio.ensure_future(_receive(self.process.stdout))
+        receiving = asyncio.ensure_future(_receive(self.process.stdout, quota))
         await asyncio.wait({receiving, self.exited}, return_when=asyncio.FIRST_COMPLETED)
         if not receiving.done():
             # exited: a last frame may still be in the pipe, which then closes promptly
@@ -94,8 +94,8 @@ class StepProcess:
         return "; stderr: " + " | ".join(line.strip() for line in lines)[-800:]
 
 
-async def _receive(stream: asyncio.StreamReader) -> Any:
-    length = rpc.check_length(await stream.readexactly(4))
+async def _receive(stream: asyncio.StreamReader, quota: int | None) -> Any:
+    length = rpc.check_length(await stream.readexactly(4), quota)
     return rpc.decode_body(await stream.readexactly(length))
 
 
