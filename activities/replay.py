@@ -88,10 +88,7 @@ class ReplayActivities:
             if exc.retryable:
                 raise
             # a limit or a violation: running the same hostile code again cannot help
-            # named in the message too: the replay's reason (status, reports) shows what it was
-            raise ApplicationError(
-                f"{type(exc).__name__}: {exc}", type=type(exc).__name__, non_retryable=True
-            ) from exc
+            raise ApplicationError(str(exc), type=type(exc).__name__, non_retryable=True) from exc
         finally:
             beating.cancel()
 

@@ -23,7 +23,12 @@ from activities.sandbox import codec
 from activities.sandbox.guard import OverQuota, Quotas, Refused, ReplayGuard
 from models import ExecutionEvent, ExecutionEventType, RunStatus
 from models.budget import BudgetUsage
-from models.errors import SandboxQuotaError, SandboxViolationError
+from models.errors import (
+    ModelProviderError,
+    ReplaybookError,
+    SandboxQuotaError,
+    SandboxViolationError,
+)
 from models.model_call import ModelRequest
 from models.replay_flow import StepInput
 from runtime.replay.engine import ReplayEngine
@@ -236,7 +241,14 @@ class StepBroker:
     async def _complete(self, p: dict[str, Any]) -> Any:
         self.guard.allow_model(p["graph_id"], p["model"])
         provider = self.guard.catalog.model(str(p["model"]))
-        response = await provider.complete(ModelRequest.model_validate(p["request"]))
+        request = ModelRequest.model_validate(p["request"])
+        self.guard.count_model_call()  # an attempt counts, answered or not
+        try:
+            response = await provider.complete(request)
+        except ReplaybookError:
+            raise
+        except Exception as exc:  # the provider's own failure, not the child's: answered
+            raise ModelProviderError(f"model {p['model']!r}: {type(exc).__name__}: {exc}") from None
         self.guard.count_model(response)
         return response.model_dump(mode="json")
 

@@ -48,7 +48,8 @@ async def end_batch(engine: ReplayEngine, broker: StepBroker, step: StepInput) -
         "message": why,
         "step": step.step_id,
         "refused": list[JsonValue](broker.refused),
-        "partial": True,
+        # a refusal fails the replay; a quota stops it with what it had done
+        "partial": broker.violation is None,
     }
     event = broker.guard.sanitized_event(
         NewEvent(step.step_id, ExecutionEventType.RUN_FAILED, last.logical_time, payload=payload)

@@ -145,8 +145,10 @@ class ReplayGuard:
         if budget.max_cost is not None and used.cost > budget.max_cost:
             raise Refused("model.complete", f"model.complete past max_cost {budget.max_cost}")
 
-    def count_model(self, response: ModelResponse) -> None:
+    def count_model_call(self) -> None:
         self.calls += 1
+
+    def count_model(self, response: ModelResponse) -> None:
         self.tokens += response.usage.total_tokens
         self.cost += response.cost
 
