@@ -82,8 +82,12 @@ class StepProcess:
             kill_sandbox(self.process.pid)
         if self.process.stdin is not None:
             self.process.stdin.close()
+        # a frame left unread (one over the message quota) would keep the pipe from reaching
+        # its end, and asyncio's wait() waits for the pipes too: what is left is discarded
+        discarding = asyncio.create_task(_discard(self.process.stdout))
         with contextlib.suppress(Exception):
             await self.process.wait()
+        discarding.cancel()
         self._draining.cancel()
 
     def stderr_tail(self) -> str:
@@ -97,6 +101,14 @@ class StepProcess:
 async def _receive(stream: asyncio.StreamReader, quota: int | None) -> Any:
     length = rpc.check_length(await stream.readexactly(4), quota)
     return rpc.decode_body(await stream.readexactly(length))
+
+
+async def _discard(stream: asyncio.StreamReader | None) -> None:
+    if stream is None:
+        return
+    with contextlib.suppress(Exception):
+        while await stream.read(65536):
+            pass
 
 
 async def _drain(stream: asyncio.StreamReader, into: bytearray) -> None:

@@ -19,7 +19,7 @@ from examples.synthetic import record_synthetic_run
 from models import ExecutionEventType, FixtureMissPolicy, ReplayMode, ReplayStatus, RunStatus
 from models.replay import ReplayBudget
 from models.replay_flow import ReplayOutcome, ReplayPlan
-from tests.fixtures_replay import SANDBOX_WRITE_QUOTA
+from tests.fixtures_replay import SANDBOX_MESSAGE_QUOTA, SANDBOX_WRITE_QUOTA
 
 #: finds the broker's ``call`` in the child's frames (the issue's reproduction)
 PRELUDE = """
@@ -179,6 +179,17 @@ async def test_artifact_puts_stop_at_the_write_quota(
     assert violations("write_bytes") == counted + 1
     closed = await stack.stores.ledger.get_run(outcome.replay_id)
     assert closed.status is RunStatus.FAILED
+
+    # one message over the size quota: never read whole, the replay stops the same way
+    before = _size(artifacts)
+    counted = violations("message_bytes")
+    huge = f"call('artifacts.put', {{'data': 'A' * {SANDBOX_MESSAGE_QUOTA + 1024}}})"
+    outcome, events = await hostile_replay(stack, huge)
+    assert outcome.status is ReplayStatus.COMPLETED and outcome.partial, outcome
+    assert "REPLAYBOOK_SANDBOX_MAX_MESSAGE_BYTES" in (outcome.reason or ""), outcome.reason
+    refusal_recorded(events, "SandboxQuotaError")
+    assert violations("message_bytes") == counted + 1
+    assert _size(artifacts) - before < SANDBOX_MESSAGE_QUOTA
     await assert_worker_survives(stack)
 
 
