@@ -96,6 +96,12 @@ WRITE_EXECUTED_TOTAL = Counter(
     "WRITE side effects recorded in a replay run (SLO: 0), by capability.",
     ["capability"],
 )
+SANDBOX_VIOLATION_TOTAL = Counter(
+    "agent_replay_sandbox_violation",
+    "Calls a replay's sandboxed process made that its broker refused, by kind (the call, "
+    "e.g. tool.read, or the quota: write_bytes, batch_calls, message_bytes, protocol).",
+    ["kind"],
+)
 INCIDENT_TOTAL = Counter(
     "agent_incident",
     "Incidents that ended, by phase (COMPLETED or FAILED) and failure type.",

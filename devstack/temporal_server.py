@@ -115,12 +115,17 @@ def temporal_dev_command(
     metrics_port: int,
     namespace: str,
 ) -> list[str]:
-    """The ``temporal server start-dev`` command line (``ui_port=None``: headless)."""
+    """The ``temporal server start-dev`` command line (``ui_port=None``: headless).
+
+    Every endpoint is bound to ``host`` (loopback unless a caller asks otherwise): whoever
+    reaches Temporal's gRPC front end or its Web UI can signal, update or terminate any
+    workflow, and the dev server has no authentication. ``--ui-ip`` defaults to ``--ip`` in
+    the CLI; it is passed anyway so a change of that default cannot expose the UI."""
     cmd = [str(temporal), "server", "start-dev", "--ip", host, "--port", str(port)]
     if ui_port is None:
         cmd.append("--headless")
     else:
-        cmd += ["--ui-port", str(ui_port)]
+        cmd += ["--ui-ip", host, "--ui-port", str(ui_port)]
     cmd += [
         "--http-port",
         str(http_port),

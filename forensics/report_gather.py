@@ -28,22 +28,34 @@ from models.trajectory import Trajectory
 from runtime.ports import EventLedger, EvidenceReader
 from runtime.trajectory import load_trajectory
 
+#: the errors a replay worker records when it refused or stopped a sandboxed step
+SANDBOX_REFUSALS = frozenset({"SandboxViolationError", "SandboxQuotaError"})
+
 
 async def replay_isolation(ledger: Any, replay_id: str, runs: int | None) -> str | None:
     """The isolation every step of a replay (each of its ``runs`` repeats) recorded when it
-    started; a weaker one on any step shows (``merge_isolation``)."""
+    started; a weaker one on any step shows (``merge_isolation``), and so does anything the
+    sandbox's broker refused it."""
     repeats = runs or 1
     ids = [f"{replay_id}-{n:03d}" for n in range(repeats)] if repeats > 1 else [replay_id]
     isolation = None
+    refused: list[str] = []
     for run_id in ids:
         try:
-            started = await ledger.events_with_payloads(
-                run_id, types=frozenset({ExecutionEventType.STEP_STARTED})
+            loaded = await ledger.events_with_payloads(
+                run_id,
+                types=frozenset({ExecutionEventType.STEP_STARTED, ExecutionEventType.RUN_FAILED}),
             )
         except NotFoundError:
             continue
-        for _, payload in started:
-            isolation = merge_isolation(isolation, json.loads(payload or b"{}").get("isolation"))
+        for event, payload in loaded:
+            data = json.loads(payload or b"{}")
+            if event.type is ExecutionEventType.STEP_STARTED:
+                isolation = merge_isolation(isolation, data.get("isolation"))
+            elif data.get("error") in SANDBOX_REFUSALS:  # recorded by the worker's broker
+                refused.append(str(data.get("message")))
+    if refused:  # what the sandbox refused shows beside how it isolated the steps
+        return f"{isolation or 'not recorded'}; refused: {'; '.join(refused)}"
     return isolation
 
 
@@ -54,7 +66,10 @@ class CaseReader(Protocol):
 
 
 async def report_bundle(
-    ledger: EventLedger, evidence_reader: EvidenceReader, cases_store: CaseReader, view: IncidentView
+    ledger: EventLedger,
+    evidence_reader: EvidenceReader,
+    cases_store: CaseReader,
+    view: IncidentView,
 ) -> ReportBundle:
     """Everything the incident report shows, gathered from the evidence and the replays."""
     run_id = view.source_run_id

@@ -41,6 +41,7 @@ so they are never renamed. Each class carries a stable ``code`` for the CLI and 
     └── SandboxError                   replay-step isolation (rule 16)
         ├── SandboxUnavailableError    the sandbox cannot be created: steps are refused
         ├── SandboxViolationError      a sandboxed step asked for what a replay may not do
+        ├── SandboxQuotaError          a replay's sandboxed steps wrote, called or sent too much
         └── SandboxedStepFailedError   the sandboxed step process died (a limit, a crash)
 
 Every error declares, besides its message:
@@ -309,6 +310,13 @@ class SandboxViolationError(SandboxError):
     another run, an unknown call) or broke the pipe protocol."""
 
     code = "sandbox_violation"
+
+
+class SandboxQuotaError(SandboxError):
+    """A replay's sandboxed steps went past a quota of the worker's broker (bytes written per
+    replay, calls per batch, size of one message): the replay stops with a partial result."""
+
+    code = "sandbox_quota"
 
 
 class SandboxedStepFailedError(SandboxError):

@@ -74,6 +74,8 @@ class StepInput(Record):
     head: int
     usage: BudgetUsage = BudgetUsage()
     step_index: int = 0
+    #: bytes the replay's earlier batches wrote through the sandbox broker (its quota)
+    written_bytes: int = 0
 
 
 class StepOutput(Record):
@@ -94,6 +96,9 @@ class StepOutput(Record):
     #: how the steps ran (rule 16): ``bubblewrap`` or ``none (dev flag)``; None in histories
     #: recorded before the field existed
     isolation: str | None = None
+    #: bytes the replay has written through the sandbox broker so far, counted by the worker
+    #: (0 when the steps ran unsandboxed)
+    written_bytes: int = 0
 
 
 class ComparisonResult(Record):
@@ -139,6 +144,7 @@ class ResumePoint(Record):
     fixture_misses: int = 0
     steps_executed: int = 0
     isolation: str | None = None
+    written_bytes: int = 0
 
 
 class ReplayWorkflowInput(Record):

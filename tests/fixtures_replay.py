@@ -21,10 +21,13 @@ from worker.settings import Settings
 from worker.temporal import running_workers
 from workflows.replay import ReplayWorkflow
 
+#: bytes one replay may write through the sandbox broker in the test stacks
+SANDBOX_WRITE_QUOTA = 7 * 1024**2
+#: bytes of one message from a sandboxed process in the test stacks
+SANDBOX_MESSAGE_QUOTA = 4 * 1024**2
 
-def stack_settings(
-    home: Path, temporal_address: str, database_url: str | None = None
-) -> Settings:
+
+def stack_settings(home: Path, temporal_address: str, database_url: str | None = None) -> Settings:
     """The settings of a stack under ``home`` (SQLite there unless ``database_url``)."""
     return Settings.from_env(
         {
@@ -32,6 +35,10 @@ def stack_settings(
             "REPLAYBOOK_DATABASE_URL": database_url,
             "TEMPORAL_ADDRESS": temporal_address,
             "REPLAYBOOK_LOG_FORMAT": "json",
+            # small enough for tests/sandbox to run a replay into it, far above what any
+            # legitimate test replay writes
+            "REPLAYBOOK_SANDBOX_MAX_WRITE_BYTES": str(SANDBOX_WRITE_QUOTA),
+            "REPLAYBOOK_SANDBOX_MAX_MESSAGE_BYTES": str(SANDBOX_MESSAGE_QUOTA),
         }
     )
 

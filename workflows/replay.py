@@ -190,6 +190,7 @@ class ReplayWorkflow:
                 head=resume.head,
                 usage=resume.usage,
                 step_index=resume.steps_executed,
+                written_bytes=resume.written_bytes,
             ),
             task_queue=REPLAY_QUEUE,
             start_to_close_timeout=timedelta(minutes=10),
@@ -365,6 +366,8 @@ def _advanced(resume: ResumePoint, out: StepOutput) -> ResumePoint:
             "fixture_misses": resume.fixture_misses + out.fixture_misses,
             "steps_executed": resume.steps_executed + out.steps,
             "isolation": merge_isolation(resume.isolation, out.isolation),
+            # a total counted by the worker's broker (an unsandboxed step reports 0)
+            "written_bytes": max(resume.written_bytes, out.written_bytes),
         }
     )
 

@@ -59,6 +59,21 @@ class SandboxSettings(BaseModel):
         1000, validation_alias="REPLAYBOOK_SANDBOX_JOBS_PER_PROCESS"
     )
 
+    #: bytes one replay may write through its broker, events and artifacts together (counted
+    #: by the worker, carried between batches by the workflow); past it the replay stops
+    #: with a partial result
+    max_write_bytes: PositiveInt = Field(
+        64 * 1024**2, validation_alias="REPLAYBOOK_SANDBOX_MAX_WRITE_BYTES"
+    )
+    #: broker calls one batch may make (a legitimate step makes a handful)
+    max_calls_per_batch: PositiveInt = Field(
+        20_000, validation_alias="REPLAYBOOK_SANDBOX_MAX_CALLS_PER_BATCH"
+    )
+    #: size of one message from the sandboxed process (a step's batch of events, one artifact)
+    max_message_bytes: PositiveInt = Field(
+        32 * 1024**2, validation_alias="REPLAYBOOK_SANDBOX_MAX_MESSAGE_BYTES"
+    )
+
     @property
     def enabled(self) -> bool:
         return self.isolation == BUBBLEWRAP

@@ -59,11 +59,11 @@ class StepProcess:
         self.process.stdin.write(rpc.encode_frame(message))
         await self.process.stdin.drain()
 
-    async def receive(self) -> Any:
+    async def receive(self, quota: int | None = None) -> Any:
         """The next frame; IncompleteReadError when bwrap itself exits first (the pipe may
         still be held open by a process inside, so end-of-file alone would not tell)."""
         assert self.process.stdout
-        receiving = asyncio.ensure_future(_receive(self.process.stdout))
+        receiving = asyncio.ensure_future(_receive(self.process.stdout, quota))
         await asyncio.wait({receiving, self.exited}, return_when=asyncio.FIRST_COMPLETED)
         if not receiving.done():
             # exited: a last frame may still be in the pipe, which then closes promptly
@@ -82,8 +82,12 @@ class StepProcess:
             kill_sandbox(self.process.pid)
         if self.process.stdin is not None:
             self.process.stdin.close()
+        # a frame left unread (one over the message quota) would keep the pipe from reaching
+        # its end, and asyncio's wait() waits for the pipes too: what is left is discarded
+        discarding = asyncio.create_task(_discard(self.process.stdout))
         with contextlib.suppress(Exception):
             await self.process.wait()
+        discarding.cancel()
         self._draining.cancel()
 
     def stderr_tail(self) -> str:
@@ -94,9 +98,17 @@ class StepProcess:
         return "; stderr: " + " | ".join(line.strip() for line in lines)[-800:]
 
 
-async def _receive(stream: asyncio.StreamReader) -> Any:
-    length = rpc.check_length(await stream.readexactly(4))
+async def _receive(stream: asyncio.StreamReader, quota: int | None) -> Any:
+    length = rpc.check_length(await stream.readexactly(4), quota)
     return rpc.decode_body(await stream.readexactly(length))
+
+
+async def _discard(stream: asyncio.StreamReader | None) -> None:
+    if stream is None:
+        return
+    with contextlib.suppress(Exception):
+        while await stream.read(65536):
+            pass
 
 
 async def _drain(stream: asyncio.StreamReader, into: bytearray) -> None:

@@ -26,6 +26,15 @@ class ProtocolError(Exception):
     never crosses the pipe, the runner turns it into SandboxViolationError)."""
 
 
+class FrameTooLarge(ProtocolError):
+    """A frame over the receiver's quota (smaller than ``MAX_FRAME``): a quota, not a
+    protocol violation."""
+
+    def __init__(self, length: int, limit: int) -> None:
+        super().__init__(f"the limit is {limit} bytes (REPLAYBOOK_SANDBOX_MAX_MESSAGE_BYTES)")
+        self.length = length
+
+
 def encode_frame(message: Any) -> bytes:
     data = json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode()
     if len(data) > MAX_FRAME:
@@ -40,10 +49,12 @@ def decode_body(body: bytes) -> Any:
         raise ProtocolError(f"frame is not JSON: {exc}") from None
 
 
-def check_length(header: bytes) -> int:
+def check_length(header: bytes, quota: int | None = None) -> int:
     (length,) = _HEADER.unpack(header)
     if length > MAX_FRAME:
         raise ProtocolError(f"frame of {length} bytes announced, the limit is {MAX_FRAME}")
+    if quota is not None and length > quota:
+        raise FrameTooLarge(length, quota)
     return length
 
 

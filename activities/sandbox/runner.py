@@ -20,9 +20,10 @@ from typing import Any
 
 import structlog
 
-from activities.sandbox import codec, rpc
+from activities.sandbox import codec, ending, rpc
 from activities.sandbox.broker import StepBroker
 from activities.sandbox.config import SandboxSettings
+from activities.sandbox.guard import Quotas
 from activities.sandbox.process import StepProcess, why_it_died
 from models.errors import (
     ReplaybookError,
@@ -56,6 +57,11 @@ class SandboxedSteps:
         self.catalogs = catalog_factory
         #: the isolation recorded for the steps this runner executes
         self.isolation = settings.isolation
+        self.quotas = Quotas(
+            write_bytes=settings.max_write_bytes,
+            calls_per_batch=settings.max_calls_per_batch,
+            message_bytes=settings.max_message_bytes,
+        )
         #: uid offsets of the sandboxes alive now, running or kept (each gets its own uid)
         self._slots: set[int] = set()
         #: processes kept between a replay's batches, by replay id
@@ -171,7 +177,7 @@ class SandboxedSteps:
     # one batch --------------------------------------------------------------------------------
 
     async def _batch(self, child: StepProcess, step: StepInput) -> StepOutput:
-        broker = StepBroker(self.engine, step.plan)
+        broker = await StepBroker.open(self.engine, step, self.quotas)
         child.stderr.clear()
         try:
             async with asyncio.timeout(self.settings.wall_seconds):
@@ -197,21 +203,23 @@ class SandboxedSteps:
         try:
             await child.send(job)
             while True:
-                message = await child.receive()
+                message = await child.receive(self.quotas.message_bytes)
                 child.frames += 1
                 if not isinstance(message, dict):
                     raise rpc.ProtocolError("a frame that is not an object")
                 if "call" in message:
                     await child.send(await _answer(broker, message))
+                elif broker.ended:  # refused or over a quota: the child's account is not taken
+                    return await ending.end_batch(self.engine, broker, step)
                 elif "done" in message:
                     child.cpu_seconds = float(message.get("cpu_seconds") or 0.0)
-                    return StepOutput.model_validate(message["done"])
+                    output = StepOutput.model_validate(message["done"])
+                    # the budget and the quota as the worker counted them, not the child
+                    return output.model_copy(
+                        update={"usage": broker.usage(), "written_bytes": broker.written}
+                    )
                 elif "failed" in message:
-                    failed = message["failed"]
-                    if broker.refused:  # it asked for what a replay may not do
-                        attributes = {**(failed.get("attributes") or {}), "retryable": False}
-                        failed = {**failed, "attributes": attributes}
-                    raise codec.load_error(failed)
+                    raise codec.load_error(message["failed"])
                 else:
                     raise rpc.ProtocolError(f"unexpected frame keys {sorted(message)}")
         except (asyncio.IncompleteReadError, BrokenPipeError, ConnectionResetError):
@@ -222,7 +230,13 @@ class SandboxedSteps:
                 f"{why_it_died(returncode, self.settings)}{child.stderr_tail()}",
                 retryable=False,
             ) from None
+        except rpc.FrameTooLarge as exc:
+            # over the message quota: the rest of the frame is never read, the process is
+            # released with the batch (finished), the replay stops with a partial result
+            broker.stop("message_bytes", f"a message of {exc.length} bytes: {exc}")
+            return await ending.end_batch(self.engine, broker, step)
         except rpc.ProtocolError as exc:
+            ending.count(["protocol"])
             raise SandboxViolationError(
                 f"step {step.step_id}: broke the pipe protocol: {exc}", retryable=False
             ) from None
@@ -230,12 +244,14 @@ class SandboxedSteps:
 
 async def _answer(broker: StepBroker, message: dict[str, Any]) -> dict[str, Any]:
     try:
-        return {"ok": await broker.handle(str(message["call"]), dict(message.get("params") or {}))}
+        params = message.get("params") or {}
+        if not isinstance(params, dict):
+            raise TypeError("params is not an object")
+        return {"ok": await broker.handle(str(message["call"]), params)}
     except ReplaybookError as exc:
         return {"error": codec.dump_error(exc)}
-    except (KeyError, TypeError, ValueError) as exc:  # malformed parameters from the child
-        broker.refused.append(f"malformed {message.get('call')!r}: {exc!r}")
-        return {"error": codec.dump_error(SandboxViolationError(f"malformed call: {exc!r}"))}
+    except (KeyError, TypeError, ValueError) as exc:  # malformed frame from the child
+        return {"error": codec.dump_error(broker.malformed(message.get("call"), exc))}
 
 
 __all__ = ["SandboxUnavailableError", "SandboxedSteps"]

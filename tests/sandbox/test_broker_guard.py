@@ -1,0 +1,161 @@
+"""The broker's decisions, called directly as a hostile child would (no sandbox needed): the
+budget is the worker's count, quotas hold, a refusal poisons the batch, evidence is sanitized."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import uuid
+from pathlib import Path
+
+import pytest
+
+from activities.sandbox import codec
+from activities.sandbox.broker import StepBroker
+from activities.sandbox.config import SandboxSettings
+from activities.sandbox.guard import Quotas
+from examples.coding_agent import coding_catalog, record_coding_run
+from models import ExecutionEventType, ReplayMode
+from models.budget import BudgetUsage
+from models.errors import SandboxQuotaError, SandboxViolationError
+from models.model_call import ModelRequest, ModelResponse, TokenUsage
+from models.redaction import REDACT_V1, redaction_policy
+from models.replay import ReplayBudget
+from models.replay_flow import ReplayCursorsView, ReplayPlan, StepInput
+from runtime.env_values import read_section
+from runtime.ports import NewEvent
+from runtime.replay.engine import ReplayEngine
+from stores.bundle import open_stores
+from tests.fixtures_replay import stack_settings
+
+QUOTAS = Quotas(write_bytes=4096, calls_per_batch=50, message_bytes=1 << 20)
+REQUEST = ModelRequest.model_validate(
+    {"model": "none", "messages": [{"role": "user", "content": "hi"}]}
+)
+
+
+class CountingModel:
+    profile = "counting"
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        self.calls += 1
+        return ModelResponse(model="none", content="ok", usage=TokenUsage(prompt_tokens=10))
+
+
+def test_the_quotas_are_settings() -> None:
+    defaults = read_section(SandboxSettings, {})
+    assert defaults.max_write_bytes == 64 * 1024**2
+    set_ = read_section(SandboxSettings, {"REPLAYBOOK_SANDBOX_MAX_WRITE_BYTES": "1024"})
+    assert set_.max_write_bytes == 1024
+
+
+@pytest.fixture
+async def stores(tmp_path: Path):  # type: ignore[no-untyped-def]
+    async with open_stores(stack_settings(tmp_path, "unused").stores) as opened:
+        yield opened
+
+
+async def _broker(stores, model, plan_changes, usage=BudgetUsage(), quotas=QUOTAS):  # type: ignore[no-untyped-def]
+    source = await record_coding_run(stores.ledger, stores.artifacts, "print('hi')")
+    catalog = dataclasses.replace(coding_catalog(), models={"none": model})
+    engine = ReplayEngine(
+        stores.ledger, stores.evidence, stores.artifacts, {"coding-agent": catalog}
+    )
+    plan = ReplayPlan(
+        replay_id=f"replay-guard-{uuid.uuid4().hex[:8]}",
+        source_run_id=source.run_id,
+        **plan_changes,
+    )
+    step = StepInput(
+        plan=plan,
+        step_id="run_generated_code",
+        state_ref=None,
+        cursors=ReplayCursorsView(),
+        head=1,
+        usage=usage,
+    )
+    return await StepBroker.open(engine, step, quotas), engine, plan
+
+
+def _complete(model: str = "none") -> dict:  # type: ignore[type-arg]
+    return {"graph_id": "coding-agent", "model": model, "request": REQUEST.model_dump(mode="json")}
+
+
+async def test_model_calls_past_the_budget_are_refused_by_the_workers_count(stores) -> None:  # type: ignore[no-untyped-def]
+    model = CountingModel()
+    broker, _, _ = await _broker(
+        stores,
+        model,
+        {"mode": ReplayMode.EXACT, "budget": ReplayBudget(max_model_calls=3)},
+        usage=BudgetUsage(model_calls=1),  # one call in an earlier batch
+    )
+    await broker.handle("model.complete", _complete())
+    await broker.handle("model.complete", _complete())
+    with pytest.raises(SandboxViolationError, match="max_model_calls 3"):
+        await broker.handle("model.complete", _complete())
+    assert model.calls == 2
+    assert broker.usage() == BudgetUsage(model_calls=2, tokens=20)
+    # the batch is poisoned: even a read is refused now
+    with pytest.raises(SandboxViolationError, match="earlier call"):
+        await broker.handle("ledger.get_run", {"run_id": broker.replay_id})
+    assert broker.kinds == ["model.complete"]
+
+
+async def test_only_the_plans_model_in_a_mode_that_calls_one(stores) -> None:  # type: ignore[no-untyped-def]
+    model = CountingModel()
+    broker, _, _ = await _broker(stores, model, {"mode": ReplayMode.RECORDED})
+    with pytest.raises(SandboxViolationError, match="RECORDED"):
+        await broker.handle("model.complete", _complete())
+    broker, _, _ = await _broker(stores, model, {"mode": ReplayMode.EXACT})
+    with pytest.raises(SandboxViolationError, match="the plan names 'none'"):
+        await broker.handle("model.complete", _complete("gpt-other"))
+    assert model.calls == 0
+
+
+async def test_appends_need_their_sequence_and_writes_stop_at_the_quota(stores) -> None:  # type: ignore[no-untyped-def]
+    broker, _, plan = await _broker(stores, CountingModel(), {"mode": ReplayMode.RECORDED})
+    event = codec.dump_new_event(
+        NewEvent("s", ExecutionEventType.STEP_STARTED, _now(), payload={"step": "s"})
+    )
+    with pytest.raises(SandboxViolationError, match="expected_sequence"):
+        await broker.handle("ledger.append_many", {"run_id": plan.replay_id, "events": [event]})
+
+    broker, _, _ = await _broker(stores, CountingModel(), {"mode": ReplayMode.RECORDED})
+    await broker.handle("artifacts.put", {"data": codec.b64(b"x" * 3000)})
+    with pytest.raises(SandboxQuotaError, match="REPLAYBOOK_SANDBOX_MAX_WRITE_BYTES"):
+        await broker.handle("artifacts.put", {"data": codec.b64(b"y" * 3000)})
+    assert broker.over_quota is not None and broker.written == 3000
+    with pytest.raises(SandboxQuotaError):
+        await broker.handle("artifacts.exists", {"digest": "sha256:00"})
+
+    calls = Quotas(write_bytes=1 << 20, calls_per_batch=2, message_bytes=1 << 20)
+    broker, _, plan = await _broker(
+        stores, CountingModel(), {"mode": ReplayMode.RECORDED}, quotas=calls
+    )
+    for _ in range(2):
+        await broker.handle("ledger.get_run", {"run_id": plan.source_run_id})
+    with pytest.raises(SandboxQuotaError, match="calls in one batch"):
+        await broker.handle("ledger.get_run", {"run_id": plan.source_run_id})
+
+
+async def test_evidence_a_replay_writes_is_sanitized_with_the_source_policy(stores) -> None:  # type: ignore[no-untyped-def]
+    broker, _, _ = await _broker(stores, CountingModel(), {"mode": ReplayMode.RECORDED})
+    # the coding run recorded raw (policy none): a source with a policy gets its replay sanitized
+    broker.guard.redaction = redaction_policy(REDACT_V1, frozenset())
+    raw = NewEvent(
+        "s", ExecutionEventType.STEP_COMPLETED, _now(), payload={"who": "ada@example.com"}
+    )
+    stored = broker.guard.sanitized_event(raw)
+    assert "ada@example.com" not in json.dumps(stored.payload)
+    assert stored.redaction_policy_version == REDACT_V1 and stored.raw is not None
+    data = broker.guard.sanitized_artifact(b'{"email": "ada@example.com"}')
+    assert b"ada@example.com" not in data
+
+
+def _now():  # type: ignore[no-untyped-def]
+    from datetime import UTC, datetime
+
+    return datetime(2025, 1, 1, tzinfo=UTC)
