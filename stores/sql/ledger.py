@@ -19,10 +19,19 @@ from sqlalchemy.exc import IntegrityError as SAIntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from models import ExecutionEvent, ExecutionEventType, HashedRecord, RunRecord, RunStatus
+from models.anchor import Anchor, AnchorEntry, check_head
 from models.canonical import canonicalize
-from models.chain import GENESIS_HASH, ChainRow, ChainVerification, row_hash, verify_chain
+from models.chain import (
+    GENESIS_HASH,
+    ChainRow,
+    ChainVerification,
+    VerificationProblem,
+    row_hash,
+    verify_chain,
+)
 from models.digest import sha256_digest, verify_content
 from models.errors import (
+    ChainBrokenError,
     ConflictError,
     IntegrityError,
     InvalidInputError,
@@ -31,12 +40,15 @@ from models.errors import (
     SequenceConflictError,
     StoreError,
 )
+from models.verification import with_problems
 from runtime.ports import ArtifactStore, NewEvent
+from stores.anchors import AnchorLog
 from stores.sql import schema
 from stores.sql.database import Database, utc
 from stores.sql.group_commit import GroupCommitter
 from stores.sql.privacy import SqlRawVault, event_raw_id
 from stores.sql.projections import write_projection
+from stores.sql.run_check import check_run
 
 __all__ = ["CAS_PREFIX", "INLINE_REF", "NewEvent", "RunSummary", "SqlLedger"]
 
@@ -82,6 +94,7 @@ class SqlLedger:
         inline_limit: int = INLINE_PAYLOAD_LIMIT,
         group_commit: bool = True,
         vault: SqlRawVault | None = None,
+        anchors: AnchorLog | None = None,
     ) -> None:
         self.db = db
         self.artifacts = artifacts
@@ -89,6 +102,8 @@ class SqlLedger:
         #: the environment the first time a raw payload differs from its sanitized view
         self.vault = vault or SqlRawVault(db, artifacts)
         self.clock = clock
+        #: where run heads are anchored outside the database (None: not anchored)
+        self.anchors = anchors
         self.inline_limit = inline_limit
         self._committer = GroupCommitter(self._write_batch) if group_commit else None
 
@@ -142,7 +157,31 @@ class SqlLedger:
                 .where(schema.runs.c.run_id == run_id)
                 .values(status=str(status), record=finished.model_dump(mode="json"))
             )
+        # a finished run's head goes outside the database: a later truncation or re-chaining
+        # disagrees with it
+        await self.anchor(run_id)
         return finished
+
+    async def anchor(self, run_id: str) -> AnchorEntry | None:
+        """Anchor the run's current head in the anchor log (None when there is no log).
+        The head is the chain's as verified, not the header's: anchoring a broken chain is
+        refused, so an anchor never vouches for a tampered one."""
+        if self.anchors is None:
+            return None
+        verification = await self.verify(run_id, full=False)
+        if not verification.intact:
+            raise ChainBrokenError(
+                f"refusing to anchor run {run_id}: {verification.summary()}",
+                sequence=verification.broken_at,
+            )
+        return await self.anchors.append(
+            Anchor(
+                run_id=run_id,
+                sequence=verification.head_sequence,
+                head=verification.head_hash,
+                at=self.clock(),
+            )
+        )
 
     async def list_runs(self, *, limit: int = 1000) -> list[RunSummary]:
         r = schema.runs.c
@@ -356,25 +395,48 @@ class SqlLedger:
             bytes(row.payload), event.payload_hash, f"payload of {event.run_id}#{event.sequence}"
         )
 
-    async def verify(self, run_id: str) -> ChainVerification:
-        """Verify the run's chain from the stored columns and inline payloads."""
+    async def verify(self, run_id: str, *, full: bool = True) -> ChainVerification:
+        """Verify the run: its chain from the stored columns and inline payloads and, unless
+        ``full`` is False, everything later read as its evidence (``stores.sql.run_check``):
+        artifact-stored payloads, referenced artifacts, lookup rows, freeze records, anchor."""
         r = schema.runs.c
         e = schema.execution_events.c
         async with self.db.read() as conn:
             head = (
                 await conn.execute(select(r.head_sequence, r.head_hash).where(r.run_id == run_id))
             ).first()
-            if head is None:
-                raise RunNotFoundError(f"run not found: {run_id!r}")
             rows = (
                 await conn.execute(
                     select(schema.execution_events).where(e.run_id == run_id).order_by(e.sequence)
                 )
             ).all()
-        return verify_chain(
-            run_id,
-            [_chain_row(row) for row in rows],
-            expected_head=(head.head_sequence, head.head_hash),
+        chain_rows = [_chain_row(row) for row in rows]
+        if head is None:
+            return await self._headless(run_id, chain_rows)
+        chain = verify_chain(run_id, chain_rows, expected_head=(head.head_sequence, head.head_hash))
+        if not full:
+            return chain
+        return await check_run(self.db, self.artifacts, self.anchors, run_id, chain_rows, chain)
+
+    async def _headless(self, run_id: str, rows: list[ChainRow]) -> ChainVerification:
+        """A run without its header: not found, unless its events or an anchor say it was
+        recorded (a deleted header or a deleted run is then broken, not unknown)."""
+        entry = await self.anchors.latest(run_id) if self.anchors is not None else None
+        if entry is None and not rows:
+            raise RunNotFoundError(f"run not found: {run_id!r}")
+        chain = verify_chain(run_id, rows)
+        if entry is not None:
+            problem = check_head(entry.anchor, [row.hash for row in rows])
+            what = "its events are gone" if not rows else "its header is gone"
+            message = f"run header deleted ({what})" + (
+                f"; {problem.message}" if problem is not None else ""
+            )
+            at = entry.anchor.sequence
+        else:
+            message, at = f"run header deleted ({len(rows)} events remain)", 1
+        found = VerificationProblem(sequence=at, kind="anchor", message=message)
+        return with_problems(
+            chain.model_copy(update={"intact": True}), [found], {"anchors": int(entry is not None)}
         )
 
 
