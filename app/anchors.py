@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from models.anchor import check_head
+from models.anchor import AUDIT_LOG_ID, Anchor, check_head
 from models.chain import VerificationProblem
 from models.errors import ConfigurationError, InvalidInputError
 from stores.bundle import Stores
+from stores.sql.privacy_records import SqlPrivacyRecords
 
 __all__ = ["verify_anchors", "write_anchors"]
 
@@ -34,6 +35,8 @@ async def write_anchors(
         else [r.run_id for r in await stores.ledger.list_runs(limit=10**9)]
     )
     written = []
+    if all_runs:
+        written += await _anchor_audit(stores)
     for rid in run_ids:
         entry = await stores.ledger.anchor(rid)
         if entry is not None:
@@ -75,11 +78,45 @@ async def verify_anchors(stores: Stores) -> dict[str, Any]:
         problem = check_head(latest[run_id], hashes, what=f"run {run_id}: anchor")
         if problem is not None:
             problems.append(problem)
+    # the audit log of raw reads: its own chain, and its head against its latest anchor
+    audits, audit_hashes, audit_problems = await SqlPrivacyRecords(stores.db).verify_audit()
+    problems += audit_problems
+    audit_anchor = next((e.anchor for e in reversed(entries) if e.anchor.kind == "audit"), None)
+    if audit_anchor is not None:
+        problem = check_head(audit_anchor, audit_hashes, what="audit log: anchor")
+        if problem is not None:
+            problems.append(problem)
     return {
         "location": log.location,
         "intact": not problems,
         "entries": len(entries),
         "runs": len(latest),
         "missing_runs": missing,
+        "audit_records": audits,
         "problems": [p.model_dump(mode="json") for p in problems],
     }
+
+
+async def _anchor_audit(stores: Stores) -> list[dict[str, Any]]:
+    """Anchor the audit chain's head (when it verifies and has records)."""
+    count, hashes, problems = await SqlPrivacyRecords(stores.db).verify_audit()
+    if problems or not count:
+        return []
+    entry = await _log(stores).append(
+        Anchor(
+            kind="audit",
+            run_id=AUDIT_LOG_ID,
+            sequence=count,
+            head=hashes[-1],
+            at=stores.ledger.clock(),
+        )
+    )
+    return [
+        {
+            "run_id": AUDIT_LOG_ID,
+            "index": entry.index,
+            "sequence": count,
+            "head": hashes[-1],
+            "hash": entry.hash,
+        }
+    ]

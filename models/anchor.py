@@ -24,12 +24,15 @@ from models.digest import Digest, sha256_digest
 
 __all__ = [
     "ANCHOR_GENESIS",
+    "AUDIT_GENESIS",
     "AUDIT_LOG_ID",
     "Anchor",
     "AnchorEntry",
     "anchor_entry",
+    "audit_link",
     "check_head",
     "verify_anchor_log",
+    "verify_audit_chain",
 ]
 
 ANCHOR_GENESIS = sha256_digest(b"replaybook:anchor-log:v1")
@@ -112,3 +115,34 @@ def check_head(
         kind="anchor",
         message=f"{what} at sequence {anchor.sequence} says head {anchor.head}, ledger has {has}",
     )
+
+
+# the audit log of raw reads ------------------------------------------------------------------
+
+AUDIT_GENESIS = sha256_digest(b"replaybook:audit-chain:v1")
+
+
+def audit_link(previous_hash: str, position: int, record: dict[str, object]) -> str:
+    """``SHA-256(canonical({position, previous, record}))``: an audit record's link."""
+    return canonical_hash({"position": position, "previous": previous_hash, "record": record})
+
+
+def verify_audit_chain(
+    rows: Sequence[tuple[int, str, str, dict[str, object]]],
+) -> list[VerificationProblem]:
+    """Problems of the audit chain from ``(position, previous_hash, hash, record)`` rows in
+    position order: a missing, edited or reordered record."""
+    previous, expected = AUDIT_GENESIS, 1
+    for position, previous_hash, hash_, record in rows:
+        where = f"audit record {record.get('audit_id')} at position {position}"
+        problem = None
+        if position != expected:
+            problem = f"audit record at position {expected} is missing"
+        elif previous_hash != previous:
+            problem = f"{where} does not link to the record before"
+        elif audit_link(previous, position, record) != hash_:
+            problem = f"{where} was edited: its hash differs"
+        if problem is not None:
+            return [VerificationProblem(sequence=position, kind="audit", message=problem)]
+        previous, expected = hash_, expected + 1
+    return []

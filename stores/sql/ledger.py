@@ -19,13 +19,12 @@ from sqlalchemy.exc import IntegrityError as SAIntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from models import ExecutionEvent, ExecutionEventType, HashedRecord, RunRecord, RunStatus
-from models.anchor import Anchor, AnchorEntry, check_head
+from models.anchor import Anchor, AnchorEntry
 from models.canonical import canonicalize
 from models.chain import (
     GENESIS_HASH,
     ChainRow,
     ChainVerification,
-    VerificationProblem,
     row_hash,
     verify_chain,
 )
@@ -40,7 +39,6 @@ from models.errors import (
     SequenceConflictError,
     StoreError,
 )
-from models.verification import with_problems
 from runtime.ports import ArtifactStore, NewEvent
 from stores.anchors import AnchorLog
 from stores.sql import schema
@@ -48,7 +46,7 @@ from stores.sql.database import Database, utc
 from stores.sql.group_commit import GroupCommitter
 from stores.sql.privacy import SqlRawVault, event_raw_id
 from stores.sql.projections import write_projection
-from stores.sql.run_check import check_run
+from stores.sql.run_check import check_headless, check_run
 
 __all__ = ["CAS_PREFIX", "INLINE_REF", "NewEvent", "RunSummary", "SqlLedger"]
 
@@ -412,32 +410,11 @@ class SqlLedger:
             ).all()
         chain_rows = [_chain_row(row) for row in rows]
         if head is None:
-            return await self._headless(run_id, chain_rows)
+            return await check_headless(self.anchors, run_id, chain_rows)
         chain = verify_chain(run_id, chain_rows, expected_head=(head.head_sequence, head.head_hash))
         if not full:
             return chain
         return await check_run(self.db, self.artifacts, self.anchors, run_id, chain_rows, chain)
-
-    async def _headless(self, run_id: str, rows: list[ChainRow]) -> ChainVerification:
-        """A run without its header: not found, unless its events or an anchor say it was
-        recorded (a deleted header or a deleted run is then broken, not unknown)."""
-        entry = await self.anchors.latest(run_id) if self.anchors is not None else None
-        if entry is None and not rows:
-            raise RunNotFoundError(f"run not found: {run_id!r}")
-        chain = verify_chain(run_id, rows)
-        if entry is not None:
-            problem = check_head(entry.anchor, [row.hash for row in rows])
-            what = "its events are gone" if not rows else "its header is gone"
-            message = f"run header deleted ({what})" + (
-                f"; {problem.message}" if problem is not None else ""
-            )
-            at = entry.anchor.sequence
-        else:
-            message, at = f"run header deleted ({len(rows)} events remain)", 1
-        found = VerificationProblem(sequence=at, kind="anchor", message=message)
-        return with_problems(
-            chain.model_copy(update={"intact": True}), [found], {"anchors": int(entry is not None)}
-        )
 
 
 @dataclass

@@ -21,9 +21,15 @@ from sqlalchemy import select
 from models import ExecutionEventType
 from models.anchor import Anchor, check_head
 from models.canonical import canonical_hash
-from models.chain import ChainRow, ChainVerification, VerificationProblem
+from models.chain import ChainRow, ChainVerification, VerificationProblem, verify_chain
 from models.digest import is_digest, sha256_digest
-from models.errors import ArtifactNotFoundError, IntegrityError, NotFoundError, StoreError
+from models.errors import (
+    ArtifactNotFoundError,
+    IntegrityError,
+    NotFoundError,
+    RunNotFoundError,
+    StoreError,
+)
 from models.verification import ProjectionRule, compare_row, expected_rows, with_problems
 from runtime.evidence_refs import REFERENCING, refs_in
 from runtime.ports import ArtifactStore
@@ -31,7 +37,7 @@ from stores.anchors import AnchorLog
 from stores.sql import schema
 from stores.sql.database import Database, utc
 
-__all__ = ["PROJECTION_RULES", "check_run"]
+__all__ = ["PROJECTION_RULES", "check_headless", "check_run"]
 
 E = ExecutionEventType
 CAS_PREFIX = "cas:"
@@ -348,3 +354,27 @@ async def _check_heads(
     problem = check_head(entry.anchor, hashes)
     if problem is not None:
         found.problems.append(problem)
+
+
+async def check_headless(
+    anchors: AnchorLog | None, run_id: str, rows: list[ChainRow]
+) -> ChainVerification:
+    """A run without its header: not found, unless its events or an anchor say it was
+    recorded (a deleted header or a deleted run is then broken, not unknown)."""
+    entry = await anchors.latest(run_id) if anchors is not None else None
+    if entry is None and not rows:
+        raise RunNotFoundError(f"run not found: {run_id!r}")
+    chain = verify_chain(run_id, rows)
+    if entry is not None:
+        problem = check_head(entry.anchor, [row.hash for row in rows])
+        what = "its events are gone" if not rows else "its header is gone"
+        message = f"run header deleted ({what})" + (
+            f"; {problem.message}" if problem is not None else ""
+        )
+        at = entry.anchor.sequence
+    else:
+        message, at = f"run header deleted ({len(rows)} events remain)", 1
+    found = VerificationProblem(sequence=at, kind="anchor", message=message)
+    return with_problems(
+        chain.model_copy(update={"intact": True}), [found], {"anchors": int(entry is not None)}
+    )

@@ -5,10 +5,12 @@ be detected by ``verify`` and must name the place."""
 from __future__ import annotations
 
 import os
-from datetime import timedelta
+import uuid
+from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import select
 
+from models.anchor import AUDIT_LOG_ID
 from models.chain import GENESIS_HASH, BreakReason, ChainRow, row_hash
 from models.digest import sha256_digest
 from models.errors import ChainBrokenError
@@ -363,3 +365,44 @@ async def test_edit_the_anchor_log_is_detected(recorded: Recorded) -> None:
     path.write_text(path.read_text().replace('"sequence":9', '"sequence":8'))
     _, problems = await recorded.anchors.verify()
     assert problems and "was edited" in problems[0].message
+
+
+# the audit log of raw reads -------------------------------------------------------------------
+
+
+async def test_edit_an_audit_record(recorded: Recorded) -> None:
+    from models.privacy import AuditRecord, RawReadOutcome
+    from stores.sql.privacy_records import SqlPrivacyRecords
+
+    records = SqlPrivacyRecords(recorded.database, recorded.anchors)
+    ids = [f"audit-{uuid.uuid4().hex[:12]}" for _ in range(2)]
+    for audit_id in ids:
+        await records.audit(
+            AuditRecord(
+                audit_id=audit_id,
+                actor="forensic@acme",
+                role="forensic",
+                run_id=recorded.run_id,
+                sequence=3,
+                reason="incident review",
+                at=datetime.now(UTC),
+                outcome=RawReadOutcome.READ,
+            )
+        )
+    count, hashes, problems = await records.verify_audit()
+    assert not problems and count >= 2
+    latest = await recorded.anchors.latest(AUDIT_LOG_ID)
+    assert latest is not None and latest.anchor.head == hashes[-1]
+    t = schema.privacy_audit
+    async with recorded.database.read() as conn:
+        (original,) = (await conn.execute(select(t.c.record).where(t.c.audit_id == ids[0]))).one()
+    forged = dict(original) | {"reason": "nothing to see"}
+    async with recorded.database.transaction() as conn:
+        await conn.execute(t.update().where(t.c.audit_id == ids[0]).values(record=forged))
+    try:
+        _, _, problems = await records.verify_audit()
+        assert problems and problems[0].message.startswith(f"audit record {ids[0]} at position")
+        assert "was edited" in problems[0].message
+    finally:  # the audit chain is shared by the session's other tests
+        async with recorded.database.transaction() as conn:
+            await conn.execute(t.update().where(t.c.audit_id == ids[0]).values(record=original))
