@@ -24,6 +24,7 @@ from models.canonical import canonical_hash
 from models.chain import ChainRow, ChainVerification, VerificationProblem, verify_chain
 from models.digest import is_digest, sha256_digest
 from models.errors import (
+    ArtifactIntegrityError,
     ArtifactNotFoundError,
     IntegrityError,
     NotFoundError,
@@ -195,7 +196,8 @@ async def check_run(
                 if is_digest(ref) and len(ref) == _DIGEST_LENGTH:
                     refs.setdefault(ref, row.sequence)
     await _check_artifacts(artifacts, refs, found)
-    await _check_projections(db, run_id, events, found)
+    unread = {row.sequence for row in rows if row.sequence not in payloads}
+    await _check_projections(db, run_id, events, unread, found)
     await _check_heads(db, anchors, run_id, [row.hash for row in rows], found)
     return with_problems(chain, found.problems, found.checked)
 
@@ -222,7 +224,7 @@ async def _payloads(
 
     async def read(row: ChainRow) -> None:
         digest = row.payload_ref[len(CAS_PREFIX) :]
-        what = f"payload of sequence {row.sequence} (artifact {digest})"
+        what = f"the payload of sequence {row.sequence}"
         if artifacts is None:
             found.add(row.sequence, "payload", f"{what} cannot be read: no artifact store")
             return
@@ -232,8 +234,11 @@ async def _payloads(
             except ArtifactNotFoundError:
                 found.add(row.sequence, "payload", f"artifact {digest} missing ({what})")
                 return
+            except ArtifactIntegrityError:
+                found.add(row.sequence, "payload", f"artifact {digest} corrupted ({what})")
+                return
             except (IntegrityError, NotFoundError, StoreError) as exc:
-                found.add(row.sequence, "payload", f"artifact {digest} corrupted ({exc})")
+                found.add(row.sequence, "payload", f"artifact {digest} unreadable ({exc})")
                 return
         if digest != row.payload_hash or sha256_digest(data) != row.payload_hash:
             found.add(
@@ -266,8 +271,15 @@ async def _check_artifacts(
             except ArtifactNotFoundError:
                 found.add(sequence, "artifact", f"artifact {digest} missing")
                 return
+            except ArtifactIntegrityError:
+                found.add(
+                    sequence,
+                    "artifact",
+                    f"artifact {digest} corrupted: it no longer hashes to its digest",
+                )
+                return
             except (IntegrityError, NotFoundError, StoreError) as exc:
-                found.add(sequence, "artifact", f"artifact {digest} corrupted ({exc})")
+                found.add(sequence, "artifact", f"artifact {digest} unreadable ({exc})")
                 return
         found.checked["artifacts"] += 1
 
@@ -275,8 +287,14 @@ async def _check_artifacts(
 
 
 async def _check_projections(
-    db: Database, run_id: str, events: list[tuple[int, str, str, str, Any]], found: _Found
+    db: Database,
+    run_id: str,
+    events: list[tuple[int, str, str, str, Any]],
+    unread: set[int],
+    found: _Found,
 ) -> None:
+    """Each lookup row against the event that recorded it. A row of an event whose payload
+    could not be read is not called an orphan: that payload's problem is already named."""
     async with db.read() as conn:
         for rule in PROJECTION_RULES:
             table = getattr(schema, rule.table)
@@ -302,6 +320,8 @@ async def _check_projections(
                     found.add(want.sequence, rule.table, problem)
                 found.checked["projections"] += 1
             for key, row in stored.items():
+                if row.get("sequence") in unread:
+                    continue
                 found.add(
                     row.get("sequence"),
                     rule.table,
