@@ -157,16 +157,18 @@ class SqlLedger:
             )
         # a finished run's head goes outside the database: a later truncation or re-chaining
         # disagrees with it
-        await self.anchor(run_id)
+        # (the chain only: finishing must not read every artifact of the run again)
+        await self.anchor(run_id, full=False)
         return finished
 
-    async def anchor(self, run_id: str) -> AnchorEntry | None:
+    async def anchor(self, run_id: str, *, full: bool = True) -> AnchorEntry | None:
         """Anchor the run's current head in the anchor log (None when there is no log).
-        The head is the chain's as verified, not the header's: anchoring a broken chain is
-        refused, so an anchor never vouches for a tampered one."""
+        The head is the chain's as verified (``full``: with everything else ``verify``
+        checks, including the latest anchor), not the header's: anchoring a run that does not
+        verify is refused, so an anchor never vouches for tampered evidence."""
         if self.anchors is None:
             return None
-        verification = await self.verify(run_id, full=False)
+        verification = await self.verify(run_id, full=full)
         if not verification.intact:
             raise ChainBrokenError(
                 f"refusing to anchor run {run_id}: {verification.summary()}",
