@@ -17,7 +17,7 @@ AT = datetime(2026, 11, 3, 9, 0, tzinfo=UTC)
 @pytest.fixture(params=["local", "s3"])
 def store(request: pytest.FixtureRequest) -> ArtifactStore:
     name = "local_artifact_store" if request.param == "local" else "s3_artifact_store"
-    return request.getfixturevalue(name)  # type: ignore[no-any-return]
+    return request.getfixturevalue(name)
 
 
 async def test_anchor_log_appends_finds_the_latest_and_verifies(store: ArtifactStore) -> None:
