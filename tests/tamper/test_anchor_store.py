@@ -35,3 +35,14 @@ async def test_anchor_log_appends_finds_the_latest_and_verifies(store: ArtifactS
     assert [e.index for e in entries] == [1, 2, 3] and not problems
     # write-once: the same index is never written again
     assert not await log.objects.create("log/000000000001.json", b"{}")
+
+
+def test_every_lookup_table_is_checked_against_the_chain() -> None:
+    """A lookup table the ledger writes but verification does not check would be trusted
+    unchecked: the two lists must name the same tables, keys and looked-up columns."""
+    from stores.sql.projections import PROJECTIONS
+    from stores.sql.run_check import PROJECTION_RULES
+
+    written = {p.table.name: p.key_column for p in PROJECTIONS.values()}
+    checked = {r.table: r.key_column for r in PROJECTION_RULES}
+    assert checked == written
