@@ -75,6 +75,9 @@ class IncidentActivities:
             s.ledger, s.evidence, s.artifacts, request, freeze_id=f"{incident_id}:{run_id}", now=now
         )
         await self.incidents.record_freeze(record)
+        # the frozen head also goes outside the database: the freeze record above is a row an
+        # attacker with the database could rewrite along with the run
+        await s.ledger.anchor(run_id)
         return FreezeSummary(
             freeze_id=record.freeze_id,
             artifact_count=len(record.artifact_digests),

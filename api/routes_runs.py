@@ -40,12 +40,13 @@ async def get_run(run_id: str, state: State, _: Reader) -> dict[str, Any]:
 
 @router.get(
     "/{run_id}/verify",
-    summary="Verify the run's hash chain (intact, or the first broken sequence and why)",
+    summary="Verify the run: chain, payloads, artifacts, lookup rows, anchor (intact, or the "
+    "first problem and where)",
 )
 async def verify_run(run_id: str, state: State, _: Reader) -> dict[str, Any]:
     with naming("run_id"):
         result = await (await state.stores()).ledger.verify(run_id)
-    return result.model_dump(mode="json")
+    return result.report()
 
 
 @router.get(

@@ -16,6 +16,7 @@ from models.regression import RegressionCase, evaluate_case
 from models.replay_flow import ReplayPlan, ReplayWorkflowInput
 from models.replay_plans import PlanFields, plan_for_candidates
 from runtime.trajectory import load_trajectory
+from runtime.verification import require_verified
 from stores.sql.incidents import SqlIncidentStore
 
 if TYPE_CHECKING:
@@ -53,6 +54,11 @@ async def run_gate(
     if repeat < 1:
         raise InvalidInputError("--repeat must be at least 1", field="--repeat")
     cases = await SqlIncidentStore(stores.db).active_cases()
+    # a case whose source run does not verify gates nothing: refuse rather than replay it
+    for case in cases:
+        await require_verified(
+            stores.ledger, case.source_run_id, to=f"gate on regression case {case.case_id}"
+        )
     results = [await _gate_case(client, stores, case, candidates, repeat, miss) for case in cases]
     return {
         "candidate": {k: v for k, v in candidates},

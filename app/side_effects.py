@@ -14,6 +14,7 @@ from models.errors import ConfigurationError, NotFoundError
 from runtime.recorder import RunRecorder
 from runtime.side_effects import retry_side_effect
 from runtime.tools import ToolCallContext, ToolProvider
+from runtime.verification import require_verified
 from stores.bundle import Stores
 from stores.sql.views import SqlRunViews
 
@@ -50,6 +51,9 @@ async def retry_recorded_side_effect(
     its original idempotency key and arguments. An UNKNOWN one raises
     ``ReconciliationRequiredError`` before anything reaches the provider."""
     record: SideEffectRecord = await stores.evidence.record(SideEffectRecord, side_effect_id)
+    # the status and arguments read here come from lookup rows: they must be what the chained
+    # events say before a provider is called on their word
+    await require_verified(stores.ledger, record.run_id, to=f"retry side effect {side_effect_id}")
     run = await stores.ledger.get_run(record.run_id)
     recorder = RunRecorder(stores.ledger, stores.artifacts, record.run_id)
     recorder.step_id = record.step_id

@@ -11,6 +11,7 @@ import typer
 
 from cli import (
     agent,
+    anchors,
     api_server,
     demo,
     dev,
@@ -34,6 +35,7 @@ app = typer.Typer(
 
 for group in (
     runs,
+    anchors,
     demo,
     agent,
     importing,

@@ -14,7 +14,7 @@ from models.errors import InvalidInputError
 
 app = typer.Typer()
 runs_app = typer.Typer(
-    help="Recorded runs: list, show, verify the hash chain.", no_args_is_help=True
+    help="Recorded runs: list, show, verify their evidence (chain, payloads, artifacts, lookup rows, anchor).", no_args_is_help=True
 )
 app.add_typer(runs_app, name="runs")
 
@@ -101,13 +101,15 @@ async def runs_show(run_id: str, as_json: JsonOption = False) -> None:
 @runs_app.command("verify")
 @run_async
 async def runs_verify(run_id: str, as_json: JsonOption = False) -> None:
-    """Verify a run's hash chain: exit 0 when intact, 1 naming the first broken sequence."""
+    """Verify a run: its hash chain, its artifact-stored payloads and referenced artifacts, the
+    lookup rows (side effects, approvals, policy decisions, checkpoints, fixtures, …) against
+    the chained events, and its latest anchor. Exit 0 when intact, 1 naming the first problem."""
     from stores.bundle import open_stores
 
     async with open_stores(load_settings().stores) as stores:
         result = await stores.ledger.verify(run_id)
     if as_json:
-        print_json(result.model_dump(mode="json"))
+        print_json(result.report())
     else:
         typer.echo(result.summary())
     if not result.intact:

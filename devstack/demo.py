@@ -31,7 +31,7 @@ from models import (
     ToolFixture,
     ToolOutcome,
 )
-from models.canonical import canonical_hash
+from models.canonical import canonical_hash, canonicalize
 from stores.bundle import Stores, open_stores
 from stores.sql.ledger import NewEvent
 from worker.settings import Settings
@@ -51,6 +51,8 @@ async def record_sample_run(stores: Stores, run_id: str, start: datetime) -> Non
         b"Tools: crm.lookup(customer_id), email.send(to, subject, body)\n"
     )
     prompt_ref = await stores.artifacts.put(prompt_text)
+    # the checkpoint's state is stored too: verification reads back every referenced artifact
+    await stores.artifacts.put(canonicalize({"done": True}))
     request: dict[str, JsonValue] = {"customer_id": "C-1001"}
     email = {"to": "ada@example.com", "subject": "Your ticket", "body": "We fixed it."}
     action_hash = canonical_hash({"capability": "email.send", "arguments": email})

@@ -63,8 +63,7 @@ async def freeze_evidence(
     if not verification.intact:
         raise ChainBrokenError(
             f"refusing to freeze the evidence of run {run_id} for incident "
-            f"{request.incident_id}: its chain is broken at sequence {verification.broken_at}: "
-            f"{verification.reason} ({verification.detail})",
+            f"{request.incident_id}: it does not verify: {verification.summary()}",
             sequence=verification.broken_at,
         )
     existing, missing = await split_existing(

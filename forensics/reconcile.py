@@ -27,6 +27,7 @@ from models import ExecutionEventType, Record, SideEffectRecord, SideEffectStatu
 from models.errors import ConflictError, InvalidInputError
 from runtime.ports import EvidenceReader
 from runtime.recorder import RunRecorder
+from runtime.verification import require_verified
 
 __all__ = [
     "Reconciliation",
@@ -150,7 +151,11 @@ async def reconcile_side_effect(
     side_effect_id: str,
 ) -> Reconciliation:
     """Ask the first reconciler that supports the capability what happened to an UNKNOWN
-    write and record a conclusive answer as RECONCILED (``recorder`` is the write's run)."""
+    write and record a conclusive answer as RECONCILED (``recorder`` is the write's run).
+    A run that does not verify is refused before any provider is asked."""
+    await require_verified(
+        recorder.ledger, recorder.run_id, to=f"reconcile side effect {side_effect_id}"
+    )
     record = await _load(evidence, recorder, side_effect_id)
     if _settled(record):
         return Reconciliation(
@@ -206,6 +211,9 @@ async def resolve_by_human(
         raise InvalidInputError("resolving a side effect needs the evidence it is based on")
     if not resolved_by.strip():
         raise InvalidInputError("resolving a side effect needs the name of who decided")
+    await require_verified(
+        recorder.ledger, recorder.run_id, to=f"resolve side effect {side_effect_id}"
+    )
     record = await _load(evidence, recorder, side_effect_id)
     if _settled(record, applied):
         return record

@@ -21,6 +21,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
+from typing import Any
+
+from pydantic import Field
 
 from models.base import Record, format_instant
 from models.canonical import canonicalize_flat
@@ -87,6 +90,20 @@ class BreakReason(StrEnum):
     PAYLOAD_HASH_MISMATCH = "payload hash mismatch"
     HASH_MISMATCH = "event hash mismatch"
     HEAD_MISMATCH = "head mismatch"
+    #: beyond the chain (``models.verification``): a payload or referenced artifact, a row of
+    #: a lookup table, an external anchor
+    ARTIFACT = "artifact"
+    PROJECTION = "projection"
+    ANCHOR = "anchor"
+
+
+class VerificationProblem(Record):
+    """One thing that does not verify: where (the sequence it is about, when there is one), what
+    kind (``chain``, ``payload``, ``artifact``, a table name, ``anchor``) and a sentence."""
+
+    sequence: int | None
+    kind: str
+    message: str
 
 
 class ChainVerification(Record):
@@ -100,11 +117,47 @@ class ChainVerification(Record):
     broken_at: int | None = None
     reason: BreakReason | None = None
     detail: str | None = None
+    #: how many of each thing were checked: events, payloads, artifacts, projections, anchors
+    checked: dict[str, int] = Field(default_factory=dict)
+    #: every problem found, first (lowest sequence) first; the first one is ``broken_at``
+    problems: tuple[VerificationProblem, ...] = ()
 
     def summary(self) -> str:
         if self.intact:
             return f"intact: {self.event_count} events, head {self.head_hash}"
+        if self.reason in _SENTENCE_REASONS:
+            where = "" if self.broken_at is None else f" at sequence {self.broken_at}"
+            return f"broken{where}: {self.detail}"
         return f"broken at sequence {self.broken_at}: {self.reason} ({self.detail})"
+
+    def report(self) -> dict[str, Any]:
+        """The ``runs verify --json`` document."""
+        problems = list(self.problems)
+        if not self.intact and not problems:
+            problems = [
+                VerificationProblem(sequence=self.broken_at, kind="chain", message=self.summary())
+            ]
+        return {
+            "run_id": self.run_id,
+            "intact": self.intact,
+            "events": self.event_count,
+            "head": self.head_hash,
+            "head_sequence": self.head_sequence,
+            "head_hash": self.head_hash,
+            "checked": {
+                "events": self.event_count,
+                **dict.fromkeys(("payloads", "artifacts", "projections", "anchors"), 0),
+                **self.checked,
+            },
+            "summary": self.summary(),
+            "broken_at": self.broken_at,
+            "reason": None if self.reason is None else str(self.reason),
+            "problems": [p.model_dump(mode="json") for p in problems],
+        }
+
+
+#: reasons whose ``detail`` is a whole sentence naming the place
+_SENTENCE_REASONS = frozenset({BreakReason.ARTIFACT, BreakReason.PROJECTION, BreakReason.ANCHOR})
 
 
 def verify_chain(

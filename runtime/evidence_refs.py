@@ -20,7 +20,14 @@ from models.digest import is_digest
 from models.errors import InvalidInputError
 from runtime.ports import ArtifactStore, EventLedger, EvidenceReader
 
-__all__ = ["collect_references", "gather_limited", "referenced_artifacts", "split_existing"]
+__all__ = [
+    "REFERENCING",
+    "collect_references",
+    "gather_limited",
+    "referenced_artifacts",
+    "refs_in",
+    "split_existing",
+]
 
 E = ExecutionEventType
 CAS_PREFIX = "cas:"
@@ -29,7 +36,7 @@ _DIGEST_LENGTH = len("sha256:") + 64
 _CONCURRENCY = 16
 
 #: events whose payloads point to artifacts
-_REFERENCING = frozenset(
+REFERENCING = frozenset(
     {
         E.PROMPT_COMPILED,
         E.CONTEXT_SNAPSHOT,
@@ -42,7 +49,7 @@ _REFERENCING = frozenset(
 )
 
 
-def _refs_in(event_type: ExecutionEventType, payload: Any) -> Iterator[Any]:
+def refs_in(event_type: ExecutionEventType, payload: Any) -> Iterator[Any]:
     """Values of the top-level ``*_ref`` / ``*_refs`` keys of a payload (prompt ``content_ref``,
     snapshot ``message_refs``/``evidence_refs``/``memory_refs``, checkpoint ``state_ref``, step
     ``random_state_ref``/``state_ref``, migration ``raw_state_ref``/``migrated_state_ref``), the
@@ -74,11 +81,11 @@ async def collect_references(
     # an unreadable payload is skipped here: the chain check of the freeze covers inline
     # payloads, and a damaged payload in the store is itself frozen by its CAS reference
     for event, data in await ledger.events_with_payloads(
-        run_id, types=_REFERENCING, missing_ok=True
+        run_id, types=REFERENCING, missing_ok=True
     ):
         if data is not None:
             try:
-                found.extend(_refs_in(event.type, json.loads(data)))
+                found.extend(refs_in(event.type, json.loads(data)))
             except ValueError:
                 continue
     for prompt in await evidence.records(PromptArtifact, run_id):

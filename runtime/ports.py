@@ -125,7 +125,9 @@ class EventLedger(Protocol):
         missing_ok: bool = False,
     ) -> list[tuple[ExecutionEvent, bytes | None]]: ...
 
-    async def verify(self, run_id: str) -> ChainVerification: ...
+    async def verify(self, run_id: str, *, full: bool = True) -> ChainVerification:
+        """The run's chain and, when ``full``, everything read later as its evidence."""
+        ...
 
 
 @runtime_checkable

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from runtime.ports import ArtifactStore
 from runtime.privacy.service import PrivacyService
+from stores.anchors import AnchorLog, open_anchor_log
 from stores.artifacts import S3ArtifactStore, open_artifact_store
 from stores.config import StoreSettings
 from stores.encryption import load_kek
@@ -26,6 +27,8 @@ class Stores:
     evidence: SqlEvidenceReader
     #: raw evidence (encrypted) and privacy records, see runtime/privacy/service.py
     privacy: PrivacyService | None = None
+    #: run heads anchored outside the database, beside the artifacts
+    anchors: AnchorLog | None = None
 
 
 @contextlib.asynccontextmanager
@@ -46,14 +49,16 @@ async def open_stores(settings: StoreSettings) -> AsyncIterator[Stores]:
         # the KEK is loaded from its settings (or the dev key file under the home directory)
         # only when a raw payload is sealed or opened
         vault = SqlRawVault(db, artifacts, lambda: load_kek(settings.kek, settings.home))
-        ledger = SqlLedger(db, artifacts, vault=vault)
+        anchors = open_anchor_log(artifacts)
+        ledger = SqlLedger(db, artifacts, vault=vault, anchors=anchors)
         evidence = SqlEvidenceReader(db)
         yield Stores(
             db=db,
             artifacts=artifacts,
             ledger=ledger,
             evidence=evidence,
-            privacy=PrivacyService(ledger, evidence, artifacts, vault, SqlPrivacyRecords(db)),
+            privacy=PrivacyService(ledger, evidence, artifacts, vault, SqlPrivacyRecords(db, anchors)),
+            anchors=anchors,
         )
     finally:
         await db.dispose()

@@ -111,7 +111,7 @@ class ProxyLedger:
         )
         return [(ExecutionEvent.model_validate(e), codec.unb64(d)) for e, d in answer]
 
-    async def verify(self, run_id: str) -> ChainVerification:
+    async def verify(self, run_id: str, *, full: bool = True) -> ChainVerification:
         raise SandboxViolationError("chain verification happens before steps, not in them")
 
 

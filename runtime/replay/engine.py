@@ -108,7 +108,10 @@ class ReplayEngine:
         verification = await self.ledger.verify(plan.source_run_id)
         if not verification.intact:
             return PreparedReplay(
-                ok=False, problems=(f"source run chain {verification.summary()}",)
+                ok=False,
+                problems=(
+                    f"source run {plan.source_run_id} does not verify: {verification.summary()}",
+                ),
             )
         source = await self.source(plan.source_run_id)
         run = source.run

@@ -19,10 +19,18 @@ from sqlalchemy.exc import IntegrityError as SAIntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from models import ExecutionEvent, ExecutionEventType, HashedRecord, RunRecord, RunStatus
+from models.anchor import Anchor, AnchorEntry
 from models.canonical import canonicalize
-from models.chain import GENESIS_HASH, ChainRow, ChainVerification, row_hash, verify_chain
+from models.chain import (
+    GENESIS_HASH,
+    ChainRow,
+    ChainVerification,
+    row_hash,
+    verify_chain,
+)
 from models.digest import sha256_digest, verify_content
 from models.errors import (
+    ChainBrokenError,
     ConflictError,
     IntegrityError,
     InvalidInputError,
@@ -32,11 +40,13 @@ from models.errors import (
     StoreError,
 )
 from runtime.ports import ArtifactStore, NewEvent
+from stores.anchors import AnchorLog
 from stores.sql import schema
 from stores.sql.database import Database, utc
 from stores.sql.group_commit import GroupCommitter
 from stores.sql.privacy import SqlRawVault, event_raw_id
 from stores.sql.projections import write_projection
+from stores.sql.run_check import check_headless, check_run
 
 __all__ = ["CAS_PREFIX", "INLINE_REF", "NewEvent", "RunSummary", "SqlLedger"]
 
@@ -82,6 +92,7 @@ class SqlLedger:
         inline_limit: int = INLINE_PAYLOAD_LIMIT,
         group_commit: bool = True,
         vault: SqlRawVault | None = None,
+        anchors: AnchorLog | None = None,
     ) -> None:
         self.db = db
         self.artifacts = artifacts
@@ -89,6 +100,8 @@ class SqlLedger:
         #: the environment the first time a raw payload differs from its sanitized view
         self.vault = vault or SqlRawVault(db, artifacts)
         self.clock = clock
+        #: where run heads are anchored outside the database (None: not anchored)
+        self.anchors = anchors
         self.inline_limit = inline_limit
         self._committer = GroupCommitter(self._write_batch) if group_commit else None
 
@@ -142,7 +155,33 @@ class SqlLedger:
                 .where(schema.runs.c.run_id == run_id)
                 .values(status=str(status), record=finished.model_dump(mode="json"))
             )
+        # a finished run's head goes outside the database: a later truncation or re-chaining
+        # disagrees with it
+        # (the chain only: finishing must not read every artifact of the run again)
+        await self.anchor(run_id, full=False)
         return finished
+
+    async def anchor(self, run_id: str, *, full: bool = True) -> AnchorEntry | None:
+        """Anchor the run's current head in the anchor log (None when there is no log).
+        The head is the chain's as verified (``full``: with everything else ``verify``
+        checks, including the latest anchor), not the header's: anchoring a run that does not
+        verify is refused, so an anchor never vouches for tampered evidence."""
+        if self.anchors is None:
+            return None
+        verification = await self.verify(run_id, full=full)
+        if not verification.intact:
+            raise ChainBrokenError(
+                f"refusing to anchor run {run_id}: {verification.summary()}",
+                sequence=verification.broken_at,
+            )
+        return await self.anchors.append(
+            Anchor(
+                run_id=run_id,
+                sequence=verification.head_sequence,
+                head=verification.head_hash,
+                at=self.clock(),
+            )
+        )
 
     async def list_runs(self, *, limit: int = 1000) -> list[RunSummary]:
         r = schema.runs.c
@@ -356,26 +395,28 @@ class SqlLedger:
             bytes(row.payload), event.payload_hash, f"payload of {event.run_id}#{event.sequence}"
         )
 
-    async def verify(self, run_id: str) -> ChainVerification:
-        """Verify the run's chain from the stored columns and inline payloads."""
+    async def verify(self, run_id: str, *, full: bool = True) -> ChainVerification:
+        """Verify the run: its chain from the stored columns and inline payloads and, unless
+        ``full`` is False, everything later read as its evidence (``stores.sql.run_check``):
+        artifact-stored payloads, referenced artifacts, lookup rows, freeze records, anchor."""
         r = schema.runs.c
         e = schema.execution_events.c
         async with self.db.read() as conn:
             head = (
                 await conn.execute(select(r.head_sequence, r.head_hash).where(r.run_id == run_id))
             ).first()
-            if head is None:
-                raise RunNotFoundError(f"run not found: {run_id!r}")
             rows = (
                 await conn.execute(
                     select(schema.execution_events).where(e.run_id == run_id).order_by(e.sequence)
                 )
             ).all()
-        return verify_chain(
-            run_id,
-            [_chain_row(row) for row in rows],
-            expected_head=(head.head_sequence, head.head_hash),
-        )
+        chain_rows = [_chain_row(row) for row in rows]
+        if head is None:
+            return await check_headless(self.anchors, run_id, chain_rows)
+        chain = verify_chain(run_id, chain_rows, expected_head=(head.head_sequence, head.head_hash))
+        if not full:
+            return chain
+        return await check_run(self.db, self.artifacts, self.anchors, run_id, chain_rows, chain)
 
 
 @dataclass

@@ -4,27 +4,75 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import insert, select, text, update
 
+from models.anchor import AUDIT_GENESIS, AUDIT_LOG_ID, Anchor, audit_link, verify_audit_chain
+from models.chain import VerificationProblem
 from models.privacy import AuditRecord, DeletionReceipt, LegalHold
+from stores.anchors import AnchorLog
 from stores.sql import schema
 from stores.sql.database import Database
 
+#: the advisory lock that serialises audit appends on PostgreSQL
+_AUDIT_LOCK = 0x52425F4155444954  # "RB_AUDIT"
+
 
 class SqlPrivacyRecords:
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, anchors: AnchorLog | None = None) -> None:
         self.db = db
+        #: where the audit chain's head is anchored after each record (None: not anchored)
+        self.anchors = anchors
 
     async def audit(self, record: AuditRecord) -> None:
+        """Append ``record`` to the audit chain: linked to the record before it, one writer
+        at a time (SQLite's write lock; a transaction-scoped advisory lock on PostgreSQL)."""
+        a = schema.privacy_audit.c
+        body = record.model_dump(mode="json")
         async with self.db.transaction() as conn:
+            if self.db.is_postgresql:
+                await conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _AUDIT_LOCK})
+            last = (
+                await conn.execute(
+                    select(a.position, a.hash)
+                    .where(a.position.is_not(None))
+                    .order_by(a.position.desc())
+                    .limit(1)
+                )
+            ).first()
+            position = 1 if last is None else last.position + 1
+            previous = AUDIT_GENESIS if last is None else last.hash
+            link = audit_link(previous, position, body)
             await conn.execute(
                 insert(schema.privacy_audit).values(
                     audit_id=record.audit_id,
                     at=record.at,
                     run_id=record.run_id,
-                    record=record.model_dump(mode="json"),
+                    record=body,
+                    position=position,
+                    previous_hash=previous,
+                    hash=link,
                 )
             )
+        if self.anchors is not None:
+            await self.anchors.append(
+                Anchor(
+                    kind="audit", run_id=AUDIT_LOG_ID, sequence=position, head=link, at=record.at
+                )
+            )
+
+    async def verify_audit(self) -> tuple[int, list[str], list[VerificationProblem]]:
+        """The audit chain: its length, its hashes in position order, its first problem."""
+        a = schema.privacy_audit.c
+        async with self.db.read() as conn:
+            rows = (
+                await conn.execute(
+                    select(a.position, a.previous_hash, a.hash, a.record)
+                    .where(a.position.is_not(None))
+                    .order_by(a.position)
+                )
+            ).all()
+        chain = [(r.position, r.previous_hash, r.hash, dict(r.record)) for r in rows]
+        return len(chain), [r.hash for r in rows], verify_audit_chain(chain)
 
     async def audits(self, *, limit: int = 10000) -> list[AuditRecord]:
         a = schema.privacy_audit.c

@@ -265,6 +265,10 @@ privacy_audit = Table(
     Column("run_id", Id, nullable=False),
     # a models.privacy.AuditRecord
     Column("record", Json, nullable=False),
+    # the audit chain (migration 0004): NULL on rows written before it
+    Column("position", BigInteger, nullable=True, unique=True),
+    Column("previous_hash", DigestCol, nullable=True),
+    Column("hash", DigestCol, nullable=True),
 )
 
 legal_holds = Table(

@@ -196,7 +196,7 @@ async def test_a_run_edited_in_sql_is_not_frozen(rec) -> None:  # type: ignore[n
 async def test_refs_in_steps_migrations_and_artifacts_are_frozen(rec) -> None:  # type: ignore[no-untyped-def]
     """References the support desk does not record live (replay's random state, state
     migrations, artifacts) are found too; values that are not digests are ignored, and digests
-    that are not in the store are reported as missing, never hidden."""
+    that are not in the store are named: the run does not verify and is not frozen."""
     t0 = datetime(2026, 8, 20, 10, 15, tzinfo=UTC)
     run_id = f"run-{uuid.uuid4().hex[:12]}"
     await rec.ledger.create_run(
@@ -244,6 +244,21 @@ async def test_refs_in_steps_migrations_and_artifacts_are_frozen(rec) -> None:  
     assert found == {random_state, raw, migrated, artifact}
     assert await referenced_artifacts(rec.ledger, rec.evidence, run_id) == found  # ledger's store
     assert await collect_references(rec.ledger, rec.evidence, run_id) == found | {absent}
+    # a chained reference to an artifact that is not stored is evidence that does not verify:
+    # the freeze names it and holds nothing
+    with pytest.raises(ChainBrokenError, match=f"sequence 4: artifact {absent} missing"):
+        await freeze_evidence(
+            rec.ledger,
+            rec.evidence,
+            rec.artifacts,
+            freeze_request(run_id),
+            freeze_id="freeze-refs",
+            now=datetime.now(UTC),
+        )
+    for digest in found:
+        assert not await rec.artifacts.legal_hold(digest)
+    # once it is stored (restored from a backup, say) the run verifies and everything is held
+    await rec.artifacts.put(b"never stored")
     record = await freeze_evidence(
         rec.ledger,
         rec.evidence,
@@ -252,9 +267,9 @@ async def test_refs_in_steps_migrations_and_artifacts_are_frozen(rec) -> None:  
         freeze_id="freeze-refs",
         now=datetime.now(UTC),
     )
-    assert set(record.artifact_digests) == found and record.missing_digests == (absent,)
+    assert set(record.artifact_digests) == found | {absent} and record.missing_digests == ()
     assert record.chain_head_sequence == 4
-    for digest in found:
+    for digest in found | {absent}:
         assert await rec.artifacts.legal_hold(digest)
 
 
@@ -291,13 +306,18 @@ async def test_a_lookup_row_edited_in_sql_cannot_hide_an_artifact(rec) -> None: 
         await conn.execute(
             update(table).where(table.c.artifact_id == prompt.artifact_id).values(record=forged)
         )
-    record = await freeze_evidence(
-        rec.ledger,
-        rec.evidence,
-        rec.artifacts,
-        freeze_request(run_id),
-        freeze_id="freeze-row-edit",
-        now=datetime.now(UTC),
-    )
-    assert prompt.content_ref in record.artifact_digests
-    assert await rec.artifacts.legal_hold(prompt.content_ref)
+    # the edited row no longer agrees with the chained event that recorded it: the freeze is
+    # refused naming it (and nothing is held on the decoy's word)
+    with pytest.raises(ChainBrokenError, match=f"prompt artifact {prompt.artifact_id} content_ref"):
+        await freeze_evidence(
+            rec.ledger,
+            rec.evidence,
+            rec.artifacts,
+            freeze_request(run_id),
+            freeze_id="freeze-row-edit",
+            now=datetime.now(UTC),
+        )
+    assert not await rec.artifacts.legal_hold(decoy)
+    # and the references are still read from the chain-covered payloads, not the edited row
+    refs = await collect_references(rec.ledger, rec.evidence, run_id)
+    assert prompt.content_ref in refs

@@ -1,0 +1,205 @@
+"""Benchmark: full run verification against the chain-only check, on a 10,000-event run.
+
+Run with ``.venv/bin/python -m bench.bench_verify [--pg]``. The run mixes plain events with
+record-carrying ones (tool fixtures, policy decisions, approvals, side-effect transitions,
+checkpoints: one lookup row each), artifact references and a few artifact-stored payloads,
+and is anchored. Reported: verified events/s of ``verify(full=False)`` (chain, header) and of
+``verify()`` (also payloads, artifacts, lookup rows, freezes, anchor) and their ratio.
+
+Target: the full check within 3x of the chain-only check.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import tempfile
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from models import (
+    ApprovalRecord,
+    ExecutionEventType,
+    PolicyDecision,
+    PolicyDecisionRecord,
+    ReplayCheckpoint,
+    RunRecord,
+    RunStatus,
+    SideEffectRecord,
+    SideEffectStatus,
+    ToolFixture,
+    ToolOutcome,
+)
+from models.canonical import canonical_hash
+from stores.anchors import open_anchor_log
+from stores.artifacts import LocalArtifactStore
+from stores.sql.database import open_database
+from stores.sql.ledger import NewEvent, SqlLedger
+from stores.sql.scratch import create_scratch_database, drop_scratch_database
+
+PG_ADMIN_URL = os.environ.get("REPLAYBOOK_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
+T0 = datetime(2026, 11, 3, 9, 0, tzinfo=UTC)
+E = ExecutionEventType
+EVENTS = 10_000
+RATIO_TARGET = 3.0
+
+
+def _events(run_id: str, state_refs: list[str]) -> list[NewEvent]:
+    out: list[NewEvent] = []
+    for i in range(EVENTS):
+        at = T0 + timedelta(milliseconds=i)
+        kind = i % 10
+        action = canonical_hash({"refund": i})
+        if kind == 1:
+            out.append(
+                NewEvent(
+                    f"s{i}",
+                    E.TOOL_CALL,
+                    at,
+                    record=ToolFixture(
+                        tool_call_id=f"tc-{i}",
+                        capability_id="crm.lookup",
+                        request_hash=canonical_hash({"i": i}),
+                        sanitized_request={"i": i},
+                        # every 500th response is large: an artifact-stored payload
+                        sanitized_response={"rows": ["r" * 100] * (700 if i % 500 == 1 else 3)},
+                        outcome=ToolOutcome.SUCCESS,
+                        started_at=at,
+                    ),
+                )
+            )
+        elif kind == 3:
+            out.append(
+                NewEvent(
+                    f"s{i}",
+                    E.POLICY_DECISION,
+                    at,
+                    record=PolicyDecisionRecord(
+                        policy_id="refunds",
+                        policy_version="v3",
+                        input_hash=action,
+                        sanitized_input={"i": i},
+                        decision=PolicyDecision.ALLOW,
+                    ),
+                )
+            )
+        elif kind == 5:
+            out.append(
+                NewEvent(
+                    f"s{i}",
+                    E.APPROVAL,
+                    at,
+                    record=ApprovalRecord(
+                        approval_id=f"{run_id}-ap-{i}",
+                        approver="lead",
+                        action_hash=action,
+                        approved_at=at,
+                        expires_at=at + timedelta(hours=1),
+                    ),
+                )
+            )
+        elif kind in (6, 7):
+            se = f"{run_id}-se-{i - (kind - 6)}"
+            out.append(
+                NewEvent(
+                    f"s{i}",
+                    E.SIDE_EFFECT,
+                    at,
+                    record=SideEffectRecord(
+                        side_effect_id=se,
+                        run_id=run_id,
+                        step_id=f"s{i}",
+                        capability_id="payment.refund",
+                        idempotency_key=f"idem-{se}",
+                        action_hash=action,
+                        status=SideEffectStatus.EXECUTING
+                        if kind == 6
+                        else SideEffectStatus.CONFIRMED,
+                    ),
+                )
+            )
+        elif kind == 9 and i % 100 == 9:
+            out.append(
+                NewEvent(
+                    f"s{i}",
+                    E.CHECKPOINT,
+                    at,
+                    record=ReplayCheckpoint(
+                        run_id=run_id,
+                        step_id=f"s{i}",
+                        sequence=i + 1,
+                        state_ref=state_refs[(i // 100) % len(state_refs)],
+                        state_hash=canonical_hash({"i": i}),
+                        logical_time=at,
+                    ),
+                )
+            )
+        else:
+            out.append(NewEvent(f"s{i}", E.MODEL_CALL, at, payload={"i": i, "text": "ok " * 20}))
+    return out
+
+
+async def _bench(url: str, root: Path) -> dict[str, float]:
+    db = await open_database(url)
+    try:
+        artifacts = LocalArtifactStore(root)
+        ledger = SqlLedger(db, artifacts, anchors=open_anchor_log(artifacts), group_commit=False)
+        run_id = f"bench-{uuid.uuid4().hex[:8]}"
+        await ledger.create_run(
+            RunRecord(run_id=run_id, graph_id="bench", graph_version="1", created_at=T0)
+        )
+        state_refs = [await artifacts.put(f"state {i}".encode()) for i in range(20)]
+        events = _events(run_id, state_refs)
+        for start in range(0, len(events), 500):
+            await ledger.append_many(run_id, events[start : start + 500])
+        await ledger.finish_run(run_id, RunStatus.COMPLETED)
+        full = await ledger.verify(run_id)
+        assert full.intact, full.summary()
+        rates = {}
+        for name, is_full in (("chain only", False), ("full", True)):
+            best = float("inf")
+            for _ in range(3):
+                started = time.perf_counter()
+                result = await ledger.verify(run_id, full=is_full)
+                best = min(best, time.perf_counter() - started)
+                assert result.intact
+            rates[name] = EVENTS / best
+        rates["checked projections"] = full.checked["projections"]
+        rates["checked payloads"] = full.checked["payloads"]
+        rates["checked artifacts"] = full.checked["artifacts"]
+        return rates
+    finally:
+        await db.dispose()
+
+
+async def main(pg: bool) -> int:
+    with tempfile.TemporaryDirectory() as tmp:
+        backends = {"sqlite": f"sqlite+aiosqlite:///{Path(tmp) / 'bench.db'}"}
+        pg_url = await create_scratch_database(PG_ADMIN_URL, "rb_bench") if pg else None
+        if pg_url is not None:
+            backends["postgresql"] = pg_url
+        worst = 0.0
+        try:
+            for name, url in backends.items():
+                rates = await _bench(url, Path(tmp) / f"artifacts-{name}")
+                ratio = rates["chain only"] / rates["full"]
+                worst = max(worst, ratio)
+                print(
+                    f"{name}: {EVENTS} events; chain only {rates['chain only']:,.0f} events/s; "
+                    f"full {rates['full']:,.0f} events/s ({ratio:.2f}x; "
+                    f"{rates['checked projections']:.0f} lookup rows, "
+                    f"{rates['checked payloads']:.0f} payloads, "
+                    f"{rates['checked artifacts']:.0f} artifacts checked)"
+                )
+        finally:
+            if pg_url is not None:
+                await drop_scratch_database(PG_ADMIN_URL, pg_url)
+    print(f"worst ratio {worst:.2f}x (target <= {RATIO_TARGET}x)")
+    return 0 if worst <= RATIO_TARGET else 1
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main("--pg" in sys.argv)))

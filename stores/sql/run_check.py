@@ -1,0 +1,400 @@
+"""Verification of everything a replay, a reconciliation or a retry reads of a run, beyond its
+chain: payloads held in the artifact store, the artifacts events point to, the rows of the
+lookup tables, the freeze records and the external anchor.
+
+The chain proves the events. Each other thing is checked against them: a payload and an
+artifact must hash to the digest a chained event names, a lookup row must be what the chained
+event that recorded it says (``models.verification``), and the latest anchor's head must still
+be in the chain at its sequence (``models.anchor``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import select
+
+from models import ExecutionEventType
+from models.anchor import Anchor, check_head
+from models.canonical import canonical_hash
+from models.chain import ChainRow, ChainVerification, VerificationProblem, verify_chain
+from models.digest import is_digest, sha256_digest
+from models.errors import (
+    ArtifactIntegrityError,
+    ArtifactNotFoundError,
+    IntegrityError,
+    NotFoundError,
+    RunNotFoundError,
+    StoreError,
+)
+from models.verification import ProjectionRule, compare_row, expected_rows, with_problems
+from runtime.evidence_refs import REFERENCING, refs_in
+from runtime.ports import ArtifactStore
+from stores.anchors import AnchorLog
+from stores.sql import schema
+from stores.sql.database import Database, utc
+
+__all__ = ["PROJECTION_RULES", "check_headless", "check_run"]
+
+E = ExecutionEventType
+CAS_PREFIX = "cas:"
+_DIGEST_LENGTH = len("sha256:") + 64
+_CONCURRENCY = 16
+
+
+def _rule(
+    table: str,
+    label: str,
+    types: set[E],
+    key: str,
+    natural: str | None,
+    signature: set[str],
+    columns: tuple[str, ...],
+    mutable: bool = False,
+) -> ProjectionRule:
+    return ProjectionRule(
+        table=table,
+        label=label,
+        event_types=frozenset(str(t) for t in types),
+        key_column=key,
+        natural_key=natural,
+        signature=frozenset(signature),
+        columns=lambda r: {c: r.get(c) for c in columns},
+        mutable=mutable,
+    )
+
+
+#: the lookup tables and how each derives from the chained events (see stores/sql/projections.py,
+#: which writes them: the same key, sequence, content hash, columns and record)
+PROJECTION_RULES: tuple[ProjectionRule, ...] = (
+    _rule(
+        "tool_fixtures",
+        "fixture",
+        {E.TOOL_CALL},
+        "fixture_id",
+        None,
+        {"tool_call_id", "capability_id", "request_hash", "outcome", "sanitized_response"},
+        ("tool_call_id", "capability_id", "request_hash", "outcome"),
+    ),
+    _rule(
+        "prompt_artifacts",
+        "prompt artifact",
+        {E.PROMPT_COMPILED},
+        "artifact_id",
+        "artifact_id",
+        {"artifact_id", "template_version", "compiled_hash", "content_ref"},
+        ("template_version", "compiled_hash"),
+    ),
+    _rule(
+        "context_snapshots",
+        "context snapshot",
+        {E.CONTEXT_SNAPSHOT},
+        "snapshot_id",
+        "snapshot_id",
+        {"snapshot_id", "tool_catalog_hash", "state_hash", "content_hash"},
+        (),
+    ),
+    _rule(
+        "retrieval_fixtures",
+        "retrieval fixture",
+        {E.RETRIEVAL},
+        "retrieval_id",
+        None,
+        {"query_hash", "retriever_version", "evidence"},
+        ("query_hash", "retriever_version"),
+    ),
+    _rule(
+        "policy_decisions",
+        "policy decision",
+        {E.POLICY_DECISION},
+        "decision_id",
+        None,
+        {"policy_id", "policy_version", "input_hash", "decision"},
+        ("policy_id", "policy_version", "decision"),
+    ),
+    _rule(
+        "approvals",
+        "approval",
+        {E.APPROVAL},
+        "approval_id",
+        "approval_id",
+        {"approval_id", "approver", "action_hash", "approved_at"},
+        ("action_hash",),
+    ),
+    _rule(
+        "side_effects",
+        "side effect",
+        {E.SIDE_EFFECT},
+        "side_effect_id",
+        "side_effect_id",
+        {"side_effect_id", "idempotency_key", "action_hash", "status", "capability_id"},
+        ("status", "capability_id", "idempotency_key"),
+        mutable=True,
+    ),
+    _rule(
+        "checkpoints",
+        "checkpoint",
+        {E.CHECKPOINT},
+        "checkpoint_id",
+        None,
+        {"run_id", "step_id", "sequence", "state_ref", "state_hash"},
+        ("sequence",),
+    ),
+)
+
+_PARSED_TYPES = frozenset(t for rule in PROJECTION_RULES for t in rule.event_types) | frozenset(
+    str(t) for t in REFERENCING
+)
+
+
+@dataclass
+class _Found:
+    problems: list[VerificationProblem] = field(default_factory=list)
+    checked: dict[str, int] = field(
+        default_factory=lambda: {
+            "payloads": 0,
+            "artifacts": 0,
+            "projections": 0,
+            "anchors": 0,
+        }
+    )
+
+    def add(self, sequence: int | None, kind: str, message: str) -> None:
+        self.problems.append(VerificationProblem(sequence=sequence, kind=kind, message=message))
+
+
+async def check_run(
+    db: Database,
+    artifacts: ArtifactStore | None,
+    anchors: AnchorLog | None,
+    run_id: str,
+    rows: Sequence[ChainRow],
+    chain: ChainVerification,
+) -> ChainVerification:
+    """``chain`` (the verification of ``rows``) with every problem found beyond the chain."""
+    found = _Found()
+    payloads = await _payloads(artifacts, rows, found)
+    refs: dict[str, int] = {}
+    events: list[tuple[int, str, str, str, Any]] = []
+    for row in rows:
+        if row.type not in _PARSED_TYPES:
+            continue
+        data = payloads.get(row.sequence)
+        if data is None:
+            continue
+        try:
+            payload = json.loads(data)
+        except ValueError:
+            continue
+        events.append((row.sequence, row.event_id, row.type, row.payload_hash, payload))
+        if row.type in _REFERENCING_TYPES:
+            for ref in refs_in(E(row.type), payload):
+                if is_digest(ref) and len(ref) == _DIGEST_LENGTH:
+                    refs.setdefault(ref, row.sequence)
+    await _check_artifacts(artifacts, refs, found)
+    unread = {row.sequence for row in rows if row.sequence not in payloads}
+    await _check_projections(db, run_id, events, unread, found)
+    await _check_heads(db, anchors, run_id, [row.hash for row in rows], found)
+    return with_problems(chain, found.problems, found.checked)
+
+
+_REFERENCING_TYPES = frozenset(str(t) for t in REFERENCING)
+
+
+async def _payloads(
+    artifacts: ArtifactStore | None, rows: Sequence[ChainRow], found: _Found
+) -> dict[int, bytes]:
+    """Every payload, read back and checked: inline ones against their (chained) payload hash,
+    artifact-stored ones from the store."""
+    out: dict[int, bytes] = {}
+    stored: list[ChainRow] = []
+    for row in rows:
+        if row.payload_ref.startswith(CAS_PREFIX):
+            stored.append(row)
+        elif row.payload is not None:
+            # an inline payload the chain check has already hashed (a mismatch breaks it there)
+            out[row.sequence] = row.payload
+        else:
+            found.add(row.sequence, "payload", f"payload of sequence {row.sequence} is missing")
+    semaphore = asyncio.Semaphore(_CONCURRENCY)
+
+    async def read(row: ChainRow) -> None:
+        digest = row.payload_ref[len(CAS_PREFIX) :]
+        what = f"the payload of sequence {row.sequence}"
+        if artifacts is None:
+            found.add(row.sequence, "payload", f"{what} cannot be read: no artifact store")
+            return
+        async with semaphore:
+            try:
+                data = await artifacts.get(digest)
+            except ArtifactNotFoundError:
+                found.add(row.sequence, "payload", f"artifact {digest} missing ({what})")
+                return
+            except ArtifactIntegrityError:
+                found.add(row.sequence, "payload", f"artifact {digest} corrupted ({what})")
+                return
+            except (IntegrityError, NotFoundError, StoreError) as exc:
+                found.add(row.sequence, "payload", f"artifact {digest} unreadable ({exc})")
+                return
+        if digest != row.payload_hash or sha256_digest(data) != row.payload_hash:
+            found.add(
+                row.sequence,
+                "payload",
+                f"artifact {digest} does not hold the payload the chained event hashed "
+                f"({row.payload_hash})",
+            )
+            return
+        found.checked["payloads"] += 1
+        out[row.sequence] = data
+
+    await asyncio.gather(*(read(r) for r in stored))
+    found.checked["payloads"] += len(rows) - len(stored)
+    return out
+
+
+async def _check_artifacts(
+    artifacts: ArtifactStore | None, refs: Mapping[str, int], found: _Found
+) -> None:
+    """Every artifact a chained payload points to is read back and hashed (``get`` does)."""
+    if artifacts is None or not refs:
+        return
+    semaphore = asyncio.Semaphore(_CONCURRENCY)
+
+    async def read(digest: str, sequence: int) -> None:
+        async with semaphore:
+            try:
+                await artifacts.get(digest)
+            except ArtifactNotFoundError:
+                found.add(sequence, "artifact", f"artifact {digest} missing")
+                return
+            except ArtifactIntegrityError:
+                found.add(
+                    sequence,
+                    "artifact",
+                    f"artifact {digest} corrupted: it no longer hashes to its digest",
+                )
+                return
+            except (IntegrityError, NotFoundError, StoreError) as exc:
+                found.add(sequence, "artifact", f"artifact {digest} unreadable ({exc})")
+                return
+        found.checked["artifacts"] += 1
+
+    await asyncio.gather(*(read(d, s) for d, s in refs.items()))
+
+
+async def _check_projections(
+    db: Database,
+    run_id: str,
+    events: list[tuple[int, str, str, str, Any]],
+    unread: set[int],
+    found: _Found,
+) -> None:
+    """Each lookup row against the event that recorded it. A row of an event whose payload
+    could not be read is not called an orphan: that payload's problem is already named."""
+    async with db.read() as conn:
+        for rule in PROJECTION_RULES:
+            table = getattr(schema, rule.table)
+            stored = {
+                str(row[rule.key_column]): dict(row)
+                for row in (
+                    await conn.execute(select(table).where(table.c.run_id == run_id))
+                ).mappings()
+            }
+            expected = expected_rows(rule, events)
+            for key, want in expected.items():
+                row = stored.pop(key, None)
+                if row is None:
+                    found.add(
+                        want.sequence,
+                        rule.table,
+                        f"{rule.label} {key} recorded by the chained event at sequence "
+                        f"{want.sequence} is missing from {rule.table}",
+                    )
+                    continue
+                problem = compare_row(rule, want, row, _same_record)
+                if problem is not None:
+                    found.add(want.sequence, rule.table, problem)
+                found.checked["projections"] += 1
+            for key, row in stored.items():
+                if row.get("sequence") in unread:
+                    continue
+                found.add(
+                    row.get("sequence"),
+                    rule.table,
+                    f"{rule.label} {key} in {rule.table} is not recorded by any chained event",
+                )
+
+
+def _same_record(stored: Mapping[str, Any], chained: Mapping[str, Any]) -> bool:
+    try:
+        return canonical_hash(dict(stored)) == canonical_hash(dict(chained))
+    except ValueError:
+        return False
+
+
+async def _check_heads(
+    db: Database, anchors: AnchorLog | None, run_id: str, hashes: list[str], found: _Found
+) -> None:
+    """The run's latest external anchor and its freeze records name heads the chain must still
+    hold; a truncated, re-chained or rewritten run does not."""
+    f = schema.evidence_freezes.c
+    try:
+        async with db.read() as conn:
+            freezes = (
+                await conn.execute(
+                    select(
+                        f.freeze_id, f.chain_head_sequence, f.chain_head_hash, f.created_at
+                    ).where(f.run_id == run_id)
+                )
+            ).all()
+    except StoreError:
+        # a database still at migration 0001 has no freeze records to check against (the
+        # anchor below does not depend on the database)
+        freezes = []
+    for freeze in freezes:
+        anchor = Anchor(
+            run_id=run_id,
+            sequence=freeze.chain_head_sequence,
+            head=freeze.chain_head_hash,
+            at=utc(freeze.created_at),
+        )
+        problem = check_head(anchor, hashes, what=f"freeze {freeze.freeze_id}")
+        if problem is not None:
+            found.problems.append(problem)
+    if anchors is None:
+        return
+    entry = await anchors.latest(run_id)
+    if entry is None:
+        return
+    found.checked["anchors"] += 1
+    problem = check_head(entry.anchor, hashes)
+    if problem is not None:
+        found.problems.append(problem)
+
+
+async def check_headless(
+    anchors: AnchorLog | None, run_id: str, rows: list[ChainRow]
+) -> ChainVerification:
+    """A run without its header: not found, unless its events or an anchor say it was
+    recorded (a deleted header or a deleted run is then broken, not unknown)."""
+    entry = await anchors.latest(run_id) if anchors is not None else None
+    if entry is None and not rows:
+        raise RunNotFoundError(f"run not found: {run_id!r}")
+    chain = verify_chain(run_id, rows)
+    if entry is not None:
+        problem = check_head(entry.anchor, [row.hash for row in rows])
+        what = "its events are gone" if not rows else "its header is gone"
+        message = f"run header deleted ({what})" + (
+            f"; {problem.message}" if problem is not None else ""
+        )
+        at = entry.anchor.sequence
+    else:
+        message, at = f"run header deleted ({len(rows)} events remain)", 1
+    found = VerificationProblem(sequence=at, kind="anchor", message=message)
+    return with_problems(
+        chain.model_copy(update={"intact": True}), [found], {"anchors": int(entry is not None)}
+    )

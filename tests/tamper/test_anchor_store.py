@@ -1,0 +1,48 @@
+"""The anchor log on both artifact stores: a local directory and S3 (SeaweedFS, Object Lock)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from models.anchor import Anchor
+from models.digest import sha256_digest
+from runtime.ports import ArtifactStore
+from stores.anchors import open_anchor_log
+
+AT = datetime(2026, 11, 3, 9, 0, tzinfo=UTC)
+
+
+@pytest.fixture(params=["local", "s3"])
+def store(request: pytest.FixtureRequest) -> ArtifactStore:
+    name = "local_artifact_store" if request.param == "local" else "s3_artifact_store"
+    return request.getfixturevalue(name)
+
+
+async def test_anchor_log_appends_finds_the_latest_and_verifies(store: ArtifactStore) -> None:
+    log = open_anchor_log(store)
+    assert log is not None
+    heads = [sha256_digest(f"head {i}".encode()) for i in range(3)]
+    first = await log.append(Anchor(run_id="run-a", sequence=5, head=heads[0], at=AT))
+    await log.append(Anchor(run_id="run-b", sequence=2, head=heads[1], at=AT))
+    third = await log.append(Anchor(run_id="run-a", sequence=9, head=heads[2], at=AT))
+    assert (first.index, third.index) == (1, 3)
+    latest = await log.latest("run-a")
+    assert latest is not None and latest.anchor.head == heads[2] and latest.hash == third.hash
+    assert await log.latest("run-c") is None
+    entries, problems = await log.verify()
+    assert [e.index for e in entries] == [1, 2, 3] and not problems
+    # write-once: the same index is never written again
+    assert not await log.objects.create("log/000000000001.json", b"{}")
+
+
+def test_every_lookup_table_is_checked_against_the_chain() -> None:
+    """A lookup table the ledger writes but verification does not check would be trusted
+    unchecked: the two lists must name the same tables, keys and looked-up columns."""
+    from stores.sql.projections import PROJECTIONS
+    from stores.sql.run_check import PROJECTION_RULES
+
+    written = {p.table.name: p.key_column for p in PROJECTIONS.values()}
+    checked = {r.table: r.key_column for r in PROJECTION_RULES}
+    assert checked == written
