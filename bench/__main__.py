@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 from pathlib import Path
 
-from bench import bench_canonical, bench_ledger, bench_replay
+from bench import bench_canonical, bench_ledger, bench_replay, bench_verify
 
 
 def main() -> None:
@@ -14,6 +15,8 @@ def main() -> None:
         "canonical": bench_canonical.main(),
         "ledger": bench_ledger.main(),
         "replay": bench_replay.main(),
+        # runs verification: chain only vs the full check, SQLite and PostgreSQL (exit 1 past 3x)
+        "verify_within_target": asyncio.run(bench_verify.main(pg=True)) == 0,
     }
     out = Path(".replaybook") / "bench-results.json"
     out.parent.mkdir(parents=True, exist_ok=True)

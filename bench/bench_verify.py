@@ -48,98 +48,75 @@ RATIO_TARGET = 3.0
 
 
 def _events(run_id: str, state_refs: list[str]) -> list[NewEvent]:
-    out: list[NewEvent] = []
-    for i in range(EVENTS):
-        at = T0 + timedelta(milliseconds=i)
-        kind = i % 10
-        action = canonical_hash({"refund": i})
-        if kind == 1:
-            out.append(
-                NewEvent(
-                    f"s{i}",
-                    E.TOOL_CALL,
-                    at,
-                    record=ToolFixture(
-                        tool_call_id=f"tc-{i}",
-                        capability_id="crm.lookup",
-                        request_hash=canonical_hash({"i": i}),
-                        sanitized_request={"i": i},
-                        # every 500th response is large: an artifact-stored payload
-                        sanitized_response={"rows": ["r" * 100] * (700 if i % 500 == 1 else 3)},
-                        outcome=ToolOutcome.SUCCESS,
-                        started_at=at,
-                    ),
-                )
-            )
-        elif kind == 3:
-            out.append(
-                NewEvent(
-                    f"s{i}",
-                    E.POLICY_DECISION,
-                    at,
-                    record=PolicyDecisionRecord(
-                        policy_id="refunds",
-                        policy_version="v3",
-                        input_hash=action,
-                        sanitized_input={"i": i},
-                        decision=PolicyDecision.ALLOW,
-                    ),
-                )
-            )
-        elif kind == 5:
-            out.append(
-                NewEvent(
-                    f"s{i}",
-                    E.APPROVAL,
-                    at,
-                    record=ApprovalRecord(
-                        approval_id=f"{run_id}-ap-{i}",
-                        approver="lead",
-                        action_hash=action,
-                        approved_at=at,
-                        expires_at=at + timedelta(hours=1),
-                    ),
-                )
-            )
-        elif kind in (6, 7):
-            se = f"{run_id}-se-{i - (kind - 6)}"
-            out.append(
-                NewEvent(
-                    f"s{i}",
-                    E.SIDE_EFFECT,
-                    at,
-                    record=SideEffectRecord(
-                        side_effect_id=se,
-                        run_id=run_id,
-                        step_id=f"s{i}",
-                        capability_id="payment.refund",
-                        idempotency_key=f"idem-{se}",
-                        action_hash=action,
-                        status=SideEffectStatus.EXECUTING
-                        if kind == 6
-                        else SideEffectStatus.CONFIRMED,
-                    ),
-                )
-            )
-        elif kind == 9 and i % 100 == 9:
-            out.append(
-                NewEvent(
-                    f"s{i}",
-                    E.CHECKPOINT,
-                    at,
-                    record=ReplayCheckpoint(
-                        run_id=run_id,
-                        step_id=f"s{i}",
-                        sequence=i + 1,
-                        state_ref=state_refs[(i // 100) % len(state_refs)],
-                        state_hash=canonical_hash({"i": i}),
-                        logical_time=at,
-                    ),
-                )
-            )
-        else:
-            out.append(NewEvent(f"s{i}", E.MODEL_CALL, at, payload={"i": i, "text": "ok " * 20}))
-    return out
+    """A run of ``EVENTS`` events in a fixed mix: one in ten a tool call (some of them
+    artifact-stored), policy decisions, approvals, side effects, checkpoints, model calls."""
+    return [_event(run_id, state_refs, i) for i in range(EVENTS)]
+
+
+def _event(run_id: str, state_refs: list[str], i: int) -> NewEvent:
+    at = T0 + timedelta(milliseconds=i)
+    kind = i % 10
+    action = canonical_hash({"refund": i})
+    if kind == 1:
+        return NewEvent(f"s{i}", E.TOOL_CALL, at, record=_tool_fixture(i, at))
+    if kind == 3:
+        record = PolicyDecisionRecord(
+            policy_id="refunds",
+            policy_version="v3",
+            input_hash=action,
+            sanitized_input={"i": i},
+            decision=PolicyDecision.ALLOW,
+        )
+        return NewEvent(f"s{i}", E.POLICY_DECISION, at, record=record)
+    if kind == 5:
+        approval = ApprovalRecord(
+            approval_id=f"{run_id}-ap-{i}",
+            approver="lead",
+            action_hash=action,
+            approved_at=at,
+            expires_at=at + timedelta(hours=1),
+        )
+        return NewEvent(f"s{i}", E.APPROVAL, at, record=approval)
+    if kind in (6, 7):
+        return NewEvent(f"s{i}", E.SIDE_EFFECT, at, record=_side_effect(run_id, i, kind, action))
+    if kind == 9 and i % 100 == 9:
+        checkpoint = ReplayCheckpoint(
+            run_id=run_id,
+            step_id=f"s{i}",
+            sequence=i + 1,
+            state_ref=state_refs[(i // 100) % len(state_refs)],
+            state_hash=canonical_hash({"i": i}),
+            logical_time=at,
+        )
+        return NewEvent(f"s{i}", E.CHECKPOINT, at, record=checkpoint)
+    return NewEvent(f"s{i}", E.MODEL_CALL, at, payload={"i": i, "text": "ok " * 20})
+
+
+def _tool_fixture(i: int, at: datetime) -> ToolFixture:
+    return ToolFixture(
+        tool_call_id=f"tc-{i}",
+        capability_id="crm.lookup",
+        request_hash=canonical_hash({"i": i}),
+        sanitized_request={"i": i},
+        # every 500th response is large: an artifact-stored payload
+        sanitized_response={"rows": ["r" * 100] * (700 if i % 500 == 1 else 3)},
+        outcome=ToolOutcome.SUCCESS,
+        started_at=at,
+    )
+
+
+def _side_effect(run_id: str, i: int, kind: int, action: str) -> SideEffectRecord:
+    """Side effects in pairs: EXECUTING, then the same one CONFIRMED."""
+    se = f"{run_id}-se-{i - (kind - 6)}"
+    return SideEffectRecord(
+        side_effect_id=se,
+        run_id=run_id,
+        step_id=f"s{i}",
+        capability_id="payment.refund",
+        idempotency_key=f"idem-{se}",
+        action_hash=action,
+        status=SideEffectStatus.EXECUTING if kind == 6 else SideEffectStatus.CONFIRMED,
+    )
 
 
 async def _bench(url: str, root: Path) -> dict[str, float]:
