@@ -38,12 +38,12 @@ from sqlalchemy import (
     text,
 )
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError, DBAPIError
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
 from sqlalchemy.pool import NullPool
 
-from models.errors import ConfigurationError, StoreError
-from stores.sql.database import install_sqlite_pragmas
+from models.errors import StoreError
+from stores.sql.database import install_sqlite_pragmas, normalize_database_url
 
 __all__ = [
     "WORLD_FILE",
@@ -111,23 +111,17 @@ calls = Table(
 
 
 def world_url_beside(database_url: DatabaseUrl) -> URL:
-    """Where the world lives for the evidence database at ``database_url``."""
-    try:
-        parsed = make_url(database_url)
-    except ArgumentError as exc:
-        raise ConfigurationError(f"not a database URL: {database_url!r}") from exc
-    backend = parsed.get_backend_name()
-    if backend in ("postgresql", "postgres"):
-        return parsed.set(drivername="postgresql+asyncpg")
-    if backend == "sqlite":
-        if parsed.database in (None, "", ":memory:"):
-            raise ConfigurationError("the simulated world needs a SQLite evidence database file")
-        return parsed.set(
-            drivername="sqlite+aiosqlite",
-            database=str(Path(parsed.database).parent / WORLD_FILE),
-            query={},
-        )
-    raise ConfigurationError(f"unsupported database {backend!r} for the simulated world")
+    """Where the world lives for the evidence database at ``database_url``: the same
+    PostgreSQL database (its own schema), or a file beside the evidence SQLite file."""
+    text = (
+        database_url.render_as_string(hide_password=False)
+        if isinstance(database_url, URL)
+        else database_url
+    )
+    parsed = make_url(normalize_database_url(text))
+    if parsed.get_backend_name() == "sqlite":
+        return parsed.set(database=str(Path(parsed.database or "").parent / WORLD_FILE), query={})
+    return parsed
 
 
 def _row(row: Any) -> dict[str, Any] | None:

@@ -15,97 +15,29 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = (
-    "models",
-    "runtime",
-    "forensics",
-    "ingest",
-    "integrations",
-    "stores",
-    "activities",
-    "workflows",
-    "app",
-    "cli",
-    "api",
-    "devstack",
-    "worker",
-    "examples",
-)
+from tests.quality.layout import PACKAGES, ROOT
+
 FACES_AND_ROOTS = {"worker", "cli", "api", "devstack", "app"}
 
-#: what each package may import of ours (besides itself)
+#: what each package may import of ours (besides itself), built up floor by floor
+_CORE = {"models", "runtime"}
+_SERVICES = _CORE | {"forensics", "ingest", "integrations"}
+_BELOW_APP = _SERVICES | {"stores", "activities", "workflows"}
 ALLOWED: dict[str, set[str]] = {
     "models": set(),
     "runtime": {"models"},
-    "stores": {"models", "runtime"},
-    "forensics": {"models", "runtime"},
-    "ingest": {"models", "runtime"},
-    "integrations": {"models", "runtime", "ingest"},
-    "activities": {"models", "runtime", "forensics", "ingest", "integrations", "stores"},
+    "stores": _CORE,
+    "forensics": _CORE,
+    "ingest": _CORE,
+    "integrations": _CORE | {"ingest"},
+    "activities": _SERVICES | {"stores"},
     "workflows": {"models", "activities"},
-    "app": {
-        "models",
-        "runtime",
-        "forensics",
-        "ingest",
-        "integrations",
-        "stores",
-        "activities",
-        "workflows",
-        "examples",
-    },
-    "examples": {"models", "runtime", "forensics"},
-    "worker": {
-        "models",
-        "runtime",
-        "forensics",
-        "ingest",
-        "integrations",
-        "stores",
-        "activities",
-        "workflows",
-        "examples",
-    },
-    "api": {
-        "models",
-        "runtime",
-        "forensics",
-        "ingest",
-        "integrations",
-        "stores",
-        "activities",
-        "workflows",
-        "app",
-        "worker",
-    },
-    "cli": {
-        "models",
-        "runtime",
-        "forensics",
-        "ingest",
-        "integrations",
-        "stores",
-        "activities",
-        "workflows",
-        "app",
-        "worker",
-        "devstack",
-        "examples",
-    },
-    "devstack": {
-        "models",
-        "runtime",
-        "forensics",
-        "ingest",
-        "integrations",
-        "stores",
-        "activities",
-        "workflows",
-        "app",
-        "worker",
-        "examples",
-    },
+    "app": _BELOW_APP | {"examples"},
+    "examples": _CORE | {"forensics"},
+    "worker": _BELOW_APP | {"examples"},
+    "api": _BELOW_APP | {"app", "worker"},
+    "cli": _BELOW_APP | {"app", "worker", "devstack", "examples"},
+    "devstack": _BELOW_APP | {"app", "worker", "examples"},
 }
 SQL_LIBRARIES = {"sqlalchemy", "asyncpg", "aiosqlite", "sqlite3", "alembic"}
 NO_ENVIRONMENT = (
