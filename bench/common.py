@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -38,6 +38,22 @@ def interleaved(
             for _ in range(number):
                 fn()
             samples[name].append((time.perf_counter() - started) / number)
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
+async def ainterleaved(
+    candidates: dict[str, Callable[[], Awaitable[object]]], *, rounds: int = 5
+) -> dict[str, float]:
+    """``interleaved`` for coroutines: median seconds of one call of each, over ``rounds``."""
+    samples: dict[str, list[float]] = {name: [] for name in candidates}
+    order = list(candidates)
+    for fn in candidates.values():
+        await fn()  # warm up
+    for r in range(rounds):
+        for name in order if r % 2 == 0 else reversed(order):
+            started = time.perf_counter()
+            await candidates[name]()
+            samples[name].append(time.perf_counter() - started)
     return {name: statistics.median(values) for name, values in samples.items()}
 
 
