@@ -70,6 +70,7 @@ async def _run(steps: int) -> dict[str, float]:
                 return time.perf_counter() - started
 
             rss_before = _rss_mb()
+            await load(small.run_id)  # warm up (imports, prepared statements)
             big_s, small_s = [], []
             for _ in range(3):  # interleaved rounds
                 big_s.append(await load(big.run_id))
