@@ -37,6 +37,8 @@ from stores.sql.ledger import NewEvent, SqlLedger
 from stores.sql.scratch import create_scratch_database, drop_scratch_database
 
 PG_ADMIN_URL = os.environ.get("REPLAYBOOK_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
+#: concurrent recorders, each appending to its own run (the table's "8 writers")
+WRITERS = 8
 T0 = datetime(2026, 8, 20, 10, 15, tzinfo=UTC)
 APPEND_TARGET = 5_000
 VERIFY_TARGET = 200_000
@@ -108,8 +110,8 @@ async def _append_rates(db: Database, n: int, batch: int) -> dict[str, float]:
     result = await ledger.verify(run_id)
     verify_from_db = result.event_count / (time.perf_counter() - started)
     assert result.intact, result.summary()
-    concurrent_plain = await _concurrent_rate(db, n, 32, group_commit=False)
-    concurrent_group = await _concurrent_rate(db, n, 32, group_commit=True)
+    concurrent_plain = await _concurrent_rate(db, n, WRITERS, group_commit=False)
+    concurrent_group = await _concurrent_rate(db, n, WRITERS, group_commit=True)
     return {
         "concurrent_one_commit_each": concurrent_plain,
         "concurrent_group_commit": concurrent_group,
@@ -196,7 +198,7 @@ def main(n: int = 3_000, batch: int = 100, verify_n: int = 100_000) -> dict[str,
         )
         emit(
             Row(
-                figure=f"ledger append, 32 writers, group commit ({backend})",
+                figure=f"ledger append, {WRITERS} writers, group commit ({backend})",
                 value=f"{r['concurrent_group_commit']:,.0f} ev/s",
                 baseline=f"one commit each {r['concurrent_one_commit_each']:,.0f} ev/s",
                 ratio=r["concurrent_group_commit"] / r["concurrent_one_commit_each"],

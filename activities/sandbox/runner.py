@@ -171,7 +171,23 @@ class SandboxedSteps:
             except Exception as exc:  # the next batch meets (and reports) the problem itself
                 log.warning("warm sandbox not started", error=str(exc))
                 return
+            try:
+                await self._prime(child)
+            except Exception as exc:
+                log.warning("warm sandbox not primed", error=str(exc))
+                await self._release(child)
+                return
             self._warm.append(child)
+
+    async def _prime(self, child: StepProcess) -> None:
+        """Have a warm process import the agent catalogs and build its engine now, off any
+        replay's path (what a first batch would otherwise do before its first step)."""
+        prime = {"catalogs": self.catalogs, "isolation": self.settings.isolation}
+        await child.send({"prime": prime})
+        async with asyncio.timeout(self.settings.wall_seconds):
+            reply = await child.receive(self.quotas.message_bytes)
+        if not (isinstance(reply, dict) and reply.get("primed") is True):
+            raise rpc.ProtocolError(f"unexpected answer to prime: {str(reply)[:200]}")
 
     async def _start(self, replay_id: str) -> StepProcess:
         slot = next(i for i in range(len(self._slots) + 1) if i not in self._slots)
