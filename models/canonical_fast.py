@@ -51,7 +51,7 @@ _OPTIONS = (
 #: infinite: little-endian, so the last byte is sign + 7 exponent bits (7F or FF), the one before
 #: it the 4 low exponent bits and 4 mantissa bits (F0-FF). Each pattern starts with its literal
 #: last byte, which the engine finds at memchr speed, and looks behind for the rest.
-_NON_FINITE = tuple(
+_NON_FINITE_7F, _NON_FINITE_FF = (
     re.compile(last + rb"(?<=[g\xe7][\x00-\xff]{6}[\xf0-\xff]" + last + rb")")
     for last in (rb"\x7f", rb"\xff")
 )
@@ -82,7 +82,9 @@ def emit_fast(value: Any, format_number: Callable[[float], str]) -> bytes | None
         census = marshal.dumps(value, 4)
     except (TypeError, ValueError, RecursionError):  # orjson.JSONEncodeError is a TypeError
         return None
-    if any(pattern.search(census) for pattern in _NON_FINITE):
+    if (b"\x7f" in census and _NON_FINITE_7F.search(census)) or (
+        b"\xff" in census and _NON_FINITE_FF.search(census)
+    ):
         return None
     if not out.isascii():
         if (b"\xee" in out or b"\xef" in out) and _ASTRAL.search(out):
