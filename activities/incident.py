@@ -237,7 +237,9 @@ class IncidentActivities:
         from forensics.report import render_html, render_json, render_markdown
         from forensics.report_gather import report_bundle
 
-        bundle = await report_bundle(self.stores.ledger, self.stores.evidence, self.incidents, view)
+        bundle = await report_bundle(
+            self.stores.ledger, self.stores.evidence, self.incidents, view
+        )
         refs = {}
         for fmt, render in (("json", render_json), ("md", render_markdown), ("html", render_html)):
             refs[fmt] = await self.stores.artifacts.put(render(bundle).encode())

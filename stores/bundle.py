@@ -57,9 +57,7 @@ async def open_stores(settings: StoreSettings) -> AsyncIterator[Stores]:
             artifacts=artifacts,
             ledger=ledger,
             evidence=evidence,
-            privacy=PrivacyService(
-                ledger, evidence, artifacts, vault, SqlPrivacyRecords(db, anchors)
-            ),
+            privacy=PrivacyService(ledger, evidence, artifacts, vault, SqlPrivacyRecords(db, anchors)),
             anchors=anchors,
         )
     finally:
