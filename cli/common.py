@@ -18,6 +18,7 @@ import typer
 from cli.exit_codes import EXIT_BAD_INPUT, exit_code_for
 from devstack.components import dev_env_path
 from models.errors import ReplaybookError
+from runtime.executor import set_default_max_steps
 from runtime.manifests import set_image_digest
 from worker import temporal_state
 from worker.logs import configure_logging
@@ -44,6 +45,7 @@ def cli_settings() -> Settings:
     if dev_env.is_file():
         settings = read_settings(env_file=dev_env)
     set_image_digest(settings.image_digest)
+    set_default_max_steps(settings.max_steps)
     return settings
 
 

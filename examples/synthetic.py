@@ -6,6 +6,7 @@ tool) and adds the value to its state. No model calls, no writes.
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from typing import Any
 
@@ -72,13 +73,15 @@ async def counter_read(arguments: dict[str, Any], context: ToolCallContext) -> d
 
 
 def synthetic_spec(total: int) -> AgentSpec:
-    return model_free_spec(
+    spec = model_free_spec(
         PROFILE,
         GRAPHS.get(GRAPH_ID, str(total)),
         CAPABILITIES,
         POLICIES,
         {"counter.read": counter_read},
     )
+    # the chain has exactly ``total`` steps, past any default limit for the long bench runs
+    return dataclasses.replace(spec, max_steps=max(total, 1))
 
 
 async def record_synthetic_run(

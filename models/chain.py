@@ -68,6 +68,70 @@ def chain_metadata(row: ChainRow) -> dict[str, str | int]:
     }
 
 
+#: the canonical metadata of an event whose texts need no escaping: RFC 8785 writes the keys in
+#: this order, each plain ASCII text between quotes and each int in decimal
+_TEMPLATE = (
+    '{"event_id":"%s","logical_time":"%s","payload_ref":"%s","recorded_at":"%s","run_id":"%s",'
+    '"schema_version":%d,"sequence":%d,"step_id":"%s","type":"%s"}'
+)
+_SAFE = 2**53 - 1
+
+
+def metadata_bytes(
+    event_id: str,
+    logical_time: str,
+    payload_ref: str,
+    recorded_at: str,
+    run_id: str,
+    schema_version: int,
+    sequence: int,
+    step_id: str,
+    event_type: str,
+) -> bytes:
+    """``canonicalize_flat`` of the chain metadata (instants already as ``format_instant``
+    text), from a fixed template when every text is printable ASCII without a quote or a
+    backslash (what the template writes is then exactly the canonical form); otherwise from
+    the general emitter."""
+    texts = event_id + logical_time + payload_ref + recorded_at + run_id + step_id + event_type
+    if (
+        texts.isascii()
+        and texts.isprintable()
+        and '"' not in texts
+        and "\\" not in texts
+        and type(schema_version) is int  # bool and int subclasses take the general emitter
+        and type(sequence) is int
+        and 0 <= sequence <= _SAFE
+        and 0 <= schema_version <= _SAFE
+    ):
+        return (
+            _TEMPLATE
+            % (
+                event_id,
+                logical_time,
+                payload_ref,
+                recorded_at,
+                run_id,
+                schema_version,
+                sequence,
+                step_id,
+                event_type,
+            )
+        ).encode("ascii")
+    return canonicalize_flat(
+        {
+            "event_id": event_id,
+            "logical_time": logical_time,
+            "payload_ref": payload_ref,
+            "recorded_at": recorded_at,
+            "run_id": run_id,
+            "schema_version": schema_version,
+            "sequence": sequence,
+            "step_id": step_id,
+            "type": event_type,
+        }
+    )
+
+
 def link_hash(previous_hash: str, metadata: dict[str, str | int], payload_hash: str) -> str:
     """``SHA-256(previous_hash ‖ canonical(metadata) ‖ payload_hash)`` as a digest."""
     h = hashlib.sha256(previous_hash.encode("ascii"))
@@ -78,7 +142,65 @@ def link_hash(previous_hash: str, metadata: dict[str, str | int], payload_hash: 
 
 def row_hash(row: ChainRow, previous_hash: str) -> str:
     """The hash ``row`` must carry when it follows ``previous_hash``."""
-    return link_hash(previous_hash, chain_metadata(row), row.payload_hash)
+    h = hashlib.sha256(previous_hash.encode("ascii"))
+    h.update(
+        metadata_bytes(
+            row.event_id,
+            format_instant(row.logical_time),
+            row.payload_ref,
+            format_instant(row.recorded_at),
+            row.run_id,
+            row.schema_version,
+            row.sequence,
+            row.step_id,
+            str(row.type),
+        )
+    )
+    h.update(row.payload_hash.encode("ascii"))
+    return DIGEST_PREFIX + h.hexdigest()
+
+
+#: one stored event as verification reads it: (sequence, previous_hash, chained text, i.e.
+#: ``previous_hash ‖ metadata ‖ payload_hash`` with the metadata written from the template,
+#: payload_hash, hash, inline payload or None)
+LinkedText = tuple[int, str, str | None, str, str, bytes | None]
+
+#: the quotes of the template (9 keys, 7 texts) and of nothing else
+_TEMPLATE_QUOTES = 32
+
+
+def verify_linked_texts(
+    run_id: str, rows: Iterable[LinkedText], *, expected_head: tuple[int, str]
+) -> ChainVerification | None:
+    """``verify_chain`` for an intact chain whose chained texts were written from the template
+    (by the database): the verification when the chain is intact, None when anything does not
+    verify or a text is not plain printable ASCII without escapes (``verify_chain`` then names
+    what and where, or verifies what the template cannot write)."""
+    sha256 = hashlib.sha256
+    running = GENESIS_HASH
+    expected = 1
+    for sequence, previous_hash, text, payload_hash, stored_hash, payload in rows:
+        if sequence != expected or previous_hash != running or text is None:
+            return None
+        if payload is not None and DIGEST_PREFIX + sha256(payload).hexdigest() != payload_hash:
+            return None
+        if not (
+            text.isascii()
+            and text.isprintable()
+            and text.count('"') == _TEMPLATE_QUOTES
+            and "\\" not in text
+        ):
+            return None
+        if DIGEST_PREFIX + sha256(text.encode("ascii")).hexdigest() != stored_hash:
+            return None
+        running = stored_hash
+        expected += 1
+    count = expected - 1
+    if expected_head != (count, running):
+        return None
+    return ChainVerification(
+        run_id=run_id, intact=True, event_count=count, head_sequence=count, head_hash=running
+    )
 
 
 class BreakReason(StrEnum):

@@ -33,6 +33,24 @@ class StepLimitExceeded(RuntimeError):
     pass
 
 
+#: the most steps one run executes unless its ``AgentSpec.max_steps`` says otherwise; the
+#: composition roots set the process default from ``REPLAYBOOK_MAX_STEPS``
+DEFAULT_MAX_STEPS = 1000
+_default_max_steps = DEFAULT_MAX_STEPS
+
+
+def set_default_max_steps(limit: int) -> None:
+    """Called by each composition root with ``Settings.max_steps``."""
+    global _default_max_steps
+    if limit < 1:
+        raise ValueError("the step limit must be at least 1")
+    _default_max_steps = limit
+
+
+def default_max_steps() -> int:
+    return _default_max_steps
+
+
 async def execute_graph(
     graph: GraphDefinition,
     env: AgentEnvironment,
@@ -43,11 +61,12 @@ async def execute_graph(
     state: State | None = None,
     start_step: str | None = None,
     seed: int,
-    max_steps: int = 1000,
+    max_steps: int | None = None,
 ) -> RunResult:
     """Execute ``graph`` from its entry step and record everything; a step that raises ends the
     run FAILED (recorded with the error) and the error propagates."""
     state = dict(state or {})
+    max_steps = max_steps or _default_max_steps
     await recorder.record(
         E.RUN_STARTED,
         payload={

@@ -73,7 +73,14 @@ def _git(root: Path, *args: str) -> str | None:
 
 def capture_source_code(root: Path) -> SourceCodeManifest | None:
     """Base and head commit and the working-tree patch hash, when ``root`` is a git checkout
-    with at least one commit; None otherwise."""
+    with at least one commit; None otherwise. Computed once per process and root: the code a
+    process runs was loaded when it started, so a later edit of the checkout is not what it
+    executes (and running ``git`` on every recorded run cost ~11 ms a run)."""
+    return _source_code(root.resolve())
+
+
+@functools.cache
+def _source_code(root: Path) -> SourceCodeManifest | None:
     head = _git(root, "rev-parse", "HEAD")
     if not head:
         return None

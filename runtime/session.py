@@ -46,6 +46,9 @@ class AgentSpec:
     redaction_policy_version: str = NO_REDACTION
     sanitize: Callable[[Any], Any] = field(default=lambda value: value)
     source_root: Path | None = None
+    #: the most steps a run of this agent executes (``StepLimitExceeded`` past it); None: the
+    #: process default, ``REPLAYBOOK_MAX_STEPS`` (1000 unless set)
+    max_steps: int | None = None
 
 
 async def record_run(
@@ -109,4 +112,6 @@ async def record_run(
     vault = getattr(ledger, "vault", None)
     if vault is not None:
         await vault.add_subjects(run_id, subjects)
-    return await execute_graph(spec.graph, env, recorder, ledger, agent_input, seed=seed)
+    return await execute_graph(
+        spec.graph, env, recorder, ledger, agent_input, seed=seed, max_steps=spec.max_steps
+    )

@@ -11,6 +11,7 @@ import sys
 from activities.metrics import serve_metrics
 from activities.sandbox.config import NO_ISOLATION
 from models.errors import ReplaybookError
+from runtime.executor import set_default_max_steps
 from runtime.manifests import set_image_digest
 from worker.logs import configure_logging
 from worker.settings import MetricsSettings, Settings, load_settings
@@ -58,6 +59,7 @@ def main() -> None:
         settings = unsandboxed(settings)
     configure_logging(settings.log_format)
     set_image_digest(settings.image_digest)
+    set_default_max_steps(settings.max_steps)
     start_metrics_endpoints(settings.metrics)
 
     async def serve() -> None:

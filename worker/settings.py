@@ -205,6 +205,8 @@ class Settings(BaseSettings):
     )
     #: the container image this process runs, recorded in every environment manifest
     image_digest: str | None = Field(None, validation_alias="REPLAYBOOK_IMAGE_DIGEST")
+    #: the most steps one recorded run executes unless its agent sets its own limit
+    max_steps: int = Field(1000, ge=1, validation_alias="REPLAYBOOK_MAX_STEPS")
     temporal: TemporalSettings = TemporalSettings()
     database: DatabaseSettings = DatabaseSettings()
     artifacts: ArtifactSettings = ArtifactSettings()

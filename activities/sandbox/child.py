@@ -53,6 +53,15 @@ def main() -> None:
             job = rpc.read_frame(rpc_in)
         except rpc.EndOfInput:  # the worker is done with this process (or is gone)
             break
+        if "prime" in job:  # a warm process: import the agent catalogs, build the engine, wait
+            try:
+                key = (str(job["prime"]["catalogs"]), str(job["prime"]["isolation"]))
+                engines[key] = _engine(*key, call)
+            except BaseException as exc:
+                rpc.write_frame(rpc_out, {"failed": _describe(exc)})
+            else:
+                rpc.write_frame(rpc_out, {"primed": True})
+            continue
         try:
             output = asyncio.run(_run(job, call, engines))
         except BaseException as exc:  # every failure is reported to the worker

@@ -71,6 +71,9 @@ class SandboxedSteps:
         # more than a few per core only queue up (the waiting activity keeps heartbeating)
         self._running = asyncio.Semaphore(2 * (os.cpu_count() or 1))
         self._max_kept = 4 * (os.cpu_count() or 1)
+        #: started processes not yet serving any replay (``settings.warm_processes`` of them)
+        self._warm: list[StepProcess] = []
+        self._refilling: asyncio.Task[None] | None = None
         #: processes started and batches run (for the benchmark and the tests)
         self.started = 0
         self.batches = 0
@@ -83,7 +86,7 @@ class SandboxedSteps:
             if child is None or not child.alive:
                 if child is not None:
                     await self._release(child)
-                child = await self._start(step.plan.replay_id)
+                child = await self._take(step.plan.replay_id)
             try:
                 try:
                     output = await self._batch(child, step)
@@ -111,9 +114,14 @@ class SandboxedSteps:
             await self._release(child)
 
     async def aclose(self) -> None:
-        """Kill every kept process (the worker is shutting down)."""
+        """Kill every kept and warm process (the worker is shutting down)."""
+        if self._refilling is not None:
+            self._refilling.cancel()
+            await asyncio.gather(self._refilling, return_exceptions=True)
         for replay_id in list(self._kept):
             await self.close(replay_id)
+        while self._warm:
+            await self._release(self._warm.pop())
         if self._closing:
             await asyncio.gather(*self._closing, return_exceptions=True)
 
@@ -123,6 +131,63 @@ class SandboxedSteps:
         return {r: c.process.pid for r, c in self._kept.items()}
 
     # the pool ---------------------------------------------------------------------------------
+
+    async def warm_up(self) -> None:
+        """Start the warm processes now (the pool refills itself after each one is taken)."""
+        self._refill_soon()
+        if self._refilling is not None:
+            await asyncio.shield(self._refilling)
+
+    @property
+    def warm(self) -> list[int]:
+        """Pids of the started processes waiting for a replay."""
+        return [c.process.pid for c in self._warm]
+
+    async def _take(self, replay_id: str) -> StepProcess:
+        """A warm process for ``replay_id`` if one is alive, else a new one; then refill."""
+        child = None
+        while self._warm and child is None:
+            candidate = self._warm.pop(0)
+            if candidate.alive:
+                child = candidate
+                child.replay_id = replay_id
+            else:
+                await self._release(candidate)
+        if child is None:
+            child = await self._start(replay_id)
+        self._refill_soon()
+        return child
+
+    def _refill_soon(self) -> None:
+        if len(self._warm) < self.settings.warm_processes and (
+            self._refilling is None or self._refilling.done()
+        ):
+            self._refilling = asyncio.ensure_future(self._refill())
+
+    async def _refill(self) -> None:
+        while len(self._warm) < self.settings.warm_processes:
+            try:
+                child = await self._start("")
+            except Exception as exc:  # the next batch meets (and reports) the problem itself
+                log.warning("warm sandbox not started", error=str(exc))
+                return
+            try:
+                await self._prime(child)
+            except Exception as exc:
+                log.warning("warm sandbox not primed", error=str(exc))
+                await self._release(child)
+                return
+            self._warm.append(child)
+
+    async def _prime(self, child: StepProcess) -> None:
+        """Have a warm process import the agent catalogs and build its engine now, off any
+        replay's path (what a first batch would otherwise do before its first step)."""
+        prime = {"catalogs": self.catalogs, "isolation": self.settings.isolation}
+        await child.send({"prime": prime})
+        async with asyncio.timeout(self.settings.wall_seconds):
+            reply = await child.receive(self.quotas.message_bytes)
+        if not (isinstance(reply, dict) and reply.get("primed") is True):
+            raise rpc.ProtocolError(f"unexpected answer to prime: {str(reply)[:200]}")
 
     async def _start(self, replay_id: str) -> StepProcess:
         slot = next(i for i in range(len(self._slots) + 1) if i not in self._slots)

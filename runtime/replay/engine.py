@@ -59,6 +59,10 @@ E = ExecutionEventType
 STOPPING_ERRORS = (BudgetExhaustedError, FixtureMissError, ActionRefusedError)
 
 
+#: the evidence bytes the engine keeps cached across replays (the newest source always stays)
+SOURCE_CACHE_BYTES = 64 * 1024 * 1024
+
+
 class ReplayEngine:
     def __init__(
         self,
@@ -68,6 +72,7 @@ class ReplayEngine:
         catalogs: Mapping[str, AgentCatalog],
         cache_size: int = 64,
         isolation: str | None = None,
+        cache_bytes: int = SOURCE_CACHE_BYTES,
     ) -> None:
         self.ledger = ledger
         self.evidence = evidence
@@ -77,6 +82,9 @@ class ReplayEngine:
         #: replay id -> (head, consumed fixtures, consumed retrievals) after its last step here
         self._consumption: dict[str, tuple[int, dict[str, int], dict[str, int]]] = {}
         self._cache_size = cache_size
+        #: the cache is bounded by the evidence bytes it holds, not only by run count: one
+        #: long run can weigh more than a hundred short ones (the newest source always stays)
+        self._cache_bytes = cache_bytes
         #: how the steps this engine runs are isolated (rule 16), recorded in each STEP_STARTED
         self.isolation = isolation
 
@@ -87,8 +95,12 @@ class ReplayEngine:
             return self._cache[run_id]
         source = await load_source_evidence(self.ledger, self.evidence, self.artifacts, run_id)
         self._cache[run_id] = source
-        while len(self._cache) > self._cache_size:
-            self._cache.popitem(last=False)
+        held = sum(cached.loaded_bytes for cached in self._cache.values())
+        while len(self._cache) > 1 and (
+            len(self._cache) > self._cache_size or held > self._cache_bytes
+        ):
+            _, dropped = self._cache.popitem(last=False)
+            held -= dropped.loaded_bytes
         return source
 
     def catalog(self, graph_id: str) -> AgentCatalog:

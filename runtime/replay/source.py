@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -28,16 +29,34 @@ E = ExecutionEventType
 
 @dataclass
 class StepMarks:
-    """How much of each recorded stream had been used when a step finished (for forks)."""
+    """How much of each recorded stream had been used when a step finished (for forks).
+
+    Positions only (O(1) per step): the counts per request hash of the fixtures and retrievals
+    used up to the step are computed on demand, for the one fork step that needs them, from
+    the run's ordered streams (``fixtures`` and ``retrievals``)."""
 
     model_calls: int = 0
     clock_reads: int = 0
-    fixtures: dict[str, int] = field(default_factory=dict)
-    retrievals: dict[str, int] = field(default_factory=dict)
     next_step: str | None = None
     random_state_ref: str | None = None
     #: the sequence of the step's STEP_COMPLETED event
     sequence: int = 0
+    #: how many TOOL_CALL and RETRIEVAL events came before the step's end, and the run's
+    #: request (query) hashes in recorded order, shared by every step's marks
+    fixture_calls: int = 0
+    retrieval_calls: int = 0
+    fixture_order: list[str] = field(default_factory=list, repr=False, compare=False)
+    retrieval_order: list[str] = field(default_factory=list, repr=False, compare=False)
+
+    @property
+    def fixtures(self) -> dict[str, int]:
+        """Per request hash, the tool fixtures used up to the end of the step."""
+        return dict(Counter(self.fixture_order[: self.fixture_calls]))
+
+    @property
+    def retrievals(self) -> dict[str, int]:
+        """Per query hash, the retrieval fixtures used up to the end of the step."""
+        return dict(Counter(self.retrieval_order[: self.retrieval_calls]))
 
 
 @dataclass
@@ -58,6 +77,8 @@ class SourceEvidence:
     marks: dict[str, StepMarks]
     steps: list[str]
     event_count: int
+    #: the bytes of evidence payloads loaded: what the engine's cache is bounded by
+    loaded_bytes: int = 0
 
 
 async def load_source_evidence(
@@ -76,9 +97,11 @@ async def load_source_evidence(
     seed = 0
     start = loaded[0][0].logical_time if loaded else run.created_at
     ended = False
-    fixture_counts: dict[str, int] = {}
-    retrieval_counts: dict[str, int] = {}
+    fixture_order: list[str] = []
+    retrieval_order: list[str] = []
+    loaded_bytes = 0
     for event, data in loaded:
+        loaded_bytes += len(data or b"")
         payload = json.loads(data or b"{}")
         if event.type is E.RUN_STARTED:
             agent_input, seed = payload.get("input"), int(payload.get("seed") or 0)
@@ -89,13 +112,11 @@ async def load_source_evidence(
         elif event.type is E.TOOL_CALL:
             fixture = ToolFixture.model_validate(payload)
             fixtures.setdefault(fixture.request_hash, []).append(fixture)
-            fixture_counts[fixture.request_hash] = fixture_counts.get(fixture.request_hash, 0) + 1
+            fixture_order.append(fixture.request_hash)
         elif event.type is E.RETRIEVAL:
             retrieval = RetrievalFixture.model_validate(payload)
             retrievals.setdefault(retrieval.query_hash, []).append(retrieval)
-            retrieval_counts[retrieval.query_hash] = (
-                retrieval_counts.get(retrieval.query_hash, 0) + 1
-            )
+            retrieval_order.append(retrieval.query_hash)
         elif event.type is E.SIDE_EFFECT and not ended:
             # what the agent saw during the run; a later reconciliation (appended after the
             # run ended) must not change what a replay of the run is answered
@@ -109,11 +130,13 @@ async def load_source_evidence(
             marks[event.step_id] = StepMarks(
                 model_calls=len(responses),
                 clock_reads=len(reads),
-                fixtures=dict(fixture_counts),
-                retrievals=dict(retrieval_counts),
                 next_step=payload.get("next"),
                 random_state_ref=payload.get("random_state_ref"),
                 sequence=event.sequence,
+                fixture_calls=len(fixture_order),
+                retrieval_calls=len(retrieval_order),
+                fixture_order=fixture_order,
+                retrieval_order=retrieval_order,
             )
     approvals = {a.action_hash: a for a in await evidence.records(ApprovalRecord, run_id)}
     decisions = {d.input_hash: d for d in await evidence.records(PolicyDecisionRecord, run_id)}
@@ -135,6 +158,7 @@ async def load_source_evidence(
         steps=steps,
         # the run's last event (RUN_COMPLETED/RUN_FAILED) is among those loaded
         event_count=loaded[-1][0].sequence if loaded else 0,
+        loaded_bytes=loaded_bytes,
     )
 
 

@@ -42,6 +42,7 @@ from models.errors import (
 from runtime.ports import ArtifactStore, NewEvent
 from stores.anchors import AnchorLog
 from stores.sql import schema
+from stores.sql.chain_read import verify_intact_chain
 from stores.sql.database import Database, utc
 from stores.sql.group_commit import GroupCommitter
 from stores.sql.privacy import SqlRawVault, event_raw_id
@@ -399,6 +400,11 @@ class SqlLedger:
         """Verify the run: its chain from the stored columns and inline payloads and, unless
         ``full`` is False, everything later read as its evidence (``stores.sql.run_check``):
         artifact-stored payloads, referenced artifacts, lookup rows, freeze records, anchor."""
+        if not full:  # an intact chain verifies from raw columns; a broken one is diagnosed below
+            async with self.db.read() as conn:
+                intact = await verify_intact_chain(conn, run_id)
+            if intact is not None:
+                return intact
         r = schema.runs.c
         e = schema.execution_events.c
         async with self.db.read() as conn:

@@ -1,0 +1,93 @@
+"""What every benchmark row shares: a figure and its baseline measured in the same run, in
+interleaved rounds (so a change of machine load hits both alike), reported as medians, with
+their ratio and the machine's load when they were taken."""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+
+def machine_load() -> str:
+    """The 1-minute load average and the core count, as ``uptime`` shows them."""
+    one, five, _ = os.getloadavg()
+    return f"load {one:.1f}/{five:.1f} on {os.cpu_count()} cores"
+
+
+def interleaved(
+    candidates: dict[str, Callable[[], object]], *, rounds: int = 7, round_s: float = 0.1
+) -> dict[str, float]:
+    """Median seconds per call of each candidate over ``rounds`` rounds; in each round every
+    candidate runs about ``round_s`` seconds, the order alternating from round to round."""
+    numbers = {}
+    for name, fn in candidates.items():
+        started = time.perf_counter()
+        fn()  # warm up, and size the batches
+        once = max(time.perf_counter() - started, 1e-7)
+        numbers[name] = max(1, int(round_s / once))
+    samples: dict[str, list[float]] = {name: [] for name in candidates}
+    order = list(candidates)
+    for r in range(rounds):
+        for name in order if r % 2 == 0 else reversed(order):
+            fn, number = candidates[name], numbers[name]
+            started = time.perf_counter()
+            for _ in range(number):
+                fn()
+            samples[name].append((time.perf_counter() - started) / number)
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
+async def ainterleaved(
+    candidates: dict[str, Callable[[], Awaitable[object]]], *, rounds: int = 5
+) -> dict[str, float]:
+    """``interleaved`` for coroutines: median seconds of one call of each, over ``rounds``."""
+    samples: dict[str, list[float]] = {name: [] for name in candidates}
+    order = list(candidates)
+    for fn in candidates.values():
+        await fn()  # warm up
+    for r in range(rounds):
+        for name in order if r % 2 == 0 else reversed(order):
+            started = time.perf_counter()
+            await candidates[name]()
+            samples[name].append(time.perf_counter() - started)
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
+@dataclass
+class Row:
+    """One row of the performance table (``docs/performance.md``)."""
+
+    figure: str
+    value: str
+    baseline: str
+    ratio: float | None
+    goal: str
+    met: bool | None
+    load: str
+
+    def line(self) -> str:
+        ratio = "—" if self.ratio is None else f"{self.ratio:.2f}x"
+        verdict = {True: "met", False: "NOT met", None: "—"}[self.met]
+        return (
+            f"| {self.figure} | {self.value} | {self.baseline} | {ratio} | {self.goal} "
+            f"| {verdict} | {self.load} |"
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+TABLE_HEADER = (
+    "| figure | now | baseline in the same run | ratio | goal | goal met | machine load |\n"
+    "| --- | --- | --- | --- | --- | --- | --- |"
+)
+
+
+def emit(row: Row) -> Row:
+    """Print ``row`` as a table line (the caller collects it)."""
+    print(row.line(), flush=True)
+    return row

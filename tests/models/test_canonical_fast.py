@@ -1,0 +1,153 @@
+"""The native fast path of the canonical form (``models.canonical_fast``) against the validating
+slow path and ``rfc8785``: the same bytes whenever it answers, and no answer (so the slow path
+refuses, naming the path) for everything it cannot vouch for."""
+
+from __future__ import annotations
+
+import enum
+import random
+import struct
+import unicodedata
+import uuid
+from typing import Any
+
+import orjson
+import pytest
+import rfc8785
+
+from models import canonical
+from models.canonical import canonicalize, canonicalize_text, format_number
+from models.canonical_fast import emit_fast
+from models.errors import CanonicalizationError
+
+# doubles from every range where orjson's text differs from ES6's, and their neighbours
+_SPECIAL_FLOATS = [0.0, -0.0, 1.0, -1.0, 100.0, 1e15, 1e16, 1e17, 1e20, 1e21, 1e22, 2.0**53]
+_SPECIAL_FLOATS += [2.0**70, 9.999999999999999e20, 1e-6, 5e-6, 9.99e-6, 1e-5, 1e-7, 5e-324]
+_SPECIAL_FLOATS += [0.5, 123.0, 1.5e16, 3.7e-6, 1.7976931348623157e308]
+# strings that look like the number tokens the fix-up rewrites, and escapes around quotes
+_TRICKY_STRINGS = ["1.0", ":1.0,", '"1.0"', "\\", '\\"', '\\\\":1.0,"', ",1e+16]", "[5e-6}"]
+_TRICKY_STRINGS += ["g\x7f\xf0", "é", "A\u030a", "\ue000", "\U0001f600", "\u212b", "ﬁ"]
+
+
+def _float(rng: random.Random) -> float:
+    if rng.random() < 0.5:
+        return rng.choice(_SPECIAL_FLOATS) * rng.choice((1, -1))
+    while True:
+        x = struct.unpack(">d", rng.getrandbits(64).to_bytes(8, "big"))[0]
+        if x == x and abs(x) != float("inf"):
+            return x
+
+
+def _scalar(rng: random.Random) -> Any:
+    kind = rng.randrange(8)
+    if kind == 0:
+        return rng.choice(_TRICKY_STRINGS)
+    if kind == 1:
+        return "".join(rng.choices([*_TRICKY_STRINGS, "a", " ", "\n"], k=rng.randint(0, 5)))
+    if kind < 4:
+        return _float(rng)
+    if kind == 4:
+        return rng.randint(-(2**53 - 1), 2**53 - 1)
+    return rng.choice([True, False, None, 0, -7])
+
+
+def _value(rng: random.Random, depth: int = 0) -> Any:
+    if depth >= 3 or rng.random() < 0.35:
+        return _scalar(rng)
+    size = rng.randint(0, 5)
+    if rng.random() < 0.5:
+        return [_value(rng, depth + 1) for _ in range(size)]
+    keys = rng.choices([*_TRICKY_STRINGS, "a", "b", "z", "1.0"], k=size)
+    return {k: _value(rng, depth + 1) for k in keys}
+
+
+def _nfc(value: Any) -> Any:
+    if isinstance(value, str):
+        return unicodedata.normalize("NFC", value)
+    if isinstance(value, list):
+        return [_nfc(v) for v in value]
+    if isinstance(value, dict):
+        return {_nfc(k): _nfc(v) for k, v in value.items()}
+    return value
+
+
+def test_fast_path_is_byte_identical_to_the_slow_path_and_rfc8785() -> None:
+    rng = random.Random(21)
+    answered = 0
+    for i in range(20_000):
+        doc = _value(rng)
+        try:
+            slow = canonical._emit(doc, rust=False)
+        except CanonicalizationError:  # keys colliding after NFC: the fast path must not answer
+            assert emit_fast(doc, format_number) is None, (i, doc)
+            continue
+        fast = emit_fast(doc, format_number)
+        if fast is not None:
+            answered += 1
+            assert fast == slow, (i, doc)
+        assert canonicalize(doc) == slow, (i, doc)
+        nfc = _nfc(doc)
+        if len(str(nfc)) == len(str(doc)) and nfc == doc:
+            assert slow == rfc8785.dumps(doc), (i, doc)
+    assert answered > 10_000  # most documents take the fast path
+
+
+class Plain(enum.Enum):
+    A = 1
+
+
+class Text(enum.StrEnum):
+    A = "a"
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        float("nan"),
+        {"a": [1, {"b": float("-inf")}]},
+        [1.5, float("inf")],
+        Plain.A,
+        {"e": Plain.A},
+        [uuid.UUID(int=1)],
+        {"f": orjson.Fragment(b'{"raw":1.0}')},
+        {"k": Text.A},
+        {Text.A: 1},
+        {"n": "A\u030a"},
+        {"\U0001f600": 1, "\ue000": 2},
+        [2**53],
+        {"b": b"x"},
+        {"s": {1}},
+    ],
+)
+def test_fast_path_declines_what_it_cannot_vouch_for(value: Any) -> None:
+    assert emit_fast(value, format_number) is None
+
+
+def test_refusals_and_accepted_oddities_are_unchanged() -> None:
+    with pytest.raises(CanonicalizationError, match=r"not a finite double.* at \$\.a\[1\]\.b"):
+        canonicalize({"a": [1, {"b": float("inf")}]})
+    with pytest.raises(CanonicalizationError, match="unsupported type"):
+        canonicalize({"e": Plain.A})
+    with pytest.raises(CanonicalizationError, match="unsupported type"):
+        canonicalize([uuid.UUID(int=1)])
+    with pytest.raises(CanonicalizationError, match="unsupported type"):
+        canonicalize({"f": orjson.Fragment(b"{}")})
+    assert canonicalize({"k": Text.A, "t": (1, 2.0)}) == b'{"k":"a","t":[1,2]}'
+    assert canonicalize({"\U0001f600": 1, "\ue000": 2}) == '{"😀":1,"\ue000":2}'.encode()
+    assert canonicalize("A\u030a") == '"Å"'.encode()
+
+
+def test_parsed_text_takes_the_fast_path_with_the_same_refusals() -> None:
+    assert canonicalize_text(b'{"b":[1.0,1e16,5e-6,-0.0],"a":"x"}') == (
+        b'{"a":"x","b":[1,10000000000000000,0.000005,0]}'
+    )
+    with pytest.raises(CanonicalizationError, match="duplicate object key 'a'"):
+        canonicalize_text(b'{"a":1,"a":2}')
+    with pytest.raises(CanonicalizationError, match="NaN is not a JSON number"):
+        canonicalize_text(b'{"a":NaN}')
+
+
+def test_fast_path_self_check_passes() -> None:
+    # if orjson ever writes differently, the module falls back (slower, same bytes); this test
+    # tells us that happened
+    assert canonical._FAST_OK

@@ -1,0 +1,78 @@
+"""The fast chain check from raw rows (``stores.sql.chain_read``) agrees with the general
+path: it vouches for every intact chain it can write from its template, and for anything
+tampered (or beyond its template) it answers None, so ``verify(full=False)`` gives the general
+path's diagnosis. On SQLite and on PostgreSQL."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from models import ExecutionEventType as E
+from models.chain import BreakReason
+from stores.sql.chain_read import verify_intact_chain
+from stores.sql.ledger import NewEvent
+from tests.tamper.conftest import T0, Recorded
+
+EVENTS = "execution_events"
+
+
+async def _fast(rec: Recorded) -> object:
+    async with rec.database.read() as conn:
+        return await verify_intact_chain(conn, rec.run_id)
+
+
+async def test_an_intact_chain_verifies_from_raw_rows(recorded: Recorded) -> None:
+    fast = await _fast(recorded)
+    general = await recorded.ledger.verify(recorded.run_id)
+    assert fast is not None
+    assert fast == (await recorded.ledger.verify(recorded.run_id, full=False))
+    assert (fast.intact, fast.event_count, fast.head_hash) == (
+        True,
+        general.event_count,
+        general.head_hash,
+    )
+
+
+async def test_texts_beyond_the_template_take_the_general_path(recorded: Recorded) -> None:
+    # quotes, backslashes, control characters and non-ASCII text need escaping or NFC: the
+    # template cannot write them, so the fast check declines and the general path verifies
+    for step in ('say "hi"', "back\\slash", "tab\there", "café"):
+        await recorded.ledger.append(
+            recorded.run_id, NewEvent(step, E.MODEL_CALL, T0, payload={"s": step})
+        )
+        assert await _fast(recorded) is None
+        assert (await recorded.ledger.verify(recorded.run_id, full=False)).intact
+
+
+@pytest.mark.parametrize(
+    ("statement", "params", "reason"),
+    [
+        ("UPDATE {t} SET step_id='other' WHERE run_id=:r AND sequence=4", {}, "event hash"),
+        ("DELETE FROM {t} WHERE run_id=:r AND sequence=3", {}, "gap"),
+        ("UPDATE {t} SET hash=:h WHERE run_id=:r AND sequence=6", {"h": "sha256:" + "2" * 64}, ""),
+        ("UPDATE {t} SET payload=:p WHERE run_id=:r AND sequence=1", {"p": b"{}"}, "payload"),
+        ("UPDATE {t} SET event_id=:e WHERE run_id=:r AND sequence=2", {"e": 'x","a":"'}, "event"),
+    ],
+)
+async def test_tampering_is_left_to_the_general_path(
+    recorded: Recorded, statement: str, params: dict[str, object], reason: str
+) -> None:
+    await recorded.sql(statement.format(t=EVENTS), r=recorded.run_id, **params)
+    assert await _fast(recorded) is None
+    result = await recorded.ledger.verify(recorded.run_id, full=False)
+    assert not result.intact
+    assert reason in str(result.reason)
+
+
+async def test_an_edited_instant_is_left_to_the_general_path(recorded: Recorded) -> None:
+    events = await recorded.ledger.events(recorded.run_id)
+    await recorded.sql(
+        f"UPDATE {EVENTS} SET logical_time=:t WHERE run_id=:r AND sequence=3",
+        t=events[2].logical_time + timedelta(microseconds=1),
+        r=recorded.run_id,
+    )
+    assert await _fast(recorded) is None
+    result = await recorded.ledger.verify(recorded.run_id, full=False)
+    assert result.reason is BreakReason.HASH_MISMATCH and result.broken_at == 3
