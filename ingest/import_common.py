@@ -16,7 +16,7 @@ from models.canonical import canonical_hash
 from models.digest import digest_hex
 from models.errors import InvalidInputError
 from models.ingest import IngestEvent, IngestRunHeader
-from runtime.ports import ArtifactStore, EventLedger, EvidenceReader
+from runtime.ports import ArtifactStore, EvidenceReader, IngestLedger
 
 
 @dataclass(frozen=True)
@@ -88,7 +88,7 @@ def build(where: str, model: type[M], data: Any) -> M:
 
 
 async def record_converted(
-    ledger: EventLedger,
+    ledger: IngestLedger,
     artifacts: ArtifactStore,
     evidence: EvidenceReader,
     runs: Sequence[ConvertedRun],

@@ -31,7 +31,7 @@ from ingest.import_common import (
 from models.capability import side_effect_class_from_hints
 from models.errors import InvalidInputError
 from models.ingest import IngestEventBatch, IngestRunHeader
-from runtime.ports import ArtifactStore, EventLedger, EvidenceReader
+from runtime.ports import ArtifactStore, EvidenceReader, IngestLedger
 from runtime.tool_loop.conversation import parse_arguments
 
 MODEL_OPS = {"call_llm", "chat", "text_completion", "generate_content", "completion", "llm"}
@@ -434,7 +434,7 @@ def convert_otel_file(path: Path, write_tools: Iterable[str] | None = None) -> l
 
 
 async def import_otel(
-    ledger: EventLedger,
+    ledger: IngestLedger,
     artifacts: ArtifactStore,
     evidence: EvidenceReader,
     path: Path,

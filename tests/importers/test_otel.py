@@ -81,6 +81,12 @@ async def test_an_uninterpretable_span_is_kept_and_reported(stores, tmp_path: Pa
     assert len(report.opaque) == 1 and "retrieve documents" in report.opaque[0]
     events = await stores.ledger.events(report.run_ids[0])
     assert [e.type.value for e in events].count("OPAQUE") == 1
+    # importing the same file again records nothing (the OPAQUE event is recognised too)
+    again = await import_otel(
+        stores.ledger, stores.artifacts, stores.evidence, path, ["write_file"]
+    )
+    assert (again.imported, again.already_imported, again.events_recorded) == (0, 1, 0)
+    assert len(await stores.ledger.events(report.run_ids[0])) == len(events)
 
 
 def test_malformed_traces_name_the_position(tmp_path: Path) -> None:
