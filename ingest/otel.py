@@ -140,6 +140,18 @@ def _operation(span: dict[str, Any]) -> str:
     return str(op or span["name"].split(" ", 1)[0]).lower()
 
 
+def _count(attrs: Any, *names: str) -> int:
+    """A token count attribute as a whole number; anything else is refused naming it."""
+    value = _attr(attrs, *names) or 0
+    try:
+        count = int(value) if not isinstance(value, float) or value.is_integer() else None
+    except (TypeError, ValueError, OverflowError):
+        count = None
+    if count is None or isinstance(value, bool) or count < 0:
+        raise InvalidInputError(f"{names[0]}: {value!r} is not a whole number of tokens")
+    return count
+
+
 def _json(text: Any) -> Any:
     if not isinstance(text, str):
         return text
@@ -303,11 +315,9 @@ def _model_event(
             for t in executed
         ]
     usage = {
-        "prompt_tokens": int(
-            _attr(attrs, "gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens") or 0
-        ),
-        "completion_tokens": int(
-            _attr(attrs, "gen_ai.usage.output_tokens", "gen_ai.usage.completion_tokens") or 0
+        "prompt_tokens": _count(attrs, "gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens"),
+        "completion_tokens": _count(
+            attrs, "gen_ai.usage.output_tokens", "gen_ai.usage.completion_tokens"
         ),
     }
     cost = sum(

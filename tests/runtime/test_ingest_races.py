@@ -11,10 +11,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from ingest import ingest_events, ingest_run
 from ingest.recorder import marker_of
-from models.errors import InvalidInputError, RunNotFoundError, SequenceConflictError
+from models.errors import RunNotFoundError, SequenceConflictError, StoreError
 from models.ingest import IngestEventBatch, IngestRunHeader, IngestTool
 from stores.sql.ledger import SqlLedger
 
@@ -147,9 +148,17 @@ async def test_every_event_type_is_idempotent_and_advances_the_sequence(rec) -> 
 
 async def test_a_refused_header_leaves_no_run_and_the_corrected_one_is_accepted(rec) -> None:  # type: ignore[no-untyped-def]
     run_id = f"refused-header-{rec.db.dialect}"
-    bad = header(run_id, labels={"v": "bad"}, max_model_calls=1180591620717411303424)
-    with pytest.raises(InvalidInputError):
-        await ingest_run(rec.ledger, rec.artifacts, bad)
+    with pytest.raises(ValidationError, match="max_model_calls"):
+        header(run_id, max_model_calls=1180591620717411303424)
+    # a failure while the run is being started (a database error, a crash) rolls it all back
+    ledger = SqlLedger(rec.db, rec.artifacts)
+
+    async def fail(*args: Any, **kwargs: Any) -> Any:
+        raise StoreError("the database went away")
+
+    ledger.append_locked = fail  # type: ignore[method-assign]
+    with pytest.raises(StoreError):
+        await ingest_run(ledger, rec.artifacts, header(run_id, labels={"v": "bad"}))
     with pytest.raises(RunNotFoundError):
         await rec.ledger.get_run(run_id)
     good = header(run_id, labels={"v": "good"})
