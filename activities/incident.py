@@ -11,6 +11,7 @@ import structlog
 from temporalio import activity
 
 from activities import observe
+from activities.heartbeat import heartbeating
 from forensics.failure_facts import gather_failure_facts
 from forensics.freeze import freeze_evidence
 from forensics.reconcile import SideEffectReconciler, reconcile_side_effect, resolve_by_human
@@ -18,6 +19,7 @@ from forensics.regression_cases import regression_case_for
 from models import EvidenceFreezeRequest, EvidenceType, SideEffectRecord, SideEffectStatus
 from models.canonical import canonicalize
 from models.errors import NotFoundError
+from models.freeze import FreezeRecord
 from models.incident_flow import (
     FreezeSummary,
     IncidentPhase,
@@ -32,6 +34,7 @@ from runtime.recorder import RunRecorder
 from runtime.trajectory import load_trajectory
 from stores.bundle import Stores
 from stores.sql.incidents import SqlIncidentStore
+from stores.sql.side_effect_leases import sweep_expired_side_effects
 
 log = structlog.get_logger(__name__)
 FREEZE_TYPES = tuple(EvidenceType)
@@ -61,23 +64,15 @@ class IncidentActivities:
         store and return its summary. Idempotent: the time comes from the workflow and the
         freeze id from the incident and run.
 
-        Never deletes evidence or shortens a retention, and appends nothing to the run."""
-        # the time comes from the workflow, so a retried activity freezes identically
-        now = frozen_at
-        request = EvidenceFreezeRequest(
-            run_id=run_id,
-            incident_id=incident_id,
-            types=FREEZE_TYPES,
-            retention_until=now + timedelta(days=retention_days),
-        )
-        s = self.stores
-        record = await freeze_evidence(
-            s.ledger, s.evidence, s.artifacts, request, freeze_id=f"{incident_id}:{run_id}", now=now
-        )
+        Never deletes evidence or shortens a retention, and appends nothing to the run but the
+        UNKNOWN of a side effect left EXECUTING past its lease (swept first, so the frozen
+        evidence says what is known: that its outcome is not)."""
+        async with heartbeating(incident_id):
+            record = await self._freeze(incident_id, run_id, retention_days, frozen_at)
         await self.incidents.record_freeze(record)
         # the frozen head also goes outside the database: the freeze record above is a row an
         # attacker with the database could rewrite along with the run
-        await s.ledger.anchor(run_id)
+        await self.stores.ledger.anchor(run_id)
         return FreezeSummary(
             freeze_id=record.freeze_id,
             artifact_count=len(record.artifact_digests),
@@ -85,6 +80,23 @@ class IncidentActivities:
             chain_head_hash=record.chain_head_hash,
             retention_until=record.retention_until,
             enforced_by_backend=record.enforced_by_backend,
+        )
+
+    async def _freeze(
+        self, incident_id: str, run_id: str, retention_days: int, frozen_at: datetime
+    ) -> FreezeRecord:
+        s = self.stores
+        await sweep_expired_side_effects(s.ledger, s.side_effect_lease_seconds, run_id=run_id)
+        request = EvidenceFreezeRequest(
+            run_id=run_id,
+            incident_id=incident_id,
+            types=FREEZE_TYPES,
+            retention_until=frozen_at + timedelta(days=retention_days),
+        )
+        # the time comes from the workflow, so a retried activity freezes identically
+        freeze_id = f"{incident_id}:{run_id}"
+        return await freeze_evidence(
+            s.ledger, s.evidence, s.artifacts, request, freeze_id=freeze_id, now=frozen_at
         )
 
     @activity.defn(name="unknown_side_effects")
@@ -237,9 +249,10 @@ class IncidentActivities:
         from forensics.report import render_html, render_json, render_markdown
         from forensics.report_gather import report_bundle
 
-        bundle = await report_bundle(
-            self.stores.ledger, self.stores.evidence, self.incidents, view
-        )
+        async with heartbeating(view.incident_id):
+            bundle = await report_bundle(
+                self.stores.ledger, self.stores.evidence, self.incidents, view
+            )
         refs = {}
         for fmt, render in (("json", render_json), ("md", render_markdown), ("html", render_html)):
             refs[fmt] = await self.stores.artifacts.put(render(bundle).encode())

@@ -9,6 +9,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities import observe
+from activities.heartbeat import heartbeating
 from activities.sandbox.runner import SandboxedSteps
 from models import RunStatus
 from models.comparison import compare_trajectories, reproduces
@@ -44,7 +45,8 @@ class ReplayActivities:
 
         Runs no step, calls no model or provider, and never writes to the source run; the
         result carries ids, hashes and counts only."""
-        prepared = await self.engine.prepare(plan)
+        async with heartbeating(plan.replay_id):
+            prepared = await self.engine.prepare(plan)
         log.info(
             "replay prepared",
             replay_id=plan.replay_id,
@@ -99,10 +101,14 @@ class ReplayActivities:
 
         Reads the ledger only: records nothing in either run and calls no model or provider."""
         after = 0
-        if plan.from_step:  # a fork is compared on what it re-executed
-            after = (await self.engine.source(plan.source_run_id)).marks[plan.from_step].sequence
-        source = await load_trajectory(self.engine.ledger, plan.source_run_id, after_sequence=after)
-        replay = await load_trajectory(self.engine.ledger, plan.replay_id)
+        async with heartbeating(plan.replay_id):
+            if plan.from_step:  # a fork is compared on what it re-executed
+                source_run = await self.engine.source(plan.source_run_id)
+                after = source_run.marks[plan.from_step].sequence
+            source = await load_trajectory(
+                self.engine.ledger, plan.source_run_id, after_sequence=after
+            )
+            replay = await load_trajectory(self.engine.ledger, plan.replay_id)
         comparison = compare_trajectories(source, replay)
         result = ComparisonResult(comparison=comparison, reproduced=reproduces(comparison))
         await observe.replay_compared(self.engine.ledger, plan, result)

@@ -38,6 +38,9 @@ from models.errors import (
 
 log = structlog.get_logger(__name__)
 
+#: errors of a store that is down or unreachable
+_UNAVAILABLE = (OSError, TimeoutError)
+
 #: most specific first
 STATUS: tuple[tuple[type[ReplaybookError], int], ...] = (
     (ConfigurationError, 500),
@@ -64,13 +67,19 @@ HTTP_CODES = {
 }
 
 
+#: seconds a client should wait before retrying a 503 (a store or Temporal that is down)
+RETRY_AFTER_SECONDS = 5
+
+
 def status_of(exc: ReplaybookError) -> int:
     return next((status for kind, status in STATUS if isinstance(exc, kind)), 500)
 
 
 def error_body(status: int, code: str, field: str, message: str, **extra: Any) -> JSONResponse:
+    """An error answer; a 503 says when to try again (``Retry-After``)."""
     body = {"status": status, "code": code, "field": field, "message": message} | extra
-    return JSONResponse(body, status_code=status)
+    headers = {"Retry-After": str(RETRY_AFTER_SECONDS)} if status == 503 else None
+    return JSONResponse(body, status_code=status, headers=headers)
 
 
 @contextlib.contextmanager
@@ -147,5 +156,9 @@ def install(app: FastAPI) -> None:
         if isinstance(exc, RPCError):
             log.error("temporal call failed", path=request.url.path, error=exc.message)
             return error_body(503, "temporal_unavailable", "request", f"Temporal: {exc.message}")
+        if isinstance(exc, _UNAVAILABLE):
+            # a store that went away below the stores' own error mapping: still "try again"
+            log.error("store unavailable", path=request.url.path, error=repr(exc))
+            return error_body(503, "store_error", "request", f"store unavailable: {exc!r}")
         log.exception("api request failed", path=request.url.path)
         return error_body(500, "internal_error", "request", "internal error (logged)")

@@ -5,32 +5,76 @@ nothing; something new answers 201; another event under a recorded sequence answ
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import structlog
-from fastapi import APIRouter, Depends, Response
+from fastapi import APIRouter, Depends, Path, Request, Response
+from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel, ValidationError
 
 from api.auth import OPERATE, Principal, require_role
 from api.errors import naming
 from api.state import State
 from ingest import ingest_events, ingest_run
-from models.errors import NotFoundError
+from models.base import RUN_ID_PATTERN
+from models.canonical import parse_json
+from models.errors import CanonicalizationError, NotFoundError
 from models.ingest import IngestEventBatch, IngestRunHeader
 
 log = structlog.get_logger(__name__)
 router = APIRouter(prefix="/api/runs", tags=["ingestion"])
 Ingester = Annotated[Principal, Depends(require_role(*OPERATE))]
+RunIdPath = Annotated[str, Path(pattern=RUN_ID_PATTERN)]
+M = TypeVar("M", bound=BaseModel)
+#: every answer an ingestion route can give besides its success
+ANSWERS: dict[int | str, dict[str, Any]] = {
+    401: {"description": "No or an unknown bearer token"},
+    403: {"description": "The token's role may not ingest"},
+    404: {"description": "No such run (events of a run not created yet)"},
+    409: {"description": "Another header or another event under a recorded sequence"},
+    413: {"description": "The body is larger than the ingestion limit"},
+    422: {"description": "Invalid input, naming the field or the position"},
+    503: {"description": "The store is unavailable; retry after Retry-After seconds"},
+}
+
+
+async def strict_body(request: Request, model: type[M]) -> M:
+    """The body as ``model``, parsed strictly: duplicate keys, NaN/Infinity, lone surrogates,
+    unsafe integers and too deep nesting are refused (``parse_json``), and JSON types are
+    not coerced (the format's booleans and counts are strict, ``models.ingest``)."""
+    raw = await request.body()
+    try:
+        parse_json(raw)
+    except CanonicalizationError as exc:  # named by its JSON path: ``$.a.b[2]`` → ``a.b[2]``
+        raise exc.with_field(exc.path.removeprefix("$").lstrip(".") or "body") from None
+    try:
+        return model.model_validate_json(raw)
+    except ValidationError as exc:
+        errors = [{**e, "loc": ("body", *e["loc"])} for e in exc.errors()]
+        raise RequestValidationError(errors) from None
+
+
+def _body_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """The OpenAPI request body of a route that parses its body itself."""
+    return {
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": model.model_json_schema()}},
+        }
+    }
 
 
 @router.post(
     "",
     status_code=201,
-    responses={200: {"description": "The same header again: nothing written"}},
+    responses={200: {"description": "The same header again: nothing written"}, **ANSWERS},
     summary="Create a run from an external agent's header (idempotent)",
+    openapi_extra=_body_schema(IngestRunHeader),
 )
 async def create_run(
-    header: IngestRunHeader, state: State, caller: Ingester, response: Response
+    request: Request, state: State, caller: Ingester, response: Response
 ) -> dict[str, Any]:
+    header = await strict_body(request, IngestRunHeader)
     stores = await state.stores()
     with naming("run_id"):
         result = await ingest_run(stores.ledger, stores.artifacts, header)
@@ -43,12 +87,17 @@ async def create_run(
 @router.post(
     "/{run_id}/events",
     status_code=201,
-    responses={200: {"description": "Every event was already recorded: nothing written"}},
+    responses={
+        200: {"description": "Every event was already recorded: nothing written"},
+        **ANSWERS,
+    },
     summary="Append a batch of events to an ingested run (atomic, idempotent)",
+    openapi_extra=_body_schema(IngestEventBatch),
 )
 async def append_events(
-    run_id: str, batch: IngestEventBatch, state: State, caller: Ingester, response: Response
+    run_id: RunIdPath, request: Request, state: State, caller: Ingester, response: Response
 ) -> dict[str, Any]:
+    batch = await strict_body(request, IngestEventBatch)
     stores = await state.stores()
     with naming("events"):
         try:

@@ -8,7 +8,7 @@ the runs an investigation may need to reconstruct, so their evidence must be com
 | --- | --- | --- |
 | ``critical_run_evidence_completeness`` | % of critical runs scored 6/6 | 100% |
 | ``unknown_auto_retries`` | side effects executed again after UNKNOWN without a reconciliation proving them not applied | 0 |
-| ``unreconciled_critical_side_effects`` | side effects of recorded runs still UNKNOWN | 0 |
+| ``unreconciled_critical_side_effects`` | side effects of recorded runs still UNKNOWN or EXECUTING past their lease | 0 |
 | ``replays_with_production_write`` | replay runs that recorded a side effect or a WRITE tool call that was not blocked | 0 |
 | ``confirmed_incident_regression_coverage`` | % of confirmed incidents with a regression case | 100% |
 
@@ -19,12 +19,13 @@ write the replay executed: both are the fourth objective.
 from __future__ import annotations
 
 from collections import Counter
+from datetime import datetime, timedelta
 
 from models import ExecutionEventType, SideEffectClass, SideEffectRecord, SideEffectStatus
 from models.slo import SloReport, ratio_objective, report, retried_while_unknown, zero_objective
 from runtime.completeness import evidence_completeness
 from stores.bundle import Stores
-from stores.sql.slo_queries import SqlSloFacts
+from stores.sql.slo_queries import SideEffectFact, SqlSloFacts
 
 E = ExecutionEventType
 
@@ -78,11 +79,21 @@ async def _auto_retried(stores: Stores, run_ids: set[str]) -> set[str]:
     return offenders
 
 
+def _expired(effect: SideEffectFact, lease_end: datetime) -> bool:
+    """EXECUTING since before ``lease_end``: its process died, its outcome is unknown."""
+    return (
+        effect.status == SideEffectStatus.EXECUTING.value
+        and effect.updated_at is not None
+        and effect.updated_at < lease_end
+    )
+
+
 async def compute_slos(stores: Stores) -> SloReport:
     facts = SqlSloFacts(stores.db)
     runs = await _runs(facts)
     replays = {run_id for run_id, is_replay in runs.items() if is_replay}
     effects = [s for s in await facts.side_effects() if s.run_id not in replays]
+    lease_end = stores.ledger.clock() - timedelta(seconds=stores.side_effect_lease_seconds)
     incidents = await facts.incidents()
     with_case = await facts.incidents_with_regression_case()
 
@@ -120,11 +131,12 @@ async def compute_slos(stores: Stores) -> SloReport:
             ),
             zero_objective(
                 "unreconciled_critical_side_effects",
-                "side effects of recorded runs still UNKNOWN (not reconciled)",
+                "side effects of recorded runs still UNKNOWN, or EXECUTING past their lease "
+                "(not reconciled)",
                 (
                     f"{s.side_effect_id} (run {s.run_id})"
                     for s in effects
-                    if s.status == SideEffectStatus.UNKNOWN.value
+                    if s.status == SideEffectStatus.UNKNOWN.value or _expired(s, lease_end)
                 ),
             ),
             zero_objective(

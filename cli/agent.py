@@ -97,3 +97,35 @@ async def examples_providers(as_json: JsonOption = False) -> None:
         typer.echo(f"  email {e['message_id']} to={e['to']} subject={e['subject']!r}")
     for name, count in sorted(state["calls"].items()):
         typer.echo(f"  calls {name}: {count}")
+
+
+@side_effects_app.command("sweep")
+@run_async
+async def side_effects_sweep(as_json: JsonOption = False) -> None:
+    """Mark UNKNOWN every side effect left EXECUTING past its lease
+    (REPLAYBOOK_SIDE_EFFECT_LEASE_SECONDS, 60 by default): the process that dispatched it died
+    before recording the outcome, so the write may have happened. UNKNOWN effects go to
+    reconciliation (an incident, or `incident resolve-side-effect`), never to a retry."""
+    from stores.bundle import open_stores
+    from stores.sql.side_effect_leases import sweep_expired_side_effects
+
+    settings = load_settings()
+    lease = settings.stores.database.side_effect_lease_seconds
+    async with open_stores(settings.stores) as stores:
+        swept = stores.swept + await sweep_expired_side_effects(stores.ledger, lease)
+    rows = [
+        {
+            "id": r.side_effect_id,
+            "run_id": r.run_id,
+            "capability": r.capability_id,
+            "status": r.status.value,
+            "evidence": r.provider_receipt,
+        }
+        for r in swept
+    ]
+    if as_json:
+        print_json({"lease_seconds": lease, "swept": rows, "count": len(rows)})
+        return
+    typer.echo(f"{len(rows)} side effect(s) past the {lease:g} s lease marked UNKNOWN")
+    for row in rows:
+        typer.echo(f"  {row['id']} {row['capability']} (run {row['run_id']}): UNKNOWN")

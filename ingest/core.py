@@ -20,34 +20,26 @@ from ingest.state import IngestState, load_ingest_state
 from models import ExecutionEventType, RunRecord, RunStatus
 from models.canonical import canonicalize
 from models.capability import side_effect_class_from_hints
-from models.errors import ConflictError, RunNotFoundError, SequenceConflictError
+from models.errors import ConflictError, SequenceConflictError
 from models.ingest import IngestEvent, IngestResult, IngestRunHeader, RunEndEvent
-from runtime.ports import ArtifactStore, EventLedger, EvidenceReader
+from runtime.ports import ArtifactStore, EventLedger, EvidenceReader, IngestLedger
 from runtime.tool_loop.conversation import START, LoopInput, loop_outcome, record_prompt
 
 log = structlog.get_logger(__name__)
 E = ExecutionEventType
+#: reloads of a batch whose snapshot another writer made stale
+_ATTEMPTS = 16
 
 
 async def ingest_run(
-    ledger: EventLedger, artifacts: ArtifactStore, header: IngestRunHeader
+    ledger: IngestLedger, artifacts: ArtifactStore, header: IngestRunHeader
 ) -> IngestResult:
     """Create the run (header, RUN_STARTED with the loop's input, the prompt artifact, the
-    ``start`` step). The same header again is a no-op; another one under the run id is a
-    ``ConflictError``."""
+    ``start`` step) in one transaction: the header is validated and every payload prepared
+    before anything is written, so a refused header leaves no run. The same header again is
+    a no-op; another one under the run id is a ``ConflictError``."""
     loop = await _loop_input(artifacts, header)
-    await _create_run(ledger, _run_record(header, loop.system_prompt_ref))
     digest = content_digest(header.model_dump(mode="json"))
-    existing = await ledger.events(header.run_id)
-    if existing:
-        if not existing[0].event_id.endswith(f":0:1:{digest}"):
-            raise ConflictError(
-                f"run {header.run_id!r} was already ingested with another header "
-                "(system prompt, tools, initial messages or attachments differ)"
-            )
-        return IngestResult(
-            run_id=header.run_id, duplicates=1, next_sequence=1, head_sequence=existing[-1].sequence
-        )
     recorder = IngestRecorder(ledger, artifacts, header.run_id, header.started_at, head=0)
     recorder.begin(0, digest, header.started_at)
     recorder.step_id = "run"
@@ -64,13 +56,25 @@ async def ingest_run(
     recorder.step_id = START
     await recorder.record(E.STEP_STARTED, payload={"step": START})
     await record_prompt(recorder, header.system_prompt)
-    try:
-        await recorder.flush(expected_sequence=1)
-    except SequenceConflictError:  # a concurrent identical create won the race
-        return await ingest_run(ledger, artifacts, header)
-    log.debug("run ingested", run_id=header.run_id, graph=header.graph_id)
+    events = recorder.take_pending()
+    if await ledger.start_run(_run_record(header, loop.system_prompt_ref), events):
+        log.debug("run ingested", run_id=header.run_id, graph=header.graph_id)
+        return IngestResult(
+            run_id=header.run_id, recorded=1, next_sequence=1, head_sequence=len(events)
+        )
+    existing = await ledger.events(header.run_id)
+    if not existing:  # a header left without events by an older version: start it now
+        await ledger.append_many(header.run_id, events, expected_sequence=1)
+        return IngestResult(
+            run_id=header.run_id, recorded=1, next_sequence=1, head_sequence=len(events)
+        )
+    if not existing[0].event_id.endswith(f":0:1:{digest}"):
+        raise ConflictError(
+            f"run {header.run_id!r} was already ingested with another header "
+            "(system prompt, tools, initial messages or attachments differ)"
+        )
     return IngestResult(
-        run_id=header.run_id, recorded=1, next_sequence=1, head_sequence=recorder.last_sequence
+        run_id=header.run_id, duplicates=1, next_sequence=1, head_sequence=existing[-1].sequence
     )
 
 
@@ -129,22 +133,8 @@ def _run_record(header: IngestRunHeader, system_ref: str | None) -> RunRecord:
     )
 
 
-async def _create_run(ledger: EventLedger, record: RunRecord) -> None:
-    """Create the run; the same header again is accepted, another one is a ``ConflictError``."""
-    try:
-        existing_run = await ledger.get_run(record.run_id)
-    except RunNotFoundError:
-        await ledger.create_run(record)
-    else:  # the same header again: a finished run's header has its status and outcome too
-        same = record.model_copy(
-            update={"status": existing_run.status, "outcome": existing_run.outcome}
-        )
-        if same != existing_run:
-            raise ConflictError(f"run {record.run_id!r} already exists with another header")
-
-
 async def ingest_events(
-    ledger: EventLedger,
+    ledger: IngestLedger,
     artifacts: ArtifactStore,
     evidence: EvidenceReader,
     run_id: str,
@@ -152,19 +142,23 @@ async def ingest_events(
 ) -> IngestResult:
     """Record a batch of client events atomically (all new ones or none). Events already
     recorded with the same content are skipped; see the module docstring for conflicts."""
-    for attempt in range(3):
+    for _ in range(_ATTEMPTS):
         state = await load_ingest_state(ledger, artifacts, run_id)
         try:
             return await _record_batch(ledger, artifacts, evidence, state, events)
-        except SequenceConflictError:
-            # another writer appended meanwhile: reload, so its events count as recorded
-            if attempt == 2:
-                raise
-    raise AssertionError("unreachable")
+        except _StaleSnapshot:
+            # the head moved since the snapshot (another writer appended): reload, so its
+            # events count as recorded and ours are checked against them
+            continue
+    sequences = sorted(e.sequence for e in events)
+    raise SequenceConflictError(
+        f"run {run_id!r}: events {sequences[0]}..{sequences[-1]} could not be appended: "
+        f"other writers appended {_ATTEMPTS} times meanwhile; send them again"
+    )
 
 
 async def _record_batch(
-    ledger: EventLedger,
+    ledger: IngestLedger,
     artifacts: ArtifactStore,
     evidence: EvidenceReader,
     state: IngestState,
@@ -202,7 +196,10 @@ async def _record_batch(
             end = event
             await _end(recorder, state, event)
     if recorder.pending:
-        await recorder.flush(expected_sequence=state.head + 1)
+        try:  # the ledger appends only if its head is still the snapshot's
+            await recorder.flush(expected_sequence=state.head + 1)
+        except SequenceConflictError as exc:
+            raise _StaleSnapshot from exc
     if end is not None or (state.ended and state.run.status is RunStatus.RUNNING):
         await _finish(ledger, run_id)
     return IngestResult(
@@ -213,6 +210,10 @@ async def _record_batch(
         head_sequence=recorder.last_sequence,
         ended=state.ended,
     )
+
+
+class _StaleSnapshot(Exception):
+    """Internal: the run's head moved after its state was loaded."""
 
 
 async def _end(recorder: IngestRecorder, state: IngestState, event: RunEndEvent) -> None:

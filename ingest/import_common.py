@@ -16,7 +16,7 @@ from models.canonical import canonical_hash
 from models.digest import digest_hex
 from models.errors import InvalidInputError
 from models.ingest import IngestEvent, IngestRunHeader
-from runtime.ports import ArtifactStore, EventLedger, EvidenceReader
+from runtime.ports import ArtifactStore, EvidenceReader, IngestLedger
 
 
 @dataclass(frozen=True)
@@ -49,8 +49,21 @@ class ImportReport:
         }
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number (NaN and Infinity are refused)")
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    keys = [k for k, _ in pairs]
+    if len(set(keys)) != len(keys):
+        duplicate = next(k for k in keys if keys.count(k) > 1)
+        raise ValueError(f"duplicate key {duplicate!r}")
+    return dict(pairs)
+
+
 def read_json_file(path: Path) -> Any:
-    """The file's JSON; a syntax error names the line and column."""
+    """The file's JSON; a syntax error names the line and column. NaN/Infinity, duplicate
+    keys and nesting too deep to read are refused up front (nothing is recorded)."""
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
@@ -58,11 +71,15 @@ def read_json_file(path: Path) -> Any:
     except UnicodeDecodeError as exc:
         raise InvalidInputError(f"{path}: not UTF-8 at byte {exc.start}") from None
     try:
-        return json.loads(text)
+        return json.loads(text, parse_constant=_no_constant, object_pairs_hook=_unique_keys)
     except json.JSONDecodeError as exc:
         raise InvalidInputError(
             f"{path}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
         ) from None
+    except ValueError as exc:  # NaN, a duplicate key, a number too long to read
+        raise InvalidInputError(f"{path}: invalid JSON: {exc}") from None
+    except RecursionError:
+        raise InvalidInputError(f"{path}: invalid JSON: nested too deeply") from None
 
 
 def content_id(*parts: Any) -> str:
@@ -88,7 +105,7 @@ def build(where: str, model: type[M], data: Any) -> M:
 
 
 async def record_converted(
-    ledger: EventLedger,
+    ledger: IngestLedger,
     artifacts: ArtifactStore,
     evidence: EvidenceReader,
     runs: Sequence[ConvertedRun],

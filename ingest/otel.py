@@ -31,7 +31,7 @@ from ingest.import_common import (
 from models.capability import side_effect_class_from_hints
 from models.errors import InvalidInputError
 from models.ingest import IngestEventBatch, IngestRunHeader
-from runtime.ports import ArtifactStore, EventLedger, EvidenceReader
+from runtime.ports import ArtifactStore, EvidenceReader, IngestLedger
 from runtime.tool_loop.conversation import parse_arguments
 
 MODEL_OPS = {"call_llm", "chat", "text_completion", "generate_content", "completion", "llm"}
@@ -138,6 +138,18 @@ def _ordered(spans: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def _operation(span: dict[str, Any]) -> str:
     op = _attr(span["attributes"], "gen_ai.operation.name")
     return str(op or span["name"].split(" ", 1)[0]).lower()
+
+
+def _count(attrs: Any, *names: str) -> int:
+    """A token count attribute as a whole number; anything else is refused naming it."""
+    value = _attr(attrs, *names) or 0
+    try:
+        count = int(value) if not isinstance(value, float) or value.is_integer() else None
+    except (TypeError, ValueError, OverflowError):
+        count = None
+    if count is None or isinstance(value, bool) or count < 0:
+        raise InvalidInputError(f"{names[0]}: {value!r} is not a whole number of tokens")
+    return count
 
 
 def _json(text: Any) -> Any:
@@ -303,11 +315,9 @@ def _model_event(
             for t in executed
         ]
     usage = {
-        "prompt_tokens": int(
-            _attr(attrs, "gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens") or 0
-        ),
-        "completion_tokens": int(
-            _attr(attrs, "gen_ai.usage.output_tokens", "gen_ai.usage.completion_tokens") or 0
+        "prompt_tokens": _count(attrs, "gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens"),
+        "completion_tokens": _count(
+            attrs, "gen_ai.usage.output_tokens", "gen_ai.usage.completion_tokens"
         ),
     }
     cost = sum(
@@ -434,7 +444,7 @@ def convert_otel_file(path: Path, write_tools: Iterable[str] | None = None) -> l
 
 
 async def import_otel(
-    ledger: EventLedger,
+    ledger: IngestLedger,
     artifacts: ArtifactStore,
     evidence: EvidenceReader,
     path: Path,

@@ -79,6 +79,12 @@ class IngestRecorder(RunRecorder):
     def pending(self) -> int:
         return len(self._pending)
 
+    def take_pending(self) -> list[NewEvent]:
+        """The buffered events, handed to a caller that writes them itself (the run's start)."""
+        events, self._pending = list(self._pending), []
+        self.last_sequence += len(events)
+        return events
+
     async def record(
         self,
         type: ExecutionEventType,

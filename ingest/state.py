@@ -13,7 +13,7 @@ from models import ExecutionEventType, RunRecord
 from models.errors import InvalidInputError
 from models.ingest import TOOL_LOOP_GRAPH_ID
 from models.model_call import ChatMessage, ModelResponse
-from runtime.ports import ArtifactStore, EventLedger
+from runtime.ports import ArtifactStore, IngestLedger
 from runtime.tool_loop.conversation import (
     MODEL,
     START,
@@ -118,17 +118,20 @@ class IngestState:
 
 
 async def load_ingest_state(
-    ledger: EventLedger, artifacts: ArtifactStore, run_id: str
+    ledger: IngestLedger, artifacts: ArtifactStore, run_id: str
 ) -> IngestState:
     run = await ledger.get_run(run_id)
-    loaded = await ledger.events_with_payloads(run_id, types=_READ)
-    head_events = await ledger.events(run_id, from_sequence=max(1, _last(loaded)))
-    head = head_events[-1].sequence if head_events else 0
+    # one statement: the markers, the conversation and the head are of the same moment, so
+    # the append conditional on this head cannot pass over a concurrent writer's events
+    loaded = await ledger.events_with_payloads_of(run_id, _READ)
+    head = loaded[-1][0].sequence if loaded else 0
     state = IngestState(run=run, loop=LoopInput(), head=head)
     for event, data in loaded:
         marker = marker_of(run_id, event)
-        if marker is not None:
+        if marker is not None:  # every type of event counts (opaque, checkpoint, policy…)
             state.recorded[marker.sequence] = marker.digest
+        if event.type not in _READ:
+            continue
         payload = json.loads(data or b"null")
         if event.type is E.RUN_STARTED:
             state.loop = LoopInput.from_json(payload.get("input"))
@@ -157,7 +160,3 @@ async def load_ingest_state(
     if not state.recorded:
         raise InvalidInputError(f"run {run_id!r} was not created by ingestion")
     return state
-
-
-def _last(loaded: list[tuple[Any, bytes | None]]) -> int:
-    return loaded[-1][0].sequence if loaded else 1

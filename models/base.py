@@ -21,12 +21,19 @@ Instant = Annotated[AwareDatetime, AfterValidator(_to_utc)]
 #: A non-empty identifier.
 Identifier = Annotated[str, Field(min_length=1, max_length=512)]
 
+#: What a run id may be, for ingestion and for addressing it afterwards (a URL path segment, a
+#: CLI argument): no ``/``, space, newline or other character that cannot be addressed.
+RUN_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@+=-]{0,199}$"
+RunId = Annotated[str, Field(pattern=RUN_ID_PATTERN)]
+
 __all__ = [
+    "RUN_ID_PATTERN",
     "Digest",
     "HashedRecord",
     "Identifier",
     "Instant",
     "Record",
+    "RunId",
     "format_instant",
     "object_schema",
 ]

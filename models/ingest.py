@@ -14,12 +14,14 @@ from the recorded ``user.reply`` capability.
 
 from __future__ import annotations
 
+import math
 from decimal import Decimal
 from typing import Annotated, Literal
 
-from pydantic import Field, JsonValue, model_validator
+from pydantic import Field, JsonValue, StrictBool, StrictInt, model_validator
 
-from models.base import Identifier, Instant, Record, object_schema
+from models.base import Identifier, Instant, Record, RunId, object_schema
+from models.canonical import SAFE_INTEGER_MAX
 from models.enums import (
     ApprovalDecision,
     PolicyDecision,
@@ -39,36 +41,68 @@ TOOL_LOOP_GRAPH_VERSION = "1"
 USER_REPLY = "user.reply"
 
 
-def _nul_path(value: object, path: str) -> str | None:
-    """The path of the first string (or key) holding U+0000, if any."""
+#: how deep ingested JSON may nest (deeper is refused naming where, never a RecursionError)
+MAX_DEPTH = 64
+
+
+def _text_problem(text: str) -> str | None:
+    if "\x00" in text:
+        return "the NUL character (U+0000) is not allowed in ingested text"
+    if any("\ud800" <= c <= "\udfff" for c in text):
+        return "a lone surrogate (U+D800..U+DFFF) is not valid Unicode text"
+    return None
+
+
+def _scalar_problem(value: object) -> str | None:
     if isinstance(value, str):
-        return path if "\x00" in value else None
+        return _text_problem(value)
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int) and abs(value) > SAFE_INTEGER_MAX:
+        return f"integer {value} is outside the safe range ±(2**53-1); send it as a string"
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{value} is not a JSON number (NaN and Infinity are refused)"
+    return None
+
+
+def _json_problem(value: object, path: str, depth: int = 0) -> tuple[str, str] | None:
+    """The path and problem of the first value ingestion cannot record faithfully: text with
+    U+0000 or a lone surrogate, NaN/Infinity, an integer outside the canonical form's safe
+    range, nesting deeper than ``MAX_DEPTH``."""
+    if depth > MAX_DEPTH:
+        return path or "body", f"nested deeper than {MAX_DEPTH} levels"
     if isinstance(value, dict):
         for key, item in value.items():
             where = f"{path}.{key}" if path else str(key)
-            if "\x00" in str(key):
-                return where
-            found = _nul_path(item, where)
+            problem = _text_problem(str(key))
+            if problem:
+                return where, problem
+            found = _json_problem(item, where, depth + 1)
             if found:
                 return found
     elif isinstance(value, list | tuple):
         for index, item in enumerate(value):
-            found = _nul_path(item, f"{path}[{index}]")
+            found = _json_problem(item, f"{path}[{index}]", depth + 1)
             if found:
                 return found
+    else:
+        problem = _scalar_problem(value)
+        if problem:
+            return path or "body", problem
     return None
 
 
 class _NoNul(Record):
-    """U+0000 is refused up front: PostgreSQL cannot store it in text or JSON, so accepting it
-    would fail later, half-recorded, with a store error instead of naming the field."""
+    """Refused up front, naming the field: U+0000 (PostgreSQL cannot store it), lone
+    surrogates, NaN/Infinity, integers outside ±(2**53-1) (no canonical form) and too deep
+    nesting; accepting them would fail later, half-recorded, with a store or hashing error."""
 
     @model_validator(mode="before")
     @classmethod
     def _refuse_nul(cls, data: object) -> object:
-        found = _nul_path(data, "")
+        found = _json_problem(data, "")
         if found:
-            raise ValueError(f"{found}: the NUL character (U+0000) is not allowed in ingested text")
+            raise ValueError(f"{found[0]}: {found[1]}")
         return data
 
 
@@ -81,15 +115,16 @@ class IngestTool(Record):
     parameters: dict[str, JsonValue] = Field(default_factory=object_schema)
     #: READ or WRITE; when absent the MCP hints decide, and with no hint the tool is WRITE
     side_effect_class: SideEffectClass | None = None
-    read_only_hint: bool | None = None
-    destructive_hint: bool | None = None
+    read_only_hint: StrictBool | None = None
+    destructive_hint: StrictBool | None = None
 
 
 class IngestRunHeader(_NoNul):
     """A run header with its pinned versions (``POST /api/runs``)."""
 
-    #: the client's id for the run; re-sending the same header under it is a no-op
-    run_id: Identifier
+    #: the client's id for the run (``RUN_ID_PATTERN``); re-sending the same header under it
+    #: is a no-op
+    run_id: RunId
     graph_id: Identifier = TOOL_LOOP_GRAPH_ID
     graph_version: Identifier = TOOL_LOOP_GRAPH_VERSION
     #: the agent's logical start time (``logical_time`` of the first events)
@@ -104,20 +139,24 @@ class IngestRunHeader(_NoNul):
     #: messages the conversation starts with besides the system prompt (e.g. the task)
     initial_messages: tuple[ChatMessage, ...] = ()
     #: whether user turns are recorded as ``user_message`` events (a chat with a user)
-    user_turns: bool = True
+    user_turns: StrictBool = True
     #: the agent's own limit of model calls; the loop stops there (as the source agent did)
-    max_model_calls: int | None = Field(default=None, ge=1)
+    max_model_calls: StrictInt | None = Field(default=None, ge=1)
     #: tools whose call ends the run (e.g. a hand-off to a human)
     terminate_tools: tuple[str, ...] = ()
     #: without user turns: how many answers without tool calls the agent gives before it ends
-    answers_before_end: int = Field(default=1, ge=1)
+    answers_before_end: StrictInt = Field(default=1, ge=1)
     #: JSON documents kept with the run as artifacts (expected behaviour, source outcome, …)
     attachments: dict[str, JsonValue] = Field(default_factory=dict)
 
 
-class _Event(Record):
+# the ingestion format's booleans and counts are strict: ``"yes"`` is not true and ``true``
+# is not 1 (a coerced value would be recorded as evidence the client never sent)
+
+
+class _Event(_NoNul):
     #: the client's sequence number of this event in the run, from 1, without gaps
-    sequence: int = Field(ge=1)
+    sequence: StrictInt = Field(ge=1)
     #: when it happened in the agent's time; defaults to the run's start time
     at: Instant | None = None
     #: the step it belongs to; by default model calls, tool batches and user turns are steps
@@ -163,7 +202,7 @@ class UserMessageEvent(_Event):
     type: Literal["user_message"] = "user_message"
     content: str | None
     #: the user ended the conversation with this message
-    done: bool = False
+    done: StrictBool = False
 
 
 class RetrievalEvent(_Event):
@@ -199,17 +238,17 @@ class SideEffectStateEvent(_Event):
 
     type: Literal["side_effect"] = "side_effect"
     #: the ``sequence`` of the tool_call event whose side effect changes
-    tool_call_sequence: int = Field(ge=1)
+    tool_call_sequence: StrictInt = Field(ge=1)
     status: SideEffectStatus
     receipt: str | None = None
     #: with status RECONCILED: whether the effect was applied
-    reconciled_applied: bool | None = None
+    reconciled_applied: StrictBool | None = None
 
 
 class CheckpointEvent(_Event):
     type: Literal["checkpoint"] = "checkpoint"
     state: dict[str, JsonValue]
-    state_schema_version: int = Field(default=1, ge=1)
+    state_schema_version: StrictInt = Field(default=1, ge=1)
 
 
 class OpaqueEvent(_Event):

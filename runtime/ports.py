@@ -130,6 +130,21 @@ class EventLedger(Protocol):
         ...
 
 
+class IngestLedger(EventLedger, Protocol):
+    """What ingestion needs beyond the ledger: an atomic start and a one-snapshot read."""
+
+    async def start_run(self, run: RunRecord, events: Sequence[NewEvent]) -> bool:
+        """Create the run and append its first events in one transaction (False: the run
+        exists with this header, nothing written)."""
+        ...
+
+    async def events_with_payloads_of(
+        self, run_id: str, payload_types: frozenset[ExecutionEventType]
+    ) -> list[tuple[ExecutionEvent, bytes | None]]:
+        """Every event of the run in one snapshot, payloads of ``payload_types`` only."""
+        ...
+
+
 @runtime_checkable
 class EvidenceReader(Protocol):
     """Lookups of recorded evidence (``stores.sql.evidence.SqlEvidenceReader``)."""

@@ -18,13 +18,26 @@ from models.errors import (
     ProviderRejectedError,
     ReconciliationRequiredError,
     RetryNotAllowedError,
-    SideEffectOutcomeUnknownError,
 )
 from runtime.ports import EvidenceReader
 from runtime.recorder import RunRecorder
 
-#: the provider call: (idempotency_key, provider_request_id) -> receipt (JSON)
+#: the provider call: (idempotency_key, provider_request_id) -> receipt (JSON). An adapter
+#: may declare which of its errors are definitive refusals (raised before anything was
+#: dispatched) as a ``definitive_errors`` tuple attribute; ``ProviderRejectedError`` always is.
 ProviderCall = Callable[[str, str], Awaitable[dict[str, Any]]]
+
+
+def definitive_errors(call: ProviderCall) -> tuple[type[BaseException], ...]:
+    """The errors of ``call`` that prove the write was not applied."""
+    declared: tuple[type[BaseException], ...] = getattr(call, "definitive_errors", ())
+    return (ProviderRejectedError, *declared)
+
+
+def unknown_evidence(exc: BaseException) -> str:
+    """What an UNKNOWN side effect keeps of the error that made its outcome unknowable."""
+    message = str(exc) or "(no message)"
+    return f"outcome unknown: {type(exc).__name__}: {message}"
 
 
 def idempotency_key(run_id: str, step_id: str, action_hash: str) -> str:
@@ -76,18 +89,21 @@ class SideEffectLedger:
         executing = await self._transition(record, status=SideEffectStatus.EXECUTING)
         try:
             receipt = await call(executing.idempotency_key, executing.provider_request_id or "")
-        except SideEffectOutcomeUnknownError as exc:
-            unknown = await self._transition(
-                executing,
-                status=SideEffectStatus.UNKNOWN,
-                provider_receipt=f"outcome unknown: {exc}",
-            )
-            return unknown, None
-        except ProviderRejectedError as exc:
+        except definitive_errors(call) as exc:
             failed = await self._transition(
                 executing, status=SideEffectStatus.FAILED, provider_receipt=f"rejected: {exc}"
             )
             return failed, None
+        except BaseException as exc:
+            # dispatched and then anything at all (a timeout, a reset connection, a bug, a
+            # cancellation): the write may have happened, so the outcome is UNKNOWN, never
+            # EXECUTING for good and never FAILED (which would allow a retry)
+            unknown = await self._transition(
+                executing, status=SideEffectStatus.UNKNOWN, provider_receipt=unknown_evidence(exc)
+            )
+            if not isinstance(exc, Exception):
+                raise  # a cancellation or an exit goes on once the evidence is recorded
+            return unknown, None
         confirmed = await self._transition(
             executing,
             status=SideEffectStatus.CONFIRMED,

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from models import SideEffectRecord
 from runtime.ports import ArtifactStore
 from runtime.privacy.service import PrivacyService
 from stores.anchors import AnchorLog, open_anchor_log
@@ -17,6 +18,7 @@ from stores.sql.evidence import SqlEvidenceReader
 from stores.sql.ledger import SqlLedger
 from stores.sql.privacy import SqlRawVault
 from stores.sql.privacy_records import SqlPrivacyRecords
+from stores.sql.side_effect_leases import sweep_expired_side_effects
 
 
 @dataclass
@@ -29,6 +31,10 @@ class Stores:
     privacy: PrivacyService | None = None
     #: run heads anchored outside the database, beside the artifacts
     anchors: AnchorLog | None = None
+    #: seconds a side effect may stay EXECUTING before a sweep marks it UNKNOWN
+    side_effect_lease_seconds: float = 60.0
+    #: the side effects whose lease had expired when the stores opened (now UNKNOWN)
+    swept: list[SideEffectRecord] = field(default_factory=list)
 
 
 @contextlib.asynccontextmanager
@@ -52,13 +58,22 @@ async def open_stores(settings: StoreSettings) -> AsyncIterator[Stores]:
         anchors = open_anchor_log(artifacts)
         ledger = SqlLedger(db, artifacts, vault=vault, anchors=anchors)
         evidence = SqlEvidenceReader(db)
+        # the side-effect ledger opens: what a dead process left EXECUTING past its lease is
+        # UNKNOWN from now on (reconciliation, never a silent retry)
+        swept = await sweep_expired_side_effects(
+            ledger, settings.database.side_effect_lease_seconds
+        )
         yield Stores(
             db=db,
             artifacts=artifacts,
             ledger=ledger,
             evidence=evidence,
-            privacy=PrivacyService(ledger, evidence, artifacts, vault, SqlPrivacyRecords(db, anchors)),
+            privacy=PrivacyService(
+                ledger, evidence, artifacts, vault, SqlPrivacyRecords(db, anchors)
+            ),
             anchors=anchors,
+            side_effect_lease_seconds=settings.database.side_effect_lease_seconds,
+            swept=swept,
         )
     finally:
         await db.dispose()

@@ -18,6 +18,11 @@ class DatabaseSettings(BaseModel):
     #: ``postgresql://…`` (asyncpg) or ``sqlite:///…`` (aiosqlite); ``None``: the SQLite file
     #: ``replaybook.db`` under the home directory (``Settings`` fills it in)
     url: str | None = Field(None, validation_alias="REPLAYBOOK_DATABASE_URL")
+    #: seconds a side effect may stay EXECUTING (dispatched, no outcome recorded) before a
+    #: sweep marks it UNKNOWN: the process that dispatched it is presumed dead
+    side_effect_lease_seconds: float = Field(
+        60.0, gt=0, validation_alias="REPLAYBOOK_SIDE_EFFECT_LEASE_SECONDS"
+    )
 
 
 class ArtifactSettings(BaseModel):

@@ -15,12 +15,14 @@ from activities.incident import IncidentActivities
 from activities.replay import ReplayActivities
 from activities.sandbox.setup import sandboxed_steps
 from examples.support_desk.world_store import WorldStore
+from models.errors import StoreError
 from models.queues import CONTROL_QUEUE, REPLAY_QUEUE
 from runtime.providers.endpoint import ModelEndpointSettings
 from runtime.replay.catalog import AgentCatalog
 from runtime.replay.engine import ReplayEngine
-from stores.bundle import open_stores
+from stores.bundle import Stores, open_stores
 from stores.sql.incidents import SqlIncidentStore
+from stores.sql.side_effect_leases import sweep_expired_side_effects
 from worker.agents import open_world, reconcilers_for
 from worker.catalogs import catalogs as agent_catalogs
 from worker.settings import Settings
@@ -104,15 +106,34 @@ async def running_workers(
             # the replay pool executes agent steps: it is given no write provider at all
             workers.append(Worker(client, task_queue=REPLAY_QUEUE, activities=[acts.replay_step]))
         tasks = [asyncio.create_task(w.run()) for w in workers]
+        if queues in ("control", "all"):  # the control pool sweeps expired side-effect leases
+            tasks.append(asyncio.create_task(_sweep_leases(stores)))
         log.info("workers started", queues=queues, address=settings.temporal.address)
         try:
             yield workers
         finally:
             for w in workers:
                 await w.shutdown()
+            for task in tasks[len(workers) :]:
+                task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             if steps is not None:  # the sandboxed processes kept between a replay's batches
                 await steps.aclose()
+
+
+async def _sweep_leases(stores: Stores) -> None:
+    """Every half lease: side effects a dead process left EXECUTING past the lease become
+    UNKNOWN (a store that is down is tried again at the next round)."""
+    lease = stores.side_effect_lease_seconds
+    while True:
+        await asyncio.sleep(lease / 2)
+        try:
+            swept = await sweep_expired_side_effects(stores.ledger, lease)
+        except StoreError as exc:
+            log.warning("side-effect lease sweep failed", error=str(exc))
+            continue
+        if swept:
+            log.warning("side effects past their lease marked UNKNOWN", count=len(swept))
 
 
 async def run_workers(settings: Settings, queues: str = "all") -> None:

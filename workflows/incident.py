@@ -34,7 +34,7 @@ with workflow.unsafe.imports_passed_through():
     from models.queues import CONTROL_QUEUE
     from models.replay_flow import ReplayOutcome, ReplayWorkflowInput
     from models.replay_plans import plan_for_candidates
-    from workflows.replay import ReplayWorkflow
+    from workflows.replay import HEARTBEAT, ReplayWorkflow
 
 INCIDENT_ID = SearchAttributeKey.for_keyword("IncidentId")
 INCIDENT_PHASE = SearchAttributeKey.for_keyword("IncidentPhase")
@@ -204,6 +204,7 @@ class IncidentWorkflow:
                 workflow.now(),
             ],
             start_to_close_timeout=timedelta(minutes=10),
+            heartbeat_timeout=HEARTBEAT,
             retry_policy=RETRY,
         )
         self._update(freeze=freeze)
@@ -289,6 +290,7 @@ class IncidentWorkflow:
             IncidentActivities.build_incident_report,
             self._current,
             start_to_close_timeout=timedelta(minutes=5),
+            heartbeat_timeout=HEARTBEAT,
             retry_policy=RETRY,
         )
         self._update(report_refs=refs)

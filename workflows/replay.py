@@ -21,7 +21,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.replay import ReplayActivities
     from models import ReplayConfidence, ReplayStatus
     from models.budget import BudgetUsage, exhausted
-    from models.queues import CONTROL_QUEUE, REPLAY_QUEUE
+    from models.queues import CONTROL_QUEUE, HEARTBEAT_TIMEOUT_SECONDS, REPLAY_QUEUE
     from models.replay_flow import (
         PreparedReplay,
         ReplayOutcome,
@@ -39,6 +39,8 @@ REPLAY_STATUS = SearchAttributeKey.for_keyword("ReplayStatus")
 SOURCE_RUN_ID = SearchAttributeKey.for_keyword("SourceRunId")
 REPLAY_MODE = SearchAttributeKey.for_keyword("ReplayMode")
 
+#: a long activity whose worker stopped heartbeating this long is retried elsewhere
+HEARTBEAT = timedelta(seconds=HEARTBEAT_TIMEOUT_SECONDS)
 #: a step activity whose worker stopped heartbeating this long is retried elsewhere
 STEP_HEARTBEAT_SECONDS = 5
 #: child replays running at once for --repeat
@@ -129,6 +131,7 @@ class ReplayWorkflow:
             ReplayActivities.prepare_replay,
             plan,
             start_to_close_timeout=timedelta(minutes=5),
+            heartbeat_timeout=HEARTBEAT,
             retry_policy=RETRY,
         )
         if not prepared.ok:
@@ -238,6 +241,7 @@ class ReplayWorkflow:
             ReplayActivities.compare_replay,
             plan,
             start_to_close_timeout=timedelta(minutes=5),
+            heartbeat_timeout=HEARTBEAT,
             retry_policy=RETRY,
         )
         self._set(ReplayStatus.COMPLETED)

@@ -32,7 +32,7 @@ from models import ExecutionEventType, SideEffectRecord
 from models.errors import InvalidInputError
 from models.ingest import IngestEventBatch, IngestRunHeader, IngestTool
 from models.model_call import ToolCallRequest
-from runtime.ports import ArtifactStore, EventLedger, EvidenceReader
+from runtime.ports import ArtifactStore, EventLedger, EvidenceReader, IngestLedger
 from runtime.tool_loop.conversation import parse_arguments
 
 #: tau-bench ends an episode when the agent hands over to a human
@@ -307,7 +307,7 @@ def convert_tau_file(
 
 
 async def import_tau_bench(
-    ledger: EventLedger,
+    ledger: IngestLedger,
     artifacts: ArtifactStore,
     evidence: EvidenceReader,
     path: Path,

@@ -295,6 +295,7 @@ class ReplayEngine:
         """Execute one step of the replay; idempotent across retries (see module docstring)."""
         recorded = await self._already_recorded(step)
         if recorded is not None:
+            await self._close_if_finished(step.plan, recorded)
             return recorded
         plan = step.plan
         source = await self.source(plan.source_run_id)
@@ -345,6 +346,7 @@ class ReplayEngine:
             again = await self._already_recorded(step)
             if again is None:
                 raise
+            await self._close_if_finished(plan, again)
             return again
         self._consumption[plan.replay_id] = (
             recorder.last_sequence,
@@ -457,6 +459,28 @@ class ReplayEngine:
             else:
                 retrievals[payload["query_hash"]] = retrievals.get(payload["query_hash"], 0) + 1
         return fixtures, retrievals
+
+    async def _close_if_finished(self, plan: ReplayPlan, output: StepOutput) -> None:
+        """An earlier attempt recorded the replay's last step but died before closing the
+        run's header: close it now (COMPLETED with the recorded outcome, or FAILED), so a
+        worker killed at that moment does not leave the replay's run RUNNING."""
+        if not output.finished:
+            return
+        run = await self.ledger.get_run(plan.replay_id)
+        if run.status is not RunStatus.RUNNING:
+            return
+        ends = await self.ledger.events_with_payloads(
+            plan.replay_id, types=frozenset({E.RUN_COMPLETED, E.RUN_FAILED})
+        )
+        payload = json.loads(ends[-1][1] or b"{}") if ends else {}
+        if output.stopped:
+            await self.ledger.finish_run(
+                plan.replay_id, RunStatus.FAILED, {"stopped": output.stopped}
+            )
+        else:
+            await self.ledger.finish_run(
+                plan.replay_id, RunStatus.COMPLETED, payload.get("outcome")
+            )
 
     async def _already_recorded(self, step: StepInput) -> StepOutput | None:
         """This step's output if an earlier attempt recorded it (the chain moved past ``head``):

@@ -13,6 +13,7 @@ import structlog
 from sqlalchemy import event, text
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, SQLAlchemyError
+from sqlalchemy.exc import TimeoutError as SATimeoutError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from models.errors import ConfigurationError, StoreError
@@ -22,6 +23,8 @@ log = structlog.get_logger(__name__)
 MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
 # an arbitrary constant: serialises concurrent migrators on one PostgreSQL database
 _PG_MIGRATION_LOCK = 0x5245504C  # "REPL"
+#: how long opening a PostgreSQL connection may take before the store counts as unavailable
+CONNECT_TIMEOUT_SECONDS = 10
 
 
 def normalize_database_url(url: str) -> str:
@@ -69,19 +72,29 @@ class Database:
         try:
             async with self.engine.begin() as conn:
                 yield conn
-        except DBAPIError as exc:
-            raise StoreError(f"database error: {exc.orig!r}") from exc
+        except _UNAVAILABLE as exc:
+            raise _store_error(exc) from exc
 
     @contextlib.asynccontextmanager
     async def read(self) -> AsyncIterator[AsyncConnection]:
         try:
             async with self.engine.connect() as conn:
                 yield conn
-        except DBAPIError as exc:
-            raise StoreError(f"database error: {exc.orig!r}") from exc
+        except _UNAVAILABLE as exc:
+            raise _store_error(exc) from exc
 
     async def dispose(self) -> None:
         await self.engine.dispose()
+
+
+#: what a database that is down, restarting or out of connections raises: a driver error, a
+#: refused or reset connection (asyncpg raises plain ``OSError``s), a pool or connect timeout
+_UNAVAILABLE = (DBAPIError, OSError, TimeoutError, SATimeoutError)
+
+
+def _store_error(exc: BaseException) -> StoreError:
+    detail = exc.orig if isinstance(exc, DBAPIError) else exc
+    return StoreError(f"database error: {detail!r}")
 
 
 def install_sqlite_pragmas(engine: AsyncEngine, *, foreign_keys: bool = True) -> None:
@@ -116,6 +129,8 @@ async def open_database(url: str, *, migrate: bool = True, echo: bool = False) -
         Path(path).parent.mkdir(parents=True, exist_ok=True)
     else:
         kwargs["pool_pre_ping"] = True
+        if "+asyncpg" in url:  # a database that does not answer fails in seconds, not a minute
+            kwargs["connect_args"] = {"timeout": CONNECT_TIMEOUT_SECONDS}
     engine = create_async_engine(url, **kwargs)
     if url.startswith("sqlite"):
         install_sqlite_pragmas(engine)

@@ -8,7 +8,8 @@ therefore never fork a chain.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -110,29 +111,7 @@ class SqlLedger:
 
     async def create_run(self, run: RunRecord) -> None:
         """Record a run header; the same header again is accepted, a different one refused."""
-        body = run.model_dump(mode="json")
-        async with self.db.transaction() as conn:
-            existing = (
-                await conn.execute(
-                    select(schema.runs.c.record).where(schema.runs.c.run_id == run.run_id)
-                )
-            ).first()
-            if existing is not None:
-                if existing.record != body:
-                    raise ConflictError(f"run {run.run_id!r} already exists with another header")
-                return
-            await conn.execute(
-                insert(schema.runs).values(
-                    run_id=run.run_id,
-                    graph_id=run.graph_id,
-                    graph_version=run.graph_version,
-                    status=str(run.status),
-                    created_at=run.created_at,
-                    head_sequence=0,
-                    head_hash=GENESIS_HASH,
-                    record=body,
-                )
-            )
+        await self.start_run(run, [])
 
     async def get_run(self, run_id: str) -> RunRecord:
         async with self.db.read() as conn:
@@ -242,40 +221,70 @@ class SqlLedger:
     async def _write_batch(self, requests: list[AppendRequest]) -> list[list[ExecutionEvent]]:
         """Write appends of one or more runs in one transaction; any failure fails them all
         (the committer then retries them one by one)."""
-        recorded_at = self.clock()
         run_ids = sorted({r.run_id for r in requests})
-        try:
+        with _conflicts_named(run_ids):
             async with self.db.transaction() as conn:
-                heads = await self._locked_heads(conn, run_ids)
-                start = dict(heads)
-                batch = _link(requests, heads, recorded_at)
-                await conn.execute(insert(schema.execution_events), batch.rows)
-                if batch.raw_rows:
-                    await conn.execute(insert(schema.raw_payloads), batch.raw_rows)
-                await _move_heads(conn, run_ids, start, heads)
-                for event, record, appended in batch.projections:
-                    await write_projection(
-                        conn,
-                        record,
-                        run_id=appended.run_id,
-                        step_id=event.step_id,
-                        event_id=event.event_id,
-                        sequence=appended.sequence,
-                        content_hash=appended.payload_hash,
-                        now=recorded_at,
-                    )
-        except StoreError as exc:
-            if isinstance(exc.__cause__, SAIntegrityError):
-                raise SequenceConflictError(
-                    f"runs {', '.join(run_ids)}: a concurrent append took the sequence or the "
-                    f"event id is taken: {exc.__cause__.orig!r}"
-                ) from exc
-            raise
-        except SAIntegrityError as exc:
-            raise SequenceConflictError(
-                f"runs {', '.join(run_ids)}: conflicting append: {exc.orig!r}"
-            ) from exc
+                return await self.append_locked(conn, requests, self.clock())
+
+    async def append_locked(
+        self, conn: AsyncConnection, requests: list[AppendRequest], recorded_at: datetime
+    ) -> list[list[ExecutionEvent]]:
+        """THE append path, inside the caller's transaction: lock each run's head, check the
+        expected sequence against it, link and insert the events, move the heads with a
+        compare-and-set. Everything a batch writer needs to stay correct is here: the check
+        and the insert happen under one lock (PostgreSQL: the run row ``FOR UPDATE``; SQLite:
+        the write lock of ``BEGIN IMMEDIATE``), and the ``(run_id, sequence)`` key refuses a
+        second event at one sequence even if a caller bypassed the lock."""
+        run_ids = sorted({r.run_id for r in requests})
+        heads = await self._locked_heads(conn, run_ids)
+        start = dict(heads)
+        batch = _link(requests, heads, recorded_at)
+        await conn.execute(insert(schema.execution_events), batch.rows)
+        if batch.raw_rows:
+            await conn.execute(insert(schema.raw_payloads), batch.raw_rows)
+        await _move_heads(conn, run_ids, start, heads)
+        for event, record, appended in batch.projections:
+            await write_projection(
+                conn,
+                record,
+                run_id=appended.run_id,
+                step_id=event.step_id,
+                event_id=event.event_id,
+                sequence=appended.sequence,
+                content_hash=appended.payload_hash,
+                now=recorded_at,
+            )
         return batch.results
+
+    async def start_run(self, run: RunRecord, events: Sequence[NewEvent]) -> bool:
+        """Create a run and append its first events in ONE transaction: both are recorded or
+        neither (a refused or failed start leaves no run behind). Every payload is prepared
+        (canonicalized, hashed) before anything is written. Returns False when the run exists
+        already with this header (nothing written; the caller compares its events); another
+        header under the run id is a ``ConflictError``."""
+        body = run.model_dump(mode="json")
+        prepared = [await self._prepare_payload(run.run_id, e) for e in events]
+        request = AppendRequest(run.run_id, list(events), prepared, 1)
+        try:
+            with _conflicts_named([run.run_id]):
+                async with self.db.transaction() as conn:
+                    if await _existing_header(conn, run.run_id) is not None:
+                        raise _RunExists
+                    await conn.execute(insert(schema.runs).values(**_run_row(run, body)))
+                    if events:
+                        await self.append_locked(conn, [request], self.clock())
+        except (_RunExists, SequenceConflictError):
+            # already there (or a concurrent start won the race): the same header is fine
+            async with self.db.read() as conn:
+                existing = await _existing_header(conn, run.run_id)
+            if existing is None:
+                raise
+            if _header_of(existing) != _header_of(body):
+                raise ConflictError(
+                    f"run {run.run_id!r} already exists with another header"
+                ) from None
+            return False
+        return True
 
     async def _locked_heads(
         self, conn: AsyncConnection, run_ids: list[str]
@@ -361,21 +370,41 @@ class SqlLedger:
             query = query.where(e.type.in_([str(t) for t in types]))
         async with self.db.read() as conn:
             rows = (await conn.execute(query)).all()
+        return [
+            (event, await self._checked_payload(row, event, missing_ok))
+            for row, event in ((row, _event_model(_chain_row(row), row.hash)) for row in rows)
+        ]
+
+    async def events_with_payloads_of(
+        self, run_id: str, payload_types: frozenset[ExecutionEventType]
+    ) -> list[tuple[ExecutionEvent, bytes | None]]:
+        """EVERY event of the run, read in one statement (one snapshot: the last event is the
+        head as of the same moment as the others), with the checked payload of the events of
+        ``payload_types`` (``None`` for the others). What ingestion rebuilds a run's state
+        from, so the state and the head it appends after cannot disagree."""
+        e = schema.execution_events.c
+        query = select(schema.execution_events).where(e.run_id == run_id).order_by(e.sequence)
+        async with self.db.read() as conn:
+            rows = (await conn.execute(query)).all()
         out: list[tuple[ExecutionEvent, bytes | None]] = []
         for row in rows:
             event = _event_model(_chain_row(row), row.hash)
-            try:
-                if row.payload is not None:
-                    what = f"payload of {run_id}#{row.sequence}"
-                    data: bytes | None = verify_content(bytes(row.payload), row.payload_hash, what)
-                else:
-                    data = await self.payload(event)
-            except (IntegrityError, NotFoundError, StoreError):
-                if not missing_ok:
-                    raise
-                data = None
-            out.append((event, data))
+            wanted = event.type in payload_types
+            out.append((event, await self._checked_payload(row, event, False) if wanted else None))
         return out
+
+    async def _checked_payload(
+        self, row: Any, event: ExecutionEvent, missing_ok: bool
+    ) -> bytes | None:
+        try:
+            if row.payload is not None:
+                what = f"payload of {event.run_id}#{row.sequence}"
+                return verify_content(bytes(row.payload), row.payload_hash, what)
+            return await self.payload(event)
+        except (IntegrityError, NotFoundError, StoreError):
+            if not missing_ok:
+                raise
+            return None
 
     async def payload(self, event: ExecutionEvent) -> bytes:
         """The payload bytes of ``event``, checked against its ``payload_hash``."""
@@ -566,3 +595,51 @@ def _event_model(row: ChainRow, link: str) -> ExecutionEvent:
         recorded_at=row.recorded_at,
         schema_version=row.schema_version,
     )
+
+
+class _RunExists(Exception):
+    """Internal: the run row is there already (rolls the start's transaction back)."""
+
+
+async def _existing_header(conn: AsyncConnection, run_id: str) -> dict[str, Any] | None:
+    row = (
+        await conn.execute(select(schema.runs.c.record).where(schema.runs.c.run_id == run_id))
+    ).first()
+    return None if row is None else dict(row.record)
+
+
+def _header_of(record: dict[str, Any]) -> dict[str, Any]:
+    """A run record without what finishing it changes (status, outcome)."""
+    return {k: v for k, v in record.items() if k not in ("status", "outcome")}
+
+
+def _run_row(run: RunRecord, body: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "run_id": run.run_id,
+        "graph_id": run.graph_id,
+        "graph_version": run.graph_version,
+        "status": str(run.status),
+        "created_at": run.created_at,
+        "head_sequence": 0,
+        "head_hash": GENESIS_HASH,
+        "record": body,
+    }
+
+
+@contextlib.contextmanager
+def _conflicts_named(run_ids: list[str]) -> Iterator[None]:
+    """A unique-key violation of an append is a sequence conflict (a concurrent writer took
+    the sequence, the event id or the run id), not a store failure."""
+    try:
+        yield
+    except StoreError as exc:
+        if isinstance(exc.__cause__, SAIntegrityError):
+            raise SequenceConflictError(
+                f"runs {', '.join(run_ids)}: a concurrent append took the sequence or the "
+                f"event id is taken: {exc.__cause__.orig!r}"
+            ) from exc
+        raise
+    except SAIntegrityError as exc:
+        raise SequenceConflictError(
+            f"runs {', '.join(run_ids)}: conflicting append: {exc.orig!r}"
+        ) from exc

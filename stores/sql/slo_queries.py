@@ -6,12 +6,13 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import func, select
 
 from stores.sql import schema
-from stores.sql.database import Database
+from stores.sql.database import Database, utc
 
 __all__ = ["IncidentFact", "SideEffectFact", "SqlSloFacts"]
 
@@ -25,6 +26,8 @@ class SideEffectFact:
     run_id: str
     side_effect_id: str
     status: str
+    #: when its last status was recorded (the ledger's clock)
+    updated_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -48,8 +51,11 @@ class SqlSloFacts:
     async def side_effects(self) -> list[SideEffectFact]:
         t = schema.side_effects.c
         async with self.db.read() as conn:
-            rows = (await conn.execute(select(t.run_id, t.side_effect_id, t.status))).all()
-        return [SideEffectFact(r.run_id, r.side_effect_id, r.status) for r in rows]
+            query = select(t.run_id, t.side_effect_id, t.status, t.updated_at)
+            rows = (await conn.execute(query)).all()
+        return [
+            SideEffectFact(r.run_id, r.side_effect_id, r.status, utc(r.updated_at)) for r in rows
+        ]
 
     async def incidents(self) -> list[IncidentFact]:
         i = schema.incidents.c

@@ -3,6 +3,7 @@ field, body limits, OpenAPI, /metrics, and the runs endpoints on SQLite and Post
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -233,9 +234,7 @@ async def test_tokens_are_configured_not_hard_coded(tmp_path: Path) -> None:
         api_config({})
     assert api_config({"REPLAYBOOK_API_INSECURE_DEV": "1"}).insecure_dev
     with pytest.raises(ConfigurationError, match="REPLAYBOOK_API_MAX_BODY_BYTES"):
-        api_config(
-            {"REPLAYBOOK_API_INSECURE_DEV": "1", "REPLAYBOOK_API_MAX_BODY_BYTES": "x"}
-        )
+        api_config({"REPLAYBOOK_API_INSECURE_DEV": "1", "REPLAYBOOK_API_MAX_BODY_BYTES": "x"})
 
 
 async def test_the_insecure_dev_flag_opens_the_api_as_admin(
@@ -286,3 +285,72 @@ async def test_ingestion_is_idempotent_and_refuses_conflicts(
     assert bad.status_code == 422 and bad.json()["field"].startswith("events")
     verified = await client.get(f"/api/runs/{run_id}/verify", headers=eng)
     assert verified.json()["intact"] is True
+
+
+async def test_ingestion_races_resends_and_refused_headers_over_http(
+    api: tuple[httpx.AsyncClient, str],
+) -> None:
+    import asyncio
+
+    from tests.runtime.test_ingest import header
+
+    client, _ = api
+    eng = auth("eng-token")
+    run_id = f"race1-{id(client)}"
+    head = header(run_id).model_dump(mode="json")
+    created = await asyncio.gather(
+        *(client.post("/api/runs", json=head, headers=eng) for _ in range(4))
+    )
+    assert sorted(r.status_code for r in created) == [200, 200, 200, 201]
+    url = f"/api/runs/{run_id}/events"
+    answers = await asyncio.gather(
+        *(
+            client.post(
+                url,
+                json={"events": [{"type": "user_message", "sequence": 1, "content": f"v {i}"}]},
+                headers=eng,
+            )
+            for i in range(8)
+        )
+    )
+    assert sorted(r.status_code for r in answers) == [201] + [409] * 7
+    assert all("event 1" in r.json()["message"] for r in answers if r.status_code == 409)
+    opaque = {"events": [{"type": "opaque", "sequence": 2, "source": "s", "reason": "r"}]}
+    assert (await client.post(url, json=opaque, headers=eng)).status_code == 201
+    assert (await client.post(url, json=opaque, headers=eng)).status_code == 200
+    model = {"events": [{"type": "model_call", "sequence": 3, "model": "m", "content": "hi"}]}
+    assert (await client.post(url, json=model, headers=eng)).status_code == 201
+
+    refused = f"refused-{id(client)}"
+    huge = header(refused).model_dump(mode="json") | {"max_model_calls": 1180591620717411303424}
+    answer = await client.post("/api/runs", json=huge, headers=eng)
+    assert answer.status_code == 422 and answer.json()["field"] == "max_model_calls"
+    assert (await client.get(f"/api/runs/{refused}", headers=eng)).status_code == 404
+    fixed = header(refused).model_dump(mode="json")
+    assert (await client.post("/api/runs", json=fixed, headers=eng)).status_code == 201
+
+
+async def test_ingestion_refuses_what_json_cannot_say_faithfully(
+    api: tuple[httpx.AsyncClient, str],
+) -> None:
+    from tests.runtime.test_ingest import header
+
+    client, _ = api
+    eng = auth("eng-token") | {"Content-Type": "application/json"}
+    head = header(f"strict-{id(client)}").model_dump(mode="json")
+    text = json.dumps(head)
+    bodies = {
+        "duplicate key": text[:-1] + ', "run_id": "other"}',
+        "NaN": text[:-1] + ', "attachments": {"x": NaN}}',
+        "lone surrogate": text[:-1] + ', "system_prompt": "\\ud800"}',
+        "nested": text[:-1] + ', "attachments": {"x": ' + "[" * 5000 + "]" * 5000 + "}}",
+        "coerced bool": json.dumps(head | {"user_turns": "yes"}),
+        "coerced int": json.dumps(head | {"max_model_calls": True}),
+        "run id": json.dumps(head | {"run_id": "a/b c"}),
+    }
+    for what, body in bodies.items():
+        answer = await client.post("/api/runs", content=body, headers=eng)
+        assert answer.status_code == 422, (what, answer.text)
+    paths = (await client.get("/openapi.json")).json()["paths"]
+    for code in ("401", "403", "404", "409", "422", "503"):
+        assert code in paths["/api/runs/{run_id}/events"]["post"]["responses"]

@@ -81,6 +81,12 @@ async def test_an_uninterpretable_span_is_kept_and_reported(stores, tmp_path: Pa
     assert len(report.opaque) == 1 and "retrieve documents" in report.opaque[0]
     events = await stores.ledger.events(report.run_ids[0])
     assert [e.type.value for e in events].count("OPAQUE") == 1
+    # importing the same file again records nothing (the OPAQUE event is recognised too)
+    again = await import_otel(
+        stores.ledger, stores.artifacts, stores.evidence, path, ["write_file"]
+    )
+    assert (again.imported, again.already_imported, again.events_recorded) == (0, 1, 0)
+    assert len(await stores.ledger.events(report.run_ids[0])) == len(events)
 
 
 def test_malformed_traces_name_the_position(tmp_path: Path) -> None:
@@ -92,4 +98,32 @@ def test_malformed_traces_name_the_position(tmp_path: Path) -> None:
         convert_otel_file(bad)
     bad.write_text('{"spans": [\n  {"name": }]}')
     with pytest.raises(InvalidInputError, match="invalid JSON at line 2 column"):
+        convert_otel_file(bad)
+
+
+def test_bad_numbers_and_deep_nesting_are_refused_cleanly(tmp_path: Path) -> None:
+    from ingest.otel import convert_otel_file
+
+    bad = tmp_path / "bad.json"
+    for text, problem in [
+        ('{"spans": [' * 5000 + "]}" * 5000, "nested too deeply"),
+        ('{"spans": [], "x": NaN}', "NaN is not a JSON number"),
+        ('{"spans": [], "spans": []}', "duplicate key 'spans'"),
+    ]:
+        bad.write_text(text)
+        with pytest.raises(InvalidInputError, match=problem):
+            convert_otel_file(bad)
+    data = json.loads(OTEL_FILES[0].read_text())
+    llm = next(
+        s for s in data["spans"] if "gen_ai.usage.input_tokens" in json.dumps(s["attributes"])
+    )
+    attributes = llm["attributes"]
+    if isinstance(attributes, dict):
+        attributes["gen_ai.usage.input_tokens"] = "NaN"
+    else:
+        for a in attributes:
+            if a.get("key") == "gen_ai.usage.input_tokens":
+                a["value"] = {"stringValue": "NaN"}
+    bad.write_text(json.dumps(data))
+    with pytest.raises(InvalidInputError, match=r"gen_ai\.usage\.input_tokens"):
         convert_otel_file(bad)
