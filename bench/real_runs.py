@@ -27,7 +27,7 @@ from integrations.tau_bench.evaluate import evaluate_runs
 from integrations.tau_bench.imported import load_imported_runs
 from integrations.tau_bench.importer import import_tau_bench
 from integrations.tau_bench.sources import load_annotations
-from integrations.tau_bench.world.measure import WorldData
+from integrations.tau_bench.world.measure import WorldData, env_version_beside
 from models import ReplayMode
 from models.evidence import SideEffectRecord
 from runtime.trajectory import load_trajectory
@@ -91,6 +91,7 @@ async def measure(data: Path) -> dict[str, Any]:
                     tau / name,
                     domain,
                     tau / "tools_info.json",
+                    env_version=env_version_beside(tau / name),
                 )
                 tau_ids += report.run_ids
             otel_ids: dict[str, str] = {}

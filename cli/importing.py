@@ -46,6 +46,13 @@ async def import_tau_bench_command(
     tools_commit: Annotated[
         str | None, typer.Option(help="Which commit's schemas to use (default: the last listed).")
     ] = None,
+    env_version: Annotated[
+        str | None,
+        typer.Option(
+            help="The benchmark commit whose databases the runs were recorded against (e.g. "
+            "7362a17), kept with each run for `forensics world` (default: --tools-commit)."
+        ),
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """One run per (task_id, trial): model calls, tool fixtures, user turns, side effects."""
@@ -55,7 +62,14 @@ async def import_tau_bench_command(
     started = time.perf_counter()
     async with open_stores(load_settings().stores) as stores:
         report = await import_tau_bench(
-            stores.ledger, stores.artifacts, stores.evidence, file, domain, tools_info, tools_commit
+            stores.ledger,
+            stores.artifacts,
+            stores.evidence,
+            file,
+            domain,
+            tools_info,
+            tools_commit,
+            env_version,
         )
     _print(report.to_json(), as_json, time.perf_counter() - started)
 

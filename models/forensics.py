@@ -101,6 +101,8 @@ class ForensicsRun(Record):
     #: tool name -> its parameters' JSON schema (used to drop undeclared properties)
     schemas: dict[str, JsonValue] = Field(default_factory=dict)
     recorded_reward: float | None = None
+    #: the benchmark commit whose databases the run was recorded against (import metadata)
+    env_version: str | None = None
     n_messages: int = 0
     #: the episode reached its end (user stopped, or handed to a human); an unfinished one is
     #: never scored, so it cannot pass (None: unknown, treated as finished)

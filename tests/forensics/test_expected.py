@@ -219,7 +219,9 @@ def test_imported_adapter_matches_the_file_reader() -> None:
         "tool_schemas": schemas,
         "expected_outputs": record["info"]["task"]["outputs"],
         "expected_actions": record["info"]["task"]["actions"],
+        "env_version": "59a200c",
     }
     from_file = runs_from_file(DATA / "retail/agentrx-retail-failed.json", "retail", info)[4]
     from_store = forensics_run_from_imported(imported, from_file.run_id)
     assert from_store.model_dump() == from_file.model_dump()
+    assert from_file.env_version == "59a200c"  # from the expectations beside the file
