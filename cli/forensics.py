@@ -89,6 +89,11 @@ def _describe(c: ExpectedComparison) -> list[str]:
     lines.append(f"  first divergent message: {c.first_divergent_message_index}")
     if c.signature_key:
         lines.append(f"  signature: {c.signature_key}")
+    for f in c.findings:
+        lines.append(
+            f"  {f.severity.upper()} {f.code} [{f.kind}]: {f.explanation} "
+            f"(messages {', '.join(map(str, f.message_indexes))})"
+        )
     return lines
 
 
@@ -124,6 +129,11 @@ def _print_summary(summary: dict[str, Any]) -> None:
             f"  disagrees: {row['run_id']} recorded {row['recorded_reward']} predicted "
             f"{row['predicted_reward']} ({row['signature_key']})"
         )
+    dup = summary["duplicates"]
+    typer.echo(
+        f"duplicate writes (SIDE_EFFECT_DUPLICATE, critical): {dup['findings']} in "
+        f"{dup['runs']} runs"
+    )
     typer.echo("failure signatures:")
     for name, count in summary["signatures"].items():
         typer.echo(f"  {count:>4}  {name}")

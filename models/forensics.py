@@ -50,10 +50,12 @@ from models.canonical import canonical_hash, normalize_json
 __all__ = [
     "ExpectedAction",
     "ExpectedComparison",
+    "Finding",
     "ForensicsRun",
     "ToolCallFact",
     "WriteDiff",
     "compare_expected",
+    "duplicate_findings",
     "normalize_arguments",
     "output_found",
 ]
@@ -120,6 +122,47 @@ class WriteDiff(Record):
     message_index: int | None = None
 
 
+class Finding(Record):
+    """A critical fact about the run's writes, reported whatever the predicted verdict."""
+
+    code: str
+    severity: str
+    #: ``same_action`` or ``same_key_arguments`` (models.duplicates)
+    kind: str
+    tool: str
+    action_hash: str
+    #: 0-based message indexes of the assistant messages that made the writes
+    message_indexes: tuple[int, ...]
+    explanation: str
+
+
+def duplicate_findings(run: ForensicsRun) -> tuple[Finding, ...]:
+    """``SIDE_EFFECT_DUPLICATE`` for each write the run applied twice (models.duplicates):
+    only writes that succeeded count, compared on their schema-normalised arguments."""
+    from models.duplicates import duplicate_calls
+
+    applied = [
+        (c.name, normalize_arguments(c.arguments, run.schemas.get(c.name)), c.assistant_index)
+        for c in run.calls
+        if (c.is_write or c.name in run.write_tools) and not c.failed
+    ]
+    return tuple(
+        Finding(
+            code="SIDE_EFFECT_DUPLICATE",
+            severity=d.severity,
+            kind=d.kind,
+            tool=d.capability_id,
+            action_hash=d.action_hash,
+            message_indexes=d.message_indexes,
+            explanation=(
+                f"{d.capability_id} applied {len(d.message_indexes)} times with the same "
+                + ("arguments" if d.kind == "same_action" else "key arguments")
+            ),
+        )
+        for d in duplicate_calls(applied)
+    )
+
+
 class ExpectedComparison(Record):
     run_id: str
     domain: str
@@ -144,6 +187,8 @@ class ExpectedComparison(Record):
     signature: str | None = None
     signature_key: str | None = None
     contributing: tuple[str, ...] = ()
+    #: critical findings beside the verdict: ``SIDE_EFFECT_DUPLICATE`` per duplicated write
+    findings: tuple[Finding, ...] = ()
 
 
 def _schema_properties(schema: Any) -> dict[str, Any] | None:
@@ -399,4 +444,5 @@ def compare_expected(
         signature=signature,
         signature_key=signature_key,
         contributing=contributing,
+        findings=duplicate_findings(run),
     )

@@ -129,6 +129,11 @@ def evaluate_runs(
         "writes_executed": sum(c.writes_executed for c in comparisons),
         "writes_failed": sum(c.writes_failed for c in comparisons),
         "by_domain": by_domain,
+        "duplicates": {
+            "runs": sum(1 for c in comparisons if c.findings),
+            "findings": sum(len(c.findings) for c in comparisons),
+            "run_ids": [c.run_id for c in comparisons if c.findings],
+        },
         "signatures": dict(signatures.most_common()),
         "signatures_by_domain": {d: dict(n.most_common()) for d, n in sorted(per_domain.items())},
         "signature_keys": dict(keys.most_common()),
