@@ -44,6 +44,7 @@ from typing import Any
 
 from pydantic import Field, JsonValue
 
+from models.agentrx import predict_category
 from models.base import Record
 from models.canonical import canonical_hash, normalize_json
 
@@ -189,6 +190,10 @@ class ExpectedComparison(Record):
     contributing: tuple[str, ...] = ()
     #: critical findings beside the verdict: ``SIDE_EFFECT_DUPLICATE`` per duplicated write
     findings: tuple[Finding, ...] = ()
+    #: the predicted root cause in the AgentRx taxonomy (models.agentrx) and its step, as
+    #: AgentRx numbers steps (1-based message index): None when the run is predicted to pass
+    category: str | None = None
+    category_step: int | None = None
 
 
 def _schema_properties(schema: Any) -> dict[str, Any] | None:
@@ -367,6 +372,25 @@ def _first_divergence(
     return said[-1] if said else None
 
 
+def _unmatched(expected: list[Any], actual: list[Any]) -> tuple[list[Any], list[Any]]:
+    """The expected and the actual writes (name, normalised arguments, …) left unmatched
+    after pairing equal ones (as multisets)."""
+    key = lambda item: (item[0], canonical_hash(item[1]))  # noqa: E731
+    unmatched_actual = Counter(key(a) for a in actual)
+    left_expected = []
+    for e in expected:
+        if unmatched_actual[key(e)] > 0:
+            unmatched_actual[key(e)] -= 1
+        else:
+            left_expected.append(e)
+    left_actual = []
+    for a in actual:
+        if unmatched_actual[key(a)] > 0:
+            unmatched_actual[key(a)] -= 1
+            left_actual.append(a)
+    return left_expected, left_actual
+
+
 def compare_expected(
     run: ForensicsRun, world_state_matches: bool | None = None
 ) -> ExpectedComparison:
@@ -386,19 +410,7 @@ def compare_expected(
         for a in run.expected_actions
         if a.name in run.write_tools
     ]
-    key = lambda item: (item[0], canonical_hash(item[1]))  # noqa: E731
-    unmatched_actual = Counter(key(a) for a in actual)
-    left_expected = []
-    for e in expected:
-        if unmatched_actual[key(e)] > 0:
-            unmatched_actual[key(e)] -= 1
-        else:
-            left_expected.append(e)
-    left_actual = []
-    for a in actual:
-        if unmatched_actual[key(a)] > 0:
-            unmatched_actual[key(a)] -= 1
-            left_actual.append(a)
+    left_expected, left_actual = _unmatched(expected, actual)
     missing, extra, differing = _pair_leftovers(left_expected, left_actual, run.schemas)
     texts = [t for _, t in run.agent_texts]
     outputs = {o: output_found(o, texts) for o in run.expected_outputs}
@@ -420,6 +432,12 @@ def compare_expected(
         parts, attempted_failed, all(outputs.values())
     )
     first_error = next((c.assistant_index for c in writes if c.failed), None)
+    category = predict_category(
+        signature,
+        differing if world_state_matches is not True else [],
+        [(c.tool_index, c.output) for c in run.calls if c.tool_index is not None and c.output],
+        [c.name for c in run.calls],
+    )
     divergence = None
     if predicted == 0.0:
         divergence = _first_divergence(run, parts, outputs)
@@ -445,4 +463,6 @@ def compare_expected(
         signature_key=signature_key,
         contributing=contributing,
         findings=duplicate_findings(run),
+        category=category,
+        category_step=None if category is None or divergence is None else divergence + 1,
     )
