@@ -74,6 +74,38 @@ async def import_tau_bench_command(
     _print(report.to_json(), as_json, time.perf_counter() - started)
 
 
+@import_app.command("tau2-bench")
+@run_async
+async def import_tau2_bench_command(
+    file: Annotated[Path, typer.Argument(help="A tau2-bench results file (Results JSON).")],
+    tools_info: Annotated[
+        Path | None,
+        typer.Option("--tools-info", help="Tool schemas and write tools (tau-bench's format)."),
+    ] = None,
+    write_tools: Annotated[
+        str | None,
+        typer.Option(
+            help="Without --tools-info: comma-separated write tools of the file's tool_defs."
+        ),
+    ] = None,
+    domain: Annotated[
+        str | None, typer.Option(help="Default: info.environment_info.domain_name.")
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """One run per simulation (task, trial): messages, reward_info, termination_reason."""
+    from integrations.tau2_bench.importer import import_tau2_bench
+    from stores.bundle import open_stores
+
+    started = time.perf_counter()
+    writes = [w.strip() for w in write_tools.split(",") if w.strip()] if write_tools else None
+    async with open_stores(load_settings().stores) as stores:
+        report = await import_tau2_bench(
+            stores.ledger, stores.artifacts, stores.evidence, file, tools_info, writes, domain
+        )
+    _print(report.to_json(), as_json, time.perf_counter() - started)
+
+
 @import_app.command("otel")
 @run_async
 async def import_otel_command(

@@ -81,7 +81,7 @@ def load_tools_info(path: Path, domain: str, tools_commit: str | None = None) ->
     return ToolsInfo(tuple(chosen), frozenset(writes))
 
 
-def _tools(info: ToolsInfo, where: str) -> tuple[IngestTool, ...]:
+def declared_tools(info: ToolsInfo, where: str) -> tuple[IngestTool, ...]:
     tools = []
     for index, schema in enumerate(info.schemas):
         function = schema.get("function", schema) if isinstance(schema, dict) else None
@@ -305,7 +305,7 @@ def convert_tau_file(
     (default: ``tools_commit``); kept with each run for the world replay."""
     info = load_tools_info(tools_info, domain, tools_commit)
     env_version = env_version or tools_commit
-    tools = _tools(info, str(tools_info))
+    tools = declared_tools(info, str(tools_info))
     data = read_json_file(path)
     if not isinstance(data, list):
         raise InvalidInputError(f"{path}: expected a JSON list of runs")
