@@ -125,3 +125,26 @@ async def import_otel_command(
     async with open_stores(load_settings().stores) as stores:
         report = await import_otel(stores.ledger, stores.artifacts, stores.evidence, file, writes)
     _print(report.to_json(), as_json, time.perf_counter() - started)
+
+
+@import_app.command("openinference")
+@run_async
+async def import_openinference_command(
+    file: Annotated[Path, typer.Argument(help='Spans: {"spans": [...]}, a list, or OTLP JSON.')],
+    write_tools: Annotated[
+        str | None,
+        typer.Option(help="Comma-separated tools that are writes (the others are reads)."),
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """One run per trace of OpenInference spans (Arize Phoenix): LLM, TOOL, AGENT/CHAIN spans."""
+    from ingest.openinference import import_openinference
+    from stores.bundle import open_stores
+
+    writes = [w.strip() for w in write_tools.split(",") if w.strip()] if write_tools else None
+    started = time.perf_counter()
+    async with open_stores(load_settings().stores) as stores:
+        report = await import_openinference(
+            stores.ledger, stores.artifacts, stores.evidence, file, writes
+        )
+    _print(report.to_json(), as_json, time.perf_counter() - started)
