@@ -68,8 +68,11 @@ class WorldData:
         recorded = self.version_of(run)
         return next((v for v in self.versions(run.domain) if v != recorded), None)
 
-    def base(self, domain: str, version: str) -> DomainData:
+    def base(self, domain: str, version: str | None = None) -> DomainData:
+        """One domain's database at ``version`` (default: the folder's only version of it)."""
         known = self.versions(domain)
+        if version is None and len(known) == 1:
+            version = known[0]
         if version not in known:
             raise InvalidInputError(
                 f"unknown database version {version!r} for {domain}; expected one of {known}"
