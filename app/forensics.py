@@ -15,7 +15,9 @@ if TYPE_CHECKING:
 
 
 def runs_from_files(files: list[str], tools_info_path: str | None) -> list[ForensicsRun]:
-    """Runs read from tau-bench result files given as ``DOMAIN=PATH``."""
+    """Runs read from tau-bench result files given as ``DOMAIN=PATH`` or
+    ``DOMAIN@VERSION=PATH`` (VERSION: the benchmark commit whose databases they were recorded
+    against; default: the expectations beside the file say it)."""
     from integrations.tau_bench.sources import load_json, runs_from_file
 
     if not tools_info_path:
@@ -26,7 +28,8 @@ def runs_from_files(files: list[str], tools_info_path: str | None) -> list[Foren
         domain, sep, path = spec.partition("=")
         if not sep or not path:
             raise InvalidInputError(f"--file {spec!r}: expected DOMAIN=PATH")
-        runs += runs_from_file(path, domain, tools_info)
+        domain, _, version = domain.partition("@")
+        runs += runs_from_file(path, domain, tools_info, version or None)
     return runs
 
 
@@ -51,6 +54,7 @@ def expectations(files: list[str] | None) -> dict[Any, Any]:
     out: dict[Any, Any] = {}
     for spec in files or []:
         domain, _, path = spec.partition("=")
+        domain = domain.partition("@")[0]
         beside = expectations_beside(path)
         if beside is not None:
             out.update(load_expectations(beside, domain))

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from models.duplicates import duplicate_side_effects
+from models.evidence import SideEffectRecord
 from runtime.completeness import evidence_completeness
 from stores.bundle import Stores
 from stores.sql.views import SqlRunViews
@@ -45,6 +47,11 @@ async def describe_run(stores: Stores, run_id: str) -> dict[str, Any]:
         "policy_decisions": evidence["policy_decisions"],
         "approvals": evidence["approvals"],
         "side_effects": evidence["side_effects"],
+        # writes applied twice with the same action hash (critical; models.duplicates)
+        "duplicates": [
+            {"action_hash": d.action_hash, "side_effect_ids": list(d.side_effect_ids)}
+            for d in duplicate_side_effects(await stores.evidence.records(SideEffectRecord, run_id))
+        ],
         "checkpoints": evidence["checkpoints"],
         # the run's data subjects (rule 17): end user and tenant, primary first
         "subjects": await stores.privacy.vault.subjects(run_id) if stores.privacy else [],

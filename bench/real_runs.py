@@ -7,7 +7,10 @@ replay engine in this process (the same prepare → steps → compare the ``Repl
 as activities; going through Temporal 200 times would only measure Temporal), counts the
 writes a replay executed (side-effect records in the replay's own run: must be 0) and those it
 blocked, and runs the forensics over the imported runs (world replay on) against the recorded
-rewards and the failure annotations.
+rewards and the failure annotations. It prints one row per source: runs, verified chains,
+recorded replay reproduced, writes executed (blocked), agreement with the reward, localisation
+(step exact / ±1 / ±2 and AgentRx category, beside the first-Error:-write baseline, and on the
+held-out half), runs with duplicate writes flagged, and the seconds the source took.
 """
 
 from __future__ import annotations
@@ -17,7 +20,6 @@ import asyncio
 import json
 import tempfile
 import time
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -27,17 +29,21 @@ from integrations.tau_bench.evaluate import evaluate_runs
 from integrations.tau_bench.imported import load_imported_runs
 from integrations.tau_bench.importer import import_tau_bench
 from integrations.tau_bench.sources import load_annotations
-from integrations.tau_bench.world.measure import WorldData
+from integrations.tau_bench.world.measure import WorldData, env_version_beside
 from models import ReplayMode
+from models.duplicates import duplicate_side_effects
 from models.evidence import SideEffectRecord
 from runtime.trajectory import load_trajectory
 from stores.bundle import open_stores
 from worker.settings import Settings
 
-TAU_FILES = (
-    ("airline", "airline/gpt-4o-airline.json"),
-    ("retail", "retail/agentrx-retail-full.json"),
-    ("retail", "retail/agentrx-retail-failed.json"),
+TAU_SOURCES = (
+    ("tau-bench airline (GPT-4o)", "airline", ["airline/gpt-4o-airline.json"]),
+    (
+        "tau-bench retail (AgentRx)",
+        "retail",
+        ["retail/agentrx-retail-full.json", "retail/agentrx-retail-failed.json"],
+    ),
 )
 #: the OTel traces' write tool (the task: read the time, write it to a file)
 OTEL_WRITE_TOOLS = ("write_file",)
@@ -76,89 +82,123 @@ async def _replay_all(stores: Any, run_ids: list[str]) -> dict[str, Any]:
     }
 
 
+async def _tau_source(stores: Any, tau: Path, domain: str, files: list[str]) -> list[str]:
+    run_ids: list[str] = []
+    for name in files:
+        report = await import_tau_bench(
+            stores.ledger,
+            stores.artifacts,
+            stores.evidence,
+            tau / name,
+            domain,
+            tau / "tools_info.json",
+            env_version=env_version_beside(tau / name),
+        )
+        run_ids += report.run_ids
+    return list(dict.fromkeys(run_ids))
+
+
+async def _otel_source(stores: Any, paths: list[Path]) -> list[str]:
+    run_ids: list[str] = []
+    for path in paths:
+        report = await import_otel(
+            stores.ledger, stores.artifacts, stores.evidence, path, OTEL_WRITE_TOOLS
+        )
+        run_ids += report.run_ids
+    return run_ids
+
+
+async def _measure_source(
+    stores: Any, run_ids: list[str], tau: Path, tau_source: bool
+) -> dict[str, Any]:
+    """Verify, replay (recorded) and judge the runs of one source."""
+    intact = sum([(await stores.ledger.verify(r)).intact for r in run_ids])
+    replay = await _replay_all(stores, run_ids)
+    row: dict[str, Any] = {
+        "runs": len(run_ids),
+        "verified": intact,
+        "recorded_replay": replay,
+        "agreement": None,
+        "localization": None,
+    }
+    if tau_source:
+        runs = [r for r in await load_imported_runs(stores) if r.run_id in set(run_ids)]
+        world = WorldData(tau / "env-data")
+        forensics = evaluate_runs(
+            runs,
+            load_annotations(tau / "retail" / "agentrx-retail-annotations.json"),
+            world=world.state_matches,
+        )
+        loc = forensics["localization"]
+        row |= {
+            "agreement": forensics["agreement"],
+            "disagreeing_run_ids": forensics["disagreeing_run_ids"],
+            "signatures": forensics["signatures"],
+            "localization": loc and {k: v for k, v in loc.items() if k != "per_run"},
+            "duplicates_flagged": forensics["duplicates"]["runs"],
+        }
+    else:
+        flagged = 0
+        for run_id in run_ids:
+            records = await stores.evidence.records(SideEffectRecord, run_id)
+            flagged += bool(duplicate_side_effects(records))
+        row["duplicates_flagged"] = flagged
+    return row
+
+
 async def measure(data: Path) -> dict[str, Any]:
     tau = data / "tau-bench"
+    sources: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="replaybook-real-runs-") as home:
         settings = Settings.from_env({"REPLAYBOOK_HOME": str(home)})
         async with open_stores(settings.stores) as stores:
+            for name, domain, files in TAU_SOURCES:
+                started = time.perf_counter()
+                run_ids = await _tau_source(stores, tau, domain, files)
+                row = await _measure_source(stores, run_ids, tau, True)
+                sources[name] = row | {"seconds": round(time.perf_counter() - started, 1)}
             started = time.perf_counter()
-            tau_ids: list[str] = []
-            for domain, name in TAU_FILES:
-                report = await import_tau_bench(
-                    stores.ledger,
-                    stores.artifacts,
-                    stores.evidence,
-                    tau / name,
-                    domain,
-                    tau / "tools_info.json",
-                )
-                tau_ids += report.run_ids
-            otel_ids: dict[str, str] = {}
-            for path in sorted((data / "otel-any-agent").glob("*.json")):
-                report = await import_otel(
-                    stores.ledger, stores.artifacts, stores.evidence, path, OTEL_WRITE_TOOLS
-                )
-                otel_ids |= {run_id: path.name for run_id in report.run_ids}
-            import_seconds = time.perf_counter() - started
-            distinct = list(dict.fromkeys(tau_ids))
-            everything = distinct + list(otel_ids)
-            intact = sum([(await stores.ledger.verify(r)).intact for r in everything])
-            started = time.perf_counter()
-            tau_replay = await _replay_all(stores, distinct)
-            otel_replay = await _replay_all(stores, list(otel_ids))
-            replay_seconds = time.perf_counter() - started
-            otel_effects = {
-                otel_ids[r]: len(await stores.evidence.records(SideEffectRecord, r))
-                for r in otel_ids
+            otel_files = sorted((data / "otel-any-agent").glob("*.json"))
+            run_ids = await _otel_source(stores, otel_files)
+            row = await _measure_source(stores, run_ids, tau, False)
+            sequences = row["recorded_replay"].pop("tool_sequences")
+            sources["otel-any-agent"] = row | {
+                "seconds": round(time.perf_counter() - started, 1),
+                "replayed_tool_sequences": sequences,
             }
-            runs = await load_imported_runs(stores)
-            world = WorldData(tau / "env-data")
-            forensics = evaluate_runs(
-                runs,
-                load_annotations(tau / "retail" / "agentrx-retail-annotations.json"),
-                world=world.state_matches,
-            )
-    otel_sequences = {otel_ids[r]: s for r, s in otel_replay.pop("tool_sequences").items()}
-    tau_replay.pop("tool_sequences")
-    return {
-        "tau_bench": {
-            "files_runs": len(tau_ids),
-            "distinct_runs": len(distinct),
-            "by_domain": dict(Counter(r.split("-")[1] for r in distinct)),
-            "recorded_replay": tau_replay,
-        },
-        "otel": {
-            "runs": len(otel_ids),
-            "recorded_replay": otel_replay,
-            "replayed_tool_sequences": otel_sequences,
-            "side_effects_per_trace": otel_effects,
-        },
-        "chains_intact": f"{intact}/{len(everything)}",
-        "import_seconds": round(import_seconds, 1),
-        "replay_seconds": round(replay_seconds, 1),
-        "forensics": {k: forensics[k] for k in ("agreement", "disagreeing_run_ids", "signatures")}
-        | {"localization": {k: v for k, v in forensics["localization"].items() if k != "per_run"}},
-    }
+    for row in sources.values():
+        row["recorded_replay"].pop("tool_sequences", None)
+    return {"sources": sources}
+
+
+def _cell(value: Any) -> str:
+    return "—" if value is None else str(value)
 
 
 def _table(r: dict[str, Any]) -> str:
-    t, o, f = r["tau_bench"], r["otel"], r["forensics"]
-    loc = f["localization"]
-    top = ", ".join(f"{k} {v}" for k, v in list(f["signatures"].items())[:4])
     rows = [
-        "| source | runs | chains intact | recorded replay reproduced | writes executed (blocked) | agreement with reward | localisation exact / ±2 (baseline) | top signatures |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
-        f"| tau-bench ({', '.join(f'{k} {v}' for k, v in t['by_domain'].items())}) | {t['distinct_runs']} "
-        f"({t['files_runs']} in the files) | {r['chains_intact']} (all) "
-        f"| {t['recorded_replay']['reproduced']}/{t['distinct_runs']} "
-        f"| {t['recorded_replay']['writes_executed']} ({t['recorded_replay']['writes_blocked']}) "
-        f"| {f['agreement']} | {loc['exact']} / {loc['within_2']} "
-        f"({loc['baseline_exact']} / {loc['baseline_within_2']}) | {top} |",
-        f"| OTel ({o['runs']} frameworks) | {o['runs']} | (above) "
-        f"| {o['recorded_replay']['reproduced']}/{o['runs']} "
-        f"| {o['recorded_replay']['writes_executed']} ({o['recorded_replay']['writes_blocked']}) "
-        "| — | — | — |",
+        "| source | runs | verified | recorded replay reproduced | writes executed (blocked) "
+        "| agreement with reward | localisation step exact / ±1 / ±2, category (baseline) "
+        "| duplicates flagged | seconds |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
+    for name, s in r["sources"].items():
+        rep, loc = s["recorded_replay"], s["localization"]
+        where = (
+            f"{loc['exact']} / {loc['within_1']} / {loc['within_2']}, {loc['category']} "
+            f"({loc['baseline_exact']} / {loc['baseline_within_1']} / "
+            f"{loc['baseline_within_2']}, {loc['baseline_category']}); held-out "
+            f"{loc['held_out']['runs']}: {loc['held_out']['exact']} / "
+            f"{loc['held_out']['within_1']} / {loc['held_out']['within_2']}, "
+            f"{loc['held_out']['category']}"
+            if loc
+            else "—"
+        )
+        rows.append(
+            f"| {name} | {s['runs']} | {s['verified']}/{s['runs']} | {rep['reproduced']}/{s['runs']} "
+            f"| {rep['writes_executed']} ({rep['writes_blocked']}) | {_cell(s['agreement'])} "
+            f"| {where} | {s['duplicates_flagged']} | {s['seconds']} |"
+        )
     return "\n".join(rows)
 
 
@@ -172,10 +212,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print(json.dumps(result, indent=2))
     else:
         print(_table(result))
-        print(f"\nimport {result['import_seconds']} s, replay {result['replay_seconds']} s")
-        print("OTel tool sequences:", json.dumps(result["otel"]["replayed_tool_sequences"]))
-        print("OTel side effects per trace:", json.dumps(result["otel"]["side_effects_per_trace"]))
-        print("disagreements:", result["forensics"]["disagreeing_run_ids"])
+        otel = result["sources"]["otel-any-agent"]
+        print("\nOTel tool sequences:", json.dumps(otel["replayed_tool_sequences"]))
+        for name, row in result["sources"].items():
+            if row.get("disagreeing_run_ids"):
+                print(f"{name} disagreements:", row["disagreeing_run_ids"])
     return result
 
 

@@ -89,6 +89,13 @@ def _describe(c: ExpectedComparison) -> list[str]:
     lines.append(f"  first divergent message: {c.first_divergent_message_index}")
     if c.signature_key:
         lines.append(f"  signature: {c.signature_key}")
+    if c.category:
+        lines.append(f"  category (AgentRx): {c.category} at step {c.category_step}")
+    for f in c.findings:
+        lines.append(
+            f"  {f.severity.upper()} {f.code} [{f.kind}]: {f.explanation} "
+            f"(messages {', '.join(map(str, f.message_indexes))})"
+        )
     return lines
 
 
@@ -124,16 +131,24 @@ def _print_summary(summary: dict[str, Any]) -> None:
             f"  disagrees: {row['run_id']} recorded {row['recorded_reward']} predicted "
             f"{row['predicted_reward']} ({row['signature_key']})"
         )
+    dup = summary["duplicates"]
+    typer.echo(
+        f"duplicate writes (SIDE_EFFECT_DUPLICATE, critical): {dup['findings']} in "
+        f"{dup['runs']} runs"
+    )
     typer.echo("failure signatures:")
     for name, count in summary["signatures"].items():
         typer.echo(f"  {count:>4}  {name}")
     loc = summary["localization"]
     if loc:
-        typer.echo(
-            f"localisation on {loc['runs']} annotated runs: exact {loc['exact']}, ±2 "
-            f"{loc['within_2']}  (baseline first Error: write: exact {loc['baseline_exact']}, "
-            f"±2 {loc['baseline_within_2']})"
-        )
+        for name, part in (("all", loc), ("held-out", loc["held_out"])):
+            typer.echo(
+                f"localisation on {part['runs']} annotated runs ({name}): step exact "
+                f"{part['exact']}, ±1 {part['within_1']}, ±2 {part['within_2']}, category "
+                f"{part['category']}  (baseline first Error: write: exact "
+                f"{part['baseline_exact']}, ±1 {part['baseline_within_1']}, ±2 "
+                f"{part['baseline_within_2']}, category {part['baseline_category']})"
+            )
     if "world" in summary:
         _print_world(summary["world"])
 

@@ -46,6 +46,13 @@ async def import_tau_bench_command(
     tools_commit: Annotated[
         str | None, typer.Option(help="Which commit's schemas to use (default: the last listed).")
     ] = None,
+    env_version: Annotated[
+        str | None,
+        typer.Option(
+            help="The benchmark commit whose databases the runs were recorded against (e.g. "
+            "7362a17), kept with each run for `forensics world` (default: --tools-commit)."
+        ),
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """One run per (task_id, trial): model calls, tool fixtures, user turns, side effects."""
@@ -55,7 +62,46 @@ async def import_tau_bench_command(
     started = time.perf_counter()
     async with open_stores(load_settings().stores) as stores:
         report = await import_tau_bench(
-            stores.ledger, stores.artifacts, stores.evidence, file, domain, tools_info, tools_commit
+            stores.ledger,
+            stores.artifacts,
+            stores.evidence,
+            file,
+            domain,
+            tools_info,
+            tools_commit,
+            env_version,
+        )
+    _print(report.to_json(), as_json, time.perf_counter() - started)
+
+
+@import_app.command("tau2-bench")
+@run_async
+async def import_tau2_bench_command(
+    file: Annotated[Path, typer.Argument(help="A tau2-bench results file (Results JSON).")],
+    tools_info: Annotated[
+        Path | None,
+        typer.Option("--tools-info", help="Tool schemas and write tools (tau-bench's format)."),
+    ] = None,
+    write_tools: Annotated[
+        str | None,
+        typer.Option(
+            help="Without --tools-info: comma-separated write tools of the file's tool_defs."
+        ),
+    ] = None,
+    domain: Annotated[
+        str | None, typer.Option(help="Default: info.environment_info.domain_name.")
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """One run per simulation (task, trial): messages, reward_info, termination_reason."""
+    from integrations.tau2_bench.importer import import_tau2_bench
+    from stores.bundle import open_stores
+
+    started = time.perf_counter()
+    writes = [w.strip() for w in write_tools.split(",") if w.strip()] if write_tools else None
+    async with open_stores(load_settings().stores) as stores:
+        report = await import_tau2_bench(
+            stores.ledger, stores.artifacts, stores.evidence, file, tools_info, writes, domain
         )
     _print(report.to_json(), as_json, time.perf_counter() - started)
 
@@ -78,4 +124,27 @@ async def import_otel_command(
     started = time.perf_counter()
     async with open_stores(load_settings().stores) as stores:
         report = await import_otel(stores.ledger, stores.artifacts, stores.evidence, file, writes)
+    _print(report.to_json(), as_json, time.perf_counter() - started)
+
+
+@import_app.command("openinference")
+@run_async
+async def import_openinference_command(
+    file: Annotated[Path, typer.Argument(help='Spans: {"spans": [...]}, a list, or OTLP JSON.')],
+    write_tools: Annotated[
+        str | None,
+        typer.Option(help="Comma-separated tools that are writes (the others are reads)."),
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """One run per trace of OpenInference spans (Arize Phoenix): LLM, TOOL, AGENT/CHAIN spans."""
+    from ingest.openinference import import_openinference
+    from stores.bundle import open_stores
+
+    writes = [w.strip() for w in write_tools.split(",") if w.strip()] if write_tools else None
+    started = time.perf_counter()
+    async with open_stores(load_settings().stores) as stores:
+        report = await import_openinference(
+            stores.ledger, stores.artifacts, stores.evidence, file, writes
+        )
     _print(report.to_json(), as_json, time.perf_counter() - started)

@@ -91,6 +91,11 @@ async def runs_show(run_id: str, as_json: JsonOption = False) -> None:
         if value is not None:
             typer.echo(f"  {name}: {value}")
     typer.echo(f"  events: {view['event_count']}  head: {view['head_hash']}")
+    for dup in view["duplicates"]:
+        typer.echo(
+            f"  CRITICAL duplicate write: {len(dup['side_effect_ids'])} side effects with action "
+            f"{dup['action_hash']}: {', '.join(dup['side_effect_ids'])}"
+        )
     for event in view["events"]:
         typer.echo(
             f"  #{event['sequence']:<5} {event['type']:<17} step={event['step_id']}"

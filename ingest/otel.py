@@ -28,6 +28,7 @@ from ingest.import_common import (
     read_json_file,
     record_converted,
 )
+from ingest.terminators import ending_terminators, is_terminator
 from models.capability import side_effect_class_from_hints
 from models.errors import InvalidInputError
 from models.ingest import IngestEventBatch, IngestRunHeader
@@ -37,8 +38,6 @@ from runtime.tool_loop.conversation import parse_arguments
 MODEL_OPS = {"call_llm", "chat", "text_completion", "generate_content", "completion", "llm"}
 TOOL_OPS = {"execute_tool", "tool"}
 AGENT_OPS = {"invoke_agent", "create_agent", "agent"}
-#: framework pseudo-tools that hand back the answer: never side effects, and they end the run
-PSEUDO_TOOLS = ("final_answer", "final_output")
 
 
 def _attr(attrs: dict[str, Any], *names: str) -> Any:
@@ -231,7 +230,7 @@ def _messages(attrs: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _tool_class(name: str, attrs: dict[str, Any], write_tools: frozenset[str] | None) -> str:
-    if name in PSEUDO_TOOLS:
+    if is_terminator(name):  # final_answer, final_output, terminate…: never a side effect
         return "READ"
     if write_tools is not None:
         return "WRITE" if name in write_tools else "READ"
@@ -399,7 +398,14 @@ def _run_header(
         (e["type"] for e in reversed(events) if e["type"] in ("model_call", "tool_call")), None
     )
     ends_on_tool = last_kind == "tool_call"
-    last_tool = next((e["name"] for e in reversed(events) if e["type"] == "tool_call"), None)
+    # a terminator ends the loop only where the recorded run ended on it (ingest/terminators)
+    terminate = ending_terminators(
+        [
+            ("tool", e["name"]) if e["type"] == "tool_call" else ("model", "")
+            for e in events
+            if e["type"] in ("model_call", "tool_call")
+        ]
+    )
     trace_id = root.get("trace_id")
     return build(
         f"{path}",
@@ -423,9 +429,9 @@ def _run_header(
             "tools": list(tools.values()),
             "user_turns": False,
             "answers_before_end": max(1, sum(1 for e in model_events if not e["tool_calls"])),
-            "terminate_tools": [t for t in PSEUDO_TOOLS if t in tools],
+            "terminate_tools": list(terminate),
             "max_model_calls": len(model_events)
-            if ends_on_tool and last_tool not in PSEUDO_TOOLS and model_events
+            if ends_on_tool and not terminate and model_events
             else None,
             "attachments": {"otel": {"trace_id": str(trace_id), "spans": len(ordered)}},
         },

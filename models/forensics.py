@@ -44,16 +44,19 @@ from typing import Any
 
 from pydantic import Field, JsonValue
 
+from models.agentrx import predict_category
 from models.base import Record
 from models.canonical import canonical_hash, normalize_json
 
 __all__ = [
     "ExpectedAction",
     "ExpectedComparison",
+    "Finding",
     "ForensicsRun",
     "ToolCallFact",
     "WriteDiff",
     "compare_expected",
+    "duplicate_findings",
     "normalize_arguments",
     "output_found",
 ]
@@ -101,6 +104,8 @@ class ForensicsRun(Record):
     #: tool name -> its parameters' JSON schema (used to drop undeclared properties)
     schemas: dict[str, JsonValue] = Field(default_factory=dict)
     recorded_reward: float | None = None
+    #: the benchmark commit whose databases the run was recorded against (import metadata)
+    env_version: str | None = None
     n_messages: int = 0
     #: the episode reached its end (user stopped, or handed to a human); an unfinished one is
     #: never scored, so it cannot pass (None: unknown, treated as finished)
@@ -116,6 +121,47 @@ class WriteDiff(Record):
     arguments: tuple[str, ...] = ()
     #: assistant message of the actual write (extra, differing)
     message_index: int | None = None
+
+
+class Finding(Record):
+    """A critical fact about the run's writes, reported whatever the predicted verdict."""
+
+    code: str
+    severity: str
+    #: ``same_action`` or ``same_key_arguments`` (models.duplicates)
+    kind: str
+    tool: str
+    action_hash: str
+    #: 0-based message indexes of the assistant messages that made the writes
+    message_indexes: tuple[int, ...]
+    explanation: str
+
+
+def duplicate_findings(run: ForensicsRun) -> tuple[Finding, ...]:
+    """``SIDE_EFFECT_DUPLICATE`` for each write the run applied twice (models.duplicates):
+    only writes that succeeded count, compared on their schema-normalised arguments."""
+    from models.duplicates import duplicate_calls
+
+    applied = [
+        (c.name, normalize_arguments(c.arguments, run.schemas.get(c.name)), c.assistant_index)
+        for c in run.calls
+        if (c.is_write or c.name in run.write_tools) and not c.failed
+    ]
+    return tuple(
+        Finding(
+            code="SIDE_EFFECT_DUPLICATE",
+            severity=d.severity,
+            kind=d.kind,
+            tool=d.capability_id,
+            action_hash=d.action_hash,
+            message_indexes=d.message_indexes,
+            explanation=(
+                f"{d.capability_id} applied {len(d.message_indexes)} times with the same "
+                + ("arguments" if d.kind == "same_action" else "key arguments")
+            ),
+        )
+        for d in duplicate_calls(applied)
+    )
 
 
 class ExpectedComparison(Record):
@@ -142,6 +188,12 @@ class ExpectedComparison(Record):
     signature: str | None = None
     signature_key: str | None = None
     contributing: tuple[str, ...] = ()
+    #: critical findings beside the verdict: ``SIDE_EFFECT_DUPLICATE`` per duplicated write
+    findings: tuple[Finding, ...] = ()
+    #: the predicted root cause in the AgentRx taxonomy (models.agentrx) and its step, as
+    #: AgentRx numbers steps (1-based message index): None when the run is predicted to pass
+    category: str | None = None
+    category_step: int | None = None
 
 
 def _schema_properties(schema: Any) -> dict[str, Any] | None:
@@ -320,6 +372,25 @@ def _first_divergence(
     return said[-1] if said else None
 
 
+def _unmatched(expected: list[Any], actual: list[Any]) -> tuple[list[Any], list[Any]]:
+    """The expected and the actual writes (name, normalised arguments, …) left unmatched
+    after pairing equal ones (as multisets)."""
+    key = lambda item: (item[0], canonical_hash(item[1]))  # noqa: E731
+    unmatched_actual = Counter(key(a) for a in actual)
+    left_expected = []
+    for e in expected:
+        if unmatched_actual[key(e)] > 0:
+            unmatched_actual[key(e)] -= 1
+        else:
+            left_expected.append(e)
+    left_actual = []
+    for a in actual:
+        if unmatched_actual[key(a)] > 0:
+            unmatched_actual[key(a)] -= 1
+            left_actual.append(a)
+    return left_expected, left_actual
+
+
 def compare_expected(
     run: ForensicsRun, world_state_matches: bool | None = None
 ) -> ExpectedComparison:
@@ -339,19 +410,7 @@ def compare_expected(
         for a in run.expected_actions
         if a.name in run.write_tools
     ]
-    key = lambda item: (item[0], canonical_hash(item[1]))  # noqa: E731
-    unmatched_actual = Counter(key(a) for a in actual)
-    left_expected = []
-    for e in expected:
-        if unmatched_actual[key(e)] > 0:
-            unmatched_actual[key(e)] -= 1
-        else:
-            left_expected.append(e)
-    left_actual = []
-    for a in actual:
-        if unmatched_actual[key(a)] > 0:
-            unmatched_actual[key(a)] -= 1
-            left_actual.append(a)
+    left_expected, left_actual = _unmatched(expected, actual)
     missing, extra, differing = _pair_leftovers(left_expected, left_actual, run.schemas)
     texts = [t for _, t in run.agent_texts]
     outputs = {o: output_found(o, texts) for o in run.expected_outputs}
@@ -373,6 +432,12 @@ def compare_expected(
         parts, attempted_failed, all(outputs.values())
     )
     first_error = next((c.assistant_index for c in writes if c.failed), None)
+    category = predict_category(
+        signature,
+        differing if world_state_matches is not True else [],
+        [(c.tool_index, c.output) for c in run.calls if c.tool_index is not None and c.output],
+        [c.name for c in run.calls],
+    )
     divergence = None
     if predicted == 0.0:
         divergence = _first_divergence(run, parts, outputs)
@@ -397,4 +462,7 @@ def compare_expected(
         signature=signature,
         signature_key=signature_key,
         contributing=contributing,
+        findings=duplicate_findings(run),
+        category=category,
+        category_step=None if category is None or divergence is None else divergence + 1,
     )

@@ -2,12 +2,18 @@
 
 Agreement is measured against the reward the benchmark recorded; localisation against human
 failure annotations (AgentRx): does the first divergent message we name equal the annotated
-root-cause step, exactly and within ±2 messages, compared with the baseline "the first write
-whose output starts with Error:"?
+root-cause step, exactly and within ±1 and ±2 messages, and is the predicted category
+(``models.agentrx``) the annotated one, compared with the baseline "the first write whose
+output starts with Error:" (that write's message, category Invalid Invocation)?
+
+The annotated runs are also split in two halves by a hash of their task id (``held_out``:
+even digest), fixed before any rule was written: the rules must not be tuned to the
+annotations, and a figure on the held-out half shows whether they were.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections import Counter
 from collections.abc import Iterable
 from typing import Any
@@ -16,7 +22,7 @@ from pydantic import BaseModel
 
 from models.forensics import ExpectedComparison, ForensicsRun, compare_expected
 
-__all__ = ["Annotation", "annotations_from_agentrx", "evaluate_runs", "localization"]
+__all__ = ["Annotation", "annotations_from_agentrx", "evaluate_runs", "held_out", "localization"]
 
 LOCALIZATION_WINDOW = 2
 
@@ -49,39 +55,68 @@ def _hit(index: int | None, gold: int, window: int) -> bool:
     return index is not None and abs(index - gold) <= window
 
 
+def held_out(task_id: str) -> bool:
+    """The fixed half of the annotated runs kept out of rule design."""
+    return int(hashlib.sha256(task_id.encode()).hexdigest(), 16) % 2 == 0
+
+
+BASELINE_CATEGORY = "Invalid Invocation"
+
+
+def _scores(rows: list[tuple[ExpectedComparison, Annotation]]) -> dict[str, Any]:
+    n = len(rows)
+
+    def rate(hits: Iterable[bool]) -> float | None:
+        return round(sum(hits) / n, 4) if n else None
+
+    ours = [(c.first_divergent_message_index, note) for c, note in rows]
+    base = [(c.first_error_write_index, note) for c, note in rows]
+    return {
+        "runs": n,
+        "exact": rate(_hit(i, a.root_cause_index, 0) for i, a in ours),
+        "within_1": rate(_hit(i, a.root_cause_index, 1) for i, a in ours),
+        "within_2": rate(_hit(i, a.root_cause_index, LOCALIZATION_WINDOW) for i, a in ours),
+        "category": rate(c.category == a.category for c, a in rows),
+        "baseline_exact": rate(_hit(i, a.root_cause_index, 0) for i, a in base),
+        "baseline_within_1": rate(_hit(i, a.root_cause_index, 1) for i, a in base),
+        "baseline_within_2": rate(
+            _hit(i, a.root_cause_index, LOCALIZATION_WINDOW) for i, a in base
+        ),
+        "baseline_category": rate(
+            (BASELINE_CATEGORY if c.first_error_write_index is not None else None) == a.category
+            for c, a in rows
+        ),
+    }
+
+
 def localization(
     comparisons: Iterable[ExpectedComparison], annotations: dict[str, Annotation]
 ) -> dict[str, Any] | None:
-    """Exact and ±2 hit rates of our divergence and of the Error: baseline, on annotated runs."""
+    """Step (exact, ±1, ±2) and category accuracy of ours and of the Error: baseline, on the
+    annotated failed runs, all of them and the held-out half."""
     rows = []
     for c in comparisons:
         note = annotations.get(c.task_id)
         if note is None or c.domain != "retail" or c.recorded_reward != 0.0:
             continue
-        rows.append((c, note.root_cause_index))
+        rows.append((c, note))
     if not rows:
         return None
-    n = len(rows)
-
-    def rate(pick: Any, window: int) -> float:
-        return round(sum(_hit(pick(c), gold, window) for c, gold in rows) / n, 4)
-
-    ours = lambda c: c.first_divergent_message_index  # noqa: E731
-    baseline = lambda c: c.first_error_write_index  # noqa: E731
     return {
-        "runs": n,
-        "exact": rate(ours, 0),
-        "within_2": rate(ours, LOCALIZATION_WINDOW),
-        "baseline_exact": rate(baseline, 0),
-        "baseline_within_2": rate(baseline, LOCALIZATION_WINDOW),
+        **_scores(rows),
+        "held_out": _scores([r for r in rows if held_out(r[0].task_id)]),
+        "development": _scores([r for r in rows if not held_out(r[0].task_id)]),
         "per_run": [
             {
                 "run_id": c.run_id,
-                "annotated": gold,
+                "annotated": note.root_cause_index,
                 "ours": c.first_divergent_message_index,
                 "baseline": c.first_error_write_index,
+                "annotated_category": note.category,
+                "category": c.category,
+                "held_out": held_out(c.task_id),
             }
-            for c, gold in rows
+            for c, note in rows
         ],
     }
 
@@ -129,6 +164,11 @@ def evaluate_runs(
         "writes_executed": sum(c.writes_executed for c in comparisons),
         "writes_failed": sum(c.writes_failed for c in comparisons),
         "by_domain": by_domain,
+        "duplicates": {
+            "runs": sum(1 for c in comparisons if c.findings),
+            "findings": sum(len(c.findings) for c in comparisons),
+            "run_ids": [c.run_id for c in comparisons if c.findings],
+        },
         "signatures": dict(signatures.most_common()),
         "signatures_by_domain": {d: dict(n.most_common()) for d, n in sorted(per_domain.items())},
         "signature_keys": dict(keys.most_common()),

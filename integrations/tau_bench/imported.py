@@ -67,6 +67,7 @@ def forensics_run_from_imported(imported: Any, run_id: str) -> ForensicsRun:
         write_tools=tuple(sorted(write_tools)),
         schemas=schemas,
         recorded_reward=_get(imported, "reward", "recorded_reward"),
+        env_version=_get(imported, "env_version"),
         n_messages=len(messages),
         finished=episode_finished(messages, calls),
     )

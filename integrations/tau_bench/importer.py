@@ -81,7 +81,7 @@ def load_tools_info(path: Path, domain: str, tools_commit: str | None = None) ->
     return ToolsInfo(tuple(chosen), frozenset(writes))
 
 
-def _tools(info: ToolsInfo, where: str) -> tuple[IngestTool, ...]:
+def declared_tools(info: ToolsInfo, where: str) -> tuple[IngestTool, ...]:
     tools = []
     for index, schema in enumerate(info.schemas):
         function = schema.get("function", schema) if isinstance(schema, dict) else None
@@ -99,13 +99,20 @@ def _tools(info: ToolsInfo, where: str) -> tuple[IngestTool, ...]:
 
 
 def convert_tau_run(
-    raw: Any, domain: str, info: ToolsInfo, tools: tuple[IngestTool, ...], where: str
+    raw: Any,
+    domain: str,
+    info: ToolsInfo,
+    tools: tuple[IngestTool, ...],
+    where: str,
+    env_version: str | None = None,
 ) -> ConvertedRun:
     traj = _checked_traj(raw, where)
     task_id, trial = raw["task_id"], raw["trial"]
-    # the tools (schemas, write set) are part of what was imported: others make another run
+    # the tools (schemas, write set) and the database version are part of what was imported:
+    # others make another run
     tools_json = [t.model_dump(mode="json") for t in tools]
-    run_id = f"tau-{domain}-{task_id}-{trial}-{content_id(domain, raw, tools_json)}"
+    parts = (domain, raw, tools_json, *([env_version] if env_version else []))
+    run_id = f"tau-{domain}-{task_id}-{trial}-{content_id(*parts)}"
     system = traj[0].get("content") if traj[0]["role"] == "system" else None
     body = traj[1:] if system is not None else traj
     offset = len(traj) - len(body)
@@ -154,7 +161,9 @@ def convert_tau_run(
         if _ends_at_limit(traj[-1], events) and model_calls
         else max(MAX_STEPS, model_calls)
     )
-    header = _run_header(raw, domain, tools, tools_json, run_id, system, max_model_calls, where)
+    header = _run_header(
+        raw, domain, tools, tools_json, run_id, system, max_model_calls, where, env_version
+    )
     batch = build(where, IngestEventBatch, {"events": events})
     return ConvertedRun(header=header, events=batch.events, opaque=tuple(opaque))
 
@@ -238,11 +247,13 @@ def _run_header(
     system: str | None,
     max_model_calls: int,
     where: str,
+    env_version: str | None = None,
 ) -> IngestRunHeader:
-    """The run's header: labels, prompt, tools, limits, and the task's ground truth and the
-    recorded reward as the ``tau_bench`` attachment."""
+    """The run's header: labels, prompt, tools, limits, and the task's ground truth, the
+    recorded reward and the database version as the ``tau_bench`` attachment."""
     task_id, trial, reward = raw["task_id"], raw["trial"], raw.get("reward")
     task = (raw.get("info") or {}).get("task") or {}
+    version_label = {"env_version": env_version} if env_version else {}
     return build(
         where,
         IngestRunHeader,
@@ -255,6 +266,7 @@ def _run_header(
                 "task_id": str(task_id),
                 "trial": str(trial),
                 "source_reward": str(reward),
+                **version_label,
             },
             "system_prompt": system,
             "tools": tools_json,
@@ -274,6 +286,7 @@ def _run_header(
                         "user_id": task.get("user_id"),
                     },
                     "reward_info": (raw.get("info") or {}).get("reward_info"),
+                    "env_version": env_version,
                     "source_record": raw,
                 }
             },
@@ -282,15 +295,22 @@ def _run_header(
 
 
 def convert_tau_file(
-    path: Path, domain: str, tools_info: Path, tools_commit: str | None = None
+    path: Path,
+    domain: str,
+    tools_info: Path,
+    tools_commit: str | None = None,
+    env_version: str | None = None,
 ) -> list[ConvertedRun]:
+    """``env_version``: the benchmark commit whose databases the runs were recorded against
+    (default: ``tools_commit``); kept with each run for the world replay."""
     info = load_tools_info(tools_info, domain, tools_commit)
-    tools = _tools(info, str(tools_info))
+    env_version = env_version or tools_commit
+    tools = declared_tools(info, str(tools_info))
     data = read_json_file(path)
     if not isinstance(data, list):
         raise InvalidInputError(f"{path}: expected a JSON list of runs")
     runs = [
-        convert_tau_run(raw, domain, info, tools, f"{path}: runs[{i}]")
+        convert_tau_run(raw, domain, info, tools, f"{path}: runs[{i}]", env_version)
         for i, raw in enumerate(data)
     ]
     seen: dict[str, int] = {}
@@ -314,10 +334,11 @@ async def import_tau_bench(
     domain: str,
     tools_info: Path,
     tools_commit: str | None = None,
+    env_version: str | None = None,
 ) -> ImportReport:
     """Import every run of a tau-bench file (all are converted and checked before any is
     recorded, so a malformed file records nothing)."""
-    runs = convert_tau_file(path, domain, tools_info, tools_commit)
+    runs = convert_tau_file(path, domain, tools_info, tools_commit, env_version)
     return await record_converted(ledger, artifacts, evidence, runs, ImportReport(str(path)))
 
 
@@ -360,6 +381,8 @@ class ImportedTauRun:
     reward_info: Any
     #: the tools offered to the agent, as imported (name, parameters schema, side_effect_class)
     tools: list[dict[str, Any]] = field(default_factory=list)
+    #: the benchmark commit whose databases the run was recorded against (None: not given)
+    env_version: str | None = None
 
 
 async def load_tau_run(
@@ -422,6 +445,7 @@ async def load_tau_run(
         reward=doc.get("reward"),
         reward_info=doc.get("reward_info"),
         tools=json.loads(await artifacts.get(tools_ref)) if tools_ref else [],
+        env_version=doc.get("env_version"),
     )
 
 

@@ -30,8 +30,15 @@ def load_json(path: str | Path) -> Any:
         raise InvalidInputError(f"{path} is not JSON: {exc}") from None
 
 
-def runs_from_file(path: str | Path, domain: str, tools_info: dict[str, Any]) -> list[ForensicsRun]:
-    """Every run of a tau-bench results file (a JSON list of {task_id, trial, reward, info, traj})."""
+def runs_from_file(
+    path: str | Path, domain: str, tools_info: dict[str, Any], env_version: str | None = None
+) -> list[ForensicsRun]:
+    """Every run of a tau-bench results file (a JSON list of {task_id, trial, reward, info,
+    traj}); ``env_version``: the benchmark commit whose databases they were recorded against
+    (default: the ``env_version`` of the expectations beside the file, when there are some)."""
+    from integrations.tau_bench.world.measure import env_version_beside
+
+    env_version = env_version or env_version_beside(path)
     if domain not in DOMAINS:
         raise InvalidInputError(f"unknown tau-bench domain {domain!r}; expected one of {DOMAINS}")
     document = load_json(path)
@@ -43,7 +50,9 @@ def runs_from_file(path: str | Path, domain: str, tools_info: dict[str, Any]) ->
     runs = []
     for position, record in enumerate(document):
         try:
-            runs.append(run_from_tau_record(record, domain, writes, schemas))
+            runs.append(
+                run_from_tau_record(record, domain, writes, schemas, env_version=env_version)
+            )
         except InvalidInputError as exc:
             raise InvalidInputError(f"{path}: run #{position}: {exc}") from None
     return runs

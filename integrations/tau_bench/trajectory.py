@@ -114,8 +114,10 @@ def run_from_tau_record(
     write_tools: set[str],
     schemas: dict[str, Any],
     run_id: str | None = None,
+    env_version: str | None = None,
 ) -> ForensicsRun:
-    """One element of a tau-bench results file as a ForensicsRun."""
+    """One element of a tau-bench results file as a ForensicsRun (``env_version``: the
+    benchmark commit whose databases it was recorded against, when known)."""
     try:
         messages = record["traj"]
         task = record["info"]["task"]
@@ -129,6 +131,7 @@ def run_from_tau_record(
     calls = tool_calls(messages, write_tools)
     return ForensicsRun(
         run_id=run_id or f"tau-{domain}-{task_id}-{trial}",
+        env_version=env_version,
         domain=domain,
         task_id=task_id,
         trial=trial,

@@ -219,7 +219,52 @@ def test_imported_adapter_matches_the_file_reader() -> None:
         "tool_schemas": schemas,
         "expected_outputs": record["info"]["task"]["outputs"],
         "expected_actions": record["info"]["task"]["actions"],
+        "env_version": "59a200c",
     }
     from_file = runs_from_file(DATA / "retail/agentrx-retail-failed.json", "retail", info)[4]
     from_store = forensics_run_from_imported(imported, from_file.run_id)
     assert from_store.model_dump() == from_file.model_dump()
+    assert from_file.env_version == "59a200c"  # from the expectations beside the file
+
+
+def test_failure_category_in_the_agentrx_taxonomy_with_a_held_out_half() -> None:
+    from integrations.tau_bench.evaluate import held_out
+    from models.agentrx import CATEGORIES
+
+    info = json.loads((DATA / "tools_info.json").read_text())
+    annotations_path = DATA / "retail/agentrx-retail-annotations.json"
+    runs = runs_from_file(DATA / "retail/agentrx-retail-failed.json", "retail", info)
+    summary = evaluate_runs(runs, load_annotations(annotations_path))
+    labels = {
+        f["failure_category"]
+        for a in json.loads(annotations_path.read_text())
+        for f in a["failures"]
+    }
+    comparisons = [compare_expected(r) for r in runs]
+    predicted = {c.category for c in comparisons if c.category is not None}
+    assert (
+        predicted
+        and predicted <= set(CATEGORIES)
+        and set(CATEGORIES)
+        >= labels
+        - {
+            "Guardrails Triggered",
+            "Invention of New Information",
+            "Inconclusive",
+        }
+    )
+    # every failed prediction has a category and its step (AgentRx numbers steps from 1)
+    for c in comparisons:
+        assert (c.category is None) == (c.predicted_reward == 1.0)
+        if c.first_divergent_message_index is not None and c.category is not None:
+            assert c.category_step == c.first_divergent_message_index + 1
+    loc = summary["localization"]
+    assert loc["held_out"]["runs"] + loc["development"]["runs"] == loc["runs"] == 20
+    assert 0 < loc["held_out"]["runs"] < 20
+    assert [r["held_out"] for r in loc["per_run"]] == [
+        held_out(r["run_id"].split("-")[2]) for r in loc["per_run"]
+    ]
+    # measured, not tuned: both halves beat the "first Error: write" baseline on category
+    for half in (loc, loc["held_out"], loc["development"]):
+        assert half["category"] > half["baseline_category"]
+        assert half["within_1"] >= half["exact"]

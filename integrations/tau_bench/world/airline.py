@@ -9,8 +9,6 @@ ids). Amounts are whole dollars; the recorded answers print them as given.
 from __future__ import annotations
 
 import copy
-from datetime import date as Date
-from datetime import timedelta
 from typing import Any
 
 from integrations.tau_bench.world.common import DomainTools, Refusal, dumps
@@ -41,13 +39,20 @@ AIRPORTS = {
     "LGA": "LaGuardia",
 }
 
-#: what a booking is given: the benchmark's clock is frozen, and its id generator answered
-#: the same id for every booking recorded
-NEW_RESERVATION_ID = "HATHAT"
+#: the benchmark's clock is frozen: every booking is created at this time
 NOW = "2024-05-15T15:00:00"
-NEW_CERTIFICATE_ID = "certificate_3221322"
+#: new ids are the first of a short fixed sequence that is not taken yet (the benchmark
+#: assumes a task makes at most three of each); when all are taken, a booking reuses the
+#: last id (replacing that reservation) and a certificate is not added (the answer is empty)
+RESERVATION_IDS = ("HATHAT", "HATHAU", "HATHAV")
+CERTIFICATE_IDS = tuple(f"certificate_{n}" for n in range(3221322, 3221325))
 BAG_PRICE = 50
 INSURANCE_PRICE = 30
+
+
+def next_id(candidates: tuple[str, ...], taken: Any) -> str | None:
+    """The first candidate id not in ``taken`` (None when all are)."""
+    return next((c for c in candidates if c not in taken), None)
 
 
 class AirlineTools(DomainTools):
@@ -67,21 +72,40 @@ class AirlineTools(DomainTools):
             raise Refusal("reservation not found")
         return reservation
 
-    def _bookable(self, flight_number: Any, day: Any) -> tuple[dict[str, Any], dict[str, Any]]:
-        """(flight, its entry for the day) of a flight that can be booked on that day."""
+    def _bookable(
+        self, flight_number: Any, day: Any, cabin: Any, seats: int
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """(flight, its entry for the day) of a flight with ``seats`` free in ``cabin`` that
+        day; the refusals in the benchmark's order and words."""
         flight = self.world.get("flights", flight_number)
         if flight is None:
             raise Refusal(f"flight {flight_number} not found")
-        entry = flight["dates"].get(day) if isinstance(day, str) else None
-        if entry is None or entry.get("status") != "available":
+        if day not in flight["dates"]:
+            raise Refusal(f"flight {flight_number} not found on date {day}")
+        entry = flight["dates"][day]
+        if entry["status"] != "available":
             raise Refusal(f"flight {flight_number} not available on date {day}")
+        if entry["available_seats"][cabin] < seats:
+            raise Refusal(f"not enough seats on flight {flight_number}")
         return flight, entry
 
-    def _payment_method(self, user: dict[str, Any], payment_id: Any) -> dict[str, Any]:
-        method = user["payment_methods"].get(payment_id) if isinstance(payment_id, str) else None
-        if method is None:
+    def _update_payment(self, user_id: str, payment_id: Any, amount: Any) -> dict[str, Any]:
+        """The payment method that pays (or is refunded) ``amount`` for a change of a
+        reservation: it must exist, not be a certificate, and a gift card must cover it."""
+        methods = self.world.require("users", user_id)["payment_methods"]
+        if payment_id not in methods:
             raise Refusal("payment method not found")
+        method = methods[payment_id]
+        if method["source"] == "certificate":
+            raise Refusal("certificate cannot be used to update reservation")
+        if method["source"] == "gift_card" and method["amount"] < amount:
+            raise Refusal("gift card balance is not enough")
         return method
+
+    def _debit(self, user_id: str, payment_id: str, amount: Any) -> None:
+        method = self.world.edit("users", user_id)["payment_methods"][payment_id]
+        if method["source"] == "gift_card":
+            method["amount"] -= amount
 
     # reads
 
@@ -89,47 +113,64 @@ class AirlineTools(DomainTools):
         return dumps(self._user(user_id))
 
     def tool_get_reservation_details(self, reservation_id: str) -> str:
-        return dumps(self._reservation(reservation_id))
+        reservation = self.world.get("reservations", reservation_id)
+        if reservation is None:
+            raise Refusal("user not found")  # sic: the benchmark's answer
+        return dumps(reservation)
 
     def tool_list_all_airports(self) -> str:
         return dumps(AIRPORTS)
 
-    def _available_on(
-        self, origin: Any, destination: Any, day: str, shown_day: str | None = None
-    ) -> list[dict[str, Any]]:
-        """Flights available on ``day``, each with its status, seats and prices of
-        ``shown_day`` (default: the same day; see search_onestop_flight)."""
-        found = []
-        for flight in self.world.records("flights"):
-            if flight["origin"] != origin or (
-                destination is not None and flight["destination"] != destination
-            ):
-                continue
-            entry = flight["dates"].get(day)
-            if entry is not None and entry.get("status") == "available":
-                row = {k: v for k, v in flight.items() if k != "dates"}
-                shown = flight["dates"].get(shown_day or day, entry)
-                found.append({**row, **shown})
-        return found
+    @staticmethod
+    def _shown(flight: dict[str, Any], day: str, **extra: Any) -> dict[str, Any]:
+        """A search result: the flight without its dates, with the day's status, seats and
+        prices (and ``extra``)."""
+        row = {k: v for k, v in flight.items() if k != "dates"}
+        row.update(flight["dates"][day])
+        row.update(extra)
+        return row
 
     def tool_search_direct_flight(self, origin: str, destination: str, date: str) -> str:
-        return dumps(self._available_on(origin, destination, date))
+        found = [
+            self._shown(flight, date)
+            for flight in self.world.records("flights")
+            if flight["origin"] == origin
+            and flight["destination"] == destination
+            and date in flight["dates"]
+            and flight["dates"][date]["status"] == "available"
+        ]
+        return dumps(found)
 
     def tool_search_onestop_flight(self, origin: str, destination: str, date: str) -> str:
-        """Pairs of flights via any airport: the second leg leaves when or after the first
-        lands, the next day when the first lands after midnight (arrival suffixed ``+1``).
-        Such a next-day second leg is reported with the seats and prices of the search date,
-        not of its own date: that is what every recorded answer shows."""
+        """Pairs (first leg from ``origin``, second leg to ``destination`` from where the first
+        lands), the benchmark's way: times compared as text (an arrival "HH:MM:SS+1" sorts
+        after any departure of the same hour), a "+1" arrival moves the second leg to the
+        next day of May written without zero padding, and the second leg is shown with the
+        seats and prices of the search date."""
+        flights = self.world.records("flights")
         pairs = []
-        for first in self._available_on(origin, None, date):
-            if first["destination"] == destination:
+        for first in flights:
+            if first["origin"] != origin:
                 continue
-            arrival, plus, _ = first["scheduled_arrival_time_est"].partition("+")
-            next_day = bool(plus)
-            day2 = str(Date.fromisoformat(date) + timedelta(days=1)) if next_day else date
-            for second in self._available_on(first["destination"], destination, day2, date):
-                if second["scheduled_departure_time_est"] >= arrival:
-                    pairs.append([{**first, "date": date}, {**second, "date": day2}])
+            for second in flights:
+                if second["destination"] != destination or first["destination"] != second["origin"]:
+                    continue
+                arrival = first["scheduled_arrival_time_est"]
+                day2 = f"2024-05-{int(date[-2:]) + 1}" if "+1" in arrival else date
+                if arrival > second["scheduled_departure_time_est"]:
+                    continue
+                if date not in first["dates"] or day2 not in second["dates"]:
+                    continue
+                if (
+                    first["dates"][date]["status"] == "available"
+                    and second["dates"][day2]["status"] == "available"
+                ):
+                    pairs.append(
+                        [
+                            self._shown(first, date, date=date),
+                            self._shown(second, date, date=day2),
+                        ]
+                    )
         return dumps(pairs)
 
     # writes
@@ -149,37 +190,31 @@ class AirlineTools(DomainTools):
         insurance: str,
     ) -> str:
         user = self._user(user_id)
-        booked, total = [], 0
-        for wanted in flights:
-            flight, entry = self._bookable(wanted["flight_number"], wanted["date"])
-            if entry["available_seats"][cabin] < len(passengers):
-                raise Refusal(f"not enough seats on flight {wanted['flight_number']}")
-            price = entry["prices"][cabin]
-            booked.append(
-                {
-                    "flight_number": wanted["flight_number"],
-                    "date": wanted["date"],
-                    "price": price,
-                    "origin": flight["origin"],
-                    "destination": flight["destination"],
-                }
+        reservation_id = next_id(RESERVATION_IDS, self._reservation_ids()) or RESERVATION_IDS[-1]
+        booked, total = copy.deepcopy(flights), 0
+        for wanted in booked:  # the agent's flight objects, completed (extra keys are kept)
+            flight, entry = self._bookable(
+                wanted["flight_number"], wanted["date"], cabin, len(passengers)
             )
-            total += price * len(passengers)
+            wanted["price"] = entry["prices"][cabin]
+            wanted["origin"] = flight["origin"]
+            wanted["destination"] = flight["destination"]
+            total += wanted["price"] * len(passengers)
         if insurance == "yes":
             total += INSURANCE_PRICE * len(passengers)
         total += BAG_PRICE * nonfree_baggages
+        for payment in payment_methods:
+            payment_id, amount = payment["payment_id"], payment["amount"]
+            if payment_id not in user["payment_methods"]:
+                raise Refusal(f"payment method {payment_id} not found")
+            method = user["payment_methods"][payment_id]
+            if method["source"] in ("gift_card", "certificate") and method["amount"] < amount:
+                raise Refusal(f"not enough balance in payment method {payment_id}")
         paid = sum(p["amount"] for p in payment_methods)
         if paid != total:
             raise Refusal(
                 f"payment amount does not add up, total price is {total}, but paid {paid}"
             )
-        for payment in payment_methods:
-            method = self._payment_method(user, payment["payment_id"])
-            if (
-                method["source"] in ("gift_card", "certificate")
-                and method["amount"] < payment["amount"]
-            ):
-                raise Refusal(f"not enough balance in payment method {payment['payment_id']}")
         user = self.world.edit("users", user_id)
         for payment in payment_methods:
             method = user["payment_methods"][payment["payment_id"]]
@@ -188,7 +223,7 @@ class AirlineTools(DomainTools):
             elif method["source"] == "certificate":
                 del user["payment_methods"][payment["payment_id"]]
         reservation = {
-            "reservation_id": NEW_RESERVATION_ID,
+            "reservation_id": reservation_id,
             "user_id": user_id,
             "origin": origin,
             "destination": destination,
@@ -202,9 +237,12 @@ class AirlineTools(DomainTools):
             "nonfree_baggages": nonfree_baggages,
             "insurance": insurance,
         }
-        self.world.put("reservations", NEW_RESERVATION_ID, reservation)
-        user["reservations"].append(NEW_RESERVATION_ID)
+        self.world.put("reservations", reservation_id, reservation)
+        user["reservations"].append(reservation_id)
         return dumps(reservation)
+
+    def _reservation_ids(self) -> set[str]:
+        return {key for key, _ in self.world.items("reservations")}
 
     def tool_cancel_reservation(self, reservation_id: str) -> str:
         self._reservation(reservation_id)
@@ -218,81 +256,68 @@ class AirlineTools(DomainTools):
         return dumps(reservation)
 
     def tool_send_certificate(self, user_id: str, amount: float) -> str:
-        self._user(user_id)
+        methods = self._user(user_id)["payment_methods"]
+        certificate_id = next_id(CERTIFICATE_IDS, methods)
+        if certificate_id is None:
+            return ""  # the benchmark's tool answers nothing and adds nothing
         user = self.world.edit("users", user_id)
-        user["payment_methods"][NEW_CERTIFICATE_ID] = {
+        user["payment_methods"][certificate_id] = {
             "source": "certificate",
             "amount": amount,
-            "id": NEW_CERTIFICATE_ID,
+            "id": certificate_id,
         }
-        return f"Certificate {NEW_CERTIFICATE_ID} added to user {user_id} with amount {amount}."
-
-    def _charge(self, user_id: str, payment_id: str, amount: float, *, for_flights: bool) -> None:
-        """Check that ``payment_id`` can pay ``amount`` (a refund when negative)."""
-        method = self._payment_method(self._user(user_id), payment_id)
-        if method["source"] == "certificate" and for_flights:
-            raise Refusal("certificate cannot be used to update reservation")
-        if method["source"] == "gift_card" and method["amount"] < amount:
-            raise Refusal("gift card balance is not enough")
-
-    def _debit(self, user_id: str, payment_id: str, amount: float) -> None:
-        user = self.world.edit("users", user_id)
-        method = user["payment_methods"][payment_id]
-        if method["source"] == "gift_card":
-            method["amount"] -= amount
+        return f"Certificate {certificate_id} added to user {user_id} with amount {amount}."
 
     def tool_update_reservation_baggages(
         self, reservation_id: str, total_baggages: int, nonfree_baggages: int, payment_id: str
     ) -> str:
         current = self._reservation(reservation_id)
         price = BAG_PRICE * max(0, nonfree_baggages - current["nonfree_baggages"])
-        self._charge(current["user_id"], payment_id, price, for_flights=False)
+        self._update_payment(current["user_id"], payment_id, price)
         reservation = self.world.edit("reservations", reservation_id)
         reservation["total_baggages"] = total_baggages
         reservation["nonfree_baggages"] = nonfree_baggages
+        self._debit(reservation["user_id"], payment_id, price)
         if price != 0:
             reservation["payment_history"].append({"payment_id": payment_id, "amount": price})
-            self._debit(reservation["user_id"], payment_id, price)
         return dumps(reservation)
 
     def tool_update_reservation_flights(
         self, reservation_id: str, cabin: str, flights: list[dict[str, Any]], payment_id: str
     ) -> str:
-        """Every flight of the new itinerary is priced in the new cabin; the difference with the
-        old itinerary, times the passengers, is charged (or refunded) to ``payment_id``. The
-        reservation's own ``cabin`` field is left as it was (as recorded)."""
+        """Every flight of the new itinerary is priced in the new cabin, except one the
+        reservation already has on that date while the cabin stays the same, which keeps its
+        bought price, origin and destination; the difference with the old itinerary, times
+        the passengers, is charged (or refunded) to ``payment_id``. The reservation's own
+        ``cabin`` field is left as it was."""
         current = self._reservation(reservation_id)
         n = len(current["passengers"])
-        kept = {(f["flight_number"], f["date"]): f["price"] for f in current["flights"]}
-        new_flights, total = [], 0
-        for wanted in flights:
-            key = (wanted["flight_number"], wanted["date"])
-            flight = self.world.get("flights", wanted["flight_number"])
-            if key in kept and cabin == current["cabin"] and flight is not None:
-                price = kept[key]  # an unchanged flight keeps the price it was bought at
+        new_flights, total = copy.deepcopy(flights), 0
+        for wanted in new_flights:  # the agent's flight objects, completed
+            kept = [
+                f
+                for f in current["flights"]
+                if f["flight_number"] == wanted["flight_number"]
+                and f["date"] == wanted["date"]
+                and cabin == current["cabin"]
+            ]
+            if kept:
+                source: dict[str, Any] = kept[0]
+                price = source["price"]
             else:
-                flight, entry = self._bookable(*key)
-                if entry["available_seats"][cabin] < n:
-                    raise Refusal(f"not enough seats on flight {wanted['flight_number']}")
+                source, entry = self._bookable(wanted["flight_number"], wanted["date"], cabin, n)
                 price = entry["prices"][cabin]
-            # the agent's flight object, completed (its extra properties are kept, as recorded)
-            new_flights.append(
-                {
-                    **copy.deepcopy(wanted),
-                    "price": price,
-                    "origin": flight["origin"],
-                    "destination": flight["destination"],
-                }
-            )
-            total += price
-        total -= sum(f["price"] for f in current["flights"])
-        difference = total * n
-        self._charge(current["user_id"], payment_id, difference, for_flights=True)
+            wanted["price"] = price
+            wanted["origin"] = source["origin"]
+            wanted["destination"] = source["destination"]
+            total += price * n
+        total -= sum(f["price"] for f in current["flights"]) * n
+        self._update_payment(current["user_id"], payment_id, total)
         reservation = self.world.edit("reservations", reservation_id)
+        self._debit(reservation["user_id"], payment_id, total)
         reservation["flights"] = new_flights
-        if difference != 0:
-            reservation["payment_history"].append({"payment_id": payment_id, "amount": difference})
-            self._debit(reservation["user_id"], payment_id, difference)
+        if total != 0:
+            reservation["payment_history"].append({"payment_id": payment_id, "amount": total})
         return dumps(reservation)
 
     def tool_update_reservation_passengers(

@@ -5,6 +5,12 @@ or ``Error: <why>`` when it refuses. A refusal is raised as ``Refusal`` inside t
 and turned into that string by ``DomainTools.call``; it never escapes the package (it is the
 simulated domain's answer, not a Replaybook error). A tool checks everything before it changes
 anything, so a refused call leaves the world as it was.
+
+Byte for byte: the benchmark's environment answers any exception a tool raises with
+``Error: <exception text>``, so the tools here make their checks in the benchmark's order and
+let the same Python exceptions surface (a missing key is ``Error: 'date'``); an argument-name
+mismatch names the benchmark's tool class (``BookReservation.invoke() missing 1 required
+positional argument: 'cabin'``), the tool name in CamelCase.
 """
 
 from __future__ import annotations
@@ -34,6 +40,8 @@ _OPERATORS: dict[type, Callable[..., Any]] = {
     ast.Sub: operator.sub,
     ast.Mult: operator.mul,
     ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Pow: operator.pow,
     ast.USub: operator.neg,
     ast.UAdd: operator.pos,
 }
@@ -42,27 +50,48 @@ _OPERATORS: dict[type, Callable[..., Any]] = {
 def _evaluate(node: ast.AST) -> Any:
     if isinstance(node, ast.Expression):
         return _evaluate(node.body)
-    if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+    if isinstance(node, ast.Constant):
         return node.value
     if isinstance(node, ast.BinOp) and type(node.op) in _OPERATORS:
-        return _OPERATORS[type(node.op)](_evaluate(node.left), _evaluate(node.right))
+        left, right = _evaluate(node.left), _evaluate(node.right)
+        if isinstance(node.op, ast.Pow) and isinstance(right, int | float) and abs(right) > 4096:
+            # the one place we part from the benchmark: "9**9**9" would never finish
+            raise Refusal("exponent too large")
+        return _OPERATORS[type(node.op)](left, right)
     if isinstance(node, ast.UnaryOp) and type(node.op) in _OPERATORS:
         return _OPERATORS[type(node.op)](_evaluate(node.operand))
-    raise Refusal("Invalid characters in expression")
+    if isinstance(node, ast.Tuple):
+        return tuple(_evaluate(item) for item in node.elts)
+    if isinstance(node, ast.Call):  # "2(3)": calling a number, once its argument is evaluated
+        function = _evaluate(node.func)
+        for argument in node.args:
+            _evaluate(argument)
+        raise TypeError(f"'{type(function).__name__}' object is not callable")
+    raise Refusal("invalid characters in expression")
 
 
 def calculate(expression: str) -> str:
-    """Arithmetic on numbers with + - * / and parentheses; the answer is rounded to cents and
-    always printed as a float ("498.0"), as recorded. Evaluated on a parsed tree, never eval."""
-    if not isinstance(expression, str) or not all(c in "0123456789+-*/(). " for c in expression):
-        raise Refusal("Invalid characters in expression")
+    """Arithmetic on numbers with + - * / ** // and parentheses, as Python evaluates it; the
+    answer is rounded to cents and always printed as a float ("498.0"). Evaluated on a parsed
+    tree, never eval; what fails answers the exception's text, as the benchmark does (the
+    syntax error names ``<string>``, the file name eval gives)."""
+    if not all(c in "0123456789+-*/(). " for c in expression):
+        raise Refusal("invalid characters in expression")
     try:
-        tree = ast.parse(expression, mode="eval")
+        tree = compile(expression, "<string>", "eval", ast.PyCF_ONLY_AST)
         return str(round(float(_evaluate(tree)), 2))
-    except SyntaxError:
-        raise Refusal("invalid syntax") from None
-    except ZeroDivisionError:
-        raise Refusal("division by zero") from None
+    except Refusal:
+        raise
+    except Exception as exc:  # the benchmark answers any failure with its text
+        raise Refusal(str(exc)) from None
+
+
+def _benchmark_signature(message: str, owner: str, name: str) -> str:
+    """A TypeError about our method's arguments, naming the benchmark's tool class instead
+    (``AirlineTools.tool_book_reservation()`` -> ``BookReservation.invoke()``)."""
+    ours = f"{owner}.tool_{name}()"
+    theirs = "".join(part.capitalize() for part in name.split("_")) + ".invoke()"
+    return message.replace(ours, theirs)
 
 
 class DomainTools:
@@ -78,7 +107,8 @@ class DomainTools:
         return tuple(sorted(n[len("tool_") :] for n in dir(self) if n.startswith("tool_")))
 
     def call(self, name: str, arguments: Any) -> str:
-        """Run one tool call; a refusal or unusable arguments answer ``Error: ...``."""
+        """Run one tool call; a refusal, unusable arguments or any failure of the tool answer
+        ``Error: ...`` (the benchmark's environment catches every exception of a tool)."""
         method = getattr(self, f"tool_{name}", None)
         if method is None:
             return f"Unknown action {name}"
@@ -88,7 +118,9 @@ class DomainTools:
             return method(**arguments)
         except Refusal as exc:
             return f"Error: {exc}"
-        except TypeError as exc:  # a missing or unexpected argument name
+        except TypeError as exc:
+            return f"Error: {_benchmark_signature(str(exc), type(self).__name__, name)}"
+        except Exception as exc:  # the benchmark answers every exception
             return f"Error: {exc}"
 
     # tools without state, the same in both domains

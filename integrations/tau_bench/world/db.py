@@ -140,6 +140,14 @@ class World:
             return changed[key]
         return self._table(table).get(key)
 
+    def require(self, table: str, key: Any) -> Any:
+        """A record to READ that must exist: ``KeyError(key)`` otherwise, as a lookup in the
+        benchmark's dict would raise (its tools answer ``Error: 'key'`` then)."""
+        record = self.get(table, key)
+        if record is None:
+            raise KeyError(key)
+        return record
+
     def edit(self, table: str, key: str) -> Any:
         """A record to change: this world's own copy (made on first use)."""
         changed = self._changed[table]

@@ -1,7 +1,10 @@
 """World replays over many runs, and how they compare with the benchmark's expectations.
 
 ``WorldData`` is the ``env-data`` folder (``<version>/<domain>/*.json``): it loads each
-database once and replays runs against fresh copies. ``measure_world`` replays every run on
+database once and replays runs against fresh copies. Which version a run was recorded against
+is the run's own metadata (``ForensicsRun.env_version``: ``import tau-bench --env-version``,
+or the ``env_version`` of the expectations beside a results file); a folder that holds a
+single version of the domain needs none. ``measure_world`` replays every run on
 the database version it was recorded on (final hash, recorded outputs reproduced, which calls
 mutated the database) and on the other version (where the first answer diverges), and checks
 each figure against the run's line of ``*.expectations.jsonl`` when there is one.
@@ -20,23 +23,14 @@ from models.errors import InvalidInputError
 from models.forensics import ForensicsRun
 
 __all__ = [
-    "RECORDED_VERSIONS",
     "WorldData",
+    "env_version_beside",
     "expectations_beside",
     "load_expectations",
     "measure_world",
-    "other_version",
 ]
 
-#: the benchmark version each domain's runs in the data were recorded against (README.txt)
-RECORDED_VERSIONS = {"airline": "7362a17", "retail": "59a200c"}
-VERSIONS = ("7362a17", "59a200c")
-
 ExpectationKey = tuple[str, str, int]  # (domain, task id, trial)
-
-
-def other_version(version: str) -> str:
-    return next(v for v in VERSIONS if v != version)
 
 
 class WorldData:
@@ -50,11 +44,38 @@ class WorldData:
         #: replays already made (evaluate asks for the state check, then measures the same runs)
         self._replays: dict[tuple[str, str, str, bool], WorldReplay] = {}
 
+    def versions(self, domain: str) -> tuple[str, ...]:
+        """The database versions of ``domain`` in the folder (``<version>/<domain>/``)."""
+        return tuple(sorted(p.name for p in self.env_dir.iterdir() if (p / domain).is_dir()))
+
+    def version_of(self, run: ForensicsRun, version: str | None = None) -> str:
+        """The version to replay ``run`` on: the one asked for, else the one the run was
+        recorded against, else the folder's only version of the domain."""
+        chosen = version or run.env_version
+        if chosen is None:
+            known = self.versions(run.domain)
+            if len(known) != 1:
+                raise InvalidInputError(
+                    f"run {run.run_id}: its database version was not recorded and "
+                    f"{self.env_dir} holds {len(known)} versions of {run.domain}; import it "
+                    "with --env-version COMMIT (or pass --db-version)"
+                )
+            chosen = known[0]
+        return chosen
+
+    def other_version(self, run: ForensicsRun) -> str | None:
+        """Another version of the run's domain (for the drift check), if the folder has one."""
+        recorded = self.version_of(run)
+        return next((v for v in self.versions(run.domain) if v != recorded), None)
+
     def base(self, domain: str, version: str | None = None) -> DomainData:
-        version = version or RECORDED_VERSIONS.get(domain)
-        if version not in VERSIONS:
+        """One domain's database at ``version`` (default: the folder's only version of it)."""
+        known = self.versions(domain)
+        if version is None and len(known) == 1:
+            version = known[0]
+        if version not in known:
             raise InvalidInputError(
-                f"unknown database version {version!r} for {domain}; expected one of {VERSIONS}"
+                f"unknown database version {version!r} for {domain}; expected one of {known}"
             )
         key = (domain, version)
         if key not in self._bases:
@@ -64,7 +85,7 @@ class WorldData:
     def replay(
         self, run: ForensicsRun, version: str | None = None, with_expected: bool = True
     ) -> WorldReplay:
-        base = self.base(run.domain, version)
+        base = self.base(run.domain, self.version_of(run, version))
         key = (run.domain, run.run_id, base.version, with_expected)
         if key not in self._replays:
             self._replays[key] = replay_run(run, base, with_expected=with_expected)
@@ -101,11 +122,28 @@ def expectations_beside(runs_file: str | Path) -> Path | None:
     return candidate if candidate.is_file() else None
 
 
+def env_version_beside(runs_file: str | Path) -> str | None:
+    """The benchmark commit the runs of ``X.json`` were recorded against, from the
+    ``env_version`` (``tau-bench@7362a17 (2024-11-22)``) of its expectations, when present."""
+    beside = expectations_beside(runs_file)
+    if beside is None:
+        return None
+    for line in beside.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            try:
+                version = str(json.loads(line).get("env_version") or "")
+            except (ValueError, AttributeError):
+                return None
+            commit = version.partition("@")[2].split(" ")[0]
+            return commit or None
+    return None
+
+
 def _ratio(hits: int, total: int) -> float | None:
     return round(hits / total, 4) if total else None
 
 
-def _check(replay: WorldReplay, drift: WorldReplay, row: dict[str, Any]) -> dict[str, Any]:
+def _check(replay: WorldReplay, drift: WorldReplay | None, row: dict[str, Any]) -> dict[str, Any]:
     mutating = [c.tool_index for c in replay.calls if c.mutated]
     expected_mutating = [c["tool_msg_index"] for c in row.get("tool_calls", []) if c["mutated_db"]]
     expected_drift = (row.get("drift_check") or {}).get("first_divergent_tool_msg_index")
@@ -114,7 +152,8 @@ def _check(replay: WorldReplay, drift: WorldReplay, row: dict[str, Any]) -> dict
         "expected_hash": replay.expected_hash == row.get("gt_final_db_hash"),
         "initial_hash": replay.initial_hash == row.get("initial_db_hash"),
         "mutating_calls": mutating == expected_mutating,
-        "drift": drift.first_divergent_tool_index == expected_drift,
+        # no other version in the folder: nothing to compare, not a disagreement
+        "drift": drift is None or drift.first_divergent_tool_index == expected_drift,
         "expected_drift": expected_drift,
     }
 
@@ -134,12 +173,14 @@ def measure_world(
     by_domain: dict[str, dict[str, int]] = {}
     for run in runs:
         replay = data.replay(run)
-        drift_version = other_version(replay.db_version)
-        drift = data.replay(run, drift_version, with_expected=False)
+        drift_version = data.other_version(run)
+        drift = data.replay(run, drift_version, with_expected=False) if drift_version else None
         totals["runs"] += 1
         totals["compared"] += replay.n_compared
         totals["reproduced"] += replay.n_reproduced
-        totals["drift_diverging"] += drift.first_divergent_tool_index is not None
+        totals["drift_diverging"] += (
+            drift is not None and drift.first_divergent_tool_index is not None
+        )
         d = by_domain.setdefault(run.domain, {"runs": 0, "final_hash_matches": 0})
         d["runs"] += 1
         if replay.n_reproduced != replay.n_compared:
@@ -164,7 +205,7 @@ def measure_world(
                 {
                     "run_id": run.run_id,
                     "problem": f"disagrees on {failed}",
-                    "drift": drift.first_divergent_tool_index,
+                    "drift": drift.first_divergent_tool_index if drift else None,
                     "expected_drift": check["expected_drift"],
                 }
             )

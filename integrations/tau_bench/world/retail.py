@@ -9,7 +9,7 @@ answers (a recorded price difference such as 0.20999999999999375 is not rounded)
 
 from __future__ import annotations
 
-from collections import Counter
+import copy
 from typing import Any
 
 from integrations.tau_bench.world.common import DomainTools, Refusal, dumps
@@ -38,64 +38,48 @@ class RetailTools(DomainTools):
 
     def _method(self, order: dict[str, Any], payment_method_id: Any) -> dict[str, Any]:
         """A payment method of the order's user."""
-        methods = self._user(order["user_id"])["payment_methods"]
-        method = methods.get(payment_method_id) if isinstance(payment_method_id, str) else None
-        if method is None:
+        methods = self.world.require("users", order["user_id"])["payment_methods"]
+        if payment_method_id not in methods:
             raise Refusal("payment method not found")
-        return method
+        return methods[payment_method_id]
 
-    def _require_items(self, order: dict[str, Any], item_ids: list[str]) -> None:
-        """Every id (with its multiplicity) is an item of the order."""
-        have = Counter(item["item_id"] for item in order["items"])
-        for item_id, count in Counter(item_ids).items():
-            if have[item_id] < count:
-                raise Refusal(f"{item_id} not found")
-
-    def _priced_item_change(
-        self,
-        order: dict[str, Any],
-        item_ids: list[str],
-        new_item_ids: list[str],
-        payment_method_id: str,
-        paying_for: str,
-    ) -> tuple[float, list[dict[str, Any]]]:
-        """The checks an exchange and an item modification share: the items are in the order,
-        the price difference, and a gift card that can pay it."""
-        self._require_items(order, item_ids)
-        difference, variants = self._price_difference(order, item_ids, new_item_ids)
-        method = self._method(order, payment_method_id)
-        if method["source"] == "gift_card" and method["balance"] < difference:
-            raise Refusal(f"insufficient gift card balance to pay for {paying_for}")
-        return difference, variants
+    @staticmethod
+    def _require_items(order: dict[str, Any], item_ids: list[str], missing: str | None) -> None:
+        """Every id (with its multiplicity) is an item of the order; the refusal names the
+        first missing id, or says ``missing`` when given (the benchmark's return does)."""
+        have = [item["item_id"] for item in order["items"]]
+        for item_id in item_ids:
+            if item_ids.count(item_id) > have.count(item_id):
+                raise Refusal(missing or f"{item_id} not found")
 
     def _price_difference(
         self, order: dict[str, Any], item_ids: list[str], new_item_ids: list[str]
-    ) -> tuple[float, list[dict[str, Any]]]:
-        """(sum of new - old prices, the new variants), checking each new item is a variant of
-        the same product and available."""
+    ) -> float:
+        """Sum of new - old prices, in the order listed, checking each new item is an
+        available variant of the same product (the checks an exchange and a modification
+        share, in the benchmark's order)."""
+        self._require_items(order, item_ids, None)
         if len(item_ids) != len(new_item_ids):
             raise Refusal("the number of items to be exchanged should match")
-        difference, variants = 0.0, []
+        difference = 0
         for old_id, new_id in zip(item_ids, new_item_ids, strict=True):
             item = next(i for i in order["items"] if i["item_id"] == old_id)
-            product = self.world.get("products", item["product_id"]) or {"variants": {}}
-            variant = product["variants"].get(new_id)
-            if variant is None or not variant.get("available"):
+            variants = self.world.require("products", item["product_id"])["variants"]
+            if not (new_id in variants and variants[new_id]["available"]):
                 raise Refusal(f"new item {new_id} not found or available")
-            difference += variant["price"] - item["price"]
-            variants.append(variant)
-        return difference, variants
+            difference += variants[new_id]["price"] - item["price"]
+        return difference
 
-    def _gift_card_add(self, user_id: str, payment_method_id: str, amount: float) -> None:
+    def _gift_card_balance(self, user_id: str, payment_method_id: str, amount: float) -> None:
+        """Add ``amount`` to a gift card's balance, rounded to cents."""
         method = self.world.edit("users", user_id)["payment_methods"][payment_method_id]
-        if method["source"] == "gift_card":
-            method["balance"] = round(method["balance"] + amount, 2)
+        method["balance"] = round(method["balance"] + amount, 2)
 
     # reads
 
     def tool_find_user_id_by_email(self, email: str) -> str:
         for user_id, user in self.world.items("users"):
-            if user["email"].lower() == str(email).lower():
+            if user["email"].lower() == email.lower():
                 return user_id
         raise Refusal("user not found")
 
@@ -103,8 +87,8 @@ class RetailTools(DomainTools):
         for user_id, user in self.world.items("users"):
             name = user["name"]
             if (
-                name["first_name"].lower() == str(first_name).lower()
-                and name["last_name"].lower() == str(last_name).lower()
+                name["first_name"].lower() == first_name.lower()
+                and name["last_name"].lower() == last_name.lower()
                 and user["address"]["zip"] == zip
             ):
                 return user_id
@@ -129,25 +113,28 @@ class RetailTools(DomainTools):
     # writes
 
     def tool_cancel_pending_order(self, order_id: str, reason: str) -> str:
+        """Refunds every payment; a refund to a gift card (by its id) is credited at once."""
         order = self._order(order_id)
         if order["status"] != "pending":
             raise Refusal("non-pending order cannot be cancelled")
         if reason not in CANCEL_REASONS:
             raise Refusal("invalid reason")
         order = self.world.edit("orders", order_id)
-        refunds = [
-            {
-                "transaction_type": "refund",
-                "amount": p["amount"],
-                "payment_method_id": p["payment_method_id"],
-            }
-            for p in order["payment_history"]
-        ]
-        order["payment_history"].extend(refunds)
-        for refund in refunds:
-            self._gift_card_add(order["user_id"], refund["payment_method_id"], refund["amount"])
+        refunds = []
+        for payment in order["payment_history"]:
+            payment_id = payment["payment_method_id"]
+            refunds.append(
+                {
+                    "transaction_type": "refund",
+                    "amount": payment["amount"],
+                    "payment_method_id": payment_id,
+                }
+            )
+            if "gift_card" in payment_id:
+                self._gift_card_balance(order["user_id"], payment_id, payment["amount"])
         order["status"] = "cancelled"
         order["cancel_reason"] = reason
+        order["payment_history"].extend(refunds)
         return dumps(order)
 
     def tool_exchange_delivered_order_items(
@@ -156,30 +143,32 @@ class RetailTools(DomainTools):
         order = self._order(order_id)
         if order["status"] != "delivered":
             raise Refusal("non-delivered order cannot be exchanged")
-        difference, _ = self._priced_item_change(
-            order, item_ids, new_item_ids, payment_method_id, "the price difference"
-        )
+        difference = round(self._price_difference(order, item_ids, new_item_ids), 2)
+        method = self._method(order, payment_method_id)
+        if method["source"] == "gift_card" and method["balance"] < difference:
+            raise Refusal("insufficient gift card balance to pay for the price difference")
         order = self.world.edit("orders", order_id)
         order["status"] = "exchange requested"
         order["exchange_items"] = sorted(item_ids)
         order["exchange_new_items"] = sorted(new_item_ids)
         order["exchange_payment_method_id"] = payment_method_id
-        order["exchange_price_difference"] = round(difference, 2)
+        order["exchange_price_difference"] = difference
         return dumps(order)
 
     def tool_return_delivered_order_items(
         self, order_id: str, item_ids: list[str], payment_method_id: str
     ) -> str:
+        """The refund goes to the original payment method or to a gift card (by its id)."""
         order = self._order(order_id)
         if order["status"] != "delivered":
             raise Refusal("non-delivered order cannot be returned")
-        method = self._method(order, payment_method_id)
+        self._method(order, payment_method_id)
         original = order["payment_history"][0]["payment_method_id"]
-        if method["source"] != "gift_card" and payment_method_id != original:
+        if "gift_card" not in payment_method_id and payment_method_id != original:
             raise Refusal(
                 "payment method should be either the original payment method or a gift card"
             )
-        self._require_items(order, item_ids)
+        self._require_items(order, item_ids, "some item not found")
         order = self.world.edit("orders", order_id)
         order["status"] = "return requested"
         order["return_items"] = sorted(item_ids)
@@ -212,33 +201,31 @@ class RetailTools(DomainTools):
     def tool_modify_pending_order_items(
         self, order_id: str, item_ids: list[str], new_item_ids: list[str], payment_method_id: str
     ) -> str:
+        """The difference is not rounded (a recorded 0.20999999999999375 stays); each old item
+        is the first in the order that still has that id."""
         order = self._order(order_id)
         if order["status"] != "pending":
             raise Refusal("non-pending order cannot be modified")
-        difference, variants = self._priced_item_change(
-            order, item_ids, new_item_ids, payment_method_id, "the new item"
-        )
+        difference = self._price_difference(order, item_ids, new_item_ids)
+        method = self._method(order, payment_method_id)
+        if method["source"] == "gift_card" and method["balance"] < difference:
+            raise Refusal("insufficient gift card balance to pay for the new item")
         order = self.world.edit("orders", order_id)
         order["payment_history"].append(
             {
                 "transaction_type": "payment" if difference > 0 else "refund",
-                "amount": difference if difference > 0 else -difference,
+                "amount": abs(difference),
                 "payment_method_id": payment_method_id,
             }
         )
-        self._gift_card_add(order["user_id"], payment_method_id, -difference)
-        replaced: set[int] = set()
-        for old_id, variant in zip(item_ids, variants, strict=True):
-            position = next(
-                i
-                for i, item in enumerate(order["items"])
-                if item["item_id"] == old_id and i not in replaced
-            )
-            replaced.add(position)
-            item = order["items"][position]
-            item["item_id"] = variant["item_id"]
+        if method["source"] == "gift_card":
+            self._gift_card_balance(order["user_id"], payment_method_id, -difference)
+        for old_id, new_id in zip(item_ids, new_item_ids, strict=True):
+            item = next(i for i in order["items"] if i["item_id"] == old_id)
+            variant = self.world.require("products", item["product_id"])["variants"][new_id]
+            item["item_id"] = new_id
             item["price"] = variant["price"]
-            item["options"] = dict(variant["options"])
+            item["options"] = copy.deepcopy(variant["options"])
         order["status"] = "pending (item modified)"
         return dumps(order)
 
@@ -248,7 +235,7 @@ class RetailTools(DomainTools):
             raise Refusal("non-pending order cannot be modified")
         method = self._method(order, payment_method_id)
         history = order["payment_history"]
-        if len(history) != 1 or history[0]["transaction_type"] != "payment":
+        if len(history) > 1 or history[0]["transaction_type"] != "payment":
             raise Refusal("there should be exactly one payment for a pending order")
         old_id, amount = history[0]["payment_method_id"], history[0]["amount"]
         if old_id == payment_method_id:
@@ -266,8 +253,10 @@ class RetailTools(DomainTools):
                 {"transaction_type": "refund", "amount": amount, "payment_method_id": old_id},
             ]
         )
-        self._gift_card_add(order["user_id"], payment_method_id, -amount)
-        self._gift_card_add(order["user_id"], old_id, amount)
+        if method["source"] == "gift_card":
+            self._gift_card_balance(order["user_id"], payment_method_id, -amount)
+        if "gift_card" in old_id:
+            self._gift_card_balance(order["user_id"], old_id, amount)
         return dumps(order)
 
     def tool_modify_user_address(
