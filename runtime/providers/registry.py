@@ -26,11 +26,12 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, SecretStr
 
 from models.errors import ConfigurationError, InvalidInputError
 from runtime.env_values import Seconds
-from runtime.providers.endpoint import DEFAULT_TIMEOUT
 
 if TYPE_CHECKING:
     from runtime.providers.openai_compat import OpenAICompatibleProvider
 
+#: seconds per request to a registered model (``REPLAYBOOK_MODELS_TIMEOUT``)
+REGISTRY_TIMEOUT = 300.0
 #: the local server's context window per model (``devstack.model_server`` serves them so)
 LOCAL_CONTEXT_LENGTH = 4096
 
@@ -113,8 +114,9 @@ class ModelRegistrySettings(BaseModel):
     #: the local model server's ``/v1`` URL (set by ``replaybook dev up``)
     local_url: str | None = Field(None, validation_alias="REPLAYBOOK_LOCAL_MODELS_URL")
     configured: ModelTable = Field(default_factory=dict, validation_alias="REPLAYBOOK_MODELS")
-    #: seconds per request
-    timeout: Seconds = Field(DEFAULT_TIMEOUT, validation_alias="REPLAYBOOK_MODELS_TIMEOUT")
+    #: seconds per request: a small local model on two busy cores can take minutes to read a
+    #: long prompt
+    timeout: Seconds = Field(REGISTRY_TIMEOUT, validation_alias="REPLAYBOOK_MODELS_TIMEOUT")
     api_keys: dict[str, SecretStr] = Field(default_factory=dict)
 
     def entries(self) -> dict[str, RegisteredModel]:
