@@ -25,7 +25,9 @@ async def test_both_local_models_answer(model_stack: ModelStack) -> None:
     assert set(rows) == {"smollm2-135m", "gemma3-270m"}
     for row in rows.values():
         assert row["answers"], row["error"]
-        assert row["latency_ms"] > 0 and row["usage"]["completion_tokens"] == 1
+        # one token at most (a model may also answer with its end-of-turn token alone)
+        assert row["latency_ms"] > 0 and row["usage"]["completion_tokens"] <= 1
+        assert row["usage"]["prompt_tokens"] > 0
         assert row["source"] == "local" and row["context_length"]
 
 
