@@ -116,7 +116,7 @@ def check_decode() -> list[str]:
     for alias, path in weight_files().items():
         started = time.monotonic()
         llm = Llama(model_path=str(path), n_ctx=256, n_threads=THREADS, verbose=False)
-        out = llm.create_completion("The capital of France is", max_tokens=4, temperature=0)
+        out: Any = llm.create_completion("The capital of France is", max_tokens=4, temperature=0)
         text = out["choices"][0]["text"]
         lines.append(f"{alias}: decoded {text!r} in {time.monotonic() - started:.1f}s ({path})")
     return lines
