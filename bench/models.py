@@ -1,4 +1,4 @@
-"""Benchmark: real local models in the loop. ``.venv/bin/python -m bench.models [--json]``.
+"""Benchmark: real local models in the loop. ``.venv/bin/python -m bench.models [--replays N] [--json]``.
 
 Starts the local model server (``devstack.model_server``, both models) on a free port and an
 SQLite store in a temporary directory, then measures, all in the same run:
@@ -42,6 +42,7 @@ from stores.sql.support_desk_world import SqlWorldStore
 from worker.catalogs import catalogs
 from worker.settings import Settings
 
+#: replays per model (``--replays N``)
 REPLAYS = 3
 PROMPT = "Explain in three sentences why a support agent should identify customers by id."
 
@@ -83,7 +84,9 @@ async def tokens_per_second(registry: ModelRegistrySettings, name: str) -> float
         await provider.aclose()
 
 
-async def replay_rate(settings: Settings, world: SimulatedWorld, name: str) -> dict[str, Any]:
+async def replay_rate(
+    settings: Settings, world: SimulatedWorld, name: str, replays: int
+) -> dict[str, Any]:
     registry = settings.model_registry
     async with open_stores(settings.stores) as stores:
         provider = registry.provider(name)
@@ -104,7 +107,7 @@ async def replay_rate(settings: Settings, world: SimulatedWorld, name: str) -> d
         engine = ReplayEngine(stores.ledger, stores.evidence, stores.artifacts, cats)
         started = time.perf_counter()
         steps = calls = 0
-        for seed in range(REPLAYS):
+        for seed in range(replays):
             plan = ReplayPlan(
                 replay_id=f"bench-{uuid.uuid4().hex[:10]}",
                 source_run_id=source.run_id,
@@ -122,8 +125,8 @@ async def replay_rate(settings: Settings, world: SimulatedWorld, name: str) -> d
         for seed in range(max(calls, 1)):
             await planner.complete(request.model_copy(update={"seed": seed}))
     return {
-        "replays_per_min": round(REPLAYS / wall * 60, 2),
-        "steps_per_replay": steps / REPLAYS,
+        "replays_per_min": round(replays / wall * 60, 2),
+        "steps_per_replay": steps / replays,
         "model_calls": calls,
         "model_seconds_per_call": round(timed.seconds / max(timed.calls, 1), 3),
         "direct_seconds_per_call": round(direct.seconds / max(direct.calls, 1), 3),
@@ -146,7 +149,7 @@ def _planner_request(name: str) -> ModelRequest:
     )
 
 
-async def run() -> dict[str, Any]:
+async def run(replays: int = REPLAYS) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         home = Path(tmp)
         dev_dir(home).mkdir(parents=True)
@@ -167,7 +170,7 @@ async def run() -> dict[str, Any]:
                     "tokens_per_s": round(
                         await tokens_per_second(settings.model_registry, name), 1
                     ),
-                    **await replay_rate(settings, world, name),
+                    **await replay_rate(settings, world, name, replays),
                 }
             return out
         finally:
@@ -175,7 +178,9 @@ async def run() -> dict[str, Any]:
 
 
 def main() -> dict[str, Any]:
-    results = asyncio.run(run())
+    args = sys.argv[1:]
+    replays = int(args[args.index("--replays") + 1]) if "--replays" in args else REPLAYS
+    results = asyncio.run(run(replays))
     if "--json" in sys.argv[1:]:
         print(json.dumps(results, indent=2))
         return results
