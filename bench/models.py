@@ -166,12 +166,12 @@ async def run(replays: int = REPLAYS) -> dict[str, Any]:
             await world.ensure()
             out: dict[str, Any] = {}
             for name in LOCAL_MODELS:
-                out[name] = {
-                    "tokens_per_s": round(
-                        await tokens_per_second(settings.model_registry, name), 1
-                    ),
-                    **await replay_rate(settings, world, name, replays),
-                }
+                # each figure on stderr as soon as it is measured (a loaded machine is slow)
+                speed = round(await tokens_per_second(settings.model_registry, name), 1)
+                print(f"{name}: {speed} tokens/s", file=sys.stderr, flush=True)
+                rate = await replay_rate(settings, world, name, replays)
+                print(f"{name}: {json.dumps(rate)}", file=sys.stderr, flush=True)
+                out[name] = {"tokens_per_s": speed, **rate}
             return out
         finally:
             terminate(server["pid"], server["pid_start"], timeout=10)
