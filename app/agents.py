@@ -27,6 +27,7 @@ class AgentRunner(Protocol):
         *,
         prompt: str,
         seed: int,
+        model: str | None = None,
     ) -> Awaitable[RunResult]: ...
 
 
@@ -46,13 +47,18 @@ async def run_agent(
     scenario: str,
     prompt: str,
     seed: int,
+    model: str | None = None,
 ) -> dict[str, Any]:
-    """Record one live run of ``agent`` (one of ``runners``, by graph id) on ``scenario``; the
-    view of the recorded run: status, outcome, steps, events and side effects."""
+    """Record one live run of ``agent`` (one of ``runners``, by graph id) on ``scenario``
+    decided by ``model`` (a registered model; ``None``: the agent's scripted one); the view of
+    the recorded run: status, outcome, steps, events and side effects."""
     runner = runners.get(agent)
     if runner is None:
         raise InvalidInputError(f"unknown agent {agent!r} (known: {', '.join(runners)})")
-    result = await runner(stores.ledger, stores.artifacts, scenario, prompt=prompt, seed=seed)
+    result = await runner(
+        stores.ledger, stores.artifacts, scenario, prompt=prompt, seed=seed, model=model
+    )
+    run = await stores.ledger.get_run(result.run_id)
     effects: list[SideEffectRecord] = await stores.evidence.records(SideEffectRecord, result.run_id)
     verification = await stores.ledger.verify(result.run_id)
     return {
@@ -61,6 +67,8 @@ async def run_agent(
         "scenario": scenario,
         "prompt": prompt,
         "seed": seed,
+        "model": model,
+        "model_profile": run.pinned.model_profile,
         "status": result.status.value,
         "outcome": result.outcome,
         "steps": result.steps,

@@ -31,6 +31,13 @@ async def agent_run(
     seed: Annotated[
         int, typer.Option(help="Seed of the run's randomness (and the scripted model's).")
     ] = 0,
+    model: Annotated[
+        str | None,
+        typer.Option(
+            help="A registered model (`replaybook models list`), e.g. gemma3-270m; default: "
+            "the scripted stand-in."
+        ),
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Run an agent live against its (simulated) providers and record the run as evidence."""
@@ -39,9 +46,11 @@ async def agent_run(
     from worker.agents import agent_runners, open_world
 
     settings = load_settings()
-    runners = agent_runners(open_world(settings.stores.database_url))
+    runners = agent_runners(open_world(settings.stores.database_url), settings.model_registry)
     async with open_stores(settings.stores) as stores:
-        view = await run_agent(stores, runners, agent, scenario=scenario, prompt=prompt, seed=seed)
+        view = await run_agent(
+            stores, runners, agent, scenario=scenario, prompt=prompt, seed=seed, model=model
+        )
     if as_json:
         print_json(view)
         return

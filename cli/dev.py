@@ -21,7 +21,8 @@ app = typer.Typer()
 
 dev_app = typer.Typer(
     help="The local development stack: Temporal dev server, SeaweedFS (when artifacts are on "
-    "s3:// and no endpoint is set), the Replaybook worker and the HTTP API, in the background.",
+    "s3:// and no endpoint is set), the local model server (unless REPLAYBOOK_LOCAL_MODELS=off), "
+    "the Replaybook worker and the HTTP API, in the background.",
     no_args_is_help=True,
 )
 app.add_typer(dev_app, name="dev")
@@ -36,6 +37,8 @@ def _echo_status(status: dict[str, Any]) -> None:
         where = c.get("address") or ""
         if c.get("ui_url"):
             where += f"  UI {c['ui_url']}"
+        if c.get("models"):
+            where += f"  serving {', '.join(c['models'])}"
         state = "alive" if c["alive"] else ("no answer on port" if c["pid_alive"] else "dead")
         typer.echo(f"  {name:<10} {state:<17} pid {c['pid']!s:<8} {where}".rstrip())
         if c.get("error"):

@@ -19,6 +19,7 @@ from cli import (
     forensics,
     importing,
     incident,
+    model_registry,
     privacy,
     replay,
     runs,
@@ -46,6 +47,7 @@ for group in (
     forensics,
     sandbox,
     slo,
+    model_registry,
     dev,
     api_server,
 ):

@@ -29,7 +29,12 @@ HOST = "127.0.0.1"
 S3_REGION = "us-east-1"
 DEV_ENV_FILENAME = "env"
 #: The worker variables that point it at the stack (recorded, to notice when they change).
-_WORKER_WIRING = ("TEMPORAL_ADDRESS", "TEMPORAL_NAMESPACE", "REPLAYBOOK_S3_ENDPOINT_URL")
+_WORKER_WIRING = (
+    "TEMPORAL_ADDRESS",
+    "TEMPORAL_NAMESPACE",
+    "REPLAYBOOK_S3_ENDPOINT_URL",
+    "REPLAYBOOK_LOCAL_MODELS_URL",
+)
 
 
 def dev_dir(home: Path | str) -> Path:
@@ -43,7 +48,8 @@ def dev_env_path(home: Path | str) -> Path:
 
 def stack_variables(components: Mapping[str, Any]) -> dict[str, str]:
     """The variables that point Replaybook at the stack's services: Temporal's address and
-    namespace and, when the stack runs SeaweedFS, its S3 endpoint and credentials."""
+    namespace, when the stack runs SeaweedFS its S3 endpoint and credentials, and when it runs
+    the local model server its URL (which registers the local models)."""
     out: dict[str, str] = {}
     temporal = components.get("temporal")
     if temporal is not None:
@@ -58,6 +64,9 @@ def stack_variables(components: Mapping[str, Any]) -> dict[str, str]:
             "REPLAYBOOK_S3_ACCESS_KEY_ID": s3["access_key"],
             "REPLAYBOOK_S3_SECRET_ACCESS_KEY": s3["secret_key"],
         }
+    local_models = components.get("models")
+    if local_models is not None:
+        out["REPLAYBOOK_LOCAL_MODELS_URL"] = local_models["base_url"]
     return out
 
 

@@ -7,6 +7,10 @@
 * SeaweedFS (``devstack.seaweedfs``) with data in ``$REPLAYBOOK_HOME/seaweedfs``, only when
   ``REPLAYBOOK_ARTIFACTS`` is an ``s3://`` URL and ``REPLAYBOOK_S3_ENDPOINT_URL`` is unset —
   the stack then owns the S3 endpoint and records it with its credentials in the state file;
+* the local model server (``devstack.model_server``: ``llama_cpp.server`` serving
+  ``smollm2-135m`` and ``gemma3-270m``) on a free port kept across restarts, unless
+  ``REPLAYBOOK_LOCAL_MODELS=off``; its URL (``REPLAYBOOK_LOCAL_MODELS_URL``) registers the local
+  models in the worker's and the CLI's model registry;
 * the Replaybook worker: ``python -m worker --queue all`` (``REPLAYBOOK_DEV_WORKER_COMMAND``,
   a shell-quoted command line, replaces it) with ``TEMPORAL_ADDRESS`` / ``TEMPORAL_NAMESPACE``
   pointing at the stack and, when the stack owns S3, the endpoint and credentials, and
@@ -59,7 +63,7 @@ from devstack.components import (
 )
 from devstack.ports import free_ports
 from devstack.processes import pid_alive, port_answers, terminate
-from models.errors import ConfigurationError
+from models.errors import ConfigurationError, StoreError
 from runtime.env_values import positive_int
 
 STATE_VERSION = 1
@@ -69,9 +73,9 @@ DEFAULT_TEMPORAL_UI_PORT = 8233
 WORKER_COMMAND_ENV = "REPLAYBOOK_DEV_WORKER_COMMAND"
 
 #: Components in start order.
-COMPONENTS = ("temporal", "seaweedfs", "worker", "api")
+COMPONENTS = ("temporal", "seaweedfs", "models", "worker", "api")
 #: ``down`` stops the API and the workers first, then Temporal, then the store.
-STOP_ORDER = ("api", "worker", "temporal", "seaweedfs")
+STOP_ORDER = ("api", "worker", "models", "temporal", "seaweedfs")
 #: how long the API may take to import and bind its port
 API_START_TIMEOUT = 30.0
 
@@ -185,6 +189,8 @@ def component_status(name: str, record: Mapping[str, Any]) -> dict[str, Any]:
             "endpoint_url": record.get("endpoint_url"),
             "address": record.get("endpoint_url"),
         }
+    elif name == "models":
+        status |= {"address": record.get("base_url"), "models": record.get("models")}
     elif name == "worker":
         status |= {
             "command": record.get("command"),
@@ -300,6 +306,9 @@ def stack_up(
         seaweedfs = _up_seaweedfs(home, components, env, s3_port, save, echo)
         if seaweedfs is not None:
             actions["seaweedfs"] = seaweedfs
+        models = _up_models(home, components, env, save, echo)
+        if models is not None:
+            actions["models"] = models
         actions["worker"] = _up_worker(home, components, env, worker_cmd, worker_grace, save, echo)
         actions["api"] = _up_api(home, components, env, api_port, save, echo)
         save()
@@ -350,6 +359,43 @@ def _up_seaweedfs(
     action = "restarted" if record is not None else "started"
     save()
     echo(f"seaweedfs: {action} at {components['seaweedfs']['endpoint_url']}")
+    return action
+
+
+def _up_models(
+    home: Path,
+    components: dict[str, Any],
+    env: Mapping[str, str],
+    save: Callable[[], None],
+    echo: Echo,
+) -> str | None:
+    """The local model server's action: ``running``, (re)started on the port it had, or None
+    when ``REPLAYBOOK_LOCAL_MODELS=off``."""
+    from devstack.model_server import launch_model_server, local_models_enabled
+
+    record = components.get("models")
+    if not local_models_enabled(env):
+        if record is not None:  # turned off since: stop it, and the worker forgets its URL
+            terminate(record.get("pid"), record.get("pid_start"), timeout=10)
+            del components["models"]
+            save()
+        return None
+    if record is not None and component_status("models", record)["alive"]:
+        return "running"
+    if record is not None:
+        terminate(record.get("pid"), record.get("pid_start"), timeout=10)
+    port = (record or {}).get("port") or free_ports(1)[0]
+    try:
+        components["models"] = launch_model_server(home, port, env)
+    except StoreError:
+        components.pop("models", None)
+        save()
+        raise
+    action = "restarted" if record is not None else "started"
+    save()
+    echo(
+        f"models: {action} at {components['models']['base_url']} ({', '.join(components['models']['models'])})"
+    )
     return action
 
 

@@ -6,6 +6,7 @@ from collections.abc import Awaitable, Callable, Mapping
 
 from examples.support_desk.agent import GRAPH_ID as SUPPORT_DESK
 from examples.support_desk.providers import SimulatedWorld
+from examples.support_desk.real_model import SupportDeskJsonModel
 from examples.support_desk.reconcilers import support_desk_reconcilers
 from examples.support_desk.spec import run_scenario, support_desk_spec
 from examples.support_desk.world_store import WorldStore
@@ -13,6 +14,7 @@ from forensics.reconcile import SideEffectReconciler
 from models.errors import InvalidInputError
 from runtime.executor import RunResult
 from runtime.ports import ArtifactStore, EventLedger
+from runtime.providers.registry import ModelRegistrySettings
 from runtime.tools import ToolProvider
 from stores.sql.support_desk_world import DatabaseUrl, SqlWorldStore
 
@@ -26,17 +28,42 @@ def open_world(database_url: DatabaseUrl) -> WorldStore:
 
 
 def agent_runners(
-    world: WorldStore,
+    world: WorldStore, registry: ModelRegistrySettings | None = None
 ) -> dict[str, Callable[..., Awaitable[RunResult]]]:
-    """How to record a live run of each agent, by graph id (``app.agents.AgentRunner``)."""
+    """How to record a live run of each agent, by graph id (``app.agents.AgentRunner``);
+    ``registry`` (``Settings.model_registry``) serves ``model``, a registered model's name
+    (``None``: the scripted stand-in)."""
     simulated = SimulatedWorld(world)
 
     async def support_desk(
-        ledger: EventLedger, artifacts: ArtifactStore, scenario: str, *, prompt: str, seed: int
+        ledger: EventLedger,
+        artifacts: ArtifactStore,
+        scenario: str,
+        *,
+        prompt: str,
+        seed: int,
+        model: str | None = None,
     ) -> RunResult:
-        return await run_scenario(
-            simulated, ledger, artifacts, scenario, prompt_version=prompt, seed=seed
-        )
+        if model is None:
+            return await run_scenario(
+                simulated, ledger, artifacts, scenario, prompt_version=prompt, seed=seed
+            )
+        if registry is None:
+            raise InvalidInputError("no model registry is configured", field="model")
+        provider = registry.provider(model)
+        try:
+            return await run_scenario(
+                simulated,
+                ledger,
+                artifacts,
+                scenario,
+                prompt_version=prompt,
+                seed=seed,
+                model=SupportDeskJsonModel(model, provider),
+                model_name=model,
+            )
+        finally:
+            await provider.aclose()
 
     return {SUPPORT_DESK: support_desk}
 

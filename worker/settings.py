@@ -6,7 +6,8 @@ Each section is a model of the layer that consumes it, its fields named after th
 (``validation_alias``; the first set one of an ``AliasChoices`` wins): ``database``,
 ``artifacts`` and ``kek`` (``stores.config``, composed into ``Settings.stores`` for
 ``open_stores``), ``sandbox`` (``activities.sandbox.config``), ``models`` (the
-OpenAI-compatible endpoint, ``runtime.providers.openai_compat``); ``api``, ``metrics`` and
+OpenAI-compatible endpoint, ``runtime.providers.openai_compat``), ``model_registry`` (named
+models, ``runtime.providers.registry``); ``api``, ``metrics`` and
 ``temporal`` are the faces' and the worker's own, defined here. An unset, empty or blank
 variable means its default; a refused value is a ``ConfigurationError`` naming the variable
 and its rule.
@@ -47,6 +48,7 @@ from activities.sandbox.config import SandboxSettings
 from models.errors import ConfigurationError
 from runtime.env_values import ByteCount, Flag, Port, configuration_error, read_variables
 from runtime.providers.endpoint import ModelEndpointSettings
+from runtime.providers.registry import ModelRegistrySettings, api_key_variables
 from stores.config import ArtifactSettings, DatabaseSettings, KekSettings, StoreSettings
 
 DEFAULT_HOME = ".replaybook"
@@ -214,6 +216,7 @@ class Settings(BaseSettings):
     sandbox: SandboxSettings = SandboxSettings()
     api: ApiSettings = ApiSettings()
     models: ModelEndpointSettings = ModelEndpointSettings()
+    model_registry: ModelRegistrySettings = ModelRegistrySettings()
     metrics: MetricsSettings = MetricsSettings()
 
     @field_validator("home")
@@ -270,6 +273,14 @@ def settings_data(variables: Mapping[str, str | None]) -> dict[str, Any]:
     """The raw values of ``Settings`` read from ``variables``."""
     data = read_variables(Settings, variables)
     data["temporal"] = TemporalSettings.load(variables)
+    # the API keys the registry's entries name, read here (the composition root) only
+    keys = {
+        name: value.strip()
+        for name in api_key_variables(variables.get("REPLAYBOOK_MODELS"))
+        if (value := variables.get(name)) and value.strip()
+    }
+    if keys:
+        data.setdefault("model_registry", {})["api_keys"] = keys
     return data
 
 

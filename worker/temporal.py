@@ -18,6 +18,7 @@ from examples.support_desk.world_store import WorldStore
 from models.errors import StoreError
 from models.queues import CONTROL_QUEUE, REPLAY_QUEUE
 from runtime.providers.endpoint import ModelEndpointSettings
+from runtime.providers.registry import ModelRegistrySettings
 from runtime.replay.catalog import AgentCatalog
 from runtime.replay.engine import ReplayEngine
 from stores.bundle import Stores, open_stores
@@ -47,12 +48,15 @@ async def connect(settings: Settings) -> Client:
 
 
 def catalogs(
-    world: WorldStore, endpoint: ModelEndpointSettings | None = None
+    world: WorldStore,
+    endpoint: ModelEndpointSettings | None = None,
+    registry: ModelRegistrySettings | None = None,
 ) -> Mapping[str, AgentCatalog]:
     """The agents whose code this worker can replay (``worker.catalogs``, which sandboxed
     steps import in their own process); ``world`` serves their live READ providers,
-    ``endpoint`` is the configured model endpoint (``Settings.models``)."""
-    return agent_catalogs(world, endpoint)
+    ``endpoint`` is the configured model endpoint (``Settings.models``), ``registry`` the named
+    models (``Settings.model_registry``)."""
+    return agent_catalogs(world, endpoint, registry)
 
 
 @contextlib.asynccontextmanager
@@ -66,7 +70,10 @@ async def running_workers(
     world = open_world(settings.stores.database_url)
     async with open_stores(settings.stores) as stores:
         engine = ReplayEngine(
-            stores.ledger, stores.evidence, stores.artifacts, catalogs(world, settings.models)
+            stores.ledger,
+            stores.evidence,
+            stores.artifacts,
+            catalogs(world, settings.models, settings.model_registry),
         )
         # a replay worker refuses to start when it cannot sandbox its steps (rule 16)
         steps = (

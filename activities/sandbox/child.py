@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
+import json
 import os
 import resource
 import shutil
@@ -47,7 +48,7 @@ def main() -> None:
             raise codec.load_error(answer["error"])
         return answer.get("ok")
 
-    engines: dict[tuple[str, str], Any] = {}
+    engines: dict[tuple[str, str, str], Any] = {}
     while True:
         try:
             job = rpc.read_frame(rpc_in)
@@ -122,17 +123,18 @@ def _describe(exc: BaseException) -> dict[str, Any]:
     }
 
 
-async def _run(job: dict[str, Any], call: Any, engines: dict[tuple[str, str], Any]) -> Any:
+async def _run(job: dict[str, Any], call: Any, engines: dict[tuple[str, str, str], Any]) -> Any:
     from models.replay_flow import StepInput
 
-    key = (str(job["catalogs"]), str(job["isolation"]))
+    models = job.get("models") or {}
+    key = (str(job["catalogs"]), str(job["isolation"]), json.dumps(models, sort_keys=True))
     if key not in engines:
-        engines[key] = _engine(*key, call)
+        engines[key] = _engine(key[0], key[1], call, models)
     output = await engines[key].run_steps(StepInput.model_validate(job["step"]))
     return output.model_dump(mode="json")
 
 
-def _engine(catalogs: str, isolation: str, call: Any) -> Any:
+def _engine(catalogs: str, isolation: str, call: Any, models: dict[str, Any]) -> Any:
     """An engine over the broker: its caches (the decoded source evidence, what the replay
     consumed up to its head) are all it keeps between jobs, and each is checked against the
     replay's head or keyed by an immutable source run."""
@@ -147,7 +149,7 @@ def _engine(catalogs: str, isolation: str, call: Any) -> Any:
     module_name, _, attribute = catalogs.partition(":")
     factory = getattr(importlib.import_module(module_name), attribute)
     # the factory gets no database: whatever would use one is served by the broker
-    brokered = {gid: brokered_catalog(c, call) for gid, c in factory(None).items()}
+    brokered = {gid: brokered_catalog(c, call, models.get(gid)) for gid, c in factory(None).items()}
     return ReplayEngine(
         ProxyLedger(call),
         ProxyEvidence(call),

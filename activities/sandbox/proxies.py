@@ -212,12 +212,18 @@ def _read_tool(call: Call, graph_id: str, capability_id: str) -> ToolProvider:
     return provider
 
 
-def brokered_catalog(catalog: AgentCatalog, call: Call) -> AgentCatalog:
+def brokered_catalog(
+    catalog: AgentCatalog, call: Call, worker_models: Mapping[str, str] | None = None
+) -> AgentCatalog:
     """The catalog with its models and READ providers replaced by broker calls: graph code,
-    prompts and policies run here, anything that would reach out goes through the worker."""
+    prompts and policies run here, anything that would reach out goes through the worker.
+    ``worker_models`` (name → profile): the worker's models of this graph, which include the
+    configured ones this process cannot know (it has no settings)."""
+    profiles = {name: model.profile for name, model in catalog.models.items()}
+    profiles |= dict(worker_models or {})
     models = {
-        name: ProxyModel(call, catalog.graph_id, name, model.profile)
-        for name, model in catalog.models.items()
+        name: ProxyModel(call, catalog.graph_id, name, profile)
+        for name, profile in profiles.items()
     }
     readable = [c.capability_id for c in catalog.capabilities if not c.is_write]
 

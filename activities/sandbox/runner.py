@@ -254,11 +254,20 @@ class SandboxedSteps:
                 retryable=False,
             ) from None
 
+    def _models(self) -> dict[str, dict[str, str]]:
+        """Each catalog's models (name → profile), for the child's brokered catalogs."""
+        return {
+            graph_id: {name: model.profile for name, model in catalog.models.items()}
+            for graph_id, catalog in self.engine.catalogs.items()
+        }
+
     async def _serve(self, child: StepProcess, broker: StepBroker, step: StepInput) -> StepOutput:
         job = {
             "step": step.model_dump(mode="json"),
             "catalogs": self.catalogs,
             "isolation": self.settings.isolation,
+            # the worker's models by graph: the child's catalogs are built without settings
+            "models": self._models(),
             # only a process we started under bubblewrap may clean its pid namespace
             "tidy": True,
         }

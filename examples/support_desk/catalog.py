@@ -15,17 +15,21 @@ from examples.support_desk.agent import (
 from examples.support_desk.knowledge import KeywordRetriever
 from examples.support_desk.model import ScriptedSupportModel
 from examples.support_desk.providers import SimulatedWorld
+from examples.support_desk.spec import MODEL_V1
 from examples.support_desk.world_store import WorldStore
+from runtime.ports import ModelProvider
 from runtime.replay.catalog import AgentCatalog
 from runtime.tools import ToolProvider
 
-MODEL_V1 = "support-desk-model@1"
 MODEL_V2 = "support-desk-model@2"
 
 
-def support_desk_catalog(world_store: WorldStore | None) -> AgentCatalog:
+def support_desk_catalog(
+    world_store: WorldStore | None, real_models: Mapping[str, ModelProvider] | None = None
+) -> AgentCatalog:
     """``world_store`` serves the live READ providers (none in a sandboxed step's process:
-    there the broker serves them)."""
+    there the broker serves them); ``real_models``: the registry's models by name, each a
+    ``SupportDeskJsonModel`` (``support_desk_real_models``)."""
 
     async def read_providers() -> Mapping[str, ToolProvider]:
         # READ capabilities only: a replay worker is never handed a write provider
@@ -48,6 +52,7 @@ def support_desk_catalog(world_store: WorldStore | None) -> AgentCatalog:
         models={
             MODEL_V1: ScriptedSupportModel(1),
             MODEL_V2: ScriptedSupportModel(2, phone_lookup_rate=0.05),
+            **(real_models or {}),
         },
         default_model=MODEL_V1,
         retrievers={KeywordRetriever.version: KeywordRetriever()},

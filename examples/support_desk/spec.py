@@ -21,15 +21,23 @@ from examples.support_desk.providers import SimulatedWorld
 from models.errors import InvalidInputError
 from models.redaction import REDACT_V1
 from runtime.executor import RunResult
-from runtime.ports import ArtifactStore, EventLedger
+from runtime.ports import ArtifactStore, EventLedger, ModelProvider
 from runtime.session import AgentSpec, record_run
 
 ROOT = Path(__file__).resolve().parents[2]
+#: the scripted model's name (``catalog.MODEL_V1``)
+MODEL_V1 = "support-desk-model@1"
 
 
 def support_desk_spec(
-    world: SimulatedWorld, prompt_version: str = "v17", *, deny_approvals: bool = False
+    world: SimulatedWorld,
+    prompt_version: str = "v17",
+    *,
+    deny_approvals: bool = False,
+    model: ModelProvider | None = None,
+    model_name: str = MODEL_V1,
 ) -> AgentSpec:
+    """``model``/``model_name``: the model deciding (default: the scripted stand-in)."""
     if prompt_version not in PROMPTS:
         raise InvalidInputError(
             f"unknown prompt bundle {prompt_version!r} (known: {', '.join(sorted(PROMPTS))})"
@@ -46,8 +54,8 @@ def support_desk_spec(
             "payment.refund": world.payment_refund,
             "email.send": world.email_send,
         },
-        model=ScriptedSupportModel(),
-        model_name="support-desk-model@1",
+        model=model or ScriptedSupportModel(),
+        model_name=model_name if model is not None else MODEL_V1,
         retriever=KeywordRetriever(),
         approver=SimulatedApprover(deny=deny_approvals),
         source_root=ROOT,
@@ -64,8 +72,11 @@ async def run_scenario(
     prompt_version: str = "v17",
     seed: int = 0,
     run_id: str | None = None,
+    model: ModelProvider | None = None,
+    model_name: str = MODEL_V1,
 ) -> RunResult:
-    """Record one live run of ``scenario`` against the simulated providers."""
+    """Record one live run of ``scenario`` against the simulated providers; ``model`` (named
+    ``model_name``) decides, the scripted stand-in by default."""
     if scenario not in SCENARIOS:
         raise InvalidInputError(f"unknown scenario {scenario!r} (known: {', '.join(SCENARIOS)})")
     ticket: dict[str, Any] = dict(SCENARIOS[scenario])
@@ -80,7 +91,7 @@ async def run_scenario(
             world.drop_refund_response_for.add(ticket["order_id"])
     await world.ensure()
     return await record_run(
-        support_desk_spec(world, prompt_version),
+        support_desk_spec(world, prompt_version, model=model, model_name=model_name),
         ledger,
         artifacts,
         run_id=run_id or f"run-{uuid.uuid4().hex[:12]}",

@@ -72,7 +72,11 @@ class OpenAICompatibleProvider:
     async def aclose(self) -> None:
         await self._client.close()
 
-    async def complete(self, request: ModelRequest) -> ModelResponse:
+    async def complete(
+        self, request: ModelRequest, *, response_format: Mapping[str, Any] | None = None
+    ) -> ModelResponse:
+        """``response_format``: the OpenAI ``response_format`` (e.g. a JSON schema the server
+        constrains the answer to), passed as given."""
         # The configured model is sent, not ``request.model``: a replay against another endpoint
         # keeps the agent's requests unchanged, and the profile names what actually answered.
         kwargs: dict[str, Any] = {
@@ -94,6 +98,8 @@ class OpenAICompatibleProvider:
         for name in ("temperature", "max_tokens", "seed"):
             if (value := getattr(request, name)) is not None:
                 kwargs[name] = value
+        if response_format is not None:
+            kwargs["response_format"] = dict(response_format)
         try:
             completion = await self._client.chat.completions.create(**kwargs)
         except openai.APITimeoutError as exc:  # before APIConnectionError: it is a subclass

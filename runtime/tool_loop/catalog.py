@@ -64,9 +64,13 @@ def _configured_models(endpoint: ModelEndpointSettings | None) -> dict[str, Mode
     return {ENDPOINT_MODEL: provider, provider.model: provider}
 
 
-def tool_loop_catalog(endpoint: ModelEndpointSettings | None = None) -> ToolLoopCatalog:
+def tool_loop_catalog(
+    endpoint: ModelEndpointSettings | None = None,
+    registered: Mapping[str, ModelProvider] | None = None,
+) -> ToolLoopCatalog:
     """``endpoint``: the configured model endpoint (``Settings.models``), offered under
-    ``ENDPOINT_MODEL`` and its own name; ``None`` or unconfigured: no model."""
+    ``ENDPOINT_MODEL`` and its own name; ``None`` or unconfigured: no model. ``registered``:
+    the model registry's providers by name, offered as they are."""
 
     async def no_live_reads() -> dict[str, ToolProvider]:
         # an imported agent's tools are not deployed here: nothing can be called live
@@ -79,7 +83,7 @@ def tool_loop_catalog(endpoint: ModelEndpointSettings | None = None) -> ToolLoop
         capabilities=run_registry([]),
         policy_sets={},
         write_policy_id=RECORDED_POLICY_ID,
-        models=_configured_models(endpoint),
+        models={**_configured_models(endpoint), **(registered or {})},
         default_model=ENDPOINT_MODEL,
         retrievers={},
         read_providers=no_live_reads,

@@ -60,6 +60,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory, postgres_url: str) -> Iterat
     } | {
         "REPLAYBOOK_HOME": str(home),
         "REPLAYBOOK_LOG_FORMAT": "json",
+        "REPLAYBOOK_LOCAL_MODELS": "off",  # tested in tests/models
         "REPLAYBOOK_DATABASE_URL": postgres_url,
         "REPLAYBOOK_API_TOKENS": ",".join(f"{t}={role}" for role, t in TOKENS.items()),
     }

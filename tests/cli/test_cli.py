@@ -21,6 +21,8 @@ def run(
     env = {k: v for k, v in os.environ.items() if not k.startswith(("REPLAYBOOK_", "AWS_"))} | {
         "REPLAYBOOK_HOME": str(home),
         "REPLAYBOOK_LOG_FORMAT": "json",
+        # the local model server has tests of its own (tests/models)
+        "REPLAYBOOK_LOCAL_MODELS": "off",
     }
     return subprocess.run(
         [REPLAYBOOK, *args], input=stdin, capture_output=True, env=env, cwd=ROOT, timeout=120

@@ -163,7 +163,8 @@ def test_incident_commands_end_to_end(home: Path, tmp_path: Path) -> None:
         "def test_v17(replaybook_gate):\n    replaybook_gate(prompt='v17', repeat=3)\n"
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("REPLAYBOOK_")} | {
-        "REPLAYBOOK_HOME": str(home)
+        "REPLAYBOOK_HOME": str(home),
+        "REPLAYBOOK_LOCAL_MODELS": "off",
     }
     gate = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(project)],

@@ -61,7 +61,14 @@ def run(home: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
         [REPLAYBOOK, *args],
         capture_output=True,
         text=True,
-        env=base | {"REPLAYBOOK_HOME": str(home), "REPLAYBOOK_LOG_FORMAT": "json"} | env,
+        env=base
+        | {
+            "REPLAYBOOK_HOME": str(home),
+            "REPLAYBOOK_LOG_FORMAT": "json",
+            # the local model server has tests of its own (tests/models)
+            "REPLAYBOOK_LOCAL_MODELS": "off",
+        }
+        | env,
         cwd=ROOT,
         timeout=120,
     )

