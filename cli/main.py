@@ -7,7 +7,11 @@ group imports another and nothing imports this module but the console entry poin
 
 from __future__ import annotations
 
+import sys
+from typing import Any
+
 import typer
+from pydantic import ValidationError
 
 from cli import (
     agent,
@@ -25,8 +29,28 @@ from cli import (
     sandbox,
     slo,
 )
+from cli.common import internal_error, user_error
+from cli.exit_codes import EXIT_INTERNAL, exit_code_for
+from models.errors import ReplaybookError
 
-app = typer.Typer(
+
+class ReplaybookApp(typer.Typer):
+    """The root application: an error that escapes a command outside ``run_async`` (the
+    synchronous commands) still ends in one line and its exit code, never a traceback."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().__call__(*args, **kwargs)
+        except (ReplaybookError, ValidationError) as exc:
+            error = user_error(exc)
+            typer.echo(f"replaybook: {error}", err=True)
+            sys.exit(exit_code_for(error))
+        except Exception as exc:  # a bug: one line, the traceback in the CLI's error log
+            typer.echo(f"replaybook: {internal_error(exc)}", err=True)
+            sys.exit(EXIT_INTERNAL)
+
+
+app = ReplaybookApp(
     name="replaybook",
     help="Record, verify and replay LLM agent runs as tamper-evident evidence.",
     no_args_is_help=True,

@@ -16,11 +16,14 @@ from app.replays import (
     replay_view,
     start_replay,
 )
-from cli.common import JsonOption, load_settings, print_json, run_async
+from cli.common import JsonOption, fail, load_settings, print_json, run_async
+from cli.exit_codes import EXIT_BROKEN
 from models import ReplayMode
-from models.errors import InvalidInputError
 from models.replay_flow import ReplayOutcome
 from models.replay_plans import PlanFields
+
+#: the end states of a replay that are a failed result (exit code 1)
+FAILED_STATES = ("FAILED", "CANCELED")
 
 app = typer.Typer()
 replay_app = typer.Typer(
@@ -131,12 +134,38 @@ async def replay_start(
         view = {"replay_id": plan.replay_id, "status": "CREATED", "source_run_id": run_id}
         print_json(view) if as_json else typer.echo(f"started {plan.replay_id}")
         return
-    outcome: ReplayOutcome = await handle.result()
-    view = outcome_view(outcome)
-    if as_json:
-        print_json(view)
-    else:
+    view = await _finished_view(handle, plan.replay_id)
+    print_json(view) if as_json else _print_view(view)
+    exit_if_unsuccessful(view)
+
+
+async def _finished_view(handle: Any, replay_id: str) -> dict[str, Any]:
+    """The finished replay's view; a workflow that failed outright (not a FAILED outcome) is
+    shown as its status says, never as a traceback."""
+    from temporalio.client import WorkflowFailureError
+
+    try:
+        outcome: ReplayOutcome = await handle.result()
+    except WorkflowFailureError as exc:
+        cause = getattr(exc.cause, "message", None) or str(exc.cause or exc)
+        return {"replay_id": replay_id, "status": "FAILED", "reason": cause}
+    return outcome_view(outcome)
+
+
+def exit_if_unsuccessful(view: dict[str, Any]) -> None:
+    """A replay that ended FAILED or CANCELED is a failed result: exit code 1."""
+    if view.get("status") in FAILED_STATES:
+        raise typer.Exit(EXIT_BROKEN)
+
+
+def _print_view(view: dict[str, Any]) -> None:
+    """A replay's view as text: the whole outcome once finished, else its status."""
+    if "mode" in view and "confidence" in view:
         _print_outcome(view)
+        return
+    typer.echo(f"{view['replay_id']}: {view['status']}")
+    if view.get("reason"):
+        typer.echo(f"  reason: {view['reason']}")
 
 
 def _print_outcome(view: dict[str, Any]) -> None:
@@ -172,12 +201,8 @@ async def replay_status(replay_id: str, as_json: JsonOption = False) -> None:
     from worker.temporal import connect
 
     view = await replay_view(await connect(load_settings()), replay_id)
-    if as_json:
-        print_json(view)
-    elif "mode" in view:
-        _print_outcome(view)
-    else:
-        typer.echo(f"{replay_id}: {view['status']}")
+    print_json(view) if as_json else _print_view(view)
+    exit_if_unsuccessful(view)
 
 
 @replay_app.command("cancel")
@@ -202,7 +227,7 @@ def worker_command(
     from worker.temporal import run_workers
 
     if queue not in ("control", "replay", "all"):
-        raise InvalidInputError(f"--queue must be control, replay or all, not {queue!r}")
+        fail(f"--queue must be control, replay or all, not {queue!r}")
     settings = load_settings()
     configure_logging(settings.log_format)
     with contextlib.suppress(KeyboardInterrupt):

@@ -14,7 +14,8 @@ from models.errors import InvalidInputError
 
 app = typer.Typer()
 runs_app = typer.Typer(
-    help="Recorded runs: list, show, verify their evidence (chain, payloads, artifacts, lookup rows, anchor).", no_args_is_help=True
+    help="Recorded runs: list, show, verify their evidence (chain, payloads, artifacts, lookup rows, anchor).",
+    no_args_is_help=True,
 )
 app.add_typer(runs_app, name="runs")
 

@@ -145,3 +145,26 @@ def test_bad_replay_requests_exit_2(stack: tuple[Path, int]) -> None:
     assert cost.returncode == 2 and b"--max-cost must be a number" in cost.stderr
     unknown = run(["replay", "status", "replay-nope"], home)
     assert unknown.returncode == 2 and b"replay not found" in unknown.stderr
+
+
+def test_a_replay_of_a_tampered_run_fails_with_exit_1(stack: tuple[Path, int]) -> None:
+    """Issue 20's acceptance: `replay start RUN --mode recorded --wait` of a tampered run ends
+    FAILED, and so exits 1 (as does `replay status` of it), naming the sequence."""
+    import sqlite3
+
+    home, _ = stack
+    view = json_of(run(["agent", "run", "support-desk", "--scenario", "happy", "--json"], home))
+    with sqlite3.connect(home / "replaybook.db") as conn:
+        conn.execute(
+            "UPDATE execution_events SET payload_hash=? WHERE run_id=? AND sequence=3",
+            ("sha256:" + "0" * 64, view["run_id"]),
+        )
+    started = run(["replay", "start", view["run_id"], "--mode", "recorded", "--wait"], home)
+    assert started.returncode == 1, started.stdout.decode() + started.stderr.decode()
+    assert b"FAILED" in started.stdout and b"sequence 3" in started.stdout
+    assert b"Traceback" not in started.stderr
+    failed = json_of(
+        run(["replay", "start", view["run_id"], "--mode", "recorded", "--wait", "--json"], home), 1
+    )
+    assert failed["status"] == "FAILED"
+    assert run(["replay", "status", failed["replay_id"]], home).returncode == 1
