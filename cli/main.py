@@ -7,6 +7,7 @@ group imports another and nothing imports this module but the console entry poin
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
@@ -32,6 +33,7 @@ from cli import (
 from cli.common import internal_error, user_error
 from cli.exit_codes import EXIT_INTERNAL, exit_code_for
 from models.errors import ReplaybookError
+from worker.logs import configure_logging
 
 
 class ReplaybookApp(typer.Typer):
@@ -39,6 +41,11 @@ class ReplaybookApp(typer.Typer):
     synchronous commands) still ends in one line and its exit code, never a traceback."""
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        # logs go to stderr from the first line on (structlog's default is stdout), readable on
+        # a terminal, JSON otherwise or when REPLAYBOOK_LOG_FORMAT=json; commands that load the
+        # settings configure it again from them
+        fmt = os.environ.get("REPLAYBOOK_LOG_FORMAT", "auto")
+        configure_logging(fmt if fmt in ("json", "console", "auto") else "auto")
         try:
             return super().__call__(*args, **kwargs)
         except (ReplaybookError, ValidationError) as exc:
