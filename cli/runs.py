@@ -54,22 +54,43 @@ def canonical(
 
 @runs_app.command("list")
 @run_async
-async def runs_list(as_json: JsonOption = False) -> None:
-    """List recorded runs, newest first."""
-    from app.runs import list_runs_view
+async def runs_list(
+    show_all: Annotated[
+        bool, typer.Option("--all", help="Every run, replays and regression replays included.")
+    ] = False,
+    kind: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--kind",
+            help="Only runs of this kind: source, imported, replay or regress (repeatable).",
+        ),
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """List recorded runs, newest first: by default the runs incidents are about (recorded
+    live or imported), not the replays of them."""
+    from app.runs import DEFAULT_RUN_KINDS, RUN_KINDS, list_runs_view
     from stores.bundle import open_stores
 
+    for k in kind or []:
+        if k not in RUN_KINDS:
+            raise InvalidInputError(
+                f"--kind must be one of {', '.join(RUN_KINDS)}, not {k!r}", field="--kind"
+            )
+    kinds = None if show_all else tuple(kind or DEFAULT_RUN_KINDS)
     async with open_stores(load_settings().stores) as stores:
-        rows = await list_runs_view(stores)
+        rows = await list_runs_view(stores, kinds=kinds)
     if as_json:
         print_json({"runs": rows})
         return
     if not rows:
-        typer.echo("no runs recorded")
+        typer.echo(
+            "no runs recorded" if show_all else "no runs of these kinds (--all lists every run)"
+        )
     for row in rows:
         typer.echo(
-            f"{row['run_id']}  {row['graph_id']}@{row['graph_version']}  {row['status']:<9}"
-            f"  {row['event_count']:>6} events  {row['created_at']}"
+            f"{row['run_id']}  {row['kind']:<8}  {row['graph_id']}@{row['graph_version']}"
+            f"  {row['status']:<9}  {row['event_count']:>6} events  {row['created_at']}"
         )
 
 

@@ -126,10 +126,15 @@ def test_replays_from_the_command_line(stack: tuple[Path, int]) -> None:
     assert described.returncode == 0, described.stderr
     assert "Replay" in described.stdout and "COMPLETED" in described.stdout.upper()
 
-    listed = json.loads(run(["runs", "list", "--json"], home).stdout)["runs"]
-    assert recorded["replay_id"] in {
-        r["run_id"] for r in listed
-    }  # the replay's trajectory is a verifiable run
+    # the replay's trajectory is a verifiable run, listed with its kind, not among the sources
+    listed = json.loads(run(["runs", "list", "--kind", "replay", "--json"], home).stdout)["runs"]
+    assert {r["kind"] for r in listed} == {"replay"}
+    assert recorded["replay_id"] in {r["run_id"] for r in listed}
+    sources = json.loads(run(["runs", "list", "--json"], home).stdout)["runs"]
+    assert run_id in {r["run_id"] for r in sources}
+    assert {r["kind"] for r in sources} == {"source"}
+    everything = json.loads(run(["runs", "list", "--all", "--json"], home).stdout)["runs"]
+    assert len(everything) == len(sources) + len(listed)
     assert run(["runs", "verify", recorded["replay_id"]], home).returncode == 0
 
 
