@@ -5,7 +5,7 @@ writes blocked) and check its structural assertions. Used by ``replaybook regres
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from app.replays import new_replay_id
@@ -104,10 +104,12 @@ async def run_gate(
     miss: FixtureMissPolicy = FixtureMissPolicy.SANDBOX_LIVE,
     catalogs: Mapping[str, AgentCatalog] | None = None,
     graphs: Sequence[str] = (),
+    on_case: Callable[[int, int], None] | None = None,
 ) -> dict[str, Any]:
     """Every active case, ``repeat`` times each: a case holds only if every replay holds.
     With the deployment's ``catalogs``, only the cases of the graphs the candidate applies to
-    (or of ``graphs``) are replayed, and an unknown candidate is refused up front."""
+    (or of ``graphs``) are replayed, and an unknown candidate is refused up front.
+    ``on_case(done, total)`` is told after each case (a progress bar)."""
     if repeat < 1:
         raise InvalidInputError("--repeat must be at least 1", field="--repeat")
     cases = await SqlIncidentStore(stores.db).active_cases()
@@ -120,7 +122,11 @@ async def run_gate(
         await require_verified(
             stores.ledger, case.source_run_id, to=f"gate on regression case {case.case_id}"
         )
-    results = [await _gate_case(client, stores, case, candidates, repeat, miss) for case in cases]
+    results: list[dict[str, Any]] = []
+    for case in cases:
+        if on_case is not None:
+            on_case(len(results), len(cases))
+        results.append(await _gate_case(client, stores, case, candidates, repeat, miss))
     return {
         "candidate": {k: v for k, v in candidates},
         "graphs": selected,

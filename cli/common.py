@@ -149,3 +149,41 @@ def internal_error(exc: BaseException) -> str:
         where = ""
     first = str(exc).splitlines()[0] if str(exc) else ""
     return f"internal error {type(exc).__name__}: {first}{where}"
+
+
+#: what a progress poll answers: (what is happening, done, total or None when not known)
+Progress = tuple[str, int, int | None]
+
+
+async def with_progress(
+    result: Coroutine[Any, Any, T], poll: Callable[[], Coroutine[Any, Any, Progress]], what: str
+) -> T:
+    """Await ``result``; on a terminal, meanwhile, a Rich progress bar on stderr fed by
+    ``poll`` every half second (stdout, and so ``--json``, stays untouched; off a terminal
+    nothing is drawn and ``poll`` is never called)."""
+    if not sys.stderr.isatty():
+        return await result
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        SpinnerColumn,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+    from rich.progress import Progress as Bar
+
+    task = asyncio.ensure_future(result)
+    columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn())
+    with Bar(
+        *columns, MofNCompleteColumn(), TimeElapsedColumn(), console=Console(stderr=True)
+    ) as bar:
+        shown = bar.add_task(what, total=None)
+        while not task.done():
+            try:
+                state, done, total = await poll()
+            except Exception:
+                state, done, total = "", 0, None
+            bar.update(shown, description=f"{what} {state}".strip(), completed=done, total=total)
+            await asyncio.wait({task}, timeout=0.5)
+    return await task

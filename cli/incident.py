@@ -19,7 +19,7 @@ from app.incidents import (
     signature_groups,
 )
 from app.replays import parse_miss_policy
-from cli.common import JsonOption, load_settings, print_json, run_async
+from cli.common import JsonOption, Progress, load_settings, print_json, run_async, with_progress
 from cli.exit_codes import EXIT_BROKEN
 from models.errors import InvalidInputError
 from models.incident_flow import SideEffectResolution
@@ -81,7 +81,9 @@ async def incident_open(
     on_fixture_miss: Annotated[
         str, typer.Option("--on-fixture-miss", help="fail | stub | sandbox-live")
     ] = "fail",
-    incident_id: Annotated[str | None, typer.Option("--incident-id")] = None,
+    incident_id: Annotated[
+        str | None, typer.Option("--incident-id", help="Use this id (default: generated).")
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Open an incident for RUN_ID: starts the Incident workflow (id = incident id)."""
@@ -160,9 +162,13 @@ async def incident_resolve(
 @run_async
 async def incident_confirm(
     incident_id: str,
-    root_cause: Annotated[str, typer.Option("--root-cause")],
-    fix_version: Annotated[str, typer.Option("--fix-version")],
-    verified_by: Annotated[str, typer.Option("--verified-by")],
+    root_cause: Annotated[
+        str, typer.Option("--root-cause", help="The cause, in words, as the replays show it.")
+    ],
+    fix_version: Annotated[
+        str, typer.Option("--fix-version", help="The version that fixes it (e.g. v18).")
+    ],
+    verified_by: Annotated[str, typer.Option("--verified-by", help="Who confirms it.")],
     replay: Annotated[
         list[str] | None,
         typer.Option(
@@ -272,8 +278,16 @@ async def _gate(
     settings = load_settings()
     known = catalogs(None, settings.models)
     gated_graphs(known, pairs, graphs)  # an unknown candidate or agent: exit 2 before any work
+    seen: dict[str, int | None] = {"done": 0, "total": None}
+
+    def on_case(done: int, total: int) -> None:
+        seen.update(done=done, total=total)
+
+    async def poll() -> Progress:
+        return ("cases", seen["done"] or 0, seen["total"])
+
     async with open_stores(settings.stores) as stores:
-        result = await run_gate(
+        gate = run_gate(
             await connect(settings),
             stores,
             pairs,
@@ -281,7 +295,9 @@ async def _gate(
             miss=miss,
             catalogs=known,
             graphs=graphs,
+            on_case=on_case,
         )
+        result = await with_progress(gate, poll, "regression gate")
     print_json(result) if as_json else _print_gate(result)
     if not result["passed"]:
         raise typer.Exit(EXIT_BROKEN)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -106,12 +106,41 @@ async def runs_show(run_id: str, as_json: JsonOption = False) -> None:
     if as_json:
         print_json(view)
         return
+    _print_run(view)
+
+
+def _print_run(view: dict[str, Any]) -> None:
+    """The run as text: header, pins, completeness, side effects, fixtures, then the events."""
     typer.echo(
         f"run {view['run_id']}  {view['graph_id']}@{view['graph_version']}  {view['status']}"
     )
     for name, value in view["pinned"].items():
         if value is not None:
             typer.echo(f"  {name}: {value}")
+    if view.get("subjects"):
+        subjects = [
+            f"{s['subject_id']} ({str(s.get('kind', '')).lower().replace('_', ' ')})"
+            if isinstance(s, dict)
+            else str(s)
+            for s in view["subjects"]
+        ]
+        typer.echo(f"  subjects: {', '.join(subjects)}")
+    c = view["evidence_completeness"]
+    typer.echo(f"  evidence completeness: {c['score']}/{c['total']}, confidence {c['confidence']}")
+    for item in c["missing"]:
+        typer.echo(f"    missing {item}: {c['reasons'].get(item, 'not recorded')}")
+    typer.echo(f"  side effects: {len(view['side_effects'])}")
+    for e in view["side_effects"]:
+        typer.echo(
+            f"    {e['side_effect_id']}  {e['capability_id']}  {e['status']}"
+            f"  step={e['step_id']}  request id {e.get('provider_request_id') or '-'}"
+        )
+    typer.echo(f"  tool fixtures: {len(view['fixtures'])}")
+    for f in view["fixtures"]:
+        typer.echo(
+            f"    {f.get('capability_id', '?')}  {f.get('outcome', '?')}"
+            f"  request {str(f.get('request_hash', ''))[:19]}…"
+        )
     typer.echo(f"  events: {view['event_count']}  head: {view['head_hash']}")
     for event in view["events"]:
         typer.echo(

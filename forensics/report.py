@@ -39,7 +39,7 @@ __all__ = ["NOT_CONFIRMED", "render_html", "render_json", "render_markdown", "re
 
 NOT_CONFIRMED = "Root cause not confirmed by a human."
 _HOW_TO_CONFIRM = (
-    "Nothing here is a confirmed root cause yet; the classification is automatic (rule 18). "
+    "Nothing here is a confirmed root cause yet; the classification is automatic. "
     "A human confirms with: replaybook incident confirm {} --root-cause TEXT --fix-version V "
     "--verified-by NAME"
 )
@@ -343,7 +343,15 @@ def _page(bundle: ReportBundle) -> _Page:
     pending = [
         [_c(p.kind), _c(p.subject or ""), _t(p.detail), _c(p.command or "")] for p in bundle.pending
     ]
-    timeline = [[_c(t.phase), _t(_when(t.at)), _t(t.detail)] for t in bundle.timeline]
+    # one phase, several entries (entered, then what happened in it): the phase is named once
+    timeline = [
+        [
+            _c(t.phase if n == 0 or bundle.timeline[n - 1].phase != t.phase else "″"),
+            _t(_when(t.at)),
+            _t(t.detail),
+        ]
+        for n, t in enumerate(bundle.timeline)
+    ]
     side_effects = [side_effect_row(e) for e in bundle.side_effects]
     replays = [_replay_row(r, label(r), bundle, comparison) for r in report.replays]
     critical = [[_c(d.type), _c(_step(d)), _t(d.explanation)] for d in report.critical_diffs]

@@ -173,3 +173,21 @@ def test_a_replay_of_a_tampered_run_fails_with_exit_1(stack: tuple[Path, int]) -
     )
     assert failed["status"] == "FAILED"
     assert run(["replay", "status", failed["replay_id"]], home).returncode == 1
+
+
+def test_a_running_replay_shows_its_progress(stack: tuple[Path, int]) -> None:
+    """`replay status --json` of a running --repeat replay: child replays done of the total
+    (and the source run's step count); the JSON stays pure (no progress bar off a terminal)."""
+    home, _ = stack
+    view = json_of(run(["agent", "run", "support-desk", "--scenario", "happy", "--json"], home))
+    started = json_of(
+        run(
+            ["replay", "start", view["run_id"], "--mode", "exact", "--repeat", "40", "--json"], home
+        )
+    )
+    status = json_of(run(["replay", "status", started["replay_id"], "--json"], home))
+    assert status["status"] in ("CREATED", "PREPARING", "RUNNING", "COMPARING"), status
+    progress = status["progress"]
+    assert progress["children_total"] == 40 and 0 <= progress["children_done"] <= 40
+    assert progress["steps_total"] == 6
+    assert run(["replay", "cancel", started["replay_id"]], home).returncode == 0

@@ -4,6 +4,7 @@ traceback, pydantic's text or a Python exception name."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -158,3 +159,33 @@ def test_an_unreachable_temporal_is_exit_4(tmp_path: Path) -> None:
     for args in (["replay", "status", "replay-1"], ["incident", "status", "INC-1"]):
         line = assert_one_line_refusal(run(args, tmp_path), 4, "Temporal is not reachable")
         assert re.search(rf"127\.0\.0\.1:{port}", line), line
+
+
+def test_every_option_has_help() -> None:
+    def options(group: Any, prefix: str = "") -> list[str]:
+        found = []
+        for name, command in group.commands.items():
+            path = f"{prefix}{name}"
+            found += [
+                f"{path} {p.opts[0]}"
+                for p in command.params
+                if getattr(p, "param_type_name", "") == "option" and not p.help
+            ]
+            if hasattr(command, "commands"):
+                found += options(command, f"{path} ")
+        return found
+
+    assert options(typer.main.get_group(app)) == []
+
+
+def test_denying_an_approval_the_run_never_recorded_is_refused(tmp_path: Path) -> None:
+    agent = run(
+        ["agent", "run", "support-desk", "--scenario", "happy", "--seed", "2", "--json"], tmp_path
+    )
+    assert agent.returncode == 0, agent.stderr.decode()
+    run_id = json.loads(agent.stdout)["run_id"]
+    refused = run(
+        ["replay", "start", run_id, "--mode", "exact", "--deny-approval", "email.send"], tmp_path
+    )
+    line = assert_one_line_refusal(refused, 2, "--deny-approval email.send")
+    assert "approved: payment.refund" in line

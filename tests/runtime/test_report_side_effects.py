@@ -106,3 +106,16 @@ def test_the_first_divergence_column_names_the_shown_replays_step() -> None:
 def test_applied_follows_the_status() -> None:
     assert applied_of("CONFIRMED", None) is True and applied_of("FAILED", None) is False
     assert applied_of("RECONCILED", False) is False and applied_of("UNKNOWN", None) is None
+
+
+def test_the_timeline_names_a_phase_once() -> None:
+    from models.report_bundle import TimelineEntry
+
+    b = bundle(
+        timeline=(
+            TimelineEntry(phase="AWAITING_CONFIRMATION", at=T0, detail="waiting for a human"),
+            TimelineEntry(phase="AWAITING_CONFIRMATION", at=T0, detail="confirmed by alice"),
+        )
+    )
+    timeline = render_markdown(b).split("## Timeline")[1].split("\n## ")[0]
+    assert timeline.count("AWAITING\\_CONFIRMATION") + timeline.count("AWAITING_CONFIRMATION") == 1
