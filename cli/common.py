@@ -19,7 +19,7 @@ import traceback
 from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
 import typer
 from pydantic import ValidationError
@@ -28,11 +28,10 @@ from cli.exit_codes import EXIT_BAD_INPUT, EXIT_INTERNAL, exit_code_for
 from devstack.components import dev_env_path
 from models.errors import ReplaybookError, StoreError
 from models.validation import invalid_input
-from runtime.manifests import set_image_digest
 from worker import temporal_state
-from worker.logs import configure_logging
-from worker.settings import Settings
-from worker.settings import load_settings as read_settings
+
+if TYPE_CHECKING:
+    from worker.settings import Settings
 
 T = TypeVar("T")
 
@@ -48,7 +47,11 @@ def cli_settings() -> Settings:
     """The settings of a CLI process (a composition root): its environment and, below it, as a
     development convenience of the CLI only, the embedded stack's addresses that
     ``replaybook dev up`` keeps in ``$REPLAYBOOK_HOME/dev/env`` while a stack is recorded
-    there (``ConfigurationError`` for a refused value)."""
+    there (``ConfigurationError`` for a refused value). Imported here, not at the top: the
+    settings import the Temporal SDK, which ``--help`` should not wait for."""
+    from runtime.manifests import set_image_digest
+    from worker.settings import load_settings as read_settings
+
     settings = read_settings()
     dev_env = dev_env_path(settings.home)
     if dev_env.is_file():
@@ -71,6 +74,8 @@ def run_async(fn: Callable[..., Coroutine[Any, Any, T]]) -> Callable[..., T]:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> T:
+        from worker.logs import configure_logging
+
         configure_logging(load_settings().log_format)
         try:
             result = asyncio.run(fn(*args, **kwargs))

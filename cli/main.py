@@ -33,7 +33,6 @@ from cli import (
 from cli.common import internal_error, user_error
 from cli.exit_codes import EXIT_INTERNAL, exit_code_for
 from models.errors import ReplaybookError
-from worker.logs import configure_logging
 
 
 class ReplaybookApp(typer.Typer):
@@ -44,8 +43,11 @@ class ReplaybookApp(typer.Typer):
         # logs go to stderr from the first line on (structlog's default is stdout), readable on
         # a terminal, JSON otherwise or when REPLAYBOOK_LOG_FORMAT=json; commands that load the
         # settings configure it again from them
-        fmt = os.environ.get("REPLAYBOOK_LOG_FORMAT", "auto")
-        configure_logging(fmt if fmt in ("json", "console", "auto") else "auto")
+        if not {"--help", "-h"} & set(sys.argv[1:]) and len(sys.argv) > 1:
+            from worker.logs import configure_logging
+
+            fmt = os.environ.get("REPLAYBOOK_LOG_FORMAT", "auto")
+            configure_logging(fmt if fmt in ("json", "console", "auto") else "auto")
         try:
             return super().__call__(*args, **kwargs)
         except (ReplaybookError, ValidationError) as exc:
