@@ -453,6 +453,7 @@ ul.rates{font-size:1.1em}.critical{color:#b00020;font-weight:600}
 .kind{display:inline-block;min-width:3.5em;color:#555;font-size:11px;text-transform:uppercase}
 tr.first-divergence td{background:#fff3c4}
 tr.first-divergence td:first-child{border-left:6px solid #e0a800}
+#side-by-side td:first-child code,#replays td:first-child code{white-space:nowrap;word-break:normal}
 """
 _TAGS = {"code": ("<code>", "</code>"), "strong": ("<strong>", "</strong>")}
 _TAGS |= {k: (f'<span class="{k}">', "</span>") for k in ("critical", "kind")}
