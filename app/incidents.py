@@ -4,6 +4,7 @@ regression cases. The CLI and the HTTP API call these functions."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +18,7 @@ from models.incident_flow import (
     SideEffectResolution,
 )
 from models.queues import CONTROL_QUEUE
+from models.validation import validated
 from runtime.ports import EventLedger
 
 if TYPE_CHECKING:
@@ -112,7 +114,10 @@ async def _update(handle: WorkflowHandle[Any, IncidentView], name: str, arg: Any
     try:
         return await handle.execute_update(name, arg)
     except WorkflowUpdateFailedError as exc:
-        raise ConflictError(f"refused: {exc.cause}") from None
+        # the validator's own words, not "ValueError: …" (the cause is an ApplicationError)
+        raise ConflictError(
+            f"refused: {getattr(exc.cause, 'message', None) or exc.cause}"
+        ) from None
     except RPCError as exc:
         raise ConflictError(f"refused: {exc.message}") from None
 
@@ -134,21 +139,22 @@ async def confirm_root_cause(
     fix_version: str,
     verified_by: str,
     replay_ids: list[str] | None = None,
+    fields: Mapping[str, str] | None = None,
 ) -> RootCauseConfirmation:
     """The human's confirmation (the ``confirm_root_cause`` update, validated by the workflow:
-    non-empty, cites replays of this incident — all of them when ``replay_ids`` is empty)."""
+    non-empty, cites replays of this incident — all of them when ``replay_ids`` is empty).
+    ``fields`` names the caller's inputs in a refusal (``{"root_cause": "--root-cause"}``)."""
     handle = await incident_handle(client, incident_id)
     view = await handle.query("status", result_type=IncidentView)
     cited = tuple(replay_ids or (r.replay_id for r in (view.replays if view else ())))
-    try:
-        confirmation = RootCauseConfirmation(
-            root_cause=root_cause,
-            fix_version=fix_version,
-            verified_by=verified_by,
-            replay_ids=cited,
-        )
-    except ValueError as exc:
-        raise InvalidInputError(f"refused: {exc}") from None
+    confirmation = validated(
+        RootCauseConfirmation,
+        fields or {},
+        root_cause=root_cause,
+        fix_version=fix_version,
+        verified_by=verified_by,
+        replay_ids=cited,
+    )
     await _update(handle, "confirm_root_cause", confirmation)
     return confirmation
 

@@ -5,7 +5,7 @@ writes blocked) and check its structural assertions. Used by ``replaybook regres
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from app.replays import new_replay_id
@@ -13,7 +13,7 @@ from models import FixtureMissPolicy
 from models.errors import InvalidInputError
 from models.queues import CONTROL_QUEUE
 from models.regression import RegressionCase, evaluate_case
-from models.replay_flow import ReplayPlan, ReplayWorkflowInput
+from models.replay_flow import ReplayPlan, ReplayStatus, ReplayWorkflowInput
 from models.replay_plans import PlanFields, plan_for_candidates
 from runtime.trajectory import load_trajectory
 from runtime.verification import require_verified
@@ -22,6 +22,7 @@ from stores.sql.incidents import SqlIncidentStore
 if TYPE_CHECKING:
     from temporalio.client import Client
 
+    from runtime.replay.catalog import AgentCatalog
     from stores.bundle import Stores
 
 #: the gate names its inputs as ``replaybook regress`` flags
@@ -42,6 +43,58 @@ def candidate_plan(
     )
 
 
+def _candidate_problem(catalog: AgentCatalog, kind: str, value: str) -> str | None:
+    """Why ``catalog`` cannot replay with the candidate ``kind=value`` (``None``: it can)."""
+    check = {
+        "prompt": catalog.bundle,
+        "model": catalog.model,
+        "policy": catalog.policy_set,
+        "retriever": catalog.retriever,
+    }.get(kind)
+    if kind == "graph":
+        known = catalog.graphs.versions(catalog.graph_id)
+        return (
+            None
+            if value in known
+            else f"graph version {value!r} is not known for {catalog.graph_id}"
+        )
+    if check is None:
+        return None
+    try:
+        check(value)
+    except InvalidInputError as exc:
+        return str(exc)
+    return None
+
+
+def gated_graphs(
+    catalogs: Mapping[str, AgentCatalog],
+    candidates: Sequence[tuple[str, str]],
+    graphs: Sequence[str] = (),
+) -> list[str]:
+    """The graphs the gate replays: ``graphs`` when named (each must know the candidate), else
+    every graph that knows every part of the candidate. ``InvalidInputError`` naming the
+    candidate when no graph does (an unknown ``prompt=v99`` is bad input, not a regression)."""
+    for graph in graphs:
+        if graph not in catalogs:
+            raise InvalidInputError(
+                f"--graph {graph!r} is not an agent this deployment replays "
+                f"(known: {', '.join(sorted(catalogs))})",
+                field="--graph",
+            )
+    named = list(graphs) or sorted(catalogs)
+    problems = {
+        g: [p for k, v in candidates if (p := _candidate_problem(catalogs[g], k, v))] for g in named
+    }
+    chosen = [g for g in named if not problems[g]]
+    refused = [g for g in named if problems[g]]
+    if (graphs and refused) or not chosen:
+        pairs = ", ".join(f"{k}={v}" for k, v in candidates)
+        why = "; ".join(problems[g][0] for g in refused)
+        raise InvalidInputError(f"--candidate {pairs}: {why}", field="--candidate")
+    return chosen
+
+
 async def run_gate(
     client: Client,
     stores: Stores,
@@ -49,22 +102,41 @@ async def run_gate(
     *,
     repeat: int = 5,
     miss: FixtureMissPolicy = FixtureMissPolicy.SANDBOX_LIVE,
+    catalogs: Mapping[str, AgentCatalog] | None = None,
+    graphs: Sequence[str] = (),
+    on_case: Callable[[int, int], None] | None = None,
 ) -> dict[str, Any]:
-    """Every active case, ``repeat`` times each: a case holds only if every replay holds."""
+    """Every active case, ``repeat`` times each: a case holds only if every replay holds.
+    With the deployment's ``catalogs``, only the cases of the graphs the candidate applies to
+    (or of ``graphs``) are replayed, and an unknown candidate is refused up front.
+    ``on_case(done, total)`` is told after each case (a progress bar)."""
     if repeat < 1:
         raise InvalidInputError("--repeat must be at least 1", field="--repeat")
     cases = await SqlIncidentStore(stores.db).active_cases()
+    selected: list[str] | None = None
+    if catalogs is not None:
+        selected = gated_graphs(catalogs, candidates, graphs)
+        cases = [c for c in cases if await _graph_of(stores, c) in selected]
     # a case whose source run does not verify gates nothing: refuse rather than replay it
     for case in cases:
         await require_verified(
             stores.ledger, case.source_run_id, to=f"gate on regression case {case.case_id}"
         )
-    results = [await _gate_case(client, stores, case, candidates, repeat, miss) for case in cases]
+    results: list[dict[str, Any]] = []
+    for case in cases:
+        if on_case is not None:
+            on_case(len(results), len(cases))
+        results.append(await _gate_case(client, stores, case, candidates, repeat, miss))
     return {
         "candidate": {k: v for k, v in candidates},
+        "graphs": selected,
         "passed": all(r["passed"] for r in results),
         "cases": results,
     }
+
+
+async def _graph_of(stores: Stores, case: RegressionCase) -> str:
+    return (await stores.ledger.get_run(case.source_run_id)).graph_id
 
 
 async def _gate_case(
@@ -79,10 +151,9 @@ async def _gate_case(
     from workflows.replay import ReplayWorkflow
 
     plans = [
-        candidate_plan(case.source_run_id, candidates, miss, seed)
-        for seed in range(1, repeat + 1)
+        candidate_plan(case.source_run_id, candidates, miss, seed) for seed in range(1, repeat + 1)
     ]
-    await asyncio.gather(
+    outcomes = await asyncio.gather(
         *(
             client.execute_workflow(
                 ReplayWorkflow.run,
@@ -94,7 +165,17 @@ async def _gate_case(
         )
     )
     failures: list[dict[str, Any]] = []
-    for plan in plans:
+    for plan, outcome in zip(plans, outcomes, strict=True):
+        if outcome.status is not ReplayStatus.COMPLETED:
+            # the replay itself did not run to the end: that, not "no outcome", is the reason
+            failures.append(
+                {
+                    "replay_id": plan.replay_id,
+                    "assertion": "the replay completes",
+                    "reason": f"replay {outcome.status.value}: {outcome.reason or 'no reason given'}",
+                }
+            )
+            continue
         trajectory = await load_trajectory(stores.ledger, plan.replay_id)
         failures.extend(
             {"replay_id": plan.replay_id, "assertion": f.assertion, "reason": f.reason}

@@ -6,16 +6,38 @@ from typing import Any
 
 from models.duplicates import duplicate_side_effects
 from models.evidence import SideEffectRecord
+from models.ingest import TOOL_LOOP_GRAPH_ID
 from runtime.completeness import evidence_completeness
 from stores.bundle import Stores
-from stores.sql.views import SqlRunViews
+from stores.sql.views import SqlRunViews, run_labels
+
+#: what a run is: recorded live by an agent, imported from another system, a replay, or a
+#: replay the regression gate ran
+RUN_KINDS = ("source", "imported", "replay", "regress")
+#: the kinds ``runs list`` shows unless asked otherwise: the runs incidents are about
+DEFAULT_RUN_KINDS = ("source", "imported")
 
 
-async def list_runs_view(stores: Stores, limit: int = 1000) -> list[dict[str, Any]]:
-    """Every recorded run's header and chain head, newest first."""
-    return [
+def run_kind(run_id: str, graph_id: str, labels: dict[str, str]) -> str:
+    """The kind of a run, from the labels its recorder gave it."""
+    if labels.get("kind") == "replay":
+        return "regress" if run_id.startswith("regress-") else "replay"
+    if labels.get("source") or graph_id == TOOL_LOOP_GRAPH_ID:
+        return "imported"
+    return "source"
+
+
+async def list_runs_view(
+    stores: Stores, limit: int = 1000, kinds: tuple[str, ...] | None = None
+) -> list[dict[str, Any]]:
+    """The recorded runs' headers and chain heads, newest first, with their kind; only the
+    ``kinds`` asked for (``None``: every kind)."""
+    runs = await stores.ledger.list_runs(limit=limit)
+    labels = await run_labels(stores.db, [r.run_id for r in runs])
+    rows = [
         {
             "run_id": r.run_id,
+            "kind": run_kind(r.run_id, r.graph_id, labels.get(r.run_id, {})),
             "graph_id": r.graph_id,
             "graph_version": r.graph_version,
             "status": r.status,
@@ -23,8 +45,9 @@ async def list_runs_view(stores: Stores, limit: int = 1000) -> list[dict[str, An
             "event_count": r.event_count,
             "head_hash": r.head_hash,
         }
-        for r in await stores.ledger.list_runs(limit=limit)
+        for r in runs
     ]
+    return [row for row in rows if kinds is None or row["kind"] in kinds]
 
 
 async def describe_run(stores: Stores, run_id: str) -> dict[str, Any]:

@@ -1,6 +1,10 @@
 """What every command module shares: running async commands, failing with an exit code, JSON.
 
-Output goes to stdout (``--json`` for machines); diagnostics go to stderr.
+Output goes to stdout (``--json`` for machines); diagnostics go to stderr. A user error is one
+line naming the field and the rule: a pydantic ``ValidationError`` (a record built from options)
+becomes an ``InvalidInputError`` naming the option, an unreachable Temporal a service failure
+(exit 4), and anything unexpected (a bug) one line pointing at the traceback kept in
+``$REPLAYBOOK_HOME/logs/cli-errors.log`` (exit 5).
 """
 
 from __future__ import annotations
@@ -9,21 +13,25 @@ import asyncio
 import functools
 import json
 import os
+import re
 import sys
+import traceback
 from collections.abc import Callable, Coroutine
-from typing import Annotated, Any, NoReturn, TypeVar
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
 import typer
+from pydantic import ValidationError
 
-from cli.exit_codes import EXIT_BAD_INPUT, exit_code_for
+from cli.exit_codes import EXIT_BAD_INPUT, EXIT_INTERNAL, exit_code_for
 from devstack.components import dev_env_path
-from models.errors import ReplaybookError
-from runtime.executor import set_default_max_steps
-from runtime.manifests import set_image_digest
+from models.errors import ReplaybookError, StoreError
+from models.validation import invalid_input
 from worker import temporal_state
-from worker.logs import configure_logging
-from worker.settings import Settings
-from worker.settings import load_settings as read_settings
+
+if TYPE_CHECKING:
+    from worker.settings import Settings
 
 T = TypeVar("T")
 
@@ -39,7 +47,12 @@ def cli_settings() -> Settings:
     """The settings of a CLI process (a composition root): its environment and, below it, as a
     development convenience of the CLI only, the embedded stack's addresses that
     ``replaybook dev up`` keeps in ``$REPLAYBOOK_HOME/dev/env`` while a stack is recorded
-    there (``ConfigurationError`` for a refused value)."""
+    there (``ConfigurationError`` for a refused value). Imported here, not at the top: the
+    settings import the Temporal SDK, which ``--help`` should not wait for."""
+    from runtime.executor import set_default_max_steps
+    from runtime.manifests import set_image_digest
+    from worker.settings import load_settings as read_settings
+
     settings = read_settings()
     dev_env = dev_env_path(settings.home)
     if dev_env.is_file():
@@ -63,15 +76,28 @@ def run_async(fn: Callable[..., Coroutine[Any, Any, T]]) -> Callable[..., T]:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> T:
+        from worker.logs import configure_logging
+
         configure_logging(load_settings().log_format)
         try:
             result = asyncio.run(fn(*args, **kwargs))
-        except ReplaybookError as exc:
-            leave_if_temporal_was_used(exit_code_for(exc), f"replaybook: {exc}")
-            fail(str(exc), exit_code_for(exc))
         except typer.Exit as exc:
             leave_if_temporal_was_used(exc.exit_code)
             raise
+        except (ReplaybookError, ValidationError) as exc:
+            error = user_error(exc)
+            leave_if_temporal_was_used(exit_code_for(error), f"replaybook: {error}")
+            fail(str(error), exit_code_for(error))
+        except (KeyboardInterrupt, typer.Abort):
+            leave_if_temporal_was_used(130, "replaybook: interrupted")
+            fail("interrupted", 130)
+        except Exception as exc:  # a bug: one line for the user, the traceback in a file
+            if service := service_error(exc):
+                leave_if_temporal_was_used(exit_code_for(service), f"replaybook: {service}")
+                fail(str(service), exit_code_for(service))
+            message = internal_error(exc)
+            leave_if_temporal_was_used(EXIT_INTERNAL, f"replaybook: {message}")
+            fail(message, EXIT_INTERNAL)
         leave_if_temporal_was_used(0)
         return result
 
@@ -93,3 +119,78 @@ def leave_if_temporal_was_used(code: int, message: str | None = None) -> None:
 
 def print_json(value: Any) -> None:
     typer.echo(json.dumps(value, indent=2, sort_keys=True, default=str))
+
+
+def user_error(exc: ReplaybookError | ValidationError) -> ReplaybookError:
+    return invalid_input(exc) if isinstance(exc, ValidationError) else exc
+
+
+def service_error(exc: BaseException) -> StoreError | None:
+    """A Temporal client that cannot reach its server (the SDK raises a bare ``RuntimeError``
+    from ``Client.connect``, an ``RPCError`` UNAVAILABLE later) as the service failure it is."""
+    text = str(exc)
+    if isinstance(exc, RuntimeError) and text.startswith("Failed client connect"):
+        address = re.search(r"\d+\.\d+\.\d+\.\d+:\d+|[\w.-]+:\d+", text)
+        where = f" at {address.group(0)}" if address else ""
+        return StoreError(
+            f"Temporal is not reachable{where} (start the embedded stack with `replaybook dev up`)"
+        )
+    status = getattr(exc, "status", None)
+    if type(exc).__name__ == "RPCError" and getattr(status, "name", "") == "UNAVAILABLE":
+        return StoreError(f"Temporal is unavailable: {getattr(exc, 'message', text)}")
+    return None
+
+
+def internal_error(exc: BaseException) -> str:
+    """The one line for a bug; its traceback is appended to the CLI's error log when the
+    home is writable (the CLI is a composition root: it may read ``REPLAYBOOK_HOME``)."""
+    home = Path(os.environ.get("REPLAYBOOK_HOME") or ".replaybook")
+    log = home / "logs" / "cli-errors.log"
+    try:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with log.open("a", encoding="utf-8") as out:
+            out.write(f"--- {datetime.now(UTC).isoformat()}\n")
+            out.write("".join(traceback.format_exception(exc)))
+        where = f"; the traceback is in {log}"
+    except OSError:
+        where = ""
+    first = str(exc).splitlines()[0] if str(exc) else ""
+    return f"internal error {type(exc).__name__}: {first}{where}"
+
+
+#: what a progress poll answers: (what is happening, done, total or None when not known)
+Progress = tuple[str, int, int | None]
+
+
+async def with_progress(
+    result: Coroutine[Any, Any, T], poll: Callable[[], Coroutine[Any, Any, Progress]], what: str
+) -> T:
+    """Await ``result``; on a terminal, meanwhile, a Rich progress bar on stderr fed by
+    ``poll`` every half second (stdout, and so ``--json``, stays untouched; off a terminal
+    nothing is drawn and ``poll`` is never called)."""
+    if not sys.stderr.isatty():
+        return await result
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        SpinnerColumn,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+    from rich.progress import Progress as Bar
+
+    task = asyncio.ensure_future(result)
+    columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn())
+    with Bar(
+        *columns, MofNCompleteColumn(), TimeElapsedColumn(), console=Console(stderr=True)
+    ) as bar:
+        shown = bar.add_task(what, total=None)
+        while not task.done():
+            try:
+                state, done, total = await poll()
+            except Exception:
+                state, done, total = "", 0, None
+            bar.update(shown, description=f"{what} {state}".strip(), completed=done, total=total)
+            await asyncio.wait({task}, timeout=0.5)
+    return await task

@@ -6,7 +6,8 @@ from typing import Annotated
 
 import typer
 
-from cli.common import load_settings, run_async
+from cli.common import fail, load_settings, run_async
+from cli.exit_codes import EXIT_BROKEN
 
 app = typer.Typer()
 
@@ -29,6 +30,9 @@ async def demo(
 
         await run_demo(load_settings(), echo=typer.echo)
         return
-    from devstack.demo_incidents import run_incident_demo
+    from devstack.demo_incidents import DemoStepFailed, run_incident_demo
 
-    await run_incident_demo(load_settings(), echo=typer.echo)
+    try:
+        await run_incident_demo(load_settings(), echo=typer.echo)
+    except DemoStepFailed as exc:
+        fail(f"demo failed: {exc}", EXIT_BROKEN)

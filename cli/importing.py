@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from cli.common import JsonOption, load_settings, print_json, run_async
+from cli.common import JsonOption, Progress, load_settings, print_json, run_async, with_progress
 
 app = typer.Typer()
 
@@ -17,6 +17,11 @@ import_app = typer.Typer(
     help="Import runs recorded by other agent frameworks.", no_args_is_help=True
 )
 app.add_typer(import_app, name="import")
+
+
+async def _elapsed() -> Progress:
+    """An import reports nothing until it ends: the bar shows that it runs and for how long."""
+    return ("", 0, None)
 
 
 def _print(report: dict[str, Any], as_json: bool, seconds: float) -> None:
@@ -61,15 +66,19 @@ async def import_tau_bench_command(
 
     started = time.perf_counter()
     async with open_stores(load_settings().stores) as stores:
-        report = await import_tau_bench(
-            stores.ledger,
-            stores.artifacts,
-            stores.evidence,
-            file,
-            domain,
-            tools_info,
-            tools_commit,
-            env_version,
+        report = await with_progress(
+            import_tau_bench(
+                stores.ledger,
+                stores.artifacts,
+                stores.evidence,
+                file,
+                domain,
+                tools_info,
+                tools_commit,
+                env_version,
+            ),
+            _elapsed,
+            f"importing {file.name}",
         )
     _print(report.to_json(), as_json, time.perf_counter() - started)
 
@@ -100,8 +109,12 @@ async def import_tau2_bench_command(
     started = time.perf_counter()
     writes = [w.strip() for w in write_tools.split(",") if w.strip()] if write_tools else None
     async with open_stores(load_settings().stores) as stores:
-        report = await import_tau2_bench(
-            stores.ledger, stores.artifacts, stores.evidence, file, tools_info, writes, domain
+        report = await with_progress(
+            import_tau2_bench(
+                stores.ledger, stores.artifacts, stores.evidence, file, tools_info, writes, domain
+            ),
+            _elapsed,
+            f"importing {file.name}",
         )
     _print(report.to_json(), as_json, time.perf_counter() - started)
 
@@ -123,7 +136,11 @@ async def import_otel_command(
     writes = [w.strip() for w in write_tools.split(",") if w.strip()] if write_tools else None
     started = time.perf_counter()
     async with open_stores(load_settings().stores) as stores:
-        report = await import_otel(stores.ledger, stores.artifacts, stores.evidence, file, writes)
+        report = await with_progress(
+            import_otel(stores.ledger, stores.artifacts, stores.evidence, file, writes),
+            _elapsed,
+            f"importing {file.name}",
+        )
     _print(report.to_json(), as_json, time.perf_counter() - started)
 
 
@@ -144,7 +161,9 @@ async def import_openinference_command(
     writes = [w.strip() for w in write_tools.split(",") if w.strip()] if write_tools else None
     started = time.perf_counter()
     async with open_stores(load_settings().stores) as stores:
-        report = await import_openinference(
-            stores.ledger, stores.artifacts, stores.evidence, file, writes
+        report = await with_progress(
+            import_openinference(stores.ledger, stores.artifacts, stores.evidence, file, writes),
+            _elapsed,
+            f"importing {file.name}",
         )
     _print(report.to_json(), as_json, time.perf_counter() - started)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -19,10 +19,41 @@ from app.incidents import (
     signature_groups,
 )
 from app.replays import parse_miss_policy
-from cli.common import JsonOption, load_settings, print_json, run_async
+from cli.common import JsonOption, Progress, load_settings, print_json, run_async, with_progress
+from cli.exit_codes import EXIT_BROKEN
 from models.errors import InvalidInputError
 from models.incident_flow import SideEffectResolution
 from models.replay_plans import CANDIDATE_KINDS
+from models.validation import validated
+
+#: the options each record field comes from, to name them in a refusal
+RESOLUTION_OPTIONS = {
+    "side_effect_id": "SIDE_EFFECT_ID",
+    "outcome": "--outcome",
+    "evidence": "--evidence",
+    "resolved_by": "--by",
+}
+CONFIRMATION_OPTIONS = {
+    "root_cause": "--root-cause",
+    "fix_version": "--fix-version",
+    "verified_by": "--verified-by",
+    "replay_ids": "--replay",
+}
+
+
+def non_blank(text: str) -> str:
+    """Blank text is empty text: the rule ``must not be empty`` then names the option."""
+    return text if text.strip() else ""
+
+
+def require_text(**options: str) -> None:
+    """Refuse blank options before anything is contacted (``--root-cause must not be empty``);
+    keys are option names with ``_`` for ``-``."""
+    for name, value in options.items():
+        if not value.strip():
+            option = "--" + name.replace("_", "-")
+            raise InvalidInputError(f"{option} must not be empty", field=option)
+
 
 app = typer.Typer()
 incident_app = typer.Typer(
@@ -50,7 +81,9 @@ async def incident_open(
     on_fixture_miss: Annotated[
         str, typer.Option("--on-fixture-miss", help="fail | stub | sandbox-live")
     ] = "fail",
-    incident_id: Annotated[str | None, typer.Option("--incident-id")] = None,
+    incident_id: Annotated[
+        str | None, typer.Option("--incident-id", help="Use this id (default: generated).")
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Open an incident for RUN_ID: starts the Incident workflow (id = incident id)."""
@@ -78,7 +111,13 @@ async def incident_status(incident_id: str, as_json: JsonOption = False) -> None
     data = await incident_status_view(await connect(load_settings()), incident_id)
     if as_json:
         print_json(data)
-        return
+    else:
+        _print_incident(incident_id, data)
+    if data["phase"] == "FAILED":
+        raise typer.Exit(EXIT_BROKEN)
+
+
+def _print_incident(incident_id: str, data: dict[str, Any]) -> None:
     typer.echo(f"{incident_id}: {data['phase']}  signature {data['signature'] or '-'}")
     for r in data["replays"]:
         typer.echo(
@@ -102,9 +141,16 @@ async def incident_resolve(
     from worker.temporal import connect
 
     if outcome not in ("applied", "not-applied"):
-        raise InvalidInputError(f"--outcome must be applied or not-applied, not {outcome!r}")
-    resolution = SideEffectResolution(
-        side_effect_id=side_effect_id, outcome=outcome, evidence=evidence, resolved_by=by
+        raise InvalidInputError(
+            f"--outcome must be applied or not-applied, not {outcome!r}", field="--outcome"
+        )
+    resolution = validated(
+        SideEffectResolution,
+        RESOLUTION_OPTIONS,
+        side_effect_id=side_effect_id,
+        outcome=outcome,
+        evidence=non_blank(evidence),
+        resolved_by=non_blank(by),
     )
     result = await resolve_side_effect(await connect(load_settings()), incident_id, resolution)
     print_json(
@@ -116,9 +162,13 @@ async def incident_resolve(
 @run_async
 async def incident_confirm(
     incident_id: str,
-    root_cause: Annotated[str, typer.Option("--root-cause")],
-    fix_version: Annotated[str, typer.Option("--fix-version")],
-    verified_by: Annotated[str, typer.Option("--verified-by")],
+    root_cause: Annotated[
+        str, typer.Option("--root-cause", help="The cause, in words, as the replays show it.")
+    ],
+    fix_version: Annotated[
+        str, typer.Option("--fix-version", help="The version that fixes it (e.g. v18).")
+    ],
+    verified_by: Annotated[str, typer.Option("--verified-by", help="Who confirms it.")],
     replay: Annotated[
         list[str] | None,
         typer.Option(
@@ -129,13 +179,15 @@ async def incident_confirm(
     """Confirm the root cause (a Temporal update, validated: non-empty, cites replays)."""
     from worker.temporal import connect
 
+    require_text(root_cause=root_cause, fix_version=fix_version, verified_by=verified_by)
     await confirm_root_cause(
         await connect(load_settings()),
         incident_id,
-        root_cause=root_cause,
-        fix_version=fix_version,
-        verified_by=verified_by,
+        root_cause=non_blank(root_cause),
+        fix_version=non_blank(fix_version),
+        verified_by=non_blank(verified_by),
         replay_ids=replay,
+        fields=CONFIRMATION_OPTIONS,
     )
     typer.echo(f"{incident_id}: root cause confirmed by {verified_by}")
 
@@ -183,6 +235,15 @@ def regress(
         list[str] | None,
         typer.Option("--candidate", help="prompt=V, model=M, policy=V, retriever=V (repeatable)."),
     ] = None,
+    graph: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--graph",
+            "--agent",
+            help="Gate only this agent's cases (repeatable; default: every agent the candidate "
+            "applies to).",
+        ),
+    ] = None,
     repeat: Annotated[
         int, typer.Option(help="Replays per case; a case holds only if all hold.")
     ] = 5,
@@ -191,45 +252,72 @@ def regress(
     ] = "sandbox-live",
     as_json: JsonOption = False,
 ) -> None:
-    """Replay every active regression case with the candidate; exit 0 only if every case holds."""
+    """Replay every active regression case of the agents the candidate applies to; exit 0 only
+    if every case holds (1: a case fails, 2: an unknown candidate or agent)."""
     if ctx.invoked_subcommand is not None:
         return
-    _gate(candidate, repeat, on_fixture_miss, as_json)
+    _gate(candidate, graph or [], repeat, on_fixture_miss, as_json)
 
 
 @run_async
 async def _gate(
-    candidate: list[str] | None, repeat: int, on_fixture_miss: str, as_json: bool
+    candidate: list[str] | None, graphs: list[str], repeat: int, on_fixture_miss: str, as_json: bool
 ) -> None:
-    from app.regression import run_gate
+    from app.regression import gated_graphs, run_gate
     from stores.bundle import open_stores
+    from worker.catalogs import catalogs
     from worker.temporal import connect
 
     pairs = parse_candidates(candidate, "--candidate", (*CANDIDATE_KINDS, "graph"))
     if not pairs:
         raise InvalidInputError(
-            "name the candidate: --candidate prompt=V (or model=, policy=, retriever=)"
+            "name the candidate: --candidate prompt=V (or model=, policy=, retriever=)",
+            field="--candidate",
         )
     miss = parse_miss_policy(on_fixture_miss)
     settings = load_settings()
+    known = catalogs(None, settings.models)
+    gated_graphs(known, pairs, graphs)  # an unknown candidate or agent: exit 2 before any work
+    seen: dict[str, int | None] = {"done": 0, "total": None}
+
+    def on_case(done: int, total: int) -> None:
+        seen.update(done=done, total=total)
+
+    async def poll() -> Progress:
+        return ("cases", seen["done"] or 0, seen["total"])
+
     async with open_stores(settings.stores) as stores:
-        result = await run_gate(await connect(settings), stores, pairs, repeat=repeat, miss=miss)
-    if as_json:
-        print_json(result)
-    else:
-        for case in result["cases"]:
-            typer.echo(
-                f"{'PASS' if case['passed'] else 'FAIL'}  {case['case_id']}  ({case['incident_id']})"
-            )
-            for failure in case["failures"][:3]:
-                typer.echo(f"      {failure['assertion']}: {failure['reason']}")
-        typer.echo(
-            "regression gate "
-            + ("passed" if result["passed"] else "FAILED")
-            + f" ({len(result['cases'])} cases)"
+        gate = run_gate(
+            await connect(settings),
+            stores,
+            pairs,
+            repeat=repeat,
+            miss=miss,
+            catalogs=known,
+            graphs=graphs,
+            on_case=on_case,
         )
+        result = await with_progress(gate, poll, "regression gate")
+    print_json(result) if as_json else _print_gate(result)
     if not result["passed"]:
-        raise typer.Exit(1)
+        raise typer.Exit(EXIT_BROKEN)
+
+
+def _print_gate(result: dict[str, Any]) -> None:
+    """Each case with every distinct reason it failed, then the verdict."""
+    for case in result["cases"]:
+        typer.echo(
+            f"{'PASS' if case['passed'] else 'FAIL'}  {case['case_id']}  ({case['incident_id']})"
+        )
+        reasons = dict.fromkeys(f"{f['assertion']}: {f['reason']}" for f in case["failures"])
+        for reason in reasons:
+            typer.echo(f"      {reason}")
+    graphs = ", ".join(result.get("graphs") or []) or "all agents"
+    typer.echo(
+        "regression gate "
+        + ("passed" if result["passed"] else "FAILED")
+        + f" ({len(result['cases'])} cases of {graphs})"
+    )
 
 
 @regress_app.command("retire")

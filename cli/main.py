@@ -7,7 +7,12 @@ group imports another and nothing imports this module but the console entry poin
 
 from __future__ import annotations
 
+import os
+import sys
+from typing import Any
+
 import typer
+from pydantic import ValidationError
 
 from cli import (
     agent,
@@ -26,8 +31,36 @@ from cli import (
     sandbox,
     slo,
 )
+from cli.common import internal_error, user_error
+from cli.exit_codes import EXIT_INTERNAL, exit_code_for
+from models.errors import ReplaybookError
 
-app = typer.Typer(
+
+class ReplaybookApp(typer.Typer):
+    """The root application: an error that escapes a command outside ``run_async`` (the
+    synchronous commands) still ends in one line and its exit code, never a traceback."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        # logs go to stderr from the first line on (structlog's default is stdout), readable on
+        # a terminal, JSON otherwise or when REPLAYBOOK_LOG_FORMAT=json; commands that load the
+        # settings configure it again from them
+        if not {"--help", "-h"} & set(sys.argv[1:]) and len(sys.argv) > 1:
+            from worker.logs import configure_logging
+
+            fmt = os.environ.get("REPLAYBOOK_LOG_FORMAT", "auto")
+            configure_logging(fmt if fmt in ("json", "console", "auto") else "auto")
+        try:
+            return super().__call__(*args, **kwargs)
+        except (ReplaybookError, ValidationError) as exc:
+            error = user_error(exc)
+            typer.echo(f"replaybook: {error}", err=True)
+            sys.exit(exit_code_for(error))
+        except Exception as exc:  # a bug: one line, the traceback in the CLI's error log
+            typer.echo(f"replaybook: {internal_error(exc)}", err=True)
+            sys.exit(EXIT_INTERNAL)
+
+
+app = ReplaybookApp(
     name="replaybook",
     help="Record, verify and replay LLM agent runs as tamper-evident evidence.",
     no_args_is_help=True,

@@ -16,11 +16,23 @@ from app.replays import (
     replay_view,
     start_replay,
 )
-from cli.common import JsonOption, load_settings, print_json, run_async
+from cli.common import (
+    JsonOption,
+    Progress,
+    fail,
+    load_settings,
+    print_json,
+    run_async,
+    with_progress,
+)
+from cli.exit_codes import EXIT_BROKEN
 from models import ReplayMode
 from models.errors import InvalidInputError
 from models.replay_flow import ReplayOutcome
 from models.replay_plans import PlanFields
+
+#: the end states of a replay that are a failed result (exit code 1)
+FAILED_STATES = ("FAILED", "CANCELED")
 
 app = typer.Typer()
 replay_app = typer.Typer(
@@ -84,11 +96,31 @@ async def replay_start(
     repeat: Annotated[
         int, typer.Option(help="Run the replay N times and report the reproduction rate.")
     ] = 1,
-    max_model_calls: Annotated[int | None, typer.Option("--max-model-calls")] = None,
-    max_tokens: Annotated[int | None, typer.Option("--max-tokens")] = None,
-    max_cost: Annotated[str | None, typer.Option("--max-cost")] = None,
+    max_model_calls: Annotated[
+        int | None,
+        typer.Option(
+            "--max-model-calls", help="Stop cleanly after N live model calls (partial result)."
+        ),
+    ] = None,
+    max_tokens: Annotated[
+        int | None,
+        typer.Option("--max-tokens", help="Stop cleanly once the model calls used N tokens."),
+    ] = None,
+    max_cost: Annotated[
+        str | None,
+        typer.Option(
+            "--max-cost", help="Stop cleanly once the model calls cost this much (a number)."
+        ),
+    ] = None,
     max_duration: Annotated[float | None, typer.Option("--max-duration", help="Seconds.")] = None,
-    on_fixture_miss: Annotated[Miss, typer.Option("--on-fixture-miss")] = Miss.fail,
+    on_fixture_miss: Annotated[
+        Miss,
+        typer.Option(
+            "--on-fixture-miss",
+            help="A request with no recorded fixture: fail the replay, answer the declared stub, "
+            "or (READ tools that allow it) call the provider live in the sandbox.",
+        ),
+    ] = Miss.fail,
     simulation: Annotated[
         bool, typer.Option("--simulation", help="Mark as a simulated world.")
     ] = False,
@@ -98,10 +130,8 @@ async def replay_start(
     wait: Annotated[bool, typer.Option("--wait", help="Wait for the result.")] = False,
     as_json: JsonOption = False,
 ) -> None:
-    """Start a replay of RUN_ID (a Temporal workflow whose id is the replay id)."""
-    from stores.bundle import open_stores
-    from worker.temporal import connect
-
+    """Start a replay of RUN_ID (a Temporal workflow whose id is the replay id); with --wait,
+    exit 1 when it ends FAILED or CANCELED."""
     budget = parse_budget(
         max_model_calls=max_model_calls,
         max_tokens=max_tokens,
@@ -124,19 +154,92 @@ async def replay_start(
         simulation=simulation,
         fields=CLI_FIELDS,
     )
+    await _start(plan, deny_approval or [], wait=wait, as_json=as_json)
+
+
+async def _start(plan: Any, deny_approval: list[str], *, wait: bool, as_json: bool) -> None:
+    """Start the replay; with ``wait``, follow it (a progress bar on a terminal) to its end."""
+    from stores.bundle import open_stores
+    from worker.temporal import connect
+
+    run_id = plan.source_run_id
     settings = load_settings()
     async with open_stores(settings.stores) as stores:
+        if deny_approval:
+            await _check_denials(stores, run_id, deny_approval)
         handle = await start_replay(lambda: connect(settings), stores.ledger, plan)
-    if not wait:
-        view = {"replay_id": plan.replay_id, "status": "CREATED", "source_run_id": run_id}
-        print_json(view) if as_json else typer.echo(f"started {plan.replay_id}")
-        return
-    outcome: ReplayOutcome = await handle.result()
-    view = outcome_view(outcome)
-    if as_json:
-        print_json(view)
-    else:
+        if not wait:
+            view = {"replay_id": plan.replay_id, "status": "CREATED", "source_run_id": run_id}
+            print_json(view) if as_json else typer.echo(f"started {plan.replay_id}")
+            return
+        client = await connect(settings)
+
+        async def poll() -> Progress:
+            return _progress_of(
+                await replay_progress(client, stores.ledger, plan.replay_id, await _status(handle))
+            )
+
+        view = await with_progress(
+            _finished_view(handle, plan.replay_id), poll, f"replay {plan.replay_id}"
+        )
+    print_json(view) if as_json else _print_view(view)
+    exit_if_unsuccessful(view)
+
+
+async def _check_denials(stores: Any, run_id: str, capabilities: list[str]) -> None:
+    """``--deny-approval C`` only for a capability whose approval the run recorded: denying an
+    approval that never happened would replay nothing different and say nothing."""
+    from models import ApprovalRecord, SideEffectRecord
+
+    await stores.ledger.get_run(run_id)  # an unknown run is named as such first
+    approved = {a.action_hash for a in await stores.evidence.records(ApprovalRecord, run_id)}
+    effects = await stores.evidence.records(SideEffectRecord, run_id)
+    with_approval = sorted({e.capability_id for e in effects if e.action_hash in approved})
+    for capability in capabilities:
+        if capability not in with_approval:
+            raise InvalidInputError(
+                f"--deny-approval {capability}: run {run_id} recorded no approval for it "
+                f"(approved: {', '.join(with_approval) or 'none'})",
+                field="--deny-approval",
+            )
+
+
+async def _finished_view(handle: Any, replay_id: str) -> dict[str, Any]:
+    """The finished replay's view; a workflow that failed outright (not a FAILED outcome) is
+    shown as its status says, never as a traceback."""
+    from temporalio.client import WorkflowFailureError
+
+    try:
+        outcome: ReplayOutcome = await handle.result()
+    except WorkflowFailureError as exc:
+        cause = getattr(exc.cause, "message", None) or str(exc.cause or exc)
+        return {"replay_id": replay_id, "status": "FAILED", "reason": cause}
+    return outcome_view(outcome)
+
+
+def exit_if_unsuccessful(view: dict[str, Any]) -> None:
+    """A replay that ended FAILED or CANCELED is a failed result: exit code 1."""
+    if view.get("status") in FAILED_STATES:
+        raise typer.Exit(EXIT_BROKEN)
+
+
+def _print_view(view: dict[str, Any]) -> None:
+    """A replay's view as text: the whole outcome once finished, else its status."""
+    if "mode" in view and "confidence" in view:
         _print_outcome(view)
+        return
+    typer.echo(f"{view['replay_id']}: {view['status']}")
+    if view.get("reason"):
+        typer.echo(f"  reason: {view['reason']}")
+    progress = view.get("progress") or {}
+    if progress.get("children_total"):
+        typer.echo(
+            f"  child replays: {progress['children_done']}/{progress['children_total']} done"
+        )
+    elif progress.get("steps_total") is not None:
+        typer.echo(
+            f"  steps: {progress['steps_done']} done (the source run has {progress['steps_total']})"
+        )
 
 
 def _print_outcome(view: dict[str, Any]) -> None:
@@ -168,16 +271,79 @@ def _print_outcome(view: dict[str, Any]) -> None:
 @replay_app.command("status")
 @run_async
 async def replay_status(replay_id: str, as_json: JsonOption = False) -> None:
-    """The replay's status (from its workflow) and, when finished, its result."""
+    """The replay's status (from its workflow) and, when finished, its result; while it runs,
+    its progress (steps and, with --repeat, child replays done of their total)."""
+    from stores.bundle import open_stores
     from worker.temporal import connect
 
-    view = await replay_view(await connect(load_settings()), replay_id)
-    if as_json:
-        print_json(view)
-    elif "mode" in view:
-        _print_outcome(view)
-    else:
-        typer.echo(f"{replay_id}: {view['status']}")
+    settings = load_settings()
+    client = await connect(settings)
+    view = await replay_view(client, replay_id)
+    if view["status"] not in ("COMPLETED", *FAILED_STATES):
+        async with open_stores(settings.stores) as stores:
+            view["progress"] = await replay_progress(client, stores.ledger, replay_id, view)
+    print_json(view) if as_json else _print_view(view)
+    exit_if_unsuccessful(view)
+
+
+async def replay_progress(
+    client: Any, ledger: Any, replay_id: str, view: dict[str, Any]
+) -> dict[str, int | None]:
+    """Steps done of the source run's step count (a replay that diverges may take more or
+    fewer) and, for a --repeat replay, child replays finished of how many it runs."""
+    from temporalio.service import RPCError
+
+    from models import ExecutionEventType
+
+    plan = await _plan_of(client, replay_id)
+    done = int(view.get("steps_executed") or 0)
+    progress: dict[str, int | None] = {
+        "steps_done": done,
+        "steps_total": None,
+        "children_done": None,
+        "children_total": None,
+    }
+    if plan is None:
+        return progress
+    events = await ledger.events(plan.source_run_id)
+    progress["steps_total"] = sum(1 for e in events if e.type is ExecutionEventType.STEP_STARTED)
+    if plan.repeat > 1:
+        query = f'ParentWorkflowId = "{replay_id}" AND ExecutionStatus != "Running"'
+        try:
+            finished = (await client.count_workflows(query)).count
+        except RPCError:  # a visibility store without the attribute: what the workflow says
+            finished = done
+        progress |= {"steps_done": None, "children_done": finished, "children_total": plan.repeat}
+    return progress
+
+
+async def _status(handle: Any) -> dict[str, Any]:
+    from models.replay_flow import ReplayProgress
+
+    progress = await handle.query("status", result_type=ReplayProgress)
+    return dict(progress.model_dump(mode="json"))
+
+
+def _progress_of(progress: dict[str, int | None]) -> Progress:
+    """A bar's (label, done, total): child replays for --repeat, else steps."""
+    if progress.get("children_total"):
+        return ("child replays", progress["children_done"] or 0, progress["children_total"])
+    return ("steps", progress["steps_done"] or 0, progress["steps_total"])
+
+
+async def _plan_of(client: Any, replay_id: str) -> Any:
+    """The plan the replay was started with (its workflow input), or None if unreadable."""
+    from models.replay_flow import ReplayWorkflowInput
+
+    handle = client.get_workflow_handle(replay_id)
+    async for event in handle.fetch_history_events():
+        started = event.workflow_execution_started_event_attributes
+        payloads = list(started.input.payloads)
+        if not payloads:
+            return None
+        [value] = await client.data_converter.decode(payloads[:1], [ReplayWorkflowInput])
+        return value.plan
+    return None
 
 
 @replay_app.command("cancel")
@@ -202,7 +368,7 @@ def worker_command(
     from worker.temporal import run_workers
 
     if queue not in ("control", "replay", "all"):
-        raise InvalidInputError(f"--queue must be control, replay or all, not {queue!r}")
+        fail(f"--queue must be control, replay or all, not {queue!r}")
     settings = load_settings()
     configure_logging(settings.log_format)
     with contextlib.suppress(KeyboardInterrupt):

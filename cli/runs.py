@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -14,7 +14,8 @@ from models.errors import InvalidInputError
 
 app = typer.Typer()
 runs_app = typer.Typer(
-    help="Recorded runs: list, show, verify their evidence (chain, payloads, artifacts, lookup rows, anchor).", no_args_is_help=True
+    help="Recorded runs: list, show, verify their evidence (chain, payloads, artifacts, lookup rows, anchor).",
+    no_args_is_help=True,
 )
 app.add_typer(runs_app, name="runs")
 
@@ -53,22 +54,43 @@ def canonical(
 
 @runs_app.command("list")
 @run_async
-async def runs_list(as_json: JsonOption = False) -> None:
-    """List recorded runs, newest first."""
-    from app.runs import list_runs_view
+async def runs_list(
+    show_all: Annotated[
+        bool, typer.Option("--all", help="Every run, replays and regression replays included.")
+    ] = False,
+    kind: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--kind",
+            help="Only runs of this kind: source, imported, replay or regress (repeatable).",
+        ),
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """List recorded runs, newest first: by default the runs incidents are about (recorded
+    live or imported), not the replays of them."""
+    from app.runs import DEFAULT_RUN_KINDS, RUN_KINDS, list_runs_view
     from stores.bundle import open_stores
 
+    for k in kind or []:
+        if k not in RUN_KINDS:
+            raise InvalidInputError(
+                f"--kind must be one of {', '.join(RUN_KINDS)}, not {k!r}", field="--kind"
+            )
+    kinds = None if show_all else tuple(kind or DEFAULT_RUN_KINDS)
     async with open_stores(load_settings().stores) as stores:
-        rows = await list_runs_view(stores)
+        rows = await list_runs_view(stores, kinds=kinds)
     if as_json:
         print_json({"runs": rows})
         return
     if not rows:
-        typer.echo("no runs recorded")
+        typer.echo(
+            "no runs recorded" if show_all else "no runs of these kinds (--all lists every run)"
+        )
     for row in rows:
         typer.echo(
-            f"{row['run_id']}  {row['graph_id']}@{row['graph_version']}  {row['status']:<9}"
-            f"  {row['event_count']:>6} events  {row['created_at']}"
+            f"{row['run_id']}  {row['kind']:<8}  {row['graph_id']}@{row['graph_version']}"
+            f"  {row['status']:<9}  {row['event_count']:>6} events  {row['created_at']}"
         )
 
 
@@ -84,12 +106,41 @@ async def runs_show(run_id: str, as_json: JsonOption = False) -> None:
     if as_json:
         print_json(view)
         return
+    _print_run(view)
+
+
+def _print_run(view: dict[str, Any]) -> None:
+    """The run as text: header, pins, completeness, side effects, fixtures, then the events."""
     typer.echo(
         f"run {view['run_id']}  {view['graph_id']}@{view['graph_version']}  {view['status']}"
     )
     for name, value in view["pinned"].items():
         if value is not None:
             typer.echo(f"  {name}: {value}")
+    if view.get("subjects"):
+        subjects = [
+            f"{s['subject_id']} ({str(s.get('kind', '')).lower().replace('_', ' ')})"
+            if isinstance(s, dict)
+            else str(s)
+            for s in view["subjects"]
+        ]
+        typer.echo(f"  subjects: {', '.join(subjects)}")
+    c = view["evidence_completeness"]
+    typer.echo(f"  evidence completeness: {c['score']}/{c['total']}, confidence {c['confidence']}")
+    for item in c["missing"]:
+        typer.echo(f"    missing {item}: {c['reasons'].get(item, 'not recorded')}")
+    typer.echo(f"  side effects: {len(view['side_effects'])}")
+    for e in view["side_effects"]:
+        typer.echo(
+            f"    {e['side_effect_id']}  {e['capability_id']}  {e['status']}"
+            f"  step={e['step_id']}  request id {e.get('provider_request_id') or '-'}"
+        )
+    typer.echo(f"  tool fixtures: {len(view['fixtures'])}")
+    for f in view["fixtures"]:
+        typer.echo(
+            f"    {f.get('capability_id', '?')}  {f.get('outcome', '?')}"
+            f"  request {str(f.get('request_hash', ''))[:19]}…"
+        )
     typer.echo(f"  events: {view['event_count']}  head: {view['head_hash']}")
     for dup in view["duplicates"]:
         typer.echo(

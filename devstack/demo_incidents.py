@@ -43,6 +43,10 @@ if TYPE_CHECKING:
 DEADLINE_S = 240
 
 
+class DemoStepFailed(Exception):
+    """A step of the demo did not give the result the demo shows (``replaybook demo`` exits 1)."""
+
+
 async def _wait(
     handle: IncidentHandle, phase: IncidentPhase, echo: Echo, seen: set[str]
 ) -> IncidentView:
@@ -51,20 +55,20 @@ async def _wait(
         view: IncidentView | None = await handle.query("status", result_type=IncidentView)
         if view is not None:
             for entry in view.timeline:
-                key = f"{entry.phase}:{entry.detail}"
+                # per incident: both incidents pass through the same phases with the same words
+                key = f"{view.incident_id}:{entry.phase}:{entry.detail}"
                 if key not in seen:
                     seen.add(key)
                     echo(f"    {view.incident_id}  {entry.phase:<26} {entry.detail}")
             if view.phase is phase:
                 return view
             if view.phase is IncidentPhase.FAILED:
-                raise RuntimeError(f"incident {view.incident_id} failed: {view.error}")
+                raise DemoStepFailed(f"incident {view.incident_id} failed: {view.error}")
         await asyncio.sleep(0.2)
-    raise TimeoutError(f"incident did not reach {phase.value} within {DEADLINE_S}s")
+    raise DemoStepFailed(f"the incident did not reach {phase.value} within {DEADLINE_S}s")
 
 
 async def run_incident_demo(settings: Settings, echo: Echo = print) -> None:
-    from app.regression import run_gate
     from worker.temporal import connect
     from workflows.incident import IncidentWorkflow
 
@@ -97,22 +101,42 @@ async def run_incident_demo(settings: Settings, echo: Echo = print) -> None:
         await _confirm_root_causes(handles, views, echo)
         finals: list[IncidentView] = [await h.result() for h in handles]
 
-        echo("6. regression gate")
-        for prompt in ("v17", "v18"):
-            gate = await run_gate(client, stores, [("prompt", prompt)], repeat=3)
-            echo(
-                f"    replaybook regress --candidate prompt={prompt}: {'passed' if gate['passed'] else 'FAILED'}"
-            )
-            for case in gate["cases"]:
-                if not case["passed"]:
-                    echo(f"      {case['case_id']}: {case['failures'][0]['assertion']}")
-
+        await _regression_gate(client, stores, settings, echo)
         await _write_reports(stores, settings, ui, finals, echo)
     _echo_where_to_look(up.status, finals[-1], echo)
     echo(
         f"done in {time.monotonic() - started:.0f}s. The stack keeps running for the Web UI ({ui}); "
         "stop it with: .venv/bin/replaybook dev down"
     )
+
+
+#: what the demo's regression gate must show: v17 (the cause) fails, v18 (the fix) passes
+EXPECTED_GATE = {"v17": False, "v18": True}
+
+
+async def _regression_gate(client: Any, stores: Stores, settings: Settings, echo: Echo) -> None:
+    """Step 6: the gate with v17 and v18 on the support desk's cases; a result other than the
+    expected one fails the demo (after printing why)."""
+    from app.regression import run_gate
+    from worker.catalogs import catalogs
+
+    echo("6. regression gate")
+    known = catalogs(None, settings.models)
+    for prompt, expected in EXPECTED_GATE.items():
+        gate = await run_gate(client, stores, [("prompt", prompt)], repeat=3, catalogs=known)
+        echo(
+            f"    replaybook regress --candidate prompt={prompt}: {'passed' if gate['passed'] else 'FAILED'}"
+        )
+        for case in gate["cases"]:
+            for reason in dict.fromkeys(
+                f"{f['assertion']}: {f['reason']}" for f in case["failures"]
+            ):
+                echo(f"      {case['case_id']}: {reason}")
+        if gate["passed"] is not expected:
+            raise DemoStepFailed(
+                f"the regression gate with prompt {prompt} {'passed' if gate['passed'] else 'failed'}; "
+                f"the demo expects it to {'pass' if expected else 'fail'}"
+            )
 
 
 async def _record_reference_runs(stores: Stores, echo: Echo) -> tuple[RunResult, RunResult]:
@@ -166,7 +190,9 @@ def _echo_replays(views: list[IncidentView], echo: Echo) -> None:
             f"    {view.incident_id}: signature {view.signature.signature if view.signature else '-'}"
         )
         for r in view.replays:
-            echo(f"      {r.label:<12} reproduced {r.reproduced}/{r.runs}  95% CI {r.ci95}")
+            echo(
+                f"      {r.label:<12} reproduced {r.reproduced}/{r.runs}  95% CI {ci_text(r.ci95)}"
+            )
         for s in view.side_effects:
             echo(
                 f"      side effect {s.side_effect_id} {s.capability_id}: {s.status} (applied={s.applied})"
@@ -239,6 +265,14 @@ def _echo_where_to_look(status: dict[str, Any], final: IncidentView, echo: Echo)
             f'python3 -c \'import json,sys; print(json.load(sys.stdin)["dev_token"])\')" '
             f"{api}/api/incidents/{final.incident_id}"
         )
+
+
+def ci_text(ci: Any) -> str:
+    """A confidence interval as ``0.00–0.07`` (not a Python tuple); ``-`` when there is none."""
+    if not ci:
+        return "-"
+    low, high = ci
+    return f"{low:.2f}–{high:.2f}"
 
 
 def worker_metrics_port(status: dict[str, Any]) -> int | None:

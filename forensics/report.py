@@ -24,10 +24,10 @@ import json
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from models.comparison import compare_trajectories
-from models.enums import ReplayConfidence
+from models.enums import ReplayConfidence, ReplayStatus
 from models.regression import describe
 from models.replay import ReplayComparison, ReplayResult, TrajectoryDiff
-from models.report_bundle import ReportBundle
+from models.report_bundle import ReportBundle, SideEffectTruth
 from models.statistics import wilson_interval
 from models.trajectory import Trajectory
 
@@ -39,7 +39,7 @@ __all__ = ["NOT_CONFIRMED", "render_html", "render_json", "render_markdown", "re
 
 NOT_CONFIRMED = "Root cause not confirmed by a human."
 _HOW_TO_CONFIRM = (
-    "Nothing here is a confirmed root cause yet; the classification is automatic (rule 18). "
+    "Nothing here is a confirmed root cause yet; the classification is automatic. "
     "A human confirms with: replaybook incident confirm {} --root-cause TEXT --fix-version V "
     "--verified-by NAME"
 )
@@ -213,6 +213,94 @@ def _side_by_side(bundle: ReportBundle, comparison: ReplayComparison | None) -> 
     return _Section("side-by-side", title, ["step", "source", "replay", "difference"], rows, marked)
 
 
+# side effects and replays -------------------------------------------------------------------
+
+_SIDE_EFFECT_HEAD = (
+    "side effect|capability|applied|status history|reconciliation|evidence|provider request id|"
+    "provider receipt"
+)
+
+
+def applied_text(e: SideEffectTruth) -> str:
+    if e.applied is None:
+        return "UNKNOWN: not established"
+    return "APPLIED" if e.applied else "NOT APPLIED"
+
+
+def side_effect_answer(e: SideEffectTruth) -> _Cell:
+    """The answer line of one write: did it happen, and how that is known."""
+    cell: _Cell = [("critical" if e.applied is None else "strong", applied_text(e))]
+    cell += [
+        ("", f"(status {e.status}"),
+        ("", f"; {e.reconciliation})" if e.reconciliation else ")"),
+    ]
+    if e.provider_request_id:
+        cell += [("", "request id"), ("code", e.provider_request_id)]
+    return cell
+
+
+def side_effect_row(e: SideEffectTruth) -> list[_Cell]:
+    history = " → ".join(f"{h.status} (#{h.sequence}, {_when(h.at)})" for h in e.history)
+    return [
+        _c(e.side_effect_id),
+        _c(e.capability_id),
+        [("critical" if e.applied is None else "strong", applied_text(e))],
+        _t(history or e.status),
+        _t(e.reconciliation or "not reconciled"),
+        _t(e.evidence or "—"),
+        _c(e.provider_request_id or "—"),
+        _c(e.provider_receipt or "none recorded"),
+    ]
+
+
+def _shows(bundle: ReportBundle, replay_id: str) -> bool:
+    shown = bundle.replay.run_id if bundle.replay is not None else None
+    return shown is not None and (shown == replay_id or shown.startswith(f"{replay_id}-"))
+
+
+def _first_divergence(
+    r: ReplayResult, bundle: ReportBundle, comparison: ReplayComparison | None
+) -> _Cell:
+    """The replay's first divergent step: its own comparison's, the side-by-side one's when it
+    is the replay shown, else said to be not compared here (never a bare dash)."""
+    own = r.comparison or (comparison if _shows(bundle, r.replay_id) else None)
+    if own is None:
+        return _t("not compared in this report")
+    return _c(own.first_divergent_step or "none (same steps)")
+
+
+def _replay_row(
+    r: ReplayResult, label: str, bundle: ReportBundle, comparison: ReplayComparison | None
+) -> list[_Cell]:
+    return [
+        _c(r.replay_id),
+        _t(label),
+        _c(r.mode),
+        _c(r.status),
+        _confidence(r),
+        _c(r.isolation or "not recorded"),
+        _t(reproduction_text(r)),
+        _first_divergence(r, bundle, comparison),
+    ]
+
+
+def _no_critical_difference(bundle: ReportBundle, comparison: ReplayComparison | None) -> str:
+    """Why the critical differences are empty, and which replays that says nothing about."""
+    if comparison is None:
+        text = "no replay was compared with the source"
+    else:
+        shown = bundle.replay.run_id if bundle.replay is not None else "the replay shown"
+        text = f"the replay shown side by side ({shown}) has no critical difference from the source"
+    unfinished = [
+        f"{r.replay_id} {r.status.value}"
+        for r in bundle.report.replays
+        if r.status is not ReplayStatus.COMPLETED
+    ]
+    if unfinished:
+        text += "; not compared because they did not complete: " + ", ".join(unfinished)
+    return text
+
+
 # the page -----------------------------------------------------------------------------------
 
 
@@ -227,6 +315,9 @@ def _page(bundle: ReportBundle) -> _Page:
         return bundle.replay_labels.get(r.replay_id) or r.mode.value
 
     facts: list[tuple[str, _Cell]] = [("Source run", _c(report.source_run_id))]
+    facts += [
+        (f"Side effect {e.capability_id}", side_effect_answer(e)) for e in bundle.side_effects
+    ]
     if c is not None:
         facts.append(("Failure type", _c(c.failure_type)))
         automatic = ("strong", "(automatic, not a root cause)")
@@ -243,28 +334,29 @@ def _page(bundle: ReportBundle) -> _Page:
         facts.append(("Generated", _t(_when(report.generated_at))))
     limited = [("critical", "LIMITED evidence")]
     rates = [
-        [("code", label(r)), ("strong", reproduction_text(r))]
+        [("code", label(r))]
+        + ([("critical", r.status.value)] if r.status is not ReplayStatus.COMPLETED else [])
+        + [("strong", reproduction_text(r))]
         + limited * (r.confidence is ReplayConfidence.LIMITED)
         for r in report.replays
     ]
     pending = [
         [_c(p.kind), _c(p.subject or ""), _t(p.detail), _c(p.command or "")] for p in bundle.pending
     ]
-    timeline = [[_c(t.phase), _t(_when(t.at)), _t(t.detail)] for t in bundle.timeline]
-    replays = [
+    # one phase, several entries (entered, then what happened in it): the phase is named once
+    timeline = [
         [
-            _c(r.replay_id),
-            _t(label(r)),
-            _c(r.mode),
-            _c(r.status),
-            _confidence(r),
-            _c(r.isolation or "not recorded"),
-            _t(reproduction_text(r)),
-            _c((r.comparison and r.comparison.first_divergent_step) or "—"),
+            _c(t.phase if n == 0 or bundle.timeline[n - 1].phase != t.phase else "″"),
+            _t(_when(t.at)),
+            _t(t.detail),
         ]
-        for r in report.replays
+        for n, t in enumerate(bundle.timeline)
     ]
+    side_effects = [side_effect_row(e) for e in bundle.side_effects]
+    replays = [_replay_row(r, label(r), bundle, comparison) for r in report.replays]
     critical = [[_c(d.type), _c(_step(d)), _t(d.explanation)] for d in report.critical_diffs]
+    if not critical:
+        critical = [[_t("none"), _t(""), _t(_no_critical_difference(bundle, comparison))]]
     evidence = [[_t(e.type), _c(e.ref), _c(e.content_hash)] for e in report.evidence]
     cases = {case.case_id: case for case in bundle.regression_cases}
     regression = []
@@ -274,6 +366,7 @@ def _page(bundle: ReportBundle) -> _Page:
         status, about = (case.status, case.description) if case else ("", "")
         regression.append([_c(case_id), _t(status), _t(about), checks])
     spec = [
+        ("side-effects", "Side effects: what really happened", _SIDE_EFFECT_HEAD, side_effects),
         ("pending", "Waiting for a human", "task|subject|detail|command", pending),
         ("timeline", "Timeline", "phase|at|detail", timeline),
         ("replays", "Replays", _REPLAY_HEAD, replays),
@@ -282,7 +375,9 @@ def _page(bundle: ReportBundle) -> _Page:
         ("regression", "Regression cases", "case|status|description|assertions", regression),
     ]
     sections = [
-        _Section(a, _t(t), h.split("|"), rows) for a, t, h, rows in spec if rows or a != "pending"
+        _Section(a, _t(t), h.split("|"), rows)
+        for a, t, h, rows in spec
+        if rows or a not in ("pending", "side-effects")
     ]
     sections.insert(-2, side_by_side)
     title = [("", "Incident"), ("code", report.incident_id), ("code", report.failure_signature)]
@@ -358,6 +453,7 @@ ul.rates{font-size:1.1em}.critical{color:#b00020;font-weight:600}
 .kind{display:inline-block;min-width:3.5em;color:#555;font-size:11px;text-transform:uppercase}
 tr.first-divergence td{background:#fff3c4}
 tr.first-divergence td:first-child{border-left:6px solid #e0a800}
+#side-by-side td:first-child code,#replays td:first-child code{white-space:nowrap;word-break:normal}
 """
 _TAGS = {"code": ("<code>", "</code>"), "strong": ("<strong>", "</strong>")}
 _TAGS |= {k: (f'<span class="{k}">', "</span>") for k in ("critical", "kind")}

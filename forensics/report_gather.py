@@ -6,6 +6,7 @@ import json
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from forensics.side_effect_truth import side_effect_truths
 from models import (
     AgentFailureType,
     EvidenceRef,
@@ -130,6 +131,7 @@ async def report_bundle(
             PendingTask(kind=p.kind.upper(), subject=p.side_effect_id, detail=p.detail)
             for p in view.pending
         ),
+        side_effects=await side_effect_truths(ledger, evidence_reader, run_id, view),
     )
 
 

@@ -21,6 +21,7 @@ show that a forbidden write would not have come later.
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
@@ -164,7 +165,11 @@ def _same(a: Any, b: Any) -> bool:
 
 
 def _short(value: Any) -> str:
-    text = repr(value)
+    # objects and lists as JSON (what the evidence is), never as Python dicts; scalars quoted
+    if isinstance(value, dict | list | tuple):
+        text = json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+    else:
+        text = repr(value)
     return text if len(text) <= _MAX_VALUE else text[: _MAX_VALUE - 1] + "…"
 
 

@@ -22,7 +22,14 @@ from models.replay import ReplayComparison
 from models.signatures import FailureClassification
 from models.trajectory import Trajectory
 
-__all__ = ["FailureSummary", "PendingTask", "ReportBundle", "TimelineEntry"]
+__all__ = [
+    "FailureSummary",
+    "PendingTask",
+    "ReportBundle",
+    "SideEffectStatusChange",
+    "SideEffectTruth",
+    "TimelineEntry",
+]
 
 
 class TimelineEntry(Record):
@@ -60,6 +67,35 @@ class PendingTask(Record):
     command: str | None = None
 
 
+class SideEffectStatusChange(Record):
+    """One recorded state of a side effect: the chained event that recorded it."""
+
+    status: str = Field(min_length=1)
+    sequence: int = Field(ge=1)
+    at: Instant
+
+
+class SideEffectTruth(Record):
+    """What really happened to one write of the source run — the first thing a report answers
+    ("did the refund happen?"): its status history from the chain, what reconciliation (or a
+    human) concluded and on what evidence, and the provider's receipt and request id."""
+
+    side_effect_id: Identifier
+    capability_id: str
+    step_id: str
+    status: str
+    #: whether it took effect: True / False once known, None while UNKNOWN
+    applied: bool | None = None
+    history: tuple[SideEffectStatusChange, ...] = ()
+    #: the reconciliation's result, e.g. ``RECONCILED applied`` or ``waiting for a human``
+    reconciliation: str | None = None
+    #: what the conclusion rests on (the reconciler's reason or the human's evidence)
+    evidence: str | None = None
+    provider_request_id: str | None = None
+    provider_receipt: str | None = None
+    idempotency_key: str | None = None
+
+
 class ReportBundle(HashedRecord):
     report: FailureForensicsReport
     #: the source run's behaviour; its ``run_id`` is the report's ``source_run_id``
@@ -76,6 +112,8 @@ class ReportBundle(HashedRecord):
     #: the full cases, when at hand (each listed in ``regression_case_ids``)
     regression_cases: tuple[RegressionCase, ...] = ()
     pending: tuple[PendingTask, ...] = ()
+    #: every write of the source run and what really happened to it (shown first)
+    side_effects: tuple[SideEffectTruth, ...] = ()
 
     @model_validator(mode="after")
     def _consistent(self) -> ReportBundle:

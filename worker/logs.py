@@ -7,13 +7,15 @@ import sys
 
 import structlog
 from structlog.typing import EventDict, WrappedLogger
-from temporalio import activity
 
 
 def add_temporal_context(_logger: WrappedLogger, _method: str, event_dict: EventDict) -> EventDict:
     """Inside an activity, name the workflow (replay or incident id: they are the workflow
     ids) and the activity, so every line of a replay's or an incident's work can be found."""
-    if activity.in_activity():
+    # not imported here: a process that never loaded temporalio is in no activity, and a
+    # command line that only prints help should not pay for importing it
+    activity = sys.modules.get("temporalio.activity")
+    if activity is not None and activity.in_activity():
         info = activity.info()
         event_dict.setdefault("workflow_id", info.workflow_id)
         event_dict.setdefault("activity", info.activity_type)

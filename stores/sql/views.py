@@ -58,3 +58,14 @@ class SqlRunViews:
         async with self.db.read() as conn:
             rows = (await conn.execute(query)).all()
         return [(int(row.sequence), _record(row.record)) for row in rows]
+
+
+async def run_labels(db: Database, run_ids: list[str]) -> dict[str, dict[str, str]]:
+    """Each run's labels (``RunRecord.labels``), for the runs named, in one query."""
+    if not run_ids:
+        return {}
+    r = schema.runs.c
+    query = select(r.run_id, r.record).where(r.run_id.in_(run_ids))
+    async with db.read() as conn:
+        rows = (await conn.execute(query)).all()
+    return {row.run_id: dict(_record(row.record).get("labels") or {}) for row in rows}

@@ -113,7 +113,7 @@ def test_incident_commands_end_to_end(home: Path, tmp_path: Path) -> None:
         ],
         home,
     )
-    assert empty.returncode == 2 and b"refused" in empty.stderr
+    assert empty.returncode == 2 and empty.stderr == b"replaybook: --root-cause must not be empty\n"
     ok(
         run(
             [

@@ -126,10 +126,15 @@ def test_replays_from_the_command_line(stack: tuple[Path, int]) -> None:
     assert described.returncode == 0, described.stderr
     assert "Replay" in described.stdout and "COMPLETED" in described.stdout.upper()
 
-    listed = json.loads(run(["runs", "list", "--json"], home).stdout)["runs"]
-    assert recorded["replay_id"] in {
-        r["run_id"] for r in listed
-    }  # the replay's trajectory is a verifiable run
+    # the replay's trajectory is a verifiable run, listed with its kind, not among the sources
+    listed = json.loads(run(["runs", "list", "--kind", "replay", "--json"], home).stdout)["runs"]
+    assert {r["kind"] for r in listed} == {"replay"}
+    assert recorded["replay_id"] in {r["run_id"] for r in listed}
+    sources = json.loads(run(["runs", "list", "--json"], home).stdout)["runs"]
+    assert run_id in {r["run_id"] for r in sources}
+    assert {r["kind"] for r in sources} == {"source"}
+    everything = json.loads(run(["runs", "list", "--all", "--json"], home).stdout)["runs"]
+    assert len(everything) == len(sources) + len(listed)
     assert run(["runs", "verify", recorded["replay_id"]], home).returncode == 0
 
 
@@ -145,3 +150,44 @@ def test_bad_replay_requests_exit_2(stack: tuple[Path, int]) -> None:
     assert cost.returncode == 2 and b"--max-cost must be a number" in cost.stderr
     unknown = run(["replay", "status", "replay-nope"], home)
     assert unknown.returncode == 2 and b"replay not found" in unknown.stderr
+
+
+def test_a_replay_of_a_tampered_run_fails_with_exit_1(stack: tuple[Path, int]) -> None:
+    """Issue 20's acceptance: `replay start RUN --mode recorded --wait` of a tampered run ends
+    FAILED, and so exits 1 (as does `replay status` of it), naming the sequence."""
+    import sqlite3
+
+    home, _ = stack
+    view = json_of(run(["agent", "run", "support-desk", "--scenario", "happy", "--json"], home))
+    with sqlite3.connect(home / "replaybook.db") as conn:
+        conn.execute(
+            "UPDATE execution_events SET payload_hash=? WHERE run_id=? AND sequence=3",
+            ("sha256:" + "0" * 64, view["run_id"]),
+        )
+    started = run(["replay", "start", view["run_id"], "--mode", "recorded", "--wait"], home)
+    assert started.returncode == 1, started.stdout.decode() + started.stderr.decode()
+    assert b"FAILED" in started.stdout and b"sequence 3" in started.stdout
+    assert b"Traceback" not in started.stderr
+    failed = json_of(
+        run(["replay", "start", view["run_id"], "--mode", "recorded", "--wait", "--json"], home), 1
+    )
+    assert failed["status"] == "FAILED"
+    assert run(["replay", "status", failed["replay_id"]], home).returncode == 1
+
+
+def test_a_running_replay_shows_its_progress(stack: tuple[Path, int]) -> None:
+    """`replay status --json` of a running --repeat replay: child replays done of the total
+    (and the source run's step count); the JSON stays pure (no progress bar off a terminal)."""
+    home, _ = stack
+    view = json_of(run(["agent", "run", "support-desk", "--scenario", "happy", "--json"], home))
+    started = json_of(
+        run(
+            ["replay", "start", view["run_id"], "--mode", "exact", "--repeat", "40", "--json"], home
+        )
+    )
+    status = json_of(run(["replay", "status", started["replay_id"], "--json"], home))
+    assert status["status"] in ("CREATED", "PREPARING", "RUNNING", "COMPARING"), status
+    progress = status["progress"]
+    assert progress["children_total"] == 40 and 0 <= progress["children_done"] <= 40
+    assert progress["steps_total"] == 6
+    assert run(["replay", "cancel", started["replay_id"]], home).returncode == 0
