@@ -206,6 +206,12 @@ def outcome_view(outcome: ReplayOutcome) -> dict[str, Any]:
         if comparison is None
         else {**comparison.model_dump(mode="json"), "critical": comparison.critical},
         "reproduced": outcome.reproduced,
+        # REPRODUCED | NOT_REPRODUCED | INCONCLUSIVE (null for a --repeat parent: see summary)
+        "verdict": outcome.verdict.value if outcome.verdict else None,
+        "inconclusive_reason": (
+            outcome.inconclusive_reason.value if outcome.inconclusive_reason else None
+        ),
+        "verdict_reason": outcome.verdict_reason,
         "writes_blocked": outcome.writes_blocked,
         "writes_executed": outcome.writes_executed,
         "fixture_misses": outcome.fixture_misses,
@@ -219,5 +225,10 @@ def outcome_view(outcome: ReplayOutcome) -> dict[str, Any]:
     }
     if outcome.summary is not None:
         view["summary"] = outcome.summary
-        view["children"] = list(outcome.children)
+        # each child with its verdict and what it drew from the request's one budget
+        view["children"] = (
+            [child.model_dump(mode="json") for child in outcome.child_results]
+            if outcome.child_results
+            else [{"replay_id": child} for child in outcome.children]
+        )
     return view

@@ -83,6 +83,11 @@ async def incident_status(incident_id: str, as_json: JsonOption = False) -> None
     for r in data["replays"]:
         typer.echo(
             f"  {r['label']:<16} {r['replay_id']}  {r['status']}  reproduced {r['reproduced']}/{r['runs']}"
+            + (
+                f"  inconclusive {r['inconclusive']}: not established"
+                if r.get("inconclusive")
+                else ""
+            )
         )
     for p in data["pending"]:
         typer.echo(f"  waiting: {p['detail']}")

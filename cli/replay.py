@@ -21,6 +21,7 @@ from models import ReplayMode
 from models.errors import InvalidInputError
 from models.replay_flow import ReplayOutcome
 from models.replay_plans import PlanFields
+from models.verdicts import summary_line
 
 app = typer.Typer()
 replay_app = typer.Typer(
@@ -158,11 +159,11 @@ def _print_outcome(view: dict[str, Any]) -> None:
     typer.echo(
         f"  writes blocked {view['writes_blocked']}, executed {view['writes_executed']}, fixture misses {view['fixture_misses']}"
     )
+    if view.get("verdict"):
+        why = f" ({view['verdict_reason']})" if view.get("verdict_reason") else ""
+        typer.echo(f"  verdict {view['verdict']}{why}")
     if "summary" in view:
-        s = view["summary"]
-        typer.echo(
-            f"  reproduced {s['reproduced']}/{s['runs']} (rate {s['rate']:.2f}, 95% CI {s['ci95'][0]:.2f}-{s['ci95'][1]:.2f})"
-        )
+        typer.echo(f"  {summary_line(view['summary'])}")
 
 
 @replay_app.command("status")

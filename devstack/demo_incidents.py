@@ -166,7 +166,10 @@ def _echo_replays(views: list[IncidentView], echo: Echo) -> None:
             f"    {view.incident_id}: signature {view.signature.signature if view.signature else '-'}"
         )
         for r in view.replays:
-            echo(f"      {r.label:<12} reproduced {r.reproduced}/{r.runs}  95% CI {r.ci95}")
+            echo(
+                f"      {r.label:<12} reproduced {r.reproduced}/{r.conclusive_runs}  95% CI {r.ci95}"
+                + (f"  inconclusive {r.inconclusive}" if r.inconclusive else "")
+            )
         for s in view.side_effects:
             echo(
                 f"      side effect {s.side_effect_id} {s.capability_id}: {s.status} (applied={s.applied})"

@@ -79,11 +79,26 @@ class IncidentReplay(Record):
     status: str
     confidence: ReplayConfidence = ReplayConfidence.LIMITED
     reproduced: int | None = None
+    #: every run, conclusive or not (``rate`` and ``ci95`` are over the conclusive ones only)
     runs: int | None = None
     rate: float | None = None
     ci95: tuple[float, float] | None = None
     critical: bool = False
     first_divergent_step: str | None = None
+    not_reproduced: int | None = None
+    #: runs that stopped before their end (fixture miss, budget, sandbox, step error)
+    inconclusive: int = 0
+    inconclusive_reasons: dict[str, int] = Field(default_factory=dict)
+
+    @property
+    def conclusive_runs(self) -> int:
+        return max((self.runs or 0) - self.inconclusive, 0)
+
+    @property
+    def established(self) -> bool:
+        """Whether its rate says something: at least one conclusive run and none inconclusive
+        (a counterfactual with inconclusive runs is "not established")."""
+        return self.conclusive_runs > 0 and self.inconclusive == 0
 
 
 class ReconcileOutcome(Record):

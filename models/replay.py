@@ -93,6 +93,9 @@ class ReplayResult(Record):
     reproduced: int | None = Field(default=None, ge=0)
     runs: int | None = Field(default=None, ge=1)
     rate: float | None = Field(default=None, ge=0.0, le=1.0)
+    #: runs that stopped before their end; ``reproduced``/``rate`` are over the others only
+    inconclusive: int = Field(default=0, ge=0)
+    inconclusive_reasons: dict[str, int] = Field(default_factory=dict)
     #: how its steps were isolated (``bubblewrap``, ``none (dev flag)``, or both when steps ran
     #: on differently configured workers); None when the replay did not record it
     isolation: str | None = None

@@ -6,7 +6,14 @@ from pydantic import Field, JsonValue
 
 from models.base import Instant, Record
 from models.budget import BudgetUsage
-from models.enums import FixtureMissPolicy, ReplayConfidence, ReplayMode, ReplayStatus
+from models.enums import (
+    FixtureMissPolicy,
+    InconclusiveReason,
+    ReplayConfidence,
+    ReplayMode,
+    ReplayStatus,
+    ReplayVerdict,
+)
 from models.replay import ReplayBudget, ReplayComparison
 
 
@@ -106,6 +113,18 @@ class ComparisonResult(Record):
     reproduced: bool
 
 
+class ChildResult(Record):
+    """One child of a ``--repeat`` replay as its parent reports it."""
+
+    replay_id: str
+    status: ReplayStatus
+    verdict: ReplayVerdict | None = None
+    inconclusive_reason: InconclusiveReason | None = None
+    verdict_reason: str | None = None
+    reproduced: bool | None = None
+    budget_used: BudgetUsage = BudgetUsage()
+
+
 class ReplayOutcome(Record):
     replay_id: str
     source_run_id: str
@@ -128,6 +147,13 @@ class ReplayOutcome(Record):
     summary: dict[str, JsonValue] | None = None
     #: the isolation the steps ran under (see ``merge_isolation``); None when no step ran
     isolation: str | None = None
+    #: REPRODUCED, NOT_REPRODUCED or INCONCLUSIVE (with the reason); None for a ``--repeat``
+    #: parent (its summary counts the children's) and in histories from before verdicts
+    verdict: ReplayVerdict | None = None
+    inconclusive_reason: InconclusiveReason | None = None
+    verdict_reason: str | None = None
+    #: with --repeat: each child's verdict and budget use
+    child_results: tuple[ChildResult, ...] = ()
 
 
 class ResumePoint(Record):

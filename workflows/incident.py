@@ -18,7 +18,7 @@ from temporalio.exceptions import ActivityError, ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
     from activities.incident import IncidentActivities
-    from models import ReplayStatus
+    from models import ReplayConfidence
     from models.incident_flow import (
         Counterfactual,
         IncidentPhase,
@@ -34,6 +34,7 @@ with workflow.unsafe.imports_passed_through():
     from models.queues import CONTROL_QUEUE
     from models.replay_flow import ReplayOutcome, ReplayWorkflowInput
     from models.replay_plans import plan_for_candidates
+    from models.verdicts import outcome_summary
     from workflows.replay import ReplayWorkflow
 
 INCIDENT_ID = SearchAttributeKey.for_keyword("IncidentId")
@@ -145,6 +146,12 @@ class IncidentWorkflow:
         unknown = cited - known
         if unknown:
             raise ValueError(f"not replays of this incident: {', '.join(sorted(unknown))}")
+        for replay in self._view.replays:
+            if replay.replay_id in cited and replay.runs and not replay.conclusive_runs:
+                raise ValueError(
+                    f"replay {replay.replay_id} ({replay.label}) has no conclusive run "
+                    f"({replay.inconclusive} inconclusive): it cannot support a root cause"
+                )
 
     # the lifecycle ----------------------------------------------------------------------------
 
@@ -321,30 +328,16 @@ class IncidentWorkflow:
         outcomes: list[ReplayOutcome] = await asyncio.gather(*(h for _, h in handles))
         replays = list(self._current.replays)
         for (label, _), outcome in zip(handles, outcomes, strict=True):
-            summary = outcome.summary or {}
-            comparison = outcome.comparison
-            ci = summary.get("ci95")
-            replays.append(
-                IncidentReplay(
-                    replay_id=outcome.replay_id,
-                    label=label,
-                    mode=outcome.mode,
-                    status=outcome.status.value,
-                    confidence=outcome.confidence,
-                    reproduced=summary.get(
-                        "reproduced",
-                        1 if outcome.reproduced else 0 if outcome.reproduced is not None else None,
-                    ),
-                    runs=summary.get(
-                        "runs", 1 if outcome.status is ReplayStatus.COMPLETED else None
-                    ),
-                    rate=summary.get("rate"),
-                    ci95=(ci[0], ci[1]) if isinstance(ci, list | tuple) else None,
-                    critical=bool(comparison and comparison.critical),
-                    first_divergent_step=comparison.first_divergent_step if comparison else None,
-                )
-            )
+            replays.append(_incident_replay(label, outcome))
         self._update(replays=tuple(replays))
+        if workflow.patched("incident-verdict-memo"):
+            # the inconclusive count where Temporal shows the incident (describe, Web UI)
+            workflow.upsert_memo(
+                {
+                    "inconclusive": sum(r.inconclusive for r in replays),
+                    "replays": len(replays),
+                }
+            )
         await self._save()
 
     # bookkeeping ----------------------------------------------------------------------------
@@ -378,6 +371,31 @@ class IncidentWorkflow:
             start_to_close_timeout=SHORT,
             retry_policy=RETRY,
         )
+
+
+def _incident_replay(label: str, outcome: ReplayOutcome) -> IncidentReplay:
+    """One replay as the incident shows it: its verdict counts, rate and interval over the
+    conclusive runs; LIMITED when any run was inconclusive (issue 16)."""
+    summary = outcome_summary(outcome)
+    comparison = outcome.comparison
+    ci = summary.get("ci95")
+    inconclusive = int(summary.get("inconclusive") or 0)
+    return IncidentReplay(
+        replay_id=outcome.replay_id,
+        label=label,
+        mode=outcome.mode,
+        status=outcome.status.value,
+        confidence=ReplayConfidence.LIMITED if inconclusive else outcome.confidence,
+        reproduced=summary.get("reproduced"),
+        not_reproduced=summary.get("not_reproduced"),
+        inconclusive=inconclusive,
+        inconclusive_reasons=dict(summary.get("inconclusive_reasons") or {}),
+        runs=summary.get("runs"),
+        rate=summary.get("rate"),
+        ci95=(ci[0], ci[1]) if isinstance(ci, list | tuple) else None,
+        critical=bool(comparison and comparison.critical),
+        first_divergent_step=comparison.first_divergent_step if comparison else None,
+    )
 
 
 def _resolution_tasks(

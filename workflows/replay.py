@@ -15,7 +15,12 @@ from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy, SearchAttributeKey
-from temporalio.exceptions import ActivityError, CancelledError, ChildWorkflowError
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    CancelledError,
+    ChildWorkflowError,
+)
 
 with workflow.unsafe.imports_passed_through():
     from activities.replay import ReplayActivities
@@ -23,6 +28,7 @@ with workflow.unsafe.imports_passed_through():
     from models.budget import BudgetUsage, exhausted
     from models.queues import CONTROL_QUEUE, REPLAY_QUEUE
     from models.replay_flow import (
+        ChildResult,
         PreparedReplay,
         ReplayOutcome,
         ReplayPlan,
@@ -33,7 +39,13 @@ with workflow.unsafe.imports_passed_through():
         StepOutput,
         merge_isolation,
     )
-    from models.statistics import reproduction_summary
+    from models.verdicts import (
+        Verdict,
+        failure_verdict,
+        outcome_verdict,
+        stop_verdict,
+        verdict_summary,
+    )
 
 REPLAY_STATUS = SearchAttributeKey.for_keyword("ReplayStatus")
 SOURCE_RUN_ID = SearchAttributeKey.for_keyword("SourceRunId")
@@ -132,9 +144,12 @@ class ReplayWorkflow:
             retry_policy=RETRY,
         )
         if not prepared.ok:
-            self._set(ReplayStatus.FAILED, reason="; ".join(prepared.problems))
+            reason = "; ".join(prepared.problems)
+            self._set(ReplayStatus.FAILED, reason=reason)
+            verdict = failure_verdict(None, reason, preparing=True)
+            self._memo_verdicts([verdict])
             return self._outcome(
-                plan, ReplayStatus.FAILED, prepared, reason="; ".join(prepared.problems)
+                plan, ReplayStatus.FAILED, prepared, reason=reason, verdict=verdict
             )
         return ResumePoint(
             prepared=prepared,
@@ -208,6 +223,9 @@ class ReplayWorkflow:
             raise asyncio.CancelledError() from exc
         reason = f"step {resume.step_id} failed: {exc.cause or exc}"
         self._set(ReplayStatus.FAILED, reason=reason)
+        error_type = exc.cause.type if isinstance(exc.cause, ApplicationError) else None
+        verdict = failure_verdict(error_type, reason)
+        self._memo_verdicts([verdict])
         if workflow.patched("close-failed-replay-run"):
             # the replay's run is marked FAILED and the failure counted (metrics)
             with contextlib.suppress(ActivityError):
@@ -218,7 +236,12 @@ class ReplayWorkflow:
                     retry_policy=RETRY,
                 )
         return self._outcome(
-            plan, ReplayStatus.FAILED, resume.prepared, resume=resume, reason=reason
+            plan,
+            ReplayStatus.FAILED,
+            resume.prepared,
+            resume=resume,
+            reason=reason,
+            verdict=verdict,
         )
 
     async def _compare(
@@ -241,13 +264,21 @@ class ReplayWorkflow:
             retry_policy=RETRY,
         )
         self._set(ReplayStatus.COMPLETED)
+        # a replay that stopped before its end showed nothing either way (issue 16)
+        verdict = stop_verdict(stopped, result.reproduced)
+        self._memo_verdicts([verdict])
         outcome = self._outcome(
-            plan, ReplayStatus.COMPLETED, resume.prepared, resume=resume, reason=stopped
+            plan,
+            ReplayStatus.COMPLETED,
+            resume.prepared,
+            resume=resume,
+            reason=stopped,
+            verdict=verdict,
         )
         outcome = outcome.model_copy(
             update={
                 "comparison": result.comparison,
-                "reproduced": result.reproduced,
+                "reproduced": result.reproduced if verdict.conclusive else None,
                 "partial": stopped is not None,
             }
         )
@@ -267,13 +298,16 @@ class ReplayWorkflow:
         *,
         resume: ResumePoint | None = None,
         reason: str | None = None,
+        verdict: Verdict | None = None,
     ) -> ReplayOutcome:
+        conclusive = verdict is None or verdict.conclusive
         return ReplayOutcome(
             replay_id=plan.replay_id,
             source_run_id=plan.source_run_id,
             mode=plan.mode,
             status=status,
-            confidence=prepared.confidence,
+            # an inconclusive replay establishes nothing at full confidence
+            confidence=prepared.confidence if conclusive else ReplayConfidence.LIMITED,
             completeness=f"{prepared.completeness_score}/{prepared.completeness_total}"
             + (
                 f" (missing: {', '.join(prepared.missing_evidence)})"
@@ -287,7 +321,22 @@ class ReplayWorkflow:
             reason=reason,
             simulation=plan.simulation,
             isolation=resume.isolation if resume else None,
+            verdict=verdict.verdict if verdict else None,
+            inconclusive_reason=verdict.inconclusive_reason if verdict else None,
+            verdict_reason=verdict.reason if verdict else None,
         )
+
+    def _memo_verdicts(self, verdicts: list[Verdict]) -> None:
+        """The verdict counts in the workflow's memo (visible in ``temporal workflow describe``
+        and the Web UI), so an inconclusive replay is never read as "not reproduced"."""
+        if workflow.patched("replay-verdict-memo"):
+            summary = verdict_summary(verdicts)
+            workflow.upsert_memo(
+                {
+                    key: summary[key]
+                    for key in ("reproduced", "not_reproduced", "inconclusive", "runs")
+                }
+            )
 
     async def _repeat(self, plan: ReplayPlan) -> ReplayOutcome:
         self._set(ReplayStatus.RUNNING)
@@ -319,29 +368,36 @@ class ReplayWorkflow:
                 self._set(ReplayStatus.FAILED, reason=str(exc))
                 raise
             self._progress = self._progress.model_copy(update={"steps_executed": len(outcomes)})
+        return self._summarized(plan, outcomes)
+
+    def _summarized(self, plan: ReplayPlan, outcomes: list[ReplayOutcome]) -> ReplayOutcome:
+        """The parent's outcome: the children's verdicts counted (rate and interval over the
+        conclusive ones), their use of the one budget summed."""
         self._set(ReplayStatus.COMPARING)
-        valid = [
-            o for o in outcomes if o.status is ReplayStatus.COMPLETED and o.reproduced is not None
-        ]
-        reproduced = sum(1 for o in valid if o.reproduced)
-        summary = reproduction_summary(reproduced, len(valid)) if valid else None
+        verdicts = [outcome_verdict(o) for o in outcomes]
+        summary = verdict_summary(verdicts)
+        self._memo_verdicts(verdicts)
+        ran = [o for o in outcomes if o.status is ReplayStatus.COMPLETED]
+        conclusive = [o for o, v in zip(outcomes, verdicts, strict=True) if v.conclusive]
         self._set(ReplayStatus.COMPLETED)
-        first = valid[0] if valid else outcomes[0]
+        first = (conclusive or ran or outcomes)[0]
         confidence = (
             ReplayConfidence.FULL
             if all(o.confidence is ReplayConfidence.FULL for o in outcomes)
+            and summary["inconclusive"] == 0
             else ReplayConfidence.LIMITED
         )
         return ReplayOutcome(
             replay_id=plan.replay_id,
             source_run_id=plan.source_run_id,
             mode=plan.mode,
-            status=ReplayStatus.COMPLETED if valid else ReplayStatus.FAILED,
+            status=ReplayStatus.COMPLETED if ran else ReplayStatus.FAILED,
             confidence=confidence,
             completeness=first.completeness,
             comparison=first.comparison,
             reproduced=None,
             writes_blocked=sum(o.writes_blocked for o in outcomes),
+            writes_executed=sum(o.writes_executed for o in outcomes),
             fixture_misses=sum(o.fixture_misses for o in outcomes),
             steps_executed=sum(o.steps_executed for o in outcomes),
             budget_used=_total_usage(outcomes),
@@ -350,6 +406,18 @@ class ReplayWorkflow:
             children=tuple(o.replay_id for o in outcomes),
             summary=summary,
             isolation=functools.reduce(merge_isolation, (o.isolation for o in outcomes), None),
+            child_results=tuple(
+                ChildResult(
+                    replay_id=o.replay_id,
+                    status=o.status,
+                    verdict=v.verdict,
+                    inconclusive_reason=v.inconclusive_reason,
+                    verdict_reason=v.reason,
+                    reproduced=o.reproduced,
+                    budget_used=o.budget_used,
+                )
+                for o, v in zip(outcomes, verdicts, strict=True)
+            ),
         )
 
 

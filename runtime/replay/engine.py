@@ -564,6 +564,13 @@ async def _execute_step(
     state_ref = step.state_ref
     try:
         result = await graph.steps[step.step_id](env, state, source.agent_input)
+    except FixtureMissError as exc:
+        # the verdict names where and for what (issue 16): "fixture miss at step S for …"
+        capability = exc.capability_id or "unknown"
+        stopped = (
+            f"FixtureMissError: fixture miss at step {step.step_id} "
+            f"for capability {capability}: {exc}"
+        )
     except STOPPING_ERRORS as exc:
         stopped = f"{type(exc).__name__}: {exc}"
     else:

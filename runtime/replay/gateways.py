@@ -111,7 +111,8 @@ class RecordedModelProvider:
         if index >= len(self.source.model_responses):
             raise FixtureMissError(
                 f"the source run recorded {len(self.source.model_responses)} model calls; the replay "
-                f"asked for call {index + 1}"
+                f"asked for call {index + 1}",
+                capability_id="model",
             )
         self.positions.model_calls += 1
         return self.source.model_responses[index]
@@ -192,8 +193,9 @@ class ReplayToolGateway:
         if used < len(recorded):
             self.positions.fixtures[rhash] = used + 1
             return recorded[used]
-        # a request seen more often than recorded gets the last recorded answer again
-        return recorded[-1] if recorded else None
+        # consumed, not reused: the (k+1)-th identical request when k were recorded is a miss
+        # (the miss policy decides), never the last recorded answer again
+        return None
 
     async def call(
         self,
@@ -278,7 +280,8 @@ class ReplayToolGateway:
                 started,
             )
         raise FixtureMissError(
-            f"no recorded fixture for {capability_id} request {rhash} (fixture miss policy FAIL)"
+            f"no recorded fixture for {capability_id} request {rhash} (fixture miss policy FAIL)",
+            capability_id=capability_id,
         )
 
     async def _blocked_write(

@@ -91,10 +91,42 @@ async def test_prompt_v18_counterfactual_does_not_reproduce_and_exact_does_at_th
     assert len(swap.children) == 50
 
     exact = await stack.replay(plan(run_id, ReplayMode.EXACT, repeat=50, sampling_seed=7))
-    low, high = exact.summary["ci95"]
-    assert low <= 0.8 <= high  # the scripted model looks up by phone 80% of the time
+    # the scripted model looks up by phone 80% of the time; the other lookups miss their
+    # fixture (policy FAIL) and are inconclusive, not "not reproduced" (issue 16)
     assert 30 <= exact.summary["reproduced"] <= 48
+    assert exact.summary["inconclusive"] == 50 - exact.summary["reproduced"]
+    assert exact.summary["rate"] == 1.0 and exact.confidence.value == "LIMITED"
     assert await write_calls(stack) == before
+
+
+async def test_a_prompt_swap_stopped_by_fixture_misses_is_inconclusive_not_fixed(
+    replay_stack,
+) -> None:  # type: ignore[no-untyped-def]
+    stack = replay_stack
+    run_id = await _wrong_customer_run(stack)
+    failing = await stack.replay(
+        plan(run_id, ReplayMode.PROMPT_SWAP, prompt_version="v18", repeat=5)
+    )
+    summary = failing.summary
+    assert summary["inconclusive"] == 5 and summary["rate"] is None and summary["ci95"] is None
+    assert summary["inconclusive_reasons"] == {"FIXTURE_MISS": 5}
+    assert failing.confidence.value == "LIMITED"
+    for child in failing.child_results:
+        assert child.verdict.value == "INCONCLUSIVE"
+        assert child.inconclusive_reason.value == "FIXTURE_MISS"
+        assert "fixture miss at step" in child.verdict_reason and "for capability" in (
+            child.verdict_reason
+        )
+    live = await stack.replay(
+        plan(
+            run_id,
+            ReplayMode.PROMPT_SWAP,
+            prompt_version="v18",
+            repeat=5,
+            miss_policy=FixtureMissPolicy.SANDBOX_LIVE,
+        )
+    )
+    assert live.summary["not_reproduced"] >= 4 and live.summary["inconclusive"] == 0
 
 
 async def test_fork_executes_only_the_steps_after_the_fork(replay_stack) -> None:  # type: ignore[no-untyped-def]
@@ -135,6 +167,8 @@ async def test_budget_ends_a_replay_with_a_partial_result(replay_stack) -> None:
     assert "max_model_calls 1" in outcome.reason
     assert outcome.budget_used.model_calls == 1
     assert not outcome.comparison.same_outcome
+    assert outcome.verdict.value == "INCONCLUSIVE" and outcome.inconclusive_reason.value == "BUDGET"
+    assert outcome.reproduced is None
 
 
 async def test_cancel_ends_in_canceled(replay_stack) -> None:  # type: ignore[no-untyped-def]
