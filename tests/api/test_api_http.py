@@ -235,9 +235,7 @@ async def test_tokens_are_configured_not_hard_coded(tmp_path: Path) -> None:
         api_config({})
     assert api_config({"REPLAYBOOK_API_INSECURE_DEV": "1"}).insecure_dev
     with pytest.raises(ConfigurationError, match="REPLAYBOOK_API_MAX_BODY_BYTES"):
-        api_config(
-            {"REPLAYBOOK_API_INSECURE_DEV": "1", "REPLAYBOOK_API_MAX_BODY_BYTES": "x"}
-        )
+        api_config({"REPLAYBOOK_API_INSECURE_DEV": "1", "REPLAYBOOK_API_MAX_BODY_BYTES": "x"})
 
 
 async def test_the_insecure_dev_flag_opens_the_api_as_admin(
