@@ -100,6 +100,8 @@ class IncidentCreate(Body):
     repeat: int = Field(default=20, ge=1, le=1000)
     fixture_miss_policy: FixtureMissPolicy = FixtureMissPolicy.FAIL
     retention_days: int = Field(default=730, ge=1, le=36_500)
+    #: one budget shared by every replay of the incident (fields as for replays)
+    budget: Budget = Budget()
 
 
 class IncidentAccepted(Body):

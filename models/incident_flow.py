@@ -9,6 +9,7 @@ from pydantic import Field
 
 from models.base import Instant, Record
 from models.enums import FixtureMissPolicy, ReplayConfidence, ReplayMode
+from models.replay import ReplayBudget
 from models.replay_plans import candidate_mode
 
 
@@ -47,6 +48,9 @@ class IncidentRequest(Record):
     repeat: int = Field(default=20, ge=1, le=1000)
     miss_policy: FixtureMissPolicy = FixtureMissPolicy.FAIL
     retention_days: int = Field(default=730, ge=1)
+    #: one budget for every replay of the incident (exact and counterfactuals, all repeats);
+    #: no limit unless given
+    budget: ReplayBudget = ReplayBudget()
 
 
 class SideEffectResolution(Record):

@@ -10,7 +10,7 @@ Nothing here guesses a root cause (rule 18).
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy, SearchAttributeKey
@@ -19,6 +19,7 @@ from temporalio.exceptions import ActivityError, ChildWorkflowError
 with workflow.unsafe.imports_passed_through():
     from activities.incident import IncidentActivities
     from models import ReplayConfidence
+    from models.budget import BudgetUsage, remaining, shares
     from models.incident_flow import (
         Counterfactual,
         IncidentPhase,
@@ -32,6 +33,7 @@ with workflow.unsafe.imports_passed_through():
         TimelineEntry,
     )
     from models.queues import CONTROL_QUEUE
+    from models.replay import ReplayBudget
     from models.replay_flow import ReplayOutcome, ReplayWorkflowInput
     from models.replay_plans import plan_for_candidates
     from models.verdicts import outcome_summary
@@ -60,6 +62,9 @@ class IncidentWorkflow:
     def __init__(self) -> None:
         self._view: IncidentView | None = None
         self._confirmation: RootCauseConfirmation | None = None
+        #: what the incident's replays have spent of its one budget, and since when
+        self._spent = BudgetUsage()
+        self._replaying_since: datetime | None = None
 
     # queries and updates ------------------------------------------------------------------
 
@@ -304,6 +309,7 @@ class IncidentWorkflow:
         self, request: IncidentRequest, counterfactuals: list[Counterfactual | None]
     ) -> None:
         handles = []
+        allotments = self._allotments(request, len(counterfactuals))
         for index, cf in enumerate(counterfactuals):
             suffix = "exact" if cf is None else f"cf{index + 1}"
             plan = plan_for_candidates(
@@ -314,6 +320,8 @@ class IncidentWorkflow:
                 miss=request.miss_policy,
                 repeat=request.repeat,
             )
+            if allotments is not None:
+                plan = plan.model_copy(update={"budget": allotments[index]})
             handles.append(
                 (
                     cf.label if cf else "exact",
@@ -329,6 +337,9 @@ class IncidentWorkflow:
         replays = list(self._current.replays)
         for (label, _), outcome in zip(handles, outcomes, strict=True):
             replays.append(_incident_replay(label, outcome))
+            self._spent = self._spent.plus(
+                outcome.budget_used.model_copy(update={"duration_seconds": 0.0})
+            )
         self._update(replays=tuple(replays))
         if workflow.patched("incident-verdict-memo"):
             # the inconclusive count where Temporal shows the incident (describe, Web UI)
@@ -339,6 +350,19 @@ class IncidentWorkflow:
                 }
             )
         await self._save()
+
+    def _allotments(self, request: IncidentRequest, n: int) -> list[ReplayBudget] | None:
+        """Each of the ``n`` replays about to start gets an equal share of what is left of the
+        incident's one budget (time from the first replay on); None without a budget (and
+        in histories from before incident budgets)."""
+        budget = request.budget
+        if budget == ReplayBudget() or not n or not workflow.patched("incident-shared-budget"):
+            return None
+        if self._replaying_since is None:
+            self._replaying_since = workflow.now()
+        elapsed = (workflow.now() - self._replaying_since).total_seconds()
+        left = remaining(budget, self._spent.model_copy(update={"duration_seconds": elapsed}))
+        return shares(left, n)
 
     # bookkeeping ----------------------------------------------------------------------------
 

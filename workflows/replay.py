@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy, SearchAttributeKey
@@ -25,8 +25,18 @@ from temporalio.exceptions import (
 with workflow.unsafe.imports_passed_through():
     from activities.replay import ReplayActivities
     from models import ReplayConfidence, ReplayStatus
-    from models.budget import BudgetUsage, exhausted
+    from models.budget import (
+        BudgetUsage,
+        exhausted,
+        fitting,
+        limited,
+        peak,
+        remaining,
+        shares,
+        spent,
+    )
     from models.queues import CONTROL_QUEUE, REPLAY_QUEUE
+    from models.replay import ReplayBudget
     from models.replay_flow import (
         ChildResult,
         PreparedReplay,
@@ -172,7 +182,12 @@ class ReplayWorkflow:
         while resume.step_id is not None and stopped is None:
             elapsed = (workflow.now() - resume.started_at).total_seconds()
             used = resume.usage.model_copy(update={"duration_seconds": elapsed})
-            reason = exhausted(plan.budget, used)
+            checked = plan.budget
+            if workflow.patched("budget-at-the-call"):
+                # calls, tokens and cost are refused at the model call itself, before it is
+                # made (a step that calls no model needs none); time is checked here
+                checked = ReplayBudget(max_duration=plan.budget.max_duration)
+            reason = exhausted(checked, used)
             if reason is not None:
                 stopped = f"budget: {reason}"
                 break
@@ -317,7 +332,16 @@ class ReplayWorkflow:
             writes_blocked=resume.writes_blocked if resume else 0,
             fixture_misses=resume.fixture_misses if resume else 0,
             steps_executed=resume.steps_executed if resume else 0,
-            budget_used=resume.usage if resume else BudgetUsage(),
+            # the real time the replay took, not a counter nothing sets
+            budget_used=(
+                resume.usage.model_copy(
+                    update={
+                        "duration_seconds": (workflow.now() - resume.started_at).total_seconds()
+                    }
+                )
+                if resume
+                else BudgetUsage()
+            ),
             reason=reason,
             simulation=plan.simulation,
             isolation=resume.isolation if resume else None,
@@ -350,27 +374,74 @@ class ReplayWorkflow:
             )
             for i in range(plan.repeat)
         ]
-        outcomes: list[ReplayOutcome] = []
-        for start in range(0, len(children), REPEAT_CONCURRENCY):
-            batch = children[start : start + REPEAT_CONCURRENCY]
-            handles = [
-                workflow.execute_child_workflow(
-                    ReplayWorkflow.run,
-                    ReplayWorkflowInput(plan=child),
-                    id=child.replay_id,
-                    task_queue=CONTROL_QUEUE,
-                )
-                for child in batch
-            ]
-            try:
-                outcomes.extend(await asyncio.gather(*handles))
-            except ChildWorkflowError as exc:
-                self._set(ReplayStatus.FAILED, reason=str(exc))
-                raise
-            self._progress = self._progress.model_copy(update={"steps_executed": len(outcomes)})
-        return self._summarized(plan, outcomes)
+        started_at = workflow.now()
+        budget = plan.budget
+        if workflow.patched("repeat-shared-budget") and (
+            limited(budget) or budget.max_duration is not None
+        ):
+            # one budget for the whole request: each child draws an allotment of what is left
+            outcomes = await self._children_within_budget(plan, children, started_at)
+        else:
+            outcomes = []
+            for start in range(0, len(children), REPEAT_CONCURRENCY):
+                outcomes += await self._children(children[start : start + REPEAT_CONCURRENCY])
+        return self._summarized(plan, outcomes, started_at)
 
-    def _summarized(self, plan: ReplayPlan, outcomes: list[ReplayOutcome]) -> ReplayOutcome:
+    async def _children(self, batch: list[ReplayPlan]) -> list[ReplayOutcome]:
+        """Run ``batch`` as child replays at once; a child failing for good fails the parent."""
+        handles = [
+            workflow.execute_child_workflow(
+                ReplayWorkflow.run,
+                ReplayWorkflowInput(plan=child),
+                id=child.replay_id,
+                task_queue=CONTROL_QUEUE,
+            )
+            for child in batch
+        ]
+        try:
+            outcomes: list[ReplayOutcome] = list(await asyncio.gather(*handles))
+        except ChildWorkflowError as exc:
+            self._set(ReplayStatus.FAILED, reason=str(exc))
+            raise
+        done = self._progress.steps_executed + len(outcomes)
+        self._progress = self._progress.model_copy(update={"steps_executed": done})
+        return outcomes
+
+    async def _children_within_budget(
+        self, plan: ReplayPlan, children: list[ReplayPlan], started_at: datetime
+    ) -> list[ReplayOutcome]:
+        """Run the children so that together they stay within the request's one budget.
+
+        Deterministic: the allotments are computed here from the children's reported usage,
+        never from shared mutable state. The first child runs alone with everything left (what
+        one child needs is not known yet); then as many children as the rest fits, at most
+        ``REPEAT_CONCURRENCY``, each with an equal share (the sum never exceeds what is left).
+        Children left when the budget is spent are not started: INCONCLUSIVE, reason BUDGET."""
+        outcomes: list[ReplayOutcome] = []
+        pending = list(children)
+        while pending:
+            elapsed = (workflow.now() - started_at).total_seconds()
+            used = _total_usage(outcomes).model_copy(update={"duration_seconds": elapsed})
+            left = remaining(plan.budget, used)
+            if spent(left):
+                outcomes += [_not_started(child, plan.budget, used) for child in pending]
+                break
+            size = REPEAT_CONCURRENCY
+            if limited(plan.budget):
+                fits = fitting(left, peak([o.budget_used for o in outcomes])) if outcomes else 1
+                size = REPEAT_CONCURRENCY if fits is None else max(fits, 1)
+            size = min(size, len(pending), REPEAT_CONCURRENCY)
+            batch = [
+                child.model_copy(update={"budget": share})
+                for child, share in zip(pending[:size], shares(left, size), strict=True)
+            ]
+            pending = pending[size:]
+            outcomes += await self._children(batch)
+        return outcomes
+
+    def _summarized(
+        self, plan: ReplayPlan, outcomes: list[ReplayOutcome], started_at: datetime
+    ) -> ReplayOutcome:
         """The parent's outcome: the children's verdicts counted (rate and interval over the
         conclusive ones), their use of the one budget summed."""
         self._set(ReplayStatus.COMPARING)
@@ -400,7 +471,10 @@ class ReplayWorkflow:
             writes_executed=sum(o.writes_executed for o in outcomes),
             fixture_misses=sum(o.fixture_misses for o in outcomes),
             steps_executed=sum(o.steps_executed for o in outcomes),
-            budget_used=_total_usage(outcomes),
+            # the children's spend, and the real time the whole request took
+            budget_used=_total_usage(outcomes).model_copy(
+                update={"duration_seconds": (workflow.now() - started_at).total_seconds()}
+            ),
             partial=any(o.partial for o in outcomes),
             simulation=plan.simulation,
             children=tuple(o.replay_id for o in outcomes),
@@ -419,6 +493,23 @@ class ReplayWorkflow:
                 for o, v in zip(outcomes, verdicts, strict=True)
             ),
         )
+
+
+def _not_started(child: ReplayPlan, budget: ReplayBudget, used: BudgetUsage) -> ReplayOutcome:
+    """A child the request's budget left no room for: never started, INCONCLUSIVE (BUDGET)."""
+    reason = f"budget: {exhausted(budget, used) or 'spent'} before this child started"
+    verdict = stop_verdict(reason, False)
+    return ReplayOutcome(
+        replay_id=child.replay_id,
+        source_run_id=child.source_run_id,
+        mode=child.mode,
+        status=ReplayStatus.CANCELED,
+        reason=reason,
+        simulation=child.simulation,
+        verdict=verdict.verdict,
+        inconclusive_reason=verdict.inconclusive_reason,
+        verdict_reason=verdict.reason,
+    )
 
 
 def _advanced(resume: ResumePoint, out: StepOutput) -> ResumePoint:

@@ -171,6 +171,21 @@ async def test_budget_ends_a_replay_with_a_partial_result(replay_stack) -> None:
     assert outcome.reproduced is None
 
 
+async def test_repeats_share_one_budget(replay_stack) -> None:  # type: ignore[no-untyped-def]
+    stack = replay_stack
+    run_id = await _wrong_customer_run(stack)
+    outcome = await stack.replay(
+        plan(run_id, ReplayMode.EXACT, repeat=5, budget=ReplayBudget(max_model_calls=3))
+    )
+    children = outcome.child_results
+    assert len(children) == 5
+    assert sum(c.budget_used.model_calls for c in children) <= 3
+    assert outcome.budget_used.model_calls <= 3 and outcome.budget_used.duration_seconds > 0
+    # the first child runs alone with all 3 calls (it uses 2, or 1 when its lookup misses
+    # a fixture); what is left cannot carry the other four to their end
+    assert outcome.summary["inconclusive_reasons"].get("BUDGET", 0) >= 3
+
+
 async def test_cancel_ends_in_canceled(replay_stack) -> None:  # type: ignore[no-untyped-def]
     stack = replay_stack
     source = await record_synthetic_run(stack.stores.ledger, stack.stores.artifacts, 200)
