@@ -58,6 +58,8 @@ class ReplayCreate(Body):
     mode: ReplayMode
     candidate_prompt_version: str | None = Version()
     candidate_model: str | None = Version()
+    #: replays with this model when the recorded one is not configured (in the manifest)
+    substitute_model: str | None = Version()
     start_from_step: str | None = Version()
     policy_version: str | None = Version()
     retriever_version: str | None = Version()

@@ -48,6 +48,7 @@ def new_plan(
     miss: FixtureMissPolicy = FixtureMissPolicy.FAIL,
     simulation: bool = False,
     fields: PlanFields = PLAN_FIELDS,
+    substitute_model: str | None = None,
 ) -> ReplayPlan:
     """A plan for a new replay: ``build_replay_plan`` with a fresh id and sampling seed
     unless the caller chose them."""
@@ -67,6 +68,7 @@ def new_plan(
         miss=miss,
         simulation=simulation,
         fields=fields,
+        substitute_model=substitute_model,
     )
 
 
@@ -222,6 +224,9 @@ def outcome_view(outcome: ReplayOutcome) -> dict[str, Any]:
         "simulation": outcome.simulation,
         # how the steps were isolated (rule 16); null for replays recorded before it was kept
         "isolation": outcome.isolation,
+        # what it was bound to: the model profile it called and the one the run recorded, a
+        # --substitute-model, the prompt bundle and versions (null before manifests were kept)
+        "manifest": outcome.manifest.model_dump(mode="json") if outcome.manifest else None,
     }
     if outcome.summary is not None:
         view["summary"] = outcome.summary

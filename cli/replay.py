@@ -73,6 +73,13 @@ async def replay_start(
     ] = Mode.recorded,
     prompt: Annotated[str | None, typer.Option(help="Candidate prompt bundle version.")] = None,
     model: Annotated[str | None, typer.Option(help="Candidate model.")] = None,
+    substitute_model: Annotated[
+        str | None,
+        typer.Option(
+            "--substitute-model",
+            help="Replay with M when the recorded model is not configured (in the manifest).",
+        ),
+    ] = None,
     from_step: Annotated[
         str | None, typer.Option("--from-step", help="Fork after this step.")
     ] = None,
@@ -124,6 +131,7 @@ async def replay_start(
         miss=parse_miss_policy(on_fixture_miss.value),
         simulation=simulation,
         fields=CLI_FIELDS,
+        substitute_model=substitute_model,
     )
     settings = load_settings()
     async with open_stores(settings.stores) as stores:

@@ -144,6 +144,10 @@ class DiffType(StrEnum):
     APPROVAL_CHANGED = "APPROVAL_CHANGED"
     RETRIEVAL_CHANGED = "RETRIEVAL_CHANGED"
     ANSWER_CHANGED = "ANSWER_CHANGED"
+    #: the compiled prompt recompiled with today's code differs from the recorded one
+    PROMPT_DRIFT = "PROMPT_DRIFT"
+    #: the replay worker's environment or source manifest differs from the recorded one
+    ENVIRONMENT_DRIFT = "ENVIRONMENT_DRIFT"
 
 
 class AgentFailureType(StrEnum):

@@ -45,6 +45,10 @@ class ReplayManifest(HashedRecord):
     source_run_id: Identifier
     source_run_version: str
     model_profile: str | None = None
+    #: the model profile the source run recorded (issue 16: EXACT replays that one)
+    recorded_model_profile: str | None = None
+    #: set when ``--substitute-model`` replaced the recorded model: the substitute's name
+    substituted_model: str | None = None
     prompt_bundle_hash: Digest | None = None
     graph_version: Identifier
     policy_version: str | None = None

@@ -14,7 +14,7 @@ from models.enums import (
     ReplayStatus,
     ReplayVerdict,
 )
-from models.replay import ReplayBudget, ReplayComparison
+from models.replay import ReplayBudget, ReplayComparison, ReplayManifest
 
 
 class ReplayCursorsView(Record):
@@ -34,6 +34,8 @@ class ReplayPlan(Record):
     mode: ReplayMode
     prompt_version: str | None = None
     model_name: str | None = None
+    #: a live replay's explicit substitute for the recorded model (recorded in the manifest)
+    substitute_model: str | None = None
     policy_version: str | None = None
     retriever_version: str | None = None
     deny_approvals: tuple[str, ...] = ()
@@ -71,6 +73,10 @@ class PreparedReplay(Record):
     #: the replay run's head after its header events
     head: int = 0
     source_steps: int = 0
+    #: what the replay is bound to (model profile, prompt bundle, versions): small, no payload
+    manifest: ReplayManifest | None = None
+    #: manifest keys where the replay worker differs from the recording (ENVIRONMENT_DRIFT)
+    environment_drift: tuple[str, ...] = ()
 
 
 class StepInput(Record):
@@ -154,6 +160,8 @@ class ReplayOutcome(Record):
     verdict_reason: str | None = None
     #: with --repeat: each child's verdict and budget use
     child_results: tuple[ChildResult, ...] = ()
+    #: the replay's manifest (a --repeat parent: its first child's)
+    manifest: ReplayManifest | None = None
 
 
 class ResumePoint(Record):

@@ -86,6 +86,7 @@ def build_replay_plan(
     miss: FixtureMissPolicy = FixtureMissPolicy.FAIL,
     simulation: bool = False,
     fields: PlanFields = PLAN_FIELDS,
+    substitute_model: str | None = None,
 ) -> ReplayPlan:
     """Check that the inputs fit the mode (each mismatch named in the caller's ``fields``
     vocabulary) and build the plan; ``InvalidInputError`` with ``field`` set otherwise."""
@@ -100,6 +101,7 @@ def build_replay_plan(
         mode=mode,
         prompt_version=prompt,
         model_name=model,
+        substitute_model=substitute_model,
         policy_version=policy,
         retriever_version=retriever,
         deny_approvals=tuple(deny_approvals),

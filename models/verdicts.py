@@ -19,6 +19,7 @@ from models.statistics import wilson_interval
 __all__ = [
     "Verdict",
     "failure_verdict",
+    "manifest_drift",
     "outcome_summary",
     "outcome_verdict",
     "stop_verdict",
@@ -151,3 +152,16 @@ def outcome_summary(outcome: ReplayOutcome) -> dict[str, Any]:
         "inconclusive": 0,
         "inconclusive_reasons": {},
     }
+
+
+def manifest_drift(recorded: Record | None, current: Record | None, prefix: str) -> list[str]:
+    """The keys (``environment.python_version``…) whose value the replay worker has and that
+    differ from the recorded manifest's; a key either side did not record is not compared."""
+    if recorded is None or current is None:
+        return []
+    before, now = recorded.model_dump(mode="json"), current.model_dump(mode="json")
+    return [
+        f"{prefix}.{key}"
+        for key in sorted(before)
+        if before[key] is not None and now.get(key) is not None and before[key] != now[key]
+    ]

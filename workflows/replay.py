@@ -35,8 +35,9 @@ with workflow.unsafe.imports_passed_through():
         shares,
         spent,
     )
+    from models.enums import DiffType
     from models.queues import CONTROL_QUEUE, REPLAY_QUEUE
-    from models.replay import ReplayBudget
+    from models.replay import ReplayBudget, ReplayComparison, TrajectoryDiff
     from models.replay_flow import (
         ChildResult,
         PreparedReplay,
@@ -292,7 +293,7 @@ class ReplayWorkflow:
         )
         outcome = outcome.model_copy(
             update={
-                "comparison": result.comparison,
+                "comparison": _with_drift(result.comparison, resume.prepared),
                 "reproduced": result.reproduced if verdict.conclusive else None,
                 "partial": stopped is not None,
             }
@@ -348,6 +349,7 @@ class ReplayWorkflow:
             verdict=verdict.verdict if verdict else None,
             inconclusive_reason=verdict.inconclusive_reason if verdict else None,
             verdict_reason=verdict.reason if verdict else None,
+            manifest=prepared.manifest,
         )
 
     def _memo_verdicts(self, verdicts: list[Verdict]) -> None:
@@ -479,6 +481,7 @@ class ReplayWorkflow:
             simulation=plan.simulation,
             children=tuple(o.replay_id for o in outcomes),
             summary=summary,
+            manifest=next((o.manifest for o in outcomes if o.manifest), None),
             isolation=functools.reduce(merge_isolation, (o.isolation for o in outcomes), None),
             child_results=tuple(
                 ChildResult(
@@ -493,6 +496,19 @@ class ReplayWorkflow:
                 for o, v in zip(outcomes, verdicts, strict=True)
             ),
         )
+
+
+def _with_drift(comparison: ReplayComparison, prepared: PreparedReplay) -> ReplayComparison:
+    """The comparison with an ENVIRONMENT_DRIFT difference naming the changed manifest keys,
+    when the replay worker's environment or source differs from the recording's."""
+    if not prepared.environment_drift:
+        return comparison
+    drift = TrajectoryDiff(
+        type=DiffType.ENVIRONMENT_DRIFT,
+        explanation="the replay worker differs from the recording in "
+        + ", ".join(prepared.environment_drift),
+    )
+    return comparison.model_copy(update={"diffs": (*comparison.diffs, drift)})
 
 
 def _not_started(child: ReplayPlan, budget: ReplayBudget, used: BudgetUsage) -> ReplayOutcome:

@@ -128,12 +128,17 @@ class LiveModelProvider:
         budget: ReplayBudget,
         used_before: BudgetUsage,
         sampling_seed: int,
+        *,
+        recorded_seed: bool = False,
     ) -> None:
         self.inner = inner
         self.positions = positions
         self.budget = budget
         self.used_before = used_before
         self.sampling_seed = sampling_seed
+        #: EXACT keeps the seed the replayed code passes (the recorded one: its random state is
+        #: the source's); the other live modes sample with a seed of the replay
+        self.recorded_seed = recorded_seed
         self.profile = inner.profile
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
@@ -144,6 +149,8 @@ class LiveModelProvider:
             ],
             "big",
         )
+        if self.recorded_seed and request.seed is not None:
+            seed = request.seed
         self.positions.model_calls += 1
         response = await self.inner.complete(request.model_copy(update={"seed": seed}))
         self.positions.live_model_calls += 1

@@ -104,3 +104,22 @@ def test_the_seeds_prompt_swap_from_a_step_is_a_valid_plan() -> None:
         from_step="planner",
     )
     assert plan.mode is ReplayMode.PROMPT_SWAP and plan.from_step == "planner"
+
+
+def test_environment_drift_names_the_changed_keys() -> None:
+    from models import EnvironmentManifest, SourceCodeManifest
+    from models.verdicts import manifest_drift
+
+    recorded = EnvironmentManifest(
+        python_version="3.11.9", os_image="Debian", tool_bundle_hash=None
+    )
+    now = EnvironmentManifest(python_version="3.12.1", os_image="Debian", tool_bundle_hash=None)
+    assert manifest_drift(recorded, now, "environment") == ["environment.python_version"]
+    assert manifest_drift(recorded, recorded, "environment") == []
+    assert manifest_drift(None, now, "environment") == []
+    code = manifest_drift(
+        SourceCodeManifest(head_commit="a" * 40),
+        SourceCodeManifest(head_commit="b" * 40),
+        "source_code",
+    )
+    assert code == ["source_code.head_commit"]
