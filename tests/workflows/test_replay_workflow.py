@@ -228,8 +228,12 @@ async def test_model_swap_and_denied_approval_counterfactuals(replay_stack) -> N
     )
     assert denied.status is ReplayStatus.COMPLETED and denied.partial
     assert "ApprovalDeniedError" in denied.reason
-    assert {d.type.value for d in denied.comparison.diffs} >= {"SIDE_EFFECT_REMOVED"}
-    assert not denied.reproduced
+    assert {d.type.value for d in denied.comparison.diffs} >= {
+        "SIDE_EFFECT_REMOVED",
+        "APPROVAL_CHANGED",
+    }
+    # a refused action is the agent's behaviour, not a truncated replay: conclusive
+    assert not denied.reproduced and denied.verdict.value == "NOT_REPRODUCED"
 
     run_id = await _wrong_customer_run(stack)
     before = await write_calls(stack)  # recording that run sent a real (simulated) email
