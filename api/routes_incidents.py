@@ -67,6 +67,7 @@ async def create_incident(body: IncidentCreate, state: State, caller: Operator) 
         repeat=body.repeat,
         miss_policy=body.fixture_miss_policy,
         retention_days=body.retention_days,
+        budget=body.budget.to_model(),
     )
     ledger = (await state.stores()).ledger
     await open_incident(state.client, ledger, request, source_field="sourceRunId")

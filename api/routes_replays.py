@@ -47,6 +47,7 @@ async def create_replay(body: ReplayCreate, state: State, caller: Operator) -> R
         miss=body.fixture_miss_policy,
         simulation=body.simulation,
         fields=API_FIELDS,
+        substitute_model=body.substitute_model,
     )
     ledger = (await state.stores()).ledger
     await start_replay(state.client, ledger, plan, source_field="sourceRunId")

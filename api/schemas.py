@@ -58,6 +58,8 @@ class ReplayCreate(Body):
     mode: ReplayMode
     candidate_prompt_version: str | None = Version()
     candidate_model: str | None = Version()
+    #: replays with this model when the recorded one is not configured (in the manifest)
+    substitute_model: str | None = Version()
     start_from_step: str | None = Version()
     policy_version: str | None = Version()
     retriever_version: str | None = Version()
@@ -100,6 +102,8 @@ class IncidentCreate(Body):
     repeat: int = Field(default=20, ge=1, le=1000)
     fixture_miss_policy: FixtureMissPolicy = FixtureMissPolicy.FAIL
     retention_days: int = Field(default=730, ge=1, le=36_500)
+    #: one budget shared by every replay of the incident (fields as for replays)
+    budget: Budget = Budget()
 
 
 class IncidentAccepted(Body):

@@ -189,8 +189,14 @@ def view_json(view: IncidentView) -> dict[str, Any]:
             "status": r.status,
             "rate": r.rate,
             "reproduced": r.reproduced,
+            "not_reproduced": r.not_reproduced,
+            "inconclusive": r.inconclusive,
+            "inconclusive_reasons": r.inconclusive_reasons,
             "runs": r.runs,
             "ci95": r.ci95,
+            "confidence": r.confidence.value,
+            # "not established" when a run was inconclusive (issue 16)
+            "established": r.established,
         }
         for r in view.replays
     ]

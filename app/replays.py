@@ -48,6 +48,7 @@ def new_plan(
     miss: FixtureMissPolicy = FixtureMissPolicy.FAIL,
     simulation: bool = False,
     fields: PlanFields = PLAN_FIELDS,
+    substitute_model: str | None = None,
 ) -> ReplayPlan:
     """A plan for a new replay: ``build_replay_plan`` with a fresh id and sampling seed
     unless the caller chose them."""
@@ -67,6 +68,7 @@ def new_plan(
         miss=miss,
         simulation=simulation,
         fields=fields,
+        substitute_model=substitute_model,
     )
 
 
@@ -206,6 +208,12 @@ def outcome_view(outcome: ReplayOutcome) -> dict[str, Any]:
         if comparison is None
         else {**comparison.model_dump(mode="json"), "critical": comparison.critical},
         "reproduced": outcome.reproduced,
+        # REPRODUCED | NOT_REPRODUCED | INCONCLUSIVE (null for a --repeat parent: see summary)
+        "verdict": outcome.verdict.value if outcome.verdict else None,
+        "inconclusive_reason": (
+            outcome.inconclusive_reason.value if outcome.inconclusive_reason else None
+        ),
+        "verdict_reason": outcome.verdict_reason,
         "writes_blocked": outcome.writes_blocked,
         "writes_executed": outcome.writes_executed,
         "fixture_misses": outcome.fixture_misses,
@@ -216,8 +224,16 @@ def outcome_view(outcome: ReplayOutcome) -> dict[str, Any]:
         "simulation": outcome.simulation,
         # how the steps were isolated (rule 16); null for replays recorded before it was kept
         "isolation": outcome.isolation,
+        # what it was bound to: the model profile it called and the one the run recorded, a
+        # --substitute-model, the prompt bundle and versions (null before manifests were kept)
+        "manifest": outcome.manifest.model_dump(mode="json") if outcome.manifest else None,
     }
     if outcome.summary is not None:
         view["summary"] = outcome.summary
-        view["children"] = list(outcome.children)
+        # each child with its verdict and what it drew from the request's one budget
+        view["children"] = (
+            [child.model_dump(mode="json") for child in outcome.child_results]
+            if outcome.child_results
+            else [{"replay_id": child} for child in outcome.children]
+        )
     return view

@@ -18,7 +18,7 @@ from app.incidents import (
     retire_case,
     signature_groups,
 )
-from app.replays import parse_miss_policy
+from app.replays import parse_budget, parse_miss_policy
 from cli.common import JsonOption, Progress, load_settings, print_json, run_async, with_progress
 from cli.exit_codes import EXIT_BROKEN
 from models.errors import InvalidInputError
@@ -84,17 +84,30 @@ async def incident_open(
     incident_id: Annotated[
         str | None, typer.Option("--incident-id", help="Use this id (default: generated).")
     ] = None,
+    max_model_calls: Annotated[
+        int | None, typer.Option("--max-model-calls", help="For all its replays together.")
+    ] = None,
+    max_tokens: Annotated[int | None, typer.Option("--max-tokens", help="Tokens for all its replays together.")] = None,
+    max_cost: Annotated[str | None, typer.Option("--max-cost", help="Cost (decimal) for all its replays together.")] = None,
+    max_duration: Annotated[float | None, typer.Option("--max-duration", help="Seconds for all its replays together.")] = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Open an incident for RUN_ID: starts the Incident workflow (id = incident id)."""
+    """Open an incident for RUN_ID: starts the Incident workflow (id = incident id). Its
+    replays share one budget (no limit unless given)."""
     from stores.bundle import open_stores
     from worker.temporal import connect
 
     pairs = parse_candidates(counterfactual, "--counterfactual", CANDIDATE_KINDS)
     miss = parse_miss_policy(on_fixture_miss)
     settings = load_settings()
+    budget = parse_budget(
+        max_model_calls=max_model_calls,
+        max_tokens=max_tokens,
+        max_cost=max_cost,
+        max_duration=max_duration,
+    )
     request = new_incident_request(
-        run_id, pairs, incident_id=incident_id, repeat=repeat, miss_policy=miss
+        run_id, pairs, incident_id=incident_id, repeat=repeat, miss_policy=miss, budget=budget
     )
     async with open_stores(settings.stores) as stores:
         await open_incident(lambda: connect(settings), stores.ledger, request)
@@ -122,6 +135,11 @@ def _print_incident(incident_id: str, data: dict[str, Any]) -> None:
     for r in data["replays"]:
         typer.echo(
             f"  {r['label']:<16} {r['replay_id']}  {r['status']}  reproduced {r['reproduced']}/{r['runs']}"
+            + (
+                f"  inconclusive {r['inconclusive']}: not established"
+                if r.get("inconclusive")
+                else ""
+            )
         )
     for p in data["pending"]:
         typer.echo(f"  waiting: {p['detail']}")

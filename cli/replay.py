@@ -30,6 +30,7 @@ from models import ReplayMode
 from models.errors import InvalidInputError
 from models.replay_flow import ReplayOutcome
 from models.replay_plans import PlanFields
+from models.verdicts import summary_line
 
 #: the end states of a replay that are a failed result (exit code 1)
 FAILED_STATES = ("FAILED", "CANCELED")
@@ -84,6 +85,13 @@ async def replay_start(
     ] = Mode.recorded,
     prompt: Annotated[str | None, typer.Option(help="Candidate prompt bundle version.")] = None,
     model: Annotated[str | None, typer.Option(help="Candidate model.")] = None,
+    substitute_model: Annotated[
+        str | None,
+        typer.Option(
+            "--substitute-model",
+            help="Replay with M when the recorded model is not configured (in the manifest).",
+        ),
+    ] = None,
     from_step: Annotated[
         str | None, typer.Option("--from-step", help="Fork after this step.")
     ] = None,
@@ -153,6 +161,7 @@ async def replay_start(
         miss=parse_miss_policy(on_fixture_miss.value),
         simulation=simulation,
         fields=CLI_FIELDS,
+        substitute_model=substitute_model,
     )
     await _start(plan, deny_approval or [], wait=wait, as_json=as_json)
 
@@ -261,11 +270,11 @@ def _print_outcome(view: dict[str, Any]) -> None:
     typer.echo(
         f"  writes blocked {view['writes_blocked']}, executed {view['writes_executed']}, fixture misses {view['fixture_misses']}"
     )
+    if view.get("verdict"):
+        why = f" ({view['verdict_reason']})" if view.get("verdict_reason") else ""
+        typer.echo(f"  verdict {view['verdict']}{why}")
     if "summary" in view:
-        s = view["summary"]
-        typer.echo(
-            f"  reproduced {s['reproduced']}/{s['runs']} (rate {s['rate']:.2f}, 95% CI {s['ci95'][0]:.2f}-{s['ci95'][1]:.2f})"
-        )
+        typer.echo(f"  {summary_line(view['summary'])}")
 
 
 @replay_app.command("status")

@@ -191,7 +191,9 @@ def _echo_replays(views: list[IncidentView], echo: Echo) -> None:
         )
         for r in view.replays:
             echo(
-                f"      {r.label:<12} reproduced {r.reproduced}/{r.runs}  95% CI {ci_text(r.ci95)}"
+                f"      {r.label:<12} reproduced {r.reproduced}/{r.conclusive_runs}"
+                + f"  95% CI {ci_text(r.ci95)}"
+                + (f"  inconclusive {r.inconclusive}" if r.inconclusive else "")
             )
         for s in view.side_effects:
             echo(

@@ -82,19 +82,34 @@ def _when(at: datetime) -> str:
 
 
 def reproduction_text(result: ReplayResult) -> str:
-    """``0/50 reproduced (0%, 95% CI 0.0%–7.1%)``: counts, rate and Wilson interval."""
+    """``0/50 reproduced (0%, 95% CI 0.0%–7.1%)``: counts, rate and Wilson interval over the
+    conclusive runs; inconclusive runs are counted apart and make the result "not
+    established" (issue 16)."""
     k, n = result.reproduced, result.runs
     if k is not None and n is not None:
-        if k > n:
+        conclusive = n - result.inconclusive
+        if k > conclusive:
             return f"{k}/{n} reproduced (inconsistent counts)"
-        low, high = wilson_interval(k, n)
-        return f"{k}/{n} reproduced ({k / n:.0%}, 95% CI {low:.1%}–{high:.1%})"
+        if conclusive <= 0:
+            return f"not established: all {n} runs inconclusive{_reasons(result)}"
+        low, high = wilson_interval(k, conclusive)
+        text = f"{k}/{conclusive} reproduced ({k / conclusive:.0%}, 95% CI {low:.1%}–{high:.1%})"
+        if result.inconclusive:
+            text += f"; not established: {result.inconclusive}/{n} inconclusive{_reasons(result)}"
+        return text
     if result.rate is not None:
         return f"{result.rate:.0%} reproduced (counts not recorded)"
     return "reproduction not measured"
 
 
+def _reasons(result: ReplayResult) -> str:
+    named = ", ".join(f"{k} {v}" for k, v in sorted(result.inconclusive_reasons.items()))
+    return f" ({named})" if named else ""
+
+
 def _confidence(result: ReplayResult) -> _Cell:
+    if result.inconclusive:
+        return [("critical", "LIMITED"), ("", "(inconclusive runs: not established)")]
     if result.confidence is ReplayConfidence.LIMITED:
         return [("critical", "LIMITED"), ("", "(evidence incomplete: not an exact replay)")]
     return [("", result.confidence.value)]

@@ -84,6 +84,8 @@ async def report_bundle(
             reproduced=r.reproduced,
             runs=r.runs,
             rate=r.rate,
+            inconclusive=r.inconclusive,
+            inconclusive_reasons=r.inconclusive_reasons,
             isolation=await replay_isolation(ledger, r.replay_id, r.runs),
         )
         for r in view.replays

@@ -34,6 +34,7 @@ from itertools import zip_longest
 from typing import Any, TypeVar
 
 from models.canonical import canonicalize
+from models.comparison_evidence import approval_diffs, retrieval_diffs
 from models.comparison_text import (
     MAX_SHOWN,
     answer_change,
@@ -68,6 +69,12 @@ _RANK = {
     DiffType.TOOL_CHANGED: 3,
     DiffType.ARGUMENT_CHANGED: 3,
     DiffType.OUTCOME_CHANGED: 4,
+    # what the step was given before it acted: retrieved evidence, then an approval
+    DiffType.RETRIEVAL_CHANGED: 0,
+    DiffType.APPROVAL_CHANGED: 1,
+    # added by the replay workflow, never ordered here
+    DiffType.PROMPT_DRIFT: 0,
+    DiffType.ENVIRONMENT_DRIFT: 4,
 }
 _AFTER_ALL = 1 << 62  # the outcome comes after every step
 
@@ -439,6 +446,21 @@ def _behaviour_diffs(source: Trajectory, replay: Trajectory) -> list[_Found]:
         _positions(source.steps, (e.step_id for e in source.side_effects)),
         _positions(replay.steps, (e.step_id for e in replay.side_effects)),
     )
+    for diffs in (
+        approval_diffs(
+            source.approvals,
+            replay.approvals,
+            _positions(source.steps, (a.step_id for a in source.approvals)),
+            _positions(replay.steps, (a.step_id for a in replay.approvals)),
+        ),
+        retrieval_diffs(
+            source.retrievals,
+            replay.retrievals,
+            _positions(source.steps, (r.step_id for r in source.retrievals)),
+            _positions(replay.steps, (r.step_id for r in replay.retrievals)),
+        ),
+    ):
+        found += [_Found(diff, position) for diff, position in diffs]
     return found
 
 

@@ -111,6 +111,27 @@ class ReplayConfidence(StrEnum):
     LIMITED = "LIMITED"
 
 
+class ReplayVerdict(StrEnum):
+    """What one replay showed about the incident (issue 16): a replay that did not reach the
+    point where the failure happened shows nothing either way."""
+
+    REPRODUCED = "REPRODUCED"
+    NOT_REPRODUCED = "NOT_REPRODUCED"
+    #: stopped before its end (fixture miss, budget, sandbox, step error): counted apart
+    INCONCLUSIVE = "INCONCLUSIVE"
+
+
+class InconclusiveReason(StrEnum):
+    """Why a replay is INCONCLUSIVE."""
+
+    FIXTURE_MISS = "FIXTURE_MISS"
+    BUDGET = "BUDGET"
+    SANDBOX_VIOLATION = "SANDBOX_VIOLATION"
+    STEP_ERROR = "STEP_ERROR"
+    #: the replay never ran: PREPARING refused it
+    PREPARING = "PREPARING"
+
+
 class DiffType(StrEnum):
     MODEL_DECISION_CHANGED = "MODEL_DECISION_CHANGED"
     TOOL_CHANGED = "TOOL_CHANGED"
@@ -123,6 +144,10 @@ class DiffType(StrEnum):
     APPROVAL_CHANGED = "APPROVAL_CHANGED"
     RETRIEVAL_CHANGED = "RETRIEVAL_CHANGED"
     ANSWER_CHANGED = "ANSWER_CHANGED"
+    #: the compiled prompt recompiled with today's code differs from the recorded one
+    PROMPT_DRIFT = "PROMPT_DRIFT"
+    #: the replay worker's environment or source manifest differs from the recorded one
+    ENVIRONMENT_DRIFT = "ENVIRONMENT_DRIFT"
 
 
 class AgentFailureType(StrEnum):

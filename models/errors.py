@@ -286,6 +286,18 @@ class FixtureMissError(ReplaybookError):
     """A replay request with no recorded answer, under the FAIL miss policy (rule 3)."""
 
     code = "fixture_miss"
+    #: what the request was for: a tool's capability id, ``knowledge.search`` or ``model``
+    capability_id: str | None = None
+
+    def __init__(
+        self,
+        *args: object,
+        capability_id: str | None = None,
+        field: str | None = None,
+        retryable: bool = True,
+    ) -> None:
+        super().__init__(*args, field=field, retryable=retryable)
+        self.capability_id = capability_id
 
 
 class BudgetExhaustedError(ReplaybookError):

@@ -9,6 +9,7 @@ from pydantic import Field
 
 from models.base import Instant, Record
 from models.enums import FixtureMissPolicy, ReplayConfidence, ReplayMode
+from models.replay import ReplayBudget
 from models.replay_plans import candidate_mode
 
 
@@ -47,6 +48,9 @@ class IncidentRequest(Record):
     repeat: int = Field(default=20, ge=1, le=1000)
     miss_policy: FixtureMissPolicy = FixtureMissPolicy.FAIL
     retention_days: int = Field(default=730, ge=1)
+    #: one budget for every replay of the incident (exact and counterfactuals, all repeats);
+    #: no limit unless given
+    budget: ReplayBudget = ReplayBudget()
 
 
 class SideEffectResolution(Record):
@@ -79,11 +83,26 @@ class IncidentReplay(Record):
     status: str
     confidence: ReplayConfidence = ReplayConfidence.LIMITED
     reproduced: int | None = None
+    #: every run, conclusive or not (``rate`` and ``ci95`` are over the conclusive ones only)
     runs: int | None = None
     rate: float | None = None
     ci95: tuple[float, float] | None = None
     critical: bool = False
     first_divergent_step: str | None = None
+    not_reproduced: int | None = None
+    #: runs that stopped before their end (fixture miss, budget, sandbox, step error)
+    inconclusive: int = 0
+    inconclusive_reasons: dict[str, int] = Field(default_factory=dict)
+
+    @property
+    def conclusive_runs(self) -> int:
+        return max((self.runs or 0) - self.inconclusive, 0)
+
+    @property
+    def established(self) -> bool:
+        """Whether its rate says something: at least one conclusive run and none inconclusive
+        (a counterfactual with inconclusive runs is "not established")."""
+        return self.conclusive_runs > 0 and self.inconclusive == 0
 
 
 class ReconcileOutcome(Record):

@@ -45,6 +45,10 @@ class ReplayManifest(HashedRecord):
     source_run_id: Identifier
     source_run_version: str
     model_profile: str | None = None
+    #: the model profile the source run recorded (issue 16: EXACT replays that one)
+    recorded_model_profile: str | None = None
+    #: set when ``--substitute-model`` replaced the recorded model: the substitute's name
+    substituted_model: str | None = None
     prompt_bundle_hash: Digest | None = None
     graph_version: Identifier
     policy_version: str | None = None
@@ -93,6 +97,9 @@ class ReplayResult(Record):
     reproduced: int | None = Field(default=None, ge=0)
     runs: int | None = Field(default=None, ge=1)
     rate: float | None = Field(default=None, ge=0.0, le=1.0)
+    #: runs that stopped before their end; ``reproduced``/``rate`` are over the others only
+    inconclusive: int = Field(default=0, ge=0)
+    inconclusive_reasons: dict[str, int] = Field(default_factory=dict)
     #: how its steps were isolated (``bubblewrap``, ``none (dev flag)``, or both when steps ran
     #: on differently configured workers); None when the replay did not record it
     isolation: str | None = None

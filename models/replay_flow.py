@@ -6,8 +6,15 @@ from pydantic import Field, JsonValue
 
 from models.base import Instant, Record
 from models.budget import BudgetUsage
-from models.enums import FixtureMissPolicy, ReplayConfidence, ReplayMode, ReplayStatus
-from models.replay import ReplayBudget, ReplayComparison
+from models.enums import (
+    FixtureMissPolicy,
+    InconclusiveReason,
+    ReplayConfidence,
+    ReplayMode,
+    ReplayStatus,
+    ReplayVerdict,
+)
+from models.replay import ReplayBudget, ReplayComparison, ReplayManifest
 
 
 class ReplayCursorsView(Record):
@@ -27,6 +34,8 @@ class ReplayPlan(Record):
     mode: ReplayMode
     prompt_version: str | None = None
     model_name: str | None = None
+    #: a live replay's explicit substitute for the recorded model (recorded in the manifest)
+    substitute_model: str | None = None
     policy_version: str | None = None
     retriever_version: str | None = None
     deny_approvals: tuple[str, ...] = ()
@@ -64,6 +73,10 @@ class PreparedReplay(Record):
     #: the replay run's head after its header events
     head: int = 0
     source_steps: int = 0
+    #: what the replay is bound to (model profile, prompt bundle, versions): small, no payload
+    manifest: ReplayManifest | None = None
+    #: manifest keys where the replay worker differs from the recording (ENVIRONMENT_DRIFT)
+    environment_drift: tuple[str, ...] = ()
 
 
 class StepInput(Record):
@@ -106,6 +119,18 @@ class ComparisonResult(Record):
     reproduced: bool
 
 
+class ChildResult(Record):
+    """One child of a ``--repeat`` replay as its parent reports it."""
+
+    replay_id: str
+    status: ReplayStatus
+    verdict: ReplayVerdict | None = None
+    inconclusive_reason: InconclusiveReason | None = None
+    verdict_reason: str | None = None
+    reproduced: bool | None = None
+    budget_used: BudgetUsage = BudgetUsage()
+
+
 class ReplayOutcome(Record):
     replay_id: str
     source_run_id: str
@@ -128,6 +153,15 @@ class ReplayOutcome(Record):
     summary: dict[str, JsonValue] | None = None
     #: the isolation the steps ran under (see ``merge_isolation``); None when no step ran
     isolation: str | None = None
+    #: REPRODUCED, NOT_REPRODUCED or INCONCLUSIVE (with the reason); None for a ``--repeat``
+    #: parent (its summary counts the children's) and in histories from before verdicts
+    verdict: ReplayVerdict | None = None
+    inconclusive_reason: InconclusiveReason | None = None
+    verdict_reason: str | None = None
+    #: with --repeat: each child's verdict and budget use
+    child_results: tuple[ChildResult, ...] = ()
+    #: the replay's manifest (a --repeat parent: its first child's)
+    manifest: ReplayManifest | None = None
 
 
 class ResumePoint(Record):

@@ -19,6 +19,8 @@ from models.replay_flow import ReplayPlan
 #: what a counterfactual or a regression candidate may swap
 CANDIDATE_KINDS = ("prompt", "model", "policy", "retriever")
 MAX_REPEAT = 1000
+#: the modes that may start from a recorded step's checkpoint
+FORKING_MODES = (ReplayMode.FORK_FROM_STEP, ReplayMode.PROMPT_SWAP, ReplayMode.MODEL_SWAP)
 
 
 @dataclass(frozen=True)
@@ -54,9 +56,11 @@ def _check_mode_inputs(
         raise _invalid(f.model, f"{f.mode} {named} needs {f.model}")
     if mode is ReplayMode.FORK_FROM_STEP and not from_step:
         raise _invalid(f.from_step, f"{f.mode} {named} needs {f.from_step}")
-    if from_step and mode is not ReplayMode.FORK_FROM_STEP:
-        fork = f.mode_names[ReplayMode.FORK_FROM_STEP]
-        raise _invalid(f.from_step, f"{f.from_step} is only for {f.mode} {fork}")
+    if from_step and mode not in FORKING_MODES:
+        # a prompt or model swap from a step is a fork with the candidate swapped in (the
+        # seed's own request: PROMPT_SWAP with startFromStep)
+        named_forks = " or ".join(f.mode_names[m] for m in FORKING_MODES)
+        raise _invalid(f.from_step, f"{f.from_step} is only for {f.mode} {named_forks}")
     if mode is ReplayMode.RECORDED and (prompt or model):
         raise _invalid(
             f.prompt if prompt else f.model,
@@ -82,6 +86,7 @@ def build_replay_plan(
     miss: FixtureMissPolicy = FixtureMissPolicy.FAIL,
     simulation: bool = False,
     fields: PlanFields = PLAN_FIELDS,
+    substitute_model: str | None = None,
 ) -> ReplayPlan:
     """Check that the inputs fit the mode (each mismatch named in the caller's ``fields``
     vocabulary) and build the plan; ``InvalidInputError`` with ``field`` set otherwise."""
@@ -96,6 +101,7 @@ def build_replay_plan(
         mode=mode,
         prompt_version=prompt,
         model_name=model,
+        substitute_model=substitute_model,
         policy_version=policy,
         retriever_version=retriever,
         deny_approvals=tuple(deny_approvals),

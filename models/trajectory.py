@@ -48,6 +48,24 @@ class PolicyFact(Record):
     decision: str
 
 
+class ApprovalFact(Record):
+    """An approval the run was given (or refused) for one action."""
+
+    step_id: str
+    action_hash: str
+    decision: str
+    approver: str = ""
+
+
+class RetrievalFact(Record):
+    """What one retrieval returned: chunk ids in rank order, and the retriever's version."""
+
+    step_id: str
+    query_hash: str
+    retriever_version: str = ""
+    chunks: tuple[str, ...] = ()
+
+
 class Trajectory(Record):
     run_id: str
     #: step ids in execution order
@@ -56,6 +74,8 @@ class Trajectory(Record):
     tool_calls: tuple[ToolCallFact, ...] = ()
     side_effects: tuple[SideEffectFact, ...] = ()
     policy_decisions: tuple[PolicyFact, ...] = ()
+    approvals: tuple[ApprovalFact, ...] = ()
+    retrievals: tuple[RetrievalFact, ...] = ()
     outcome: JsonValue = None
     #: the last text the model produced (what the user would read)
     final_answer: str | None = None

@@ -26,8 +26,10 @@ from typing import Any
 from models import ExecutionEventType
 from models.canonical import canonical_hash
 from models.trajectory import (
+    ApprovalFact,
     ModelDecision,
     PolicyFact,
+    RetrievalFact,
     SideEffectFact,
     ToolCallFact,
     Trajectory,
@@ -48,6 +50,8 @@ _READ = {
     E.SIDE_EFFECT,
     E.WRITE_BLOCKED,
     E.POLICY_DECISION,
+    E.APPROVAL,
+    E.RETRIEVAL,
     E.RUN_COMPLETED,
     E.RUN_FAILED,
 }
@@ -112,6 +116,25 @@ def _has_text(content: str | None) -> bool:
     return content is not None and content.strip() != ""
 
 
+def _approval_fact(step_id: str, payload: dict[str, Any]) -> ApprovalFact:
+    return ApprovalFact(
+        step_id=step_id,
+        action_hash=str(payload.get("action_hash")),
+        decision=str(payload.get("decision", "APPROVED")),
+        approver=str(payload.get("approver", "")),
+    )
+
+
+def _retrieval_fact(step_id: str, payload: dict[str, Any]) -> RetrievalFact:
+    evidence = sorted(payload.get("evidence") or (), key=lambda e: e.get("rank", 0))
+    return RetrievalFact(
+        step_id=step_id,
+        query_hash=str(payload.get("query_hash")),
+        retriever_version=str(payload.get("retriever_version", "")),
+        chunks=tuple(str(e.get("chunk_id")) for e in evidence),
+    )
+
+
 async def load_trajectory(
     ledger: EventLedger, run_id: str, *, after_sequence: int = 0
 ) -> Trajectory:
@@ -122,6 +145,8 @@ async def load_trajectory(
     decisions: list[ModelDecision] = []
     tool_calls: list[ToolCallFact] = []
     policies: list[PolicyFact] = []
+    approvals: list[ApprovalFact] = []
+    retrievals: list[RetrievalFact] = []
     # ordered by first appearance: a side effect's id, or the sequence of a WRITE_BLOCKED event
     writes: dict[str, dict[str, Any]] = {}
     arguments_by_request: dict[str, Any] = {}
@@ -161,6 +186,10 @@ async def load_trajectory(
             }
         elif event.type is E.POLICY_DECISION:
             policies.append(_policy_fact(event.step_id, payload))
+        elif event.type is E.APPROVAL:
+            approvals.append(_approval_fact(event.step_id, payload))
+        elif event.type is E.RETRIEVAL:
+            retrievals.append(_retrieval_fact(event.step_id, payload))
         elif event.type is E.RUN_COMPLETED:
             outcome, completed = payload.get("outcome"), True
         elif event.type is E.RUN_FAILED:
@@ -174,6 +203,8 @@ async def load_trajectory(
         tool_calls=tuple(tool_calls),
         side_effects=_side_effect_facts(writes, arguments_by_request),
         policy_decisions=tuple(policies),
+        approvals=tuple(approvals),
+        retrievals=tuple(retrievals),
         outcome=outcome,
         final_answer=final_answer,
         completed=completed,

@@ -10,7 +10,7 @@ Nothing here guesses a root cause (rule 18).
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy, SearchAttributeKey
@@ -18,7 +18,8 @@ from temporalio.exceptions import ActivityError, ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
     from activities.incident import IncidentActivities
-    from models import ReplayStatus
+    from models import ReplayConfidence
+    from models.budget import BudgetUsage, remaining, shares
     from models.incident_flow import (
         Counterfactual,
         IncidentPhase,
@@ -32,8 +33,10 @@ with workflow.unsafe.imports_passed_through():
         TimelineEntry,
     )
     from models.queues import CONTROL_QUEUE
+    from models.replay import ReplayBudget
     from models.replay_flow import ReplayOutcome, ReplayWorkflowInput
     from models.replay_plans import plan_for_candidates
+    from models.verdicts import outcome_summary
     from workflows.replay import HEARTBEAT, ReplayWorkflow
 
 INCIDENT_ID = SearchAttributeKey.for_keyword("IncidentId")
@@ -59,6 +62,9 @@ class IncidentWorkflow:
     def __init__(self) -> None:
         self._view: IncidentView | None = None
         self._confirmation: RootCauseConfirmation | None = None
+        #: what the incident's replays have spent of its one budget, and since when
+        self._spent = BudgetUsage()
+        self._replaying_since: datetime | None = None
 
     # queries and updates ------------------------------------------------------------------
 
@@ -145,6 +151,12 @@ class IncidentWorkflow:
         unknown = cited - known
         if unknown:
             raise ValueError(f"not replays of this incident: {', '.join(sorted(unknown))}")
+        for replay in self._view.replays:
+            if replay.replay_id in cited and replay.runs and not replay.conclusive_runs:
+                raise ValueError(
+                    f"replay {replay.replay_id} ({replay.label}) has no conclusive run "
+                    f"({replay.inconclusive} inconclusive): it cannot support a root cause"
+                )
 
     # the lifecycle ----------------------------------------------------------------------------
 
@@ -299,6 +311,7 @@ class IncidentWorkflow:
         self, request: IncidentRequest, counterfactuals: list[Counterfactual | None]
     ) -> None:
         handles = []
+        allotments = self._allotments(request, len(counterfactuals))
         for index, cf in enumerate(counterfactuals):
             suffix = "exact" if cf is None else f"cf{index + 1}"
             plan = plan_for_candidates(
@@ -309,6 +322,8 @@ class IncidentWorkflow:
                 miss=request.miss_policy,
                 repeat=request.repeat,
             )
+            if allotments is not None:
+                plan = plan.model_copy(update={"budget": allotments[index]})
             handles.append(
                 (
                     cf.label if cf else "exact",
@@ -323,31 +338,33 @@ class IncidentWorkflow:
         outcomes: list[ReplayOutcome] = await asyncio.gather(*(h for _, h in handles))
         replays = list(self._current.replays)
         for (label, _), outcome in zip(handles, outcomes, strict=True):
-            summary = outcome.summary or {}
-            comparison = outcome.comparison
-            ci = summary.get("ci95")
-            replays.append(
-                IncidentReplay(
-                    replay_id=outcome.replay_id,
-                    label=label,
-                    mode=outcome.mode,
-                    status=outcome.status.value,
-                    confidence=outcome.confidence,
-                    reproduced=summary.get(
-                        "reproduced",
-                        1 if outcome.reproduced else 0 if outcome.reproduced is not None else None,
-                    ),
-                    runs=summary.get(
-                        "runs", 1 if outcome.status is ReplayStatus.COMPLETED else None
-                    ),
-                    rate=summary.get("rate"),
-                    ci95=(ci[0], ci[1]) if isinstance(ci, list | tuple) else None,
-                    critical=bool(comparison and comparison.critical),
-                    first_divergent_step=comparison.first_divergent_step if comparison else None,
-                )
+            replays.append(_incident_replay(label, outcome))
+            self._spent = self._spent.plus(
+                outcome.budget_used.model_copy(update={"duration_seconds": 0.0})
             )
         self._update(replays=tuple(replays))
+        if workflow.patched("incident-verdict-memo"):
+            # the inconclusive count where Temporal shows the incident (describe, Web UI)
+            workflow.upsert_memo(
+                {
+                    "inconclusive": sum(r.inconclusive for r in replays),
+                    "replays": len(replays),
+                }
+            )
         await self._save()
+
+    def _allotments(self, request: IncidentRequest, n: int) -> list[ReplayBudget] | None:
+        """Each of the ``n`` replays about to start gets an equal share of what is left of the
+        incident's one budget (time from the first replay on); None without a budget (and
+        in histories from before incident budgets)."""
+        budget = request.budget
+        if budget == ReplayBudget() or not n or not workflow.patched("incident-shared-budget"):
+            return None
+        if self._replaying_since is None:
+            self._replaying_since = workflow.now()
+        elapsed = (workflow.now() - self._replaying_since).total_seconds()
+        left = remaining(budget, self._spent.model_copy(update={"duration_seconds": elapsed}))
+        return shares(left, n)
 
     # bookkeeping ----------------------------------------------------------------------------
 
@@ -380,6 +397,31 @@ class IncidentWorkflow:
             start_to_close_timeout=SHORT,
             retry_policy=RETRY,
         )
+
+
+def _incident_replay(label: str, outcome: ReplayOutcome) -> IncidentReplay:
+    """One replay as the incident shows it: its verdict counts, rate and interval over the
+    conclusive runs; LIMITED when any run was inconclusive (issue 16)."""
+    summary = outcome_summary(outcome)
+    comparison = outcome.comparison
+    ci = summary.get("ci95")
+    inconclusive = int(summary.get("inconclusive") or 0)
+    return IncidentReplay(
+        replay_id=outcome.replay_id,
+        label=label,
+        mode=outcome.mode,
+        status=outcome.status.value,
+        confidence=ReplayConfidence.LIMITED if inconclusive else outcome.confidence,
+        reproduced=summary.get("reproduced"),
+        not_reproduced=summary.get("not_reproduced"),
+        inconclusive=inconclusive,
+        inconclusive_reasons=dict(summary.get("inconclusive_reasons") or {}),
+        runs=summary.get("runs"),
+        rate=summary.get("rate"),
+        ci95=(ci[0], ci[1]) if isinstance(ci, list | tuple) else None,
+        critical=bool(comparison and comparison.critical),
+        first_divergent_step=comparison.first_divergent_step if comparison else None,
+    )
 
 
 def _resolution_tasks(

@@ -11,18 +11,35 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy, SearchAttributeKey
-from temporalio.exceptions import ActivityError, CancelledError, ChildWorkflowError
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    CancelledError,
+    ChildWorkflowError,
+)
 
 with workflow.unsafe.imports_passed_through():
     from activities.replay import ReplayActivities
     from models import ReplayConfidence, ReplayStatus
-    from models.budget import BudgetUsage, exhausted
+    from models.budget import (
+        BudgetUsage,
+        exhausted,
+        fitting,
+        limited,
+        peak,
+        remaining,
+        shares,
+        spent,
+    )
+    from models.enums import DiffType
     from models.queues import CONTROL_QUEUE, HEARTBEAT_TIMEOUT_SECONDS, REPLAY_QUEUE
+    from models.replay import ReplayBudget, ReplayComparison, TrajectoryDiff
     from models.replay_flow import (
+        ChildResult,
         PreparedReplay,
         ReplayOutcome,
         ReplayPlan,
@@ -33,7 +50,13 @@ with workflow.unsafe.imports_passed_through():
         StepOutput,
         merge_isolation,
     )
-    from models.statistics import reproduction_summary
+    from models.verdicts import (
+        Verdict,
+        failure_verdict,
+        outcome_verdict,
+        stop_verdict,
+        verdict_summary,
+    )
 
 REPLAY_STATUS = SearchAttributeKey.for_keyword("ReplayStatus")
 SOURCE_RUN_ID = SearchAttributeKey.for_keyword("SourceRunId")
@@ -135,9 +158,12 @@ class ReplayWorkflow:
             retry_policy=RETRY,
         )
         if not prepared.ok:
-            self._set(ReplayStatus.FAILED, reason="; ".join(prepared.problems))
+            reason = "; ".join(prepared.problems)
+            self._set(ReplayStatus.FAILED, reason=reason)
+            verdict = failure_verdict(None, reason, preparing=True)
+            self._memo_verdicts([verdict])
             return self._outcome(
-                plan, ReplayStatus.FAILED, prepared, reason="; ".join(prepared.problems)
+                plan, ReplayStatus.FAILED, prepared, reason=reason, verdict=verdict
             )
         return ResumePoint(
             prepared=prepared,
@@ -160,7 +186,12 @@ class ReplayWorkflow:
         while resume.step_id is not None and stopped is None:
             elapsed = (workflow.now() - resume.started_at).total_seconds()
             used = resume.usage.model_copy(update={"duration_seconds": elapsed})
-            reason = exhausted(plan.budget, used)
+            checked = plan.budget
+            if workflow.patched("budget-at-the-call"):
+                # calls, tokens and cost are refused at the model call itself, before it is
+                # made (a step that calls no model needs none); time is checked here
+                checked = ReplayBudget(max_duration=plan.budget.max_duration)
+            reason = exhausted(checked, used)
             if reason is not None:
                 stopped = f"budget: {reason}"
                 break
@@ -211,6 +242,9 @@ class ReplayWorkflow:
             raise asyncio.CancelledError() from exc
         reason = f"step {resume.step_id} failed: {exc.cause or exc}"
         self._set(ReplayStatus.FAILED, reason=reason)
+        error_type = exc.cause.type if isinstance(exc.cause, ApplicationError) else None
+        verdict = failure_verdict(error_type, reason)
+        self._memo_verdicts([verdict])
         if workflow.patched("close-failed-replay-run"):
             # the replay's run is marked FAILED and the failure counted (metrics)
             with contextlib.suppress(ActivityError):
@@ -221,7 +255,12 @@ class ReplayWorkflow:
                     retry_policy=RETRY,
                 )
         return self._outcome(
-            plan, ReplayStatus.FAILED, resume.prepared, resume=resume, reason=reason
+            plan,
+            ReplayStatus.FAILED,
+            resume.prepared,
+            resume=resume,
+            reason=reason,
+            verdict=verdict,
         )
 
     async def _compare(
@@ -245,13 +284,21 @@ class ReplayWorkflow:
             retry_policy=RETRY,
         )
         self._set(ReplayStatus.COMPLETED)
+        # a replay that stopped before its end showed nothing either way (issue 16)
+        verdict = stop_verdict(stopped, result.reproduced)
+        self._memo_verdicts([verdict])
         outcome = self._outcome(
-            plan, ReplayStatus.COMPLETED, resume.prepared, resume=resume, reason=stopped
+            plan,
+            ReplayStatus.COMPLETED,
+            resume.prepared,
+            resume=resume,
+            reason=stopped,
+            verdict=verdict,
         )
         outcome = outcome.model_copy(
             update={
-                "comparison": result.comparison,
-                "reproduced": result.reproduced,
+                "comparison": _with_drift(result.comparison, resume.prepared),
+                "reproduced": result.reproduced if verdict.conclusive else None,
                 "partial": stopped is not None,
             }
         )
@@ -271,13 +318,16 @@ class ReplayWorkflow:
         *,
         resume: ResumePoint | None = None,
         reason: str | None = None,
+        verdict: Verdict | None = None,
     ) -> ReplayOutcome:
+        conclusive = verdict is None or verdict.conclusive
         return ReplayOutcome(
             replay_id=plan.replay_id,
             source_run_id=plan.source_run_id,
             mode=plan.mode,
             status=status,
-            confidence=prepared.confidence,
+            # an inconclusive replay establishes nothing at full confidence
+            confidence=prepared.confidence if conclusive else ReplayConfidence.LIMITED,
             completeness=f"{prepared.completeness_score}/{prepared.completeness_total}"
             + (
                 f" (missing: {', '.join(prepared.missing_evidence)})"
@@ -287,11 +337,36 @@ class ReplayWorkflow:
             writes_blocked=resume.writes_blocked if resume else 0,
             fixture_misses=resume.fixture_misses if resume else 0,
             steps_executed=resume.steps_executed if resume else 0,
-            budget_used=resume.usage if resume else BudgetUsage(),
+            # the real time the replay took, not a counter nothing sets
+            budget_used=(
+                resume.usage.model_copy(
+                    update={
+                        "duration_seconds": (workflow.now() - resume.started_at).total_seconds()
+                    }
+                )
+                if resume
+                else BudgetUsage()
+            ),
             reason=reason,
             simulation=plan.simulation,
             isolation=resume.isolation if resume else None,
+            verdict=verdict.verdict if verdict else None,
+            inconclusive_reason=verdict.inconclusive_reason if verdict else None,
+            verdict_reason=verdict.reason if verdict else None,
+            manifest=prepared.manifest,
         )
+
+    def _memo_verdicts(self, verdicts: list[Verdict]) -> None:
+        """The verdict counts in the workflow's memo (visible in ``temporal workflow describe``
+        and the Web UI), so an inconclusive replay is never read as "not reproduced"."""
+        if workflow.patched("replay-verdict-memo"):
+            summary = verdict_summary(verdicts)
+            workflow.upsert_memo(
+                {
+                    key: summary[key]
+                    for key in ("reproduced", "not_reproduced", "inconclusive", "runs")
+                }
+            )
 
     async def _repeat(self, plan: ReplayPlan) -> ReplayOutcome:
         self._set(ReplayStatus.RUNNING)
@@ -305,56 +380,156 @@ class ReplayWorkflow:
             )
             for i in range(plan.repeat)
         ]
-        outcomes: list[ReplayOutcome] = []
-        for start in range(0, len(children), REPEAT_CONCURRENCY):
-            batch = children[start : start + REPEAT_CONCURRENCY]
-            handles = [
-                workflow.execute_child_workflow(
-                    ReplayWorkflow.run,
-                    ReplayWorkflowInput(plan=child),
-                    id=child.replay_id,
-                    task_queue=CONTROL_QUEUE,
-                )
-                for child in batch
-            ]
-            try:
-                outcomes.extend(await asyncio.gather(*handles))
-            except ChildWorkflowError as exc:
-                self._set(ReplayStatus.FAILED, reason=str(exc))
-                raise
-            self._progress = self._progress.model_copy(update={"steps_executed": len(outcomes)})
-        self._set(ReplayStatus.COMPARING)
-        valid = [
-            o for o in outcomes if o.status is ReplayStatus.COMPLETED and o.reproduced is not None
+        started_at = workflow.now()
+        budget = plan.budget
+        if workflow.patched("repeat-shared-budget") and (
+            limited(budget) or budget.max_duration is not None
+        ):
+            # one budget for the whole request: each child draws an allotment of what is left
+            outcomes = await self._children_within_budget(plan, children, started_at)
+        else:
+            outcomes = []
+            for start in range(0, len(children), REPEAT_CONCURRENCY):
+                outcomes += await self._children(children[start : start + REPEAT_CONCURRENCY])
+        return self._summarized(plan, outcomes, started_at)
+
+    async def _children(self, batch: list[ReplayPlan]) -> list[ReplayOutcome]:
+        """Run ``batch`` as child replays at once; a child failing for good fails the parent."""
+        handles = [
+            workflow.execute_child_workflow(
+                ReplayWorkflow.run,
+                ReplayWorkflowInput(plan=child),
+                id=child.replay_id,
+                task_queue=CONTROL_QUEUE,
+            )
+            for child in batch
         ]
-        reproduced = sum(1 for o in valid if o.reproduced)
-        summary = reproduction_summary(reproduced, len(valid)) if valid else None
+        try:
+            outcomes: list[ReplayOutcome] = list(await asyncio.gather(*handles))
+        except ChildWorkflowError as exc:
+            self._set(ReplayStatus.FAILED, reason=str(exc))
+            raise
+        done = self._progress.steps_executed + len(outcomes)
+        self._progress = self._progress.model_copy(update={"steps_executed": done})
+        return outcomes
+
+    async def _children_within_budget(
+        self, plan: ReplayPlan, children: list[ReplayPlan], started_at: datetime
+    ) -> list[ReplayOutcome]:
+        """Run the children so that together they stay within the request's one budget.
+
+        Deterministic: the allotments are computed here from the children's reported usage,
+        never from shared mutable state. The first child runs alone with everything left (what
+        one child needs is not known yet); then as many children as the rest fits, at most
+        ``REPEAT_CONCURRENCY``, each with an equal share (the sum never exceeds what is left).
+        Children left when the budget is spent are not started: INCONCLUSIVE, reason BUDGET."""
+        outcomes: list[ReplayOutcome] = []
+        pending = list(children)
+        while pending:
+            elapsed = (workflow.now() - started_at).total_seconds()
+            used = _total_usage(outcomes).model_copy(update={"duration_seconds": elapsed})
+            left = remaining(plan.budget, used)
+            if spent(left):
+                outcomes += [_not_started(child, plan.budget, used) for child in pending]
+                break
+            size = REPEAT_CONCURRENCY
+            if limited(plan.budget):
+                fits = fitting(left, peak([o.budget_used for o in outcomes])) if outcomes else 1
+                size = REPEAT_CONCURRENCY if fits is None else max(fits, 1)
+            size = min(size, len(pending), REPEAT_CONCURRENCY)
+            batch = [
+                child.model_copy(update={"budget": share})
+                for child, share in zip(pending[:size], shares(left, size), strict=True)
+            ]
+            pending = pending[size:]
+            outcomes += await self._children(batch)
+        return outcomes
+
+    def _summarized(
+        self, plan: ReplayPlan, outcomes: list[ReplayOutcome], started_at: datetime
+    ) -> ReplayOutcome:
+        """The parent's outcome: the children's verdicts counted (rate and interval over the
+        conclusive ones), their use of the one budget summed."""
+        self._set(ReplayStatus.COMPARING)
+        verdicts = [outcome_verdict(o) for o in outcomes]
+        summary = verdict_summary(verdicts)
+        self._memo_verdicts(verdicts)
+        ran = [o for o in outcomes if o.status is ReplayStatus.COMPLETED]
+        conclusive = [o for o, v in zip(outcomes, verdicts, strict=True) if v.conclusive]
         self._set(ReplayStatus.COMPLETED)
-        first = valid[0] if valid else outcomes[0]
+        first = (conclusive or ran or outcomes)[0]
         confidence = (
             ReplayConfidence.FULL
             if all(o.confidence is ReplayConfidence.FULL for o in outcomes)
+            and summary["inconclusive"] == 0
             else ReplayConfidence.LIMITED
         )
         return ReplayOutcome(
             replay_id=plan.replay_id,
             source_run_id=plan.source_run_id,
             mode=plan.mode,
-            status=ReplayStatus.COMPLETED if valid else ReplayStatus.FAILED,
+            status=ReplayStatus.COMPLETED if ran else ReplayStatus.FAILED,
             confidence=confidence,
             completeness=first.completeness,
             comparison=first.comparison,
             reproduced=None,
             writes_blocked=sum(o.writes_blocked for o in outcomes),
+            writes_executed=sum(o.writes_executed for o in outcomes),
             fixture_misses=sum(o.fixture_misses for o in outcomes),
             steps_executed=sum(o.steps_executed for o in outcomes),
-            budget_used=_total_usage(outcomes),
+            # the children's spend, and the real time the whole request took
+            budget_used=_total_usage(outcomes).model_copy(
+                update={"duration_seconds": (workflow.now() - started_at).total_seconds()}
+            ),
             partial=any(o.partial for o in outcomes),
             simulation=plan.simulation,
             children=tuple(o.replay_id for o in outcomes),
             summary=summary,
+            manifest=next((o.manifest for o in outcomes if o.manifest), None),
             isolation=functools.reduce(merge_isolation, (o.isolation for o in outcomes), None),
+            child_results=tuple(
+                ChildResult(
+                    replay_id=o.replay_id,
+                    status=o.status,
+                    verdict=v.verdict,
+                    inconclusive_reason=v.inconclusive_reason,
+                    verdict_reason=v.reason,
+                    reproduced=o.reproduced,
+                    budget_used=o.budget_used,
+                )
+                for o, v in zip(outcomes, verdicts, strict=True)
+            ),
         )
+
+
+def _with_drift(comparison: ReplayComparison, prepared: PreparedReplay) -> ReplayComparison:
+    """The comparison with an ENVIRONMENT_DRIFT difference naming the changed manifest keys,
+    when the replay worker's environment or source differs from the recording's."""
+    if not prepared.environment_drift:
+        return comparison
+    drift = TrajectoryDiff(
+        type=DiffType.ENVIRONMENT_DRIFT,
+        explanation="the replay worker differs from the recording in "
+        + ", ".join(prepared.environment_drift),
+    )
+    return comparison.model_copy(update={"diffs": (*comparison.diffs, drift)})
+
+
+def _not_started(child: ReplayPlan, budget: ReplayBudget, used: BudgetUsage) -> ReplayOutcome:
+    """A child the request's budget left no room for: never started, INCONCLUSIVE (BUDGET)."""
+    reason = f"budget: {exhausted(budget, used) or 'spent'} before this child started"
+    verdict = stop_verdict(reason, False)
+    return ReplayOutcome(
+        replay_id=child.replay_id,
+        source_run_id=child.source_run_id,
+        mode=child.mode,
+        status=ReplayStatus.CANCELED,
+        reason=reason,
+        simulation=child.simulation,
+        verdict=verdict.verdict,
+        inconclusive_reason=verdict.inconclusive_reason,
+        verdict_reason=verdict.reason,
+    )
 
 
 def _advanced(resume: ResumePoint, out: StepOutput) -> ResumePoint:

@@ -24,7 +24,7 @@ from models.redaction import RedactionPolicy
 from models.replay_flow import StepInput
 from runtime.ports import NewEvent
 from runtime.privacy.redaction import replay_redaction
-from runtime.replay.catalog import AgentCatalog
+from runtime.replay.catalog import AgentCatalog, replay_model
 from runtime.replay.engine import ReplayEngine
 from runtime.replay.source import SourceEvidence
 from runtime.tools import request_hash
@@ -126,7 +126,16 @@ class ReplayGuard:
                 "model.complete",
                 f"model.complete for graph {graph_id!r} (the replay's is {self.run.graph_id!r})",
             )
-        named = self.plan.model_name or self.catalog.default_model
+        try:  # the same resolution as the engine's: the recorded model unless swapped
+            named = replay_model(
+                self.catalog,
+                self.plan.mode,
+                self.plan.model_name,
+                self.plan.substitute_model,
+                self.run.pinned.model_profile,
+            )
+        except ReplaybookError as exc:
+            raise Refused("model.complete", f"model.complete: {exc}") from None
         if model != named:
             raise Refused(
                 "model.complete", f"model.complete of model {model!r} (the plan names {named!r})"

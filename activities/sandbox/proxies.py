@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
+from decimal import Decimal
 from typing import Any
 
 from activities.sandbox import codec
@@ -18,6 +19,7 @@ from models.errors import SandboxViolationError
 from models.model_call import ModelRequest, ModelResponse
 from runtime.ports import NewEvent
 from runtime.replay.catalog import AgentCatalog
+from runtime.replay.gateways import model_price
 from runtime.tools import ToolCallContext, ToolProvider
 
 Call = Callable[[str, dict[str, Any]], Any]
@@ -182,8 +184,17 @@ class ProxyArtifacts:
 class ProxyModel:
     """A catalog model whose calls go through the worker's configured provider."""
 
-    def __init__(self, call: Call, graph_id: str, name: str, profile: str) -> None:
+    def __init__(
+        self,
+        call: Call,
+        graph_id: str,
+        name: str,
+        profile: str,
+        price_per_1k_tokens: Decimal | None = None,
+    ) -> None:
         self._call, self.graph_id, self.name, self.profile = call, graph_id, name, profile
+        #: the worker's model price, so a call's worst case is refused here before it is made
+        self.price_per_1k_tokens = price_per_1k_tokens
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         answer = self._call(
@@ -222,7 +233,13 @@ def brokered_catalog(
     profiles = {name: model.profile for name, model in catalog.models.items()}
     profiles |= dict(worker_models or {})
     models = {
-        name: ProxyModel(call, catalog.graph_id, name, profile)
+        name: ProxyModel(
+            call,
+            catalog.graph_id,
+            name,
+            profile,
+            model_price(catalog.models[name]) if name in catalog.models else None,
+        )
         for name, profile in profiles.items()
     }
     readable = [c.capability_id for c in catalog.capabilities if not c.is_write]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 
 from examples.support_desk.agent import (
     CAPABILITIES,
@@ -57,4 +58,6 @@ def support_desk_catalog(
         default_model=MODEL_V1,
         retrievers={KeywordRetriever.version: KeywordRetriever()},
         read_providers=read_providers,
+        # the checkout the runs record as their source (see spec.ROOT)
+        source_root=Path(__file__).resolve().parents[2],
     )

@@ -33,6 +33,7 @@ class ScriptedSupportModel:
         self.version = version
         self.phone_lookup_rate = phone_lookup_rate
         self.profile = f"scripted:support-desk-model@{version} (simulation)"
+        self.price_per_1k_tokens = PRICE_PER_1K
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         system = request.messages[0].content or ""

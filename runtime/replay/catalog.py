@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
+from models.enums import ReplayMode
 from models.errors import InvalidInputError
 from runtime.capabilities import CapabilityRegistry
 from runtime.graph import GraphRegistry
@@ -30,6 +32,8 @@ class AgentCatalog:
     retrievers: Mapping[str, Retriever]
     #: READ providers only, for the sandbox-live miss policy
     read_providers: Callable[[], Awaitable[Mapping[str, ToolProvider]]]
+    #: the agent's source checkout, whose manifest a replay compares with the recorded one
+    source_root: Path | None = None
 
     def bundle_by_hash(self, bundle_hash: str | None) -> PromptBundle | None:
         return next(
@@ -52,6 +56,16 @@ class AgentCatalog:
                 f"model {name!r} is not configured for {self.graph_id} (known: {', '.join(sorted(self.models))})"
             ) from None
 
+    def recorded_model(self, recorded: str | None) -> str | None:
+        """The configured model a run recorded, by its recorded model id: the catalog name
+        whose provider's profile (or whose name) is ``recorded``; None when none is."""
+        if recorded is None:
+            return None
+        for name, provider in self.models.items():
+            if recorded in (name, provider.profile):
+                return name
+        return None
+
     def policy_set(self, version: str) -> PolicySet:
         try:
             return self.policy_sets[version]
@@ -67,3 +81,34 @@ class AgentCatalog:
             raise InvalidInputError(
                 f"retriever {version!r} is not known for {self.graph_id} (known: {', '.join(sorted(self.retrievers))})"
             ) from None
+
+
+def replay_model(
+    catalog: AgentCatalog,
+    mode: ReplayMode,
+    candidate: str | None,
+    substitute: str | None,
+    recorded: str | None,
+) -> str:
+    """The catalog name of the model a live replay calls (issue 16): the candidate of a model
+    swap; else the model the run recorded (EXACT replays the recording), or the explicit
+    ``--substitute-model``. A recorded model this worker does not have is an error naming it:
+    never a silent fall-back to the catalog's default. A run that recorded no model (nothing
+    to be faithful to) uses the default."""
+    if mode is ReplayMode.MODEL_SWAP and candidate:
+        catalog.model(candidate)
+        return candidate
+    if substitute:
+        catalog.model(substitute)
+        return substitute
+    if recorded is None:
+        return catalog.default_model
+    name = catalog.recorded_model(recorded)
+    if name is None:
+        raise InvalidInputError(
+            f"the recorded model {recorded!r} is not configured for {catalog.graph_id} "
+            f"(configured: {', '.join(sorted(catalog.models))}); --substitute-model M replays "
+            "with M instead, recorded in the replay's manifest",
+            field="substitute_model",
+        )
+    return name

@@ -7,6 +7,7 @@ already recorded, its recorded result is returned instead of running it again.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 from collections import OrderedDict
@@ -14,8 +15,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from models import (
+    EnvironmentManifest,
     ExecutionEventType,
     FixtureMissPolicy,
+    PinnedVersions,
     PolicyDecisionRecord,
     PromptArtifact,
     ReplayConfidence,
@@ -23,6 +26,7 @@ from models import (
     ReplayMode,
     RunRecord,
     RunStatus,
+    SourceCodeManifest,
 )
 from models.budget import BudgetUsage
 from models.canonical import normalize_json
@@ -34,16 +38,18 @@ from models.errors import (
     SequenceConflictError,
 )
 from models.replay_flow import PreparedReplay, ReplayCursorsView, ReplayPlan, StepInput, StepOutput
+from models.verdicts import manifest_drift
 from runtime.completeness import evidence_completeness
 from runtime.environment import AgentEnvironment
 from runtime.executor import load_random_state, migrate_recorded_state, store_random_state
 from runtime.graph import GraphDefinition
+from runtime.manifests import capture_environment, capture_source_code
 from runtime.model_gateway import RecordingModelGateway
 from runtime.policy import RecordingPolicyEngine
 from runtime.ports import ArtifactStore, EventLedger, EvidenceReader, NewEvent
 from runtime.privacy.redaction import destroyed_content_note, replay_redaction
 from runtime.recorder import RunRecorder
-from runtime.replay.catalog import AgentCatalog
+from runtime.replay.catalog import AgentCatalog, replay_model
 from runtime.replay.evidence_gateways import ReplayApprovalGateway, ReplayKnowledgeGateway
 from runtime.replay.gateways import (
     FixedAgentClock,
@@ -85,6 +91,8 @@ class ReplayEngine:
         #: the cache is bounded by the evidence bytes it holds, not only by run count: one
         #: long run can weigh more than a hundred short ones (the newest source always stays)
         self._cache_bytes = cache_bytes
+        #: graph id -> this worker's environment and source manifests (captured once)
+        self._manifests: dict[str, tuple[EnvironmentManifest, SourceCodeManifest | None]] = {}
         #: how the steps this engine runs are isolated (rule 16), recorded in each STEP_STARTED
         self.isolation = isolation
 
@@ -102,6 +110,18 @@ class ReplayEngine:
             _, dropped = self._cache.popitem(last=False)
             held -= dropped.loaded_bytes
         return source
+
+    async def _environment_drift(self, run: RunRecord, catalog: AgentCatalog) -> list[str]:
+        """The recorded environment and source manifests compared with this worker's. The
+        worker's are captured once per catalog in this process (it runs the code it loaded),
+        in a thread: git must not block the event loop other activities share."""
+        current = self._manifests.get(catalog.graph_id)
+        if current is None:
+            current = await asyncio.to_thread(_worker_manifests, catalog)
+            self._manifests[catalog.graph_id] = current
+        environment, code = current
+        drift = manifest_drift(run.environment, environment, "environment")
+        return drift + manifest_drift(run.source_code, code, "source_code")
 
     def catalog(self, graph_id: str) -> AgentCatalog:
         try:
@@ -136,7 +156,7 @@ class ReplayEngine:
         except ReplaybookError as exc:
             return PreparedReplay(ok=False, problems=(str(exc),))
         problems += await self._unusable_evidence(plan, source, catalog, graph)
-        problems += _unknown_overrides(plan, catalog)
+        problems += _unknown_overrides(plan, catalog, run)
 
         start_step: str | None = graph.entry
         state_ref: str | None = None
@@ -161,8 +181,10 @@ class ReplayEngine:
         # content destroyed by a deletion request: the replay runs on the sanitized view, and
         # says so (LIMITED, never "exact replay successful")
         destroyed = await destroyed_content_note(self.ledger, plan.source_run_id)
-        full = completeness.score == completeness.total and destroyed is None
-        head = await self._begin(plan, source, catalog, full)
+        drift = await self._environment_drift(run, catalog)
+        # a replay on another environment or source is not the recording's: LIMITED
+        full = completeness.score == completeness.total and destroyed is None and not drift
+        head, manifest = await self._begin(plan, source, catalog, full)
         return PreparedReplay(
             ok=True,
             completeness_score=completeness.score,
@@ -175,6 +197,8 @@ class ReplayEngine:
             cursors=cursors,
             head=head,
             source_steps=len(source.steps),
+            manifest=manifest,
+            environment_drift=tuple(drift),
         )
 
     async def _unusable_evidence(
@@ -213,7 +237,7 @@ class ReplayEngine:
 
     async def _begin(
         self, plan: ReplayPlan, source: SourceEvidence, catalog: AgentCatalog, full: bool
-    ) -> int:
+    ) -> tuple[int, ReplayManifest]:
         """Create the replay run: header with the pinned (and overridden) versions, then
         RUN_STARTED carrying the replay manifest. Idempotent for a retried activity."""
         run = source.run
@@ -225,7 +249,7 @@ class ReplayEngine:
         model_profile = (
             f"recorded:{run.pinned.model_profile}"
             if plan.mode is ReplayMode.RECORDED
-            else catalog.model(plan.model_name or catalog.default_model).profile
+            else catalog.model(_model_name(plan, catalog, run)).profile
         )
         pinned = run.pinned.model_copy(
             update={
@@ -237,22 +261,7 @@ class ReplayEngine:
                 "knowledge_snapshot": plan.retriever_version or run.pinned.knowledge_snapshot,
             }
         )
-        manifest = ReplayManifest(
-            replay_id=plan.replay_id,
-            source_run_id=run.run_id,
-            source_run_version=str(source.event_count),
-            model_profile=model_profile,
-            prompt_bundle_hash=pinned.prompt_bundle_hash,
-            graph_version=run.graph_version,
-            policy_version=pinned.policy_version,
-            capability_registry_version=run.pinned.capability_registry_version,
-            knowledge_snapshot=pinned.knowledge_snapshot,
-            evaluator_version=run.pinned.evaluator_version,
-            logical_time=source.start_time,
-            environment_hash=run.pinned.environment_hash,
-            mode=plan.mode,
-            simulation=plan.simulation,
-        )
+        manifest = _manifest(plan, source, pinned)
         await self.ledger.create_run(
             RunRecord(
                 run_id=plan.replay_id,
@@ -275,7 +284,7 @@ class ReplayEngine:
         )
         existing = await self.ledger.events(plan.replay_id)
         if existing:  # prepared before (a retried activity): the header is already there
-            return existing[-1].sequence
+            return existing[-1].sequence, manifest
         payload = {
             "input": normalize_json(source.agent_input),
             "seed": source.seed,
@@ -287,7 +296,7 @@ class ReplayEngine:
             NewEvent("run", E.RUN_STARTED, source.start_time, payload=payload),
             expected_sequence=1,
         )
-        return started.sequence
+        return started.sequence, manifest
 
     # RUNNING --------------------------------------------------------------------------------
 
@@ -513,8 +522,15 @@ class ReplayEngine:
         if plan.mode is ReplayMode.RECORDED:
             provider: Any = RecordedModelProvider(source, positions)
         else:
-            live = catalog.model(plan.model_name or catalog.default_model)
-            provider = LiveModelProvider(live, positions, plan.budget, used, plan.sampling_seed)
+            live = catalog.model(_model_name(plan, catalog, run))
+            provider = LiveModelProvider(
+                live,
+                positions,
+                plan.budget,
+                used,
+                plan.sampling_seed,
+                recorded_seed=plan.mode is ReplayMode.EXACT,
+            )
         bundle = (
             catalog.bundle(plan.prompt_version)
             if plan.prompt_version
@@ -541,7 +557,12 @@ class ReplayEngine:
             clock=recorder.clock,
             random=rng,
             model=RecordingModelGateway(
-                provider, bundle, recorder, model=plan.model_name or catalog.default_model
+                provider,
+                bundle,
+                recorder,
+                model=_model_name(plan, catalog, run)
+                if plan.mode is not ReplayMode.RECORDED
+                else catalog.default_model,
             ),
             tools=ReplayToolGateway(
                 catalog.capabilities,
@@ -566,14 +587,55 @@ class ReplayEngine:
         )
 
 
-def _unknown_overrides(plan: ReplayPlan, catalog: AgentCatalog) -> list[str]:
+def _manifest(plan: ReplayPlan, source: SourceEvidence, pinned: PinnedVersions) -> ReplayManifest:
+    """What the replay is bound to: the source, the versions it pinned (with the plan's
+    overrides) and, for a live replay, the recorded model profile and any substitute."""
+    run = source.run
+    model_profile = pinned.model_profile
+    return ReplayManifest(
+        replay_id=plan.replay_id,
+        source_run_id=run.run_id,
+        source_run_version=str(source.event_count),
+        model_profile=model_profile,
+        recorded_model_profile=run.pinned.model_profile,
+        substituted_model=plan.substitute_model if plan.mode is not ReplayMode.RECORDED else None,
+        prompt_bundle_hash=pinned.prompt_bundle_hash,
+        graph_version=run.graph_version,
+        policy_version=pinned.policy_version,
+        capability_registry_version=run.pinned.capability_registry_version,
+        knowledge_snapshot=pinned.knowledge_snapshot,
+        evaluator_version=run.pinned.evaluator_version,
+        logical_time=source.start_time,
+        environment_hash=run.pinned.environment_hash,
+        mode=plan.mode,
+        simulation=plan.simulation,
+    )
+
+
+def _worker_manifests(
+    catalog: AgentCatalog,
+) -> tuple[EnvironmentManifest, SourceCodeManifest | None]:
+    """This worker's environment (with the catalog's tool bundle, as a recording has it) and
+    the source manifest of the catalog's checkout."""
+    environment = capture_environment(catalog.capabilities.catalog_hash())
+    code = capture_source_code(catalog.source_root) if catalog.source_root else None
+    return environment, code
+
+
+def _model_name(plan: ReplayPlan, catalog: AgentCatalog, run: RunRecord) -> str:
+    return replay_model(
+        catalog, plan.mode, plan.model_name, plan.substitute_model, run.pinned.model_profile
+    )
+
+
+def _unknown_overrides(plan: ReplayPlan, catalog: AgentCatalog, run: RunRecord) -> list[str]:
     """The first override of the plan (prompt, model, policy, retriever) this worker's catalog
     does not have, as a problem."""
     try:
         if plan.prompt_version:
             catalog.bundle(plan.prompt_version)
         if plan.mode is not ReplayMode.RECORDED:
-            catalog.model(plan.model_name or catalog.default_model)
+            _model_name(plan, catalog, run)
         if plan.policy_version:
             catalog.policy_set(plan.policy_version)
         if plan.retriever_version:
@@ -600,6 +662,13 @@ async def _execute_step(
     state_ref = step.state_ref
     try:
         result = await graph.steps[step.step_id](env, state, source.agent_input)
+    except FixtureMissError as exc:
+        # the verdict names where and for what (issue 16): "fixture miss at step S for …"
+        capability = exc.capability_id or "unknown"
+        stopped = (
+            f"FixtureMissError: fixture miss at step {step.step_id} "
+            f"for capability {capability}: {exc}"
+        )
     except STOPPING_ERRORS as exc:
         stopped = f"{type(exc).__name__}: {exc}"
     else:

@@ -44,7 +44,7 @@ class ReplayKnowledgeGateway:
         qhash = query_hash(query, k)
         recorded = self.source.retrievals.get(qhash, [])
         used = self.positions.retrievals.get(qhash, 0)
-        if not recorded:
+        if used >= len(recorded):  # never recorded, or every recorded answer consumed
             self.positions.fixture_misses += 1
             await self.recorder.record(
                 E.FIXTURE_MISS,
@@ -55,9 +55,11 @@ class ReplayKnowledgeGateway:
                 },
             )
             if self.miss_policy is FixtureMissPolicy.FAIL:
-                raise FixtureMissError(f"no recorded retrieval for query {qhash}")
+                raise FixtureMissError(
+                    f"no recorded retrieval for query {qhash}", capability_id="knowledge.search"
+                )
             return []
-        fixture = recorded[min(used, len(recorded) - 1)]
+        fixture = recorded[used]
         self.positions.retrievals[qhash] = used + 1
         chunks = []
         for item in fixture.evidence:

@@ -111,7 +111,8 @@ class RecordedModelProvider:
         if index >= len(self.source.model_responses):
             raise FixtureMissError(
                 f"the source run recorded {len(self.source.model_responses)} model calls; the replay "
-                f"asked for call {index + 1}"
+                f"asked for call {index + 1}",
+                capability_id="model",
             )
         self.positions.model_calls += 1
         return self.source.model_responses[index]
@@ -127,30 +128,36 @@ class LiveModelProvider:
         budget: ReplayBudget,
         used_before: BudgetUsage,
         sampling_seed: int,
+        *,
+        recorded_seed: bool = False,
     ) -> None:
         self.inner = inner
         self.positions = positions
         self.budget = budget
         self.used_before = used_before
         self.sampling_seed = sampling_seed
+        #: EXACT keeps the seed the replayed code passes (the recorded one: its random state is
+        #: the source's); the other live modes sample with a seed of the replay
+        self.recorded_seed = recorded_seed
         self.profile = inner.profile
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
-        calls = self.used_before.model_calls + self.positions.live_model_calls
-        if self.budget.max_model_calls is not None and calls >= self.budget.max_model_calls:
-            raise BudgetExhaustedError(f"max_model_calls {self.budget.max_model_calls} reached")
+        request = self._within_budget(request)
         seed = int.from_bytes(
             hashlib.sha256(f"{self.sampling_seed}:{self.positions.model_calls}".encode()).digest()[
                 :4
             ],
             "big",
         )
+        if self.recorded_seed and request.seed is not None:
+            seed = request.seed
         self.positions.model_calls += 1
         response = await self.inner.complete(request.model_copy(update={"seed": seed}))
         self.positions.live_model_calls += 1
         self.positions.tokens += response.usage.total_tokens
         self.positions.cost += response.cost
         used = self.used_before.plus(self.positions.usage())
+        # a provider that ignores max_tokens can still go over: stop there, never call again
         if self.budget.max_tokens is not None and used.tokens > self.budget.max_tokens:
             raise BudgetExhaustedError(
                 f"max_tokens {self.budget.max_tokens} exceeded ({used.tokens})"
@@ -158,6 +165,46 @@ class LiveModelProvider:
         if self.budget.max_cost is not None and used.cost > self.budget.max_cost:
             raise BudgetExhaustedError(f"max_cost {self.budget.max_cost} exceeded ({used.cost})")
         return response
+
+    def _within_budget(self, request: ModelRequest) -> ModelRequest:
+        """The request with ``max_tokens`` capped to what is left, or ``BudgetExhaustedError``
+        before the call when its worst case (the prompt plus ``max_tokens``, priced at the
+        model's price) would go past the budget (issue 16: refused before, not after)."""
+        budget = self.budget
+        used = self.used_before.plus(self.positions.usage())
+        if budget.max_model_calls is not None and used.model_calls >= budget.max_model_calls:
+            raise BudgetExhaustedError(f"max_model_calls {budget.max_model_calls} reached")
+        prompt = estimated_prompt_tokens(request)
+        room: list[int] = [request.max_tokens] if request.max_tokens else []
+        if budget.max_tokens is not None:
+            room.append(budget.max_tokens - used.tokens - prompt)
+        price = model_price(self.inner)
+        if budget.max_cost is not None and price:
+            affordable = (budget.max_cost - used.cost) * 1000 / price
+            room.append(int(affordable) - prompt)
+        if not room:
+            return request
+        cap = min(room)
+        if cap < 1:
+            raise BudgetExhaustedError(
+                f"the next model call (about {prompt} prompt tokens) does not fit in what is "
+                f"left of the budget (max_tokens {budget.max_tokens}, max_cost "
+                f"{budget.max_cost}; used {used.tokens} tokens, {used.cost})"
+            )
+        return request.model_copy(update={"max_tokens": cap})
+
+
+def estimated_prompt_tokens(request: ModelRequest) -> int:
+    """About how many tokens the request's messages are (4 characters a token, as the
+    recorder estimates compiled prompts): the part of a call's cost known before it."""
+    return sum(max(1, len(m.content or "") // 4) for m in request.messages)
+
+
+def model_price(provider: object) -> Decimal | None:
+    """The provider's price per 1,000 tokens when it declares one (``price_per_1k_tokens``),
+    for refusing a call whose worst case would exceed the cost budget."""
+    price = getattr(provider, "price_per_1k_tokens", None)
+    return price if isinstance(price, Decimal) else None
 
 
 class ReplayToolGateway:
@@ -192,8 +239,9 @@ class ReplayToolGateway:
         if used < len(recorded):
             self.positions.fixtures[rhash] = used + 1
             return recorded[used]
-        # a request seen more often than recorded gets the last recorded answer again
-        return recorded[-1] if recorded else None
+        # consumed, not reused: the (k+1)-th identical request when k were recorded is a miss
+        # (the miss policy decides), never the last recorded answer again
+        return None
 
     async def call(
         self,
@@ -278,7 +326,8 @@ class ReplayToolGateway:
                 started,
             )
         raise FixtureMissError(
-            f"no recorded fixture for {capability_id} request {rhash} (fixture miss policy FAIL)"
+            f"no recorded fixture for {capability_id} request {rhash} (fixture miss policy FAIL)",
+            capability_id=capability_id,
         )
 
     async def _blocked_write(

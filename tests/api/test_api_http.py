@@ -156,7 +156,9 @@ async def test_bad_bodies_name_the_field_and_the_problem(
     assert needs["field"] == "candidatePromptVersion"
     assert needs["message"] == "mode PROMPT_SWAP needs candidatePromptVersion"
     fork = await problem({"sourceRunId": run_id, "mode": "EXACT", "startFromStep": "planner-4"})
-    assert fork["message"] == "startFromStep is only for mode FORK_FROM_STEP"
+    assert fork["message"] == (
+        "startFromStep is only for mode FORK_FROM_STEP or PROMPT_SWAP or MODEL_SWAP"
+    )
     unknown = await problem({"sourceRunId": "run-9182", "mode": "RECORDED"})
     assert unknown["field"] == "sourceRunId" and "run not found" in unknown["message"]
     broken = await client.post(

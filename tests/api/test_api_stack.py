@@ -144,7 +144,7 @@ def test_a_full_replay_over_http(stack: Stack) -> None:
         assert done["mode"] == "PROMPT_SWAP"
         assert done["summary"]["runs"] == 3 and done["summary"]["reproduced"] == 0
         assert len(done["children"]) == 3
-        child = viewer.get(f"/api/replays/{done['children'][0]}").json()
+        child = viewer.get(f"/api/replays/{done['children'][0]['replayId']}").json()
         assert child["comparison"]["sameSideEffects"] is False
         assert child["comparison"]["critical"] is True  # the email goes to another customer
         assert child["writesExecuted"] == 0 and child["confidence"] == "FULL"

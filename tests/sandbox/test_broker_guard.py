@@ -15,6 +15,7 @@ from activities.sandbox.broker import StepBroker
 from activities.sandbox.config import SandboxSettings
 from activities.sandbox.guard import Quotas
 from examples.coding_agent import coding_catalog, record_coding_run
+from examples.synthetic import PROFILE
 from models import ExecutionEventType, ReplayMode
 from models.budget import BudgetUsage
 from models.errors import SandboxQuotaError, SandboxViolationError
@@ -35,7 +36,8 @@ REQUEST = ModelRequest.model_validate(
 
 
 class CountingModel:
-    profile = "counting"
+    # stands in for the model the coding runs recorded (an EXACT replay calls that one)
+    profile = PROFILE
 
     def __init__(self) -> None:
         self.calls = 0

@@ -68,7 +68,7 @@ async def _wrong_customer_run(stack) -> str:  # type: ignore[no-untyped-def]
     raise AssertionError("no wrong-customer run emailed the wrong customer")
 
 
-async def test_prompt_v18_counterfactual_does_not_reproduce_and_exact_does_at_the_model_rate(
+async def test_prompt_v18_counterfactual_does_not_reproduce_and_exact_replays_the_recording(
     replay_stack,
 ) -> None:  # type: ignore[no-untyped-def]
     stack = replay_stack
@@ -90,11 +90,44 @@ async def test_prompt_v18_counterfactual_does_not_reproduce_and_exact_does_at_th
     assert swap.comparison.first_divergent_step == "planner"
     assert len(swap.children) == 50
 
-    exact = await stack.replay(plan(run_id, ReplayMode.EXACT, repeat=50, sampling_seed=7))
-    low, high = exact.summary["ci95"]
-    assert low <= 0.8 <= high  # the scripted model looks up by phone 80% of the time
-    assert 30 <= exact.summary["reproduced"] <= 48
+    exact = await stack.replay(plan(run_id, ReplayMode.EXACT, repeat=10, sampling_seed=7))
+    # EXACT replays the recording: the recorded model with the recorded seed (issue 16)
+    assert exact.summary["reproduced"] == 10 and exact.summary["rate"] == 1.0
+    source = await stack.stores.ledger.get_run(run_id)
+    assert exact.manifest.recorded_model_profile == source.pinned.model_profile
+    assert exact.manifest.model_profile == source.pinned.model_profile
+    assert exact.manifest.substituted_model is None
     assert await write_calls(stack) == before
+
+
+async def test_a_prompt_swap_stopped_by_fixture_misses_is_inconclusive_not_fixed(
+    replay_stack,
+) -> None:  # type: ignore[no-untyped-def]
+    stack = replay_stack
+    run_id = await _wrong_customer_run(stack)
+    failing = await stack.replay(
+        plan(run_id, ReplayMode.PROMPT_SWAP, prompt_version="v18", repeat=5)
+    )
+    summary = failing.summary
+    assert summary["inconclusive"] == 5 and summary["rate"] is None and summary["ci95"] is None
+    assert summary["inconclusive_reasons"] == {"FIXTURE_MISS": 5}
+    assert failing.confidence.value == "LIMITED"
+    for child in failing.child_results:
+        assert child.verdict.value == "INCONCLUSIVE"
+        assert child.inconclusive_reason.value == "FIXTURE_MISS"
+        assert "fixture miss at step" in child.verdict_reason and "for capability" in (
+            child.verdict_reason
+        )
+    live = await stack.replay(
+        plan(
+            run_id,
+            ReplayMode.PROMPT_SWAP,
+            prompt_version="v18",
+            repeat=5,
+            miss_policy=FixtureMissPolicy.SANDBOX_LIVE,
+        )
+    )
+    assert live.summary["not_reproduced"] >= 4 and live.summary["inconclusive"] == 0
 
 
 async def test_fork_executes_only_the_steps_after_the_fork(replay_stack) -> None:  # type: ignore[no-untyped-def]
@@ -135,6 +168,23 @@ async def test_budget_ends_a_replay_with_a_partial_result(replay_stack) -> None:
     assert "max_model_calls 1" in outcome.reason
     assert outcome.budget_used.model_calls == 1
     assert not outcome.comparison.same_outcome
+    assert outcome.verdict.value == "INCONCLUSIVE" and outcome.inconclusive_reason.value == "BUDGET"
+    assert outcome.reproduced is None
+
+
+async def test_repeats_share_one_budget(replay_stack) -> None:  # type: ignore[no-untyped-def]
+    stack = replay_stack
+    run_id = await _wrong_customer_run(stack)
+    outcome = await stack.replay(
+        plan(run_id, ReplayMode.EXACT, repeat=5, budget=ReplayBudget(max_model_calls=3))
+    )
+    children = outcome.child_results
+    assert len(children) == 5
+    assert sum(c.budget_used.model_calls for c in children) <= 3
+    assert outcome.budget_used.model_calls <= 3 and outcome.budget_used.duration_seconds > 0
+    # the first child runs alone with all 3 calls (it uses 2, or 1 when its lookup misses
+    # a fixture); what is left cannot carry the other four to their end
+    assert outcome.summary["inconclusive_reasons"].get("BUDGET", 0) >= 3
 
 
 async def test_cancel_ends_in_canceled(replay_stack) -> None:  # type: ignore[no-untyped-def]
@@ -178,8 +228,12 @@ async def test_model_swap_and_denied_approval_counterfactuals(replay_stack) -> N
     )
     assert denied.status is ReplayStatus.COMPLETED and denied.partial
     assert "ApprovalDeniedError" in denied.reason
-    assert {d.type.value for d in denied.comparison.diffs} >= {"SIDE_EFFECT_REMOVED"}
-    assert not denied.reproduced
+    assert {d.type.value for d in denied.comparison.diffs} >= {
+        "SIDE_EFFECT_REMOVED",
+        "APPROVAL_CHANGED",
+    }
+    # a refused action is the agent's behaviour, not a truncated replay: conclusive
+    assert not denied.reproduced and denied.verdict.value == "NOT_REPRODUCED"
 
     run_id = await _wrong_customer_run(stack)
     before = await write_calls(stack)  # recording that run sent a real (simulated) email

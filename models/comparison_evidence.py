@@ -1,0 +1,92 @@
+"""Approval and retrieval differences between a source run and its replay (issue 16):
+``APPROVAL_CHANGED`` (a counterfactual denial, or an approval of another action) and
+``RETRIEVAL_CHANGED`` (a candidate retriever returning other chunks or ranks).
+
+Pure: facts in, ``(diff, position)`` pairs out; positions index the run's step sequence so the
+caller can put them in execution order with the other differences.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from models.enums import DiffType
+from models.replay import TrajectoryDiff
+from models.trajectory import ApprovalFact, RetrievalFact
+
+__all__ = ["approval_diffs", "retrieval_diffs"]
+
+
+def approval_diffs(
+    a: Sequence[ApprovalFact], b: Sequence[ApprovalFact], pa: list[int], pb: list[int]
+) -> list[tuple[TrajectoryDiff, int]]:
+    """Each replay approval whose action the source also had approved, with another decision;
+    else one at a step where the source approved another action. An approval only one side
+    asked for, at a step the other did not reach, is left to the tool and side-effect diffs."""
+    found: list[tuple[TrajectoryDiff, int]] = []
+    by_action = {fact.action_hash: i for i, fact in enumerate(a)}
+    by_step = {fact.step_id: i for i, fact in enumerate(a)}
+    for j, rep in enumerate(b):
+        i = by_action.get(rep.action_hash)
+        if i is not None:
+            src = a[i]
+            if src.decision == rep.decision:
+                continue
+            text = (
+                f"the approval of the same action at {src.step_id}: {src.decision} "
+                f"({src.approver}) became {rep.decision} ({rep.approver})"
+            )
+        elif rep.step_id in by_step:
+            i = by_step[rep.step_id]
+            src = a[i]
+            text = (
+                f"at {src.step_id} the replay asked approval for another action "
+                f"({rep.action_hash[:19]}…, {rep.decision}) than the source "
+                f"({src.action_hash[:19]}…, {src.decision})"
+            )
+        else:
+            continue
+        diff = TrajectoryDiff(
+            type=DiffType.APPROVAL_CHANGED,
+            source_step=src.step_id,
+            replay_step=rep.step_id,
+            explanation=text,
+        )
+        found.append((diff, pa[i] if i < len(pa) else pb[j]))
+    return found
+
+
+def _shown(fact: RetrievalFact) -> str:
+    return ", ".join(fact.chunks) or "no chunks"
+
+
+def retrieval_diffs(
+    a: Sequence[RetrievalFact], b: Sequence[RetrievalFact], pa: list[int], pb: list[int]
+) -> list[tuple[TrajectoryDiff, int]]:
+    """Retrievals paired in order at the same step: other chunks, another ranking or another
+    retriever version is a ``RETRIEVAL_CHANGED`` naming both results."""
+    found: list[tuple[TrajectoryDiff, int]] = []
+    used: set[int] = set()
+    for j, rep in enumerate(b):
+        i = next(
+            (k for k, src in enumerate(a) if k not in used and src.step_id == rep.step_id), None
+        )
+        if i is None:
+            continue
+        used.add(i)
+        src = a[i]
+        if (src.chunks, src.retriever_version) == (rep.chunks, rep.retriever_version):
+            continue
+        what = "other chunks" if set(src.chunks) != set(rep.chunks) else "another ranking"
+        text = (
+            f"retrieval at {src.step_id} returned {what}: {src.retriever_version} gave "
+            f"[{_shown(src)}], {rep.retriever_version} gave [{_shown(rep)}]"
+        )
+        diff = TrajectoryDiff(
+            type=DiffType.RETRIEVAL_CHANGED,
+            source_step=src.step_id,
+            replay_step=rep.step_id,
+            explanation=text,
+        )
+        found.append((diff, pa[i] if i < len(pa) else pb[j]))
+    return found
