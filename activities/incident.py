@@ -14,7 +14,7 @@ from activities import observe
 from forensics.failure_facts import gather_failure_facts
 from forensics.freeze import freeze_evidence
 from forensics.reconcile import SideEffectReconciler, reconcile_side_effect, resolve_by_human
-from forensics.regression_cases import regression_case_for
+from forensics.regression_cases import derived_assertions, human_assertions, regression_case_for
 from models import EvidenceFreezeRequest, EvidenceType, SideEffectRecord, SideEffectStatus
 from models.canonical import canonicalize
 from models.errors import NotFoundError
@@ -175,11 +175,15 @@ class IncidentActivities:
         cause."""
         facts = await gather_failure_facts(self.stores.ledger, self.stores.evidence, run_id)
         c = classify(facts)
+        # counted now so that a confirmation can be refused when it brings no expectation and
+        # the facts yield none either (every confirmed incident leaves a regression case)
+        source = await load_trajectory(self.stores.ledger, run_id)
         return SignatureResult(
             failure_type=c.failure_type.value,
             signature=c.signature,
             key=c.key,
             explanation=c.explanation,
+            builtin_assertions=len(derived_assertions(facts, source)),
         )
 
     @activity.defn(name="save_incident")
@@ -188,10 +192,13 @@ class IncidentActivities:
         a COMPLETED or FAILED incident is counted. Touches neither the run's chain nor its
         evidence."""
         sig = view.signature
+        # the human's failure type, once confirmed, is the one incidents are counted under;
+        # the automatic one stays in the view (``signature.failure_type``)
+        confirmed = view.confirmation.failure_type if view.confirmation else None
         await self.incidents.save_incident(
             incident_id=view.incident_id,
             source_run_id=view.source_run_id,
-            failure_type=sig.failure_type if sig else None,
+            failure_type=confirmed.value if confirmed else sig.failure_type if sig else None,
             signature=sig.signature if sig else None,
             signature_key=sig.key if sig else None,
             phase=view.phase.value,
@@ -217,6 +224,7 @@ class IncidentActivities:
             facts=facts,
             source=source,
             description=f"{view.signature.signature if view.signature else 'incident'}: {confirmation.root_cause}",
+            extra=human_assertions(confirmation.expectations, source),
             now=_now(),
         )
         if case is None:

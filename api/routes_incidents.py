@@ -93,6 +93,8 @@ async def post_root_cause(
                 fix_version=body.fix_version,
                 verified_by=body.verified_by,
                 replay_ids=body.replay_ids,
+                failure_type=body.failure_type.value if body.failure_type else None,
+                expectations=body.expectations,
             )
     except ConflictError as exc:
         raise exc.with_field(_refusal_field(exc)) from exc
@@ -101,6 +103,8 @@ async def post_root_cause(
         incident_id=incident_id,
         verified_by=confirmation.verified_by,
         replay_ids=list(confirmation.replay_ids),
+        failure_type=confirmation.failure_type,
+        expectations=list(confirmation.expectations),
     )
 
 

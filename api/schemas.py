@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from models import FixtureMissPolicy, ReplayBudget, ReplayMode
+from models.enums import AgentFailureType
 
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@+=-]*$"
 
@@ -114,6 +115,10 @@ class RootCauseBody(Body):
     verified_by: str = Field(min_length=1, max_length=200)
     #: the replays of this incident the cause rests on (default: all of them)
     replay_ids: list[str] = Field(default_factory=list, max_length=100)
+    #: the human's failure type (overrides the automatic classification; both are kept)
+    failure_type: AgentFailureType | None = None
+    #: expected behaviour in the expectation language (``models.expectations``)
+    expectations: list[str] = Field(default_factory=list, max_length=50)
 
 
 class RootCauseConfirmed(Body):
@@ -121,6 +126,8 @@ class RootCauseConfirmed(Body):
     confirmed: bool = True
     verified_by: str
     replay_ids: list[str]
+    failure_type: AgentFailureType | None = None
+    expectations: list[str] = Field(default_factory=list)
 
 
 class ResolutionBody(Body):

@@ -86,6 +86,8 @@ async def incident_status(incident_id: str, as_json: JsonOption = False) -> None
         )
     for p in data["pending"]:
         typer.echo(f"  waiting: {p['detail']}")
+    for r in data.get("rejected_signals") or ():
+        typer.echo(f"  rejected signal {r['name']} at {r['at']}: {r['reason']}")
 
 
 @incident_app.command("resolve-side-effect")
@@ -125,6 +127,24 @@ async def incident_confirm(
             "--replay", help="A replay of this incident the cause rests on (default: all of them)."
         ),
     ] = None,
+    failure_type: Annotated[
+        str | None,
+        typer.Option(
+            "--failure-type",
+            help="The failure type you conclude (MODEL_DECISION, PROMPT, RETRIEVAL, TOOL, "
+            "AUTHORITY, APPROVAL, SIDE_EFFECT, STATE, CONCURRENCY, INFRASTRUCTURE, POLICY, DATA); "
+            "overrides the automatic one, both are kept.",
+        ),
+    ] = None,
+    expect: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--expect",
+            help="What the run must (not) do, e.g. 'no side_effect email.send where to != "
+            "ticket.email', 'tool crm.get_customer called before email.send', "
+            "'outcome.refund_status == \"RECONCILED\"' (repeatable; README: expectations).",
+        ),
+    ] = None,
 ) -> None:
     """Confirm the root cause (a Temporal update, validated: non-empty, cites replays)."""
     from worker.temporal import connect
@@ -136,6 +156,8 @@ async def incident_confirm(
         fix_version=fix_version,
         verified_by=verified_by,
         replay_ids=replay,
+        failure_type=failure_type,
+        expectations=expect,
     )
     typer.echo(f"{incident_id}: root cause confirmed by {verified_by}")
 

@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import Field
 
 from models.base import Instant, Record
-from models.enums import FixtureMissPolicy, ReplayConfidence, ReplayMode
+from models.enums import AgentFailureType, FixtureMissPolicy, ReplayConfidence, ReplayMode
 from models.replay_plans import candidate_mode
 
 
@@ -64,6 +64,19 @@ class RootCauseConfirmation(Record):
     verified_by: str = Field(min_length=1)
     #: the replays of this incident the conclusion rests on (at least one)
     replay_ids: tuple[str, ...] = Field(min_length=1)
+    #: the human's failure type; overrides the automatic classification, which is kept too
+    failure_type: AgentFailureType | None = None
+    #: the human's expected behaviour in the expectation language (``models.expectations``);
+    #: the regression case asserts them besides the built-in assertions
+    expectations: tuple[str, ...] = ()
+
+
+class RejectedSignal(Record):
+    """A signal the incident refused (it failed validation): kept, with why, not dropped."""
+
+    name: str
+    reason: str
+    at: Instant
 
 
 class PendingTask(Record):
@@ -100,6 +113,9 @@ class SignatureResult(Record):
     signature: str
     key: str
     explanation: str
+    #: how many regression assertions the facts yield on their own (None: not counted, in
+    #: incidents signed before this was); 0 means a confirmation must bring an expectation
+    builtin_assertions: int | None = None
 
 
 class FreezeSummary(Record):
@@ -133,3 +149,4 @@ class IncidentView(Record):
     report_refs: dict[str, str] = Field(default_factory=dict)
     timeline: tuple[TimelineEntry, ...] = ()
     error: str | None = None
+    rejected_signals: tuple[RejectedSignal, ...] = ()

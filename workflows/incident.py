@@ -10,15 +10,22 @@ Nothing here guesses a root cause (rule 18).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from datetime import timedelta
+from typing import Any, TypeVar
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy, SearchAttributeKey
 from temporalio.exceptions import ActivityError, ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
+    from pydantic import ValidationError
+
     from activities.incident import IncidentActivities
     from models import ReplayStatus
+    from models.base import Record
+    from models.errors import InvalidInputError
+    from models.expectations import parse_expectation
     from models.incident_flow import (
         Counterfactual,
         IncidentPhase,
@@ -27,6 +34,7 @@ with workflow.unsafe.imports_passed_through():
         IncidentView,
         PendingTask,
         ReconcileOutcome,
+        RejectedSignal,
         RootCauseConfirmation,
         SideEffectResolution,
         TimelineEntry,
@@ -50,6 +58,7 @@ RETRY = RetryPolicy(
         "RunNotFoundError",
     ],
 )
+_Payload = TypeVar("_Payload", bound=Record)
 # short activities (store reads and writes): a worker that died holding one is noticed quickly
 SHORT = timedelta(seconds=20)
 
@@ -74,6 +83,20 @@ class IncidentWorkflow:
         evidence, who decided), through an activity, and drop its pending task. It never
         executes or retries the side effect itself, and accepts only a side effect that is
         waiting (see the validator)."""
+        return await self._apply_resolution(resolution)
+
+    @workflow.signal(name="resolve_side_effect")
+    async def resolve_side_effect_signal(self, payload: Any) -> None:
+        """The ``resolve_side_effect`` update as a signal, with the same payload (``temporal
+        workflow signal --name resolve_side_effect --input '{…}'``). A payload that fails
+        validation is kept in the view as a rejected signal with the reason, never dropped."""
+        resolution = self._accept_signal(
+            "resolve_side_effect", payload, SideEffectResolution, self._validate_resolution
+        )
+        if resolution is not None:
+            await self._apply_resolution(resolution)
+
+    async def _apply_resolution(self, resolution: SideEffectResolution) -> ReconcileOutcome:
         assert self._view is not None
         outcome: ReconcileOutcome = await workflow.execute_activity_method(
             IncidentActivities.resolve_side_effect_by_human,
@@ -122,6 +145,17 @@ class IncidentWorkflow:
         self._confirmation = confirmation
         return "confirmed"
 
+    @workflow.signal(name="confirm_root_cause")
+    def confirm_root_cause_signal(self, payload: Any) -> None:
+        """The ``confirm_root_cause`` update as a signal, with the same payload and the same
+        validation (``temporal workflow signal --name confirm_root_cause --input '{…}'``). A
+        refused one is kept in the view as a rejected signal with the reason."""
+        confirmation = self._accept_signal(
+            "confirm_root_cause", payload, RootCauseConfirmation, self._validate_confirmation
+        )
+        if confirmation is not None:
+            self._confirmation = confirmation
+
     @confirm_root_cause.validator
     def _validate_confirmation(self, confirmation: RootCauseConfirmation) -> None:
         """Refuses a confirmation before AWAITING_CONFIRMATION, a second one, empty fields, or
@@ -145,6 +179,18 @@ class IncidentWorkflow:
         unknown = cited - known
         if unknown:
             raise ValueError(f"not replays of this incident: {', '.join(sorted(unknown))}")
+        for text in confirmation.expectations:
+            try:
+                parse_expectation(text)
+            except InvalidInputError as exc:
+                raise ValueError(str(exc)) from None
+        signature = self._view.signature
+        if not confirmation.expectations and signature and signature.builtin_assertions == 0:
+            raise ValueError(
+                f"an expectation is needed: {signature.signature} yields no built-in regression "
+                "assertion, so say what the run must (not) do with --expect (e.g. "
+                "'no side_effect email.send where to != ticket.email')"
+            )
 
     # the lifecycle ----------------------------------------------------------------------------
 
@@ -348,6 +394,32 @@ class IncidentWorkflow:
         await self._save()
 
     # bookkeeping ----------------------------------------------------------------------------
+
+    def _accept_signal(
+        self, name: str, payload: Any, model: type[_Payload], validate: Callable[[_Payload], None]
+    ) -> _Payload | None:
+        """``payload`` as ``model`` if it passes ``validate``; otherwise None, and the refusal
+        is kept in the view (a signal has no caller to answer, so the reason must stay)."""
+        try:
+            accepted = model.model_validate(payload)
+            validate(accepted)
+        except ValidationError as exc:
+            reason = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc']) or 'payload'}: {e['msg']}"
+                for e in exc.errors()
+            )
+            self._reject(name, reason)
+            return None
+        except (ValueError, TypeError) as exc:
+            self._reject(name, " ".join(str(exc).split()))
+            return None
+        return accepted
+
+    def _reject(self, name: str, reason: str) -> None:
+        rejected = RejectedSignal(name=name, reason=reason, at=workflow.now())
+        if self._view is not None:
+            self._update(rejected_signals=(*self._view.rejected_signals, rejected))
+        workflow.logger.warning("signal %s rejected: %s", name, reason)
 
     @property
     def _current(self) -> IncidentView:
