@@ -51,6 +51,8 @@ REFUSAL_FIELDS = (
     ("verified_by must not be empty", "verifiedBy"),
     ("is not waiting for a human", "side_effect_id"),
     ("needs the evidence", "evidence"),
+    ("an expectation is needed", "expectations"),
+    ("expectation '", "expectations"),
 )
 
 
@@ -67,6 +69,7 @@ async def create_incident(body: IncidentCreate, state: State, caller: Operator) 
         repeat=body.repeat,
         miss_policy=body.fixture_miss_policy,
         retention_days=body.retention_days,
+        retry_not_applied=body.retry_not_applied,
     )
     ledger = (await state.stores()).ledger
     await open_incident(state.client, ledger, request, source_field="sourceRunId")

@@ -101,6 +101,7 @@ class IncidentCreate(Body):
     repeat: int = Field(default=20, ge=1, le=1000)
     fixture_miss_policy: FixtureMissPolicy = FixtureMissPolicy.FAIL
     retention_days: int = Field(default=730, ge=1, le=36_500)
+    retry_not_applied: bool = False
 
 
 class IncidentAccepted(Body):

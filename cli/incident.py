@@ -51,6 +51,13 @@ async def incident_open(
         str, typer.Option("--on-fixture-miss", help="fail | stub | sandbox-live")
     ] = "fail",
     incident_id: Annotated[str | None, typer.Option("--incident-id")] = None,
+    retry_not_applied: Annotated[
+        bool,
+        typer.Option(
+            "--retry-not-applied",
+            help="After reconciling, retry each side effect proved NOT applied (SideEffectRetry).",
+        ),
+    ] = False,
     as_json: JsonOption = False,
 ) -> None:
     """Open an incident for RUN_ID: starts the Incident workflow (id = incident id)."""
@@ -61,7 +68,12 @@ async def incident_open(
     miss = parse_miss_policy(on_fixture_miss)
     settings = load_settings()
     request = new_incident_request(
-        run_id, pairs, incident_id=incident_id, repeat=repeat, miss_policy=miss
+        run_id,
+        pairs,
+        incident_id=incident_id,
+        repeat=repeat,
+        miss_policy=miss,
+        retry_not_applied=retry_not_applied,
     )
     async with open_stores(settings.stores) as stores:
         await open_incident(lambda: connect(settings), stores.ledger, request)

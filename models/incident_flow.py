@@ -10,6 +10,7 @@ from pydantic import Field
 from models.base import Instant, Record
 from models.enums import AgentFailureType, FixtureMissPolicy, ReplayConfidence, ReplayMode
 from models.replay_plans import candidate_mode
+from models.retry_flow import SideEffectRetryResult
 
 
 class IncidentPhase(StrEnum):
@@ -47,6 +48,9 @@ class IncidentRequest(Record):
     repeat: int = Field(default=20, ge=1, le=1000)
     miss_policy: FixtureMissPolicy = FixtureMissPolicy.FAIL
     retention_days: int = Field(default=730, ge=1)
+    #: after reconciling, retry durably each side effect reconciled NOT applied
+    #: (``SideEffectRetry`` child workflows, id = the side effect id)
+    retry_not_applied: bool = False
 
 
 class SideEffectResolution(Record):
@@ -150,3 +154,5 @@ class IncidentView(Record):
     timeline: tuple[TimelineEntry, ...] = ()
     error: str | None = None
     rejected_signals: tuple[RejectedSignal, ...] = ()
+    #: the retries ``retry_not_applied`` ran, with their results
+    retries: tuple[SideEffectRetryResult, ...] = ()

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy, SearchAttributeKey
-from temporalio.exceptions import ActivityError, ChildWorkflowError
+from temporalio.exceptions import ActivityError, ChildWorkflowError, WorkflowAlreadyStartedError
 
 with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
@@ -43,6 +43,7 @@ with workflow.unsafe.imports_passed_through():
     from models.replay_flow import ReplayOutcome, ReplayWorkflowInput
     from models.replay_plans import plan_for_candidates
     from workflows.replay import ReplayWorkflow
+    from workflows.side_effect_retry import SideEffectRetryWorkflow
 
 INCIDENT_ID = SearchAttributeKey.for_keyword("IncidentId")
 INCIDENT_PHASE = SearchAttributeKey.for_keyword("IncidentPhase")
@@ -228,6 +229,8 @@ class IncidentWorkflow:
     async def _lifecycle(self, request: IncidentRequest) -> None:
         await self._freeze(request)
         await self._reconcile(request)
+        if request.retry_not_applied:
+            await self._retry_not_applied()
         await self._sign(request)
         await self._enter(IncidentPhase.REPLAYING)
         await self._replays(request, [None])
@@ -280,6 +283,28 @@ class IncidentWorkflow:
         await workflow.wait_condition(
             lambda: not any(p.kind == "resolve_side_effect" for p in self._current.pending)
         )
+
+    async def _retry_not_applied(self) -> None:
+        """RECONCILING, when asked (``--retry-not-applied``): each side effect reconciled NOT
+        applied is retried durably as a child ``SideEffectRetry`` (id = the side effect id),
+        one after the other. A refused or failed retry is noted in the timeline, never fatal:
+        the incident's evidence does not depend on it."""
+        results = []
+        for outcome in self._current.side_effects:
+            if outcome.status != "RECONCILED" or outcome.applied is not False:
+                continue
+            se = outcome.side_effect_id
+            try:
+                result = await workflow.execute_child_workflow(
+                    SideEffectRetryWorkflow.run, se, id=se, task_queue=CONTROL_QUEUE
+                )
+            except (ChildWorkflowError, WorkflowAlreadyStartedError) as exc:
+                self._event(IncidentPhase.RECONCILING, f"{se} not retried: {exc.cause or exc}")
+                continue
+            results.append(result)
+            self._event(IncidentPhase.RECONCILING, f"{se} retried: {result.status}")
+        self._update(retries=tuple(results))
+        await self._save()
 
     async def _sign(self, request: IncidentRequest) -> None:
         """SIGNING: the failure's signature, kept in the view and as a search attribute."""
