@@ -18,6 +18,7 @@ from forensics.regression_cases import derived_assertions, human_assertions, reg
 from models import EvidenceFreezeRequest, EvidenceType, SideEffectRecord, SideEffectStatus
 from models.canonical import canonicalize
 from models.errors import NotFoundError
+from models.fork_points import ForkPoint, rank_fork_points
 from models.incident_flow import (
     FreezeSummary,
     IncidentPhase,
@@ -173,7 +174,20 @@ class IncidentActivities:
         """Classify the run's failure from its recorded facts into a failure type and
         signature. Reads the ledger and evidence only; writes nothing and guesses no root
         cause."""
+        return await self._signature(run_id, prompt_swap_fixes=False)
+
+    @activity.defn(name="sign_failure_with_replays")
+    async def sign_failure_with_replays(
+        self, incident_id: str, run_id: str, prompt_swap_fixes: bool
+    ) -> SignatureResult:
+        """Classify again once the counterfactuals ran, adding what they showed (a prompt swap
+        that stops the failure); the same reads as ``sign_failure``, no writes."""
+        return await self._signature(run_id, prompt_swap_fixes=prompt_swap_fixes)
+
+    async def _signature(self, run_id: str, *, prompt_swap_fixes: bool) -> SignatureResult:
         facts = await gather_failure_facts(self.stores.ledger, self.stores.evidence, run_id)
+        if prompt_swap_fixes:
+            facts = facts.model_copy(update={"prompt_swap_fixes": True})
         c = classify(facts)
         # counted now so that a confirmation can be refused when it brings no expectation and
         # the facts yield none either (every confirmed incident leaves a regression case)
@@ -184,7 +198,17 @@ class IncidentActivities:
             key=c.key,
             explanation=c.explanation,
             builtin_assertions=len(derived_assertions(facts, source)),
+            contributing=c.contributing,
         )
+
+    @activity.defn(name="rank_fork_points")
+    async def rank_fork_points(
+        self, run_id: str, first_divergences: list[str | None]
+    ) -> list[ForkPoint]:
+        """The run's candidate fork points, best first, from its trajectory and the first
+        divergences of the incident's replays so far. Reads the ledger only."""
+        source = await load_trajectory(self.stores.ledger, run_id)
+        return rank_fork_points(source, first_divergences)
 
     @activity.defn(name="save_incident")
     async def save_incident(self, view: IncidentView) -> None:
@@ -245,9 +269,7 @@ class IncidentActivities:
         from forensics.report import render_html, render_json, render_markdown
         from forensics.report_gather import report_bundle
 
-        bundle = await report_bundle(
-            self.stores.ledger, self.stores.evidence, self.incidents, view
-        )
+        bundle = await report_bundle(self.stores.ledger, self.stores.evidence, self.incidents, view)
         refs = {}
         for fmt, render in (("json", render_json), ("md", render_markdown), ("html", render_html)):
             refs[fmt] = await self.stores.artifacts.put(render(bundle).encode())

@@ -70,6 +70,7 @@ async def create_incident(body: IncidentCreate, state: State, caller: Operator) 
         miss_policy=body.fixture_miss_policy,
         retention_days=body.retention_days,
         retry_not_applied=body.retry_not_applied,
+        fork_points=body.fork_points,
     )
     ledger = (await state.stores()).ledger
     await open_incident(state.client, ledger, request, source_field="sourceRunId")

@@ -102,6 +102,7 @@ class IncidentCreate(Body):
     fixture_miss_policy: FixtureMissPolicy = FixtureMissPolicy.FAIL
     retention_days: int = Field(default=730, ge=1, le=36_500)
     retry_not_applied: bool = False
+    fork_points: int = Field(default=0, ge=0, le=20)
 
 
 class IncidentAccepted(Body):
@@ -145,3 +146,23 @@ def camel(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [camel(v) for v in value]
     return value
+
+
+class AlertmanagerAlert(BaseModel):
+    """One alert of an Alertmanager webhook notification (fields we do not read are kept)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+    status: Literal["firing", "resolved"] = "firing"
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+    fingerprint: str = Field(min_length=1, max_length=200)
+
+
+class AlertmanagerWebhook(BaseModel):
+    """The Prometheus Alertmanager webhook payload (``version`` "4")."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+    version: str = "4"
+    status: Literal["firing", "resolved"] = "firing"
+    receiver: str = ""
+    alerts: list[AlertmanagerAlert] = Field(default_factory=list, max_length=1000)

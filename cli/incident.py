@@ -58,6 +58,13 @@ async def incident_open(
             help="After reconciling, retry each side effect proved NOT applied (SideEffectRetry).",
         ),
     ] = False,
+    fork_points: Annotated[
+        int,
+        typer.Option(
+            "--fork-points",
+            help="Fork-replay the top K ranked fork points with each counterfactual (0: none).",
+        ),
+    ] = 0,
     as_json: JsonOption = False,
 ) -> None:
     """Open an incident for RUN_ID: starts the Incident workflow (id = incident id)."""
@@ -74,6 +81,7 @@ async def incident_open(
         repeat=repeat,
         miss_policy=miss,
         retry_not_applied=retry_not_applied,
+        fork_points=fork_points,
     )
     async with open_stores(settings.stores) as stores:
         await open_incident(lambda: connect(settings), stores.ledger, request)
@@ -95,6 +103,15 @@ async def incident_status(incident_id: str, as_json: JsonOption = False) -> None
     for r in data["replays"]:
         typer.echo(
             f"  {r['label']:<16} {r['replay_id']}  {r['status']}  reproduced {r['reproduced']}/{r['runs']}"
+        )
+    for point in data.get("fork_points") or ():
+        forks = [f for f in data.get("fork_results") or () if f["step_id"] == point["step_id"]]
+        shown = ", ".join(
+            f"{f['label'].split(' ', 1)[1]} {f['reproduced']}/{f['runs']}" for f in forks
+        )
+        typer.echo(
+            f"  fork point {point['step_id']:<12} score {point['score']:>2}  "
+            f"({', '.join(point['reasons'])}){'  reproduced ' + shown if shown else ''}"
         )
     for p in data["pending"]:
         typer.echo(f"  waiting: {p['detail']}")

@@ -9,6 +9,7 @@ from pydantic import Field
 
 from models.base import Instant, Record
 from models.enums import AgentFailureType, FixtureMissPolicy, ReplayConfidence, ReplayMode
+from models.fork_points import ForkPoint, ForkResult
 from models.replay_plans import candidate_mode
 from models.retry_flow import SideEffectRetryResult
 
@@ -51,6 +52,8 @@ class IncidentRequest(Record):
     #: after reconciling, retry durably each side effect reconciled NOT applied
     #: (``SideEffectRetry`` child workflows, id = the side effect id)
     retry_not_applied: bool = False
+    #: fork replays from the top K ranked fork points, with each counterfactual (0: none)
+    fork_points: int = Field(default=0, ge=0, le=20)
 
 
 class SideEffectResolution(Record):
@@ -120,6 +123,8 @@ class SignatureResult(Record):
     #: how many regression assertions the facts yield on their own (None: not counted, in
     #: incidents signed before this was); 0 means a confirmation must bring an expectation
     builtin_assertions: int | None = None
+    #: other signatures the facts also match (``FailureClassification.contributing``)
+    contributing: tuple[str, ...] = ()
 
 
 class FreezeSummary(Record):
@@ -135,6 +140,16 @@ class TimelineEntry(Record):
     phase: str
     at: Instant
     detail: str = ""
+
+
+def prompt_swap_fixes(replays: tuple[IncidentReplay, ...]) -> bool:
+    """The incident's replays say a prompt swap fixes the failure: the exact replay reproduced
+    it at least once and a completed prompt counterfactual never did."""
+    exact = any(r.label == "exact" and (r.reproduced or 0) > 0 for r in replays)
+    return exact and any(
+        r.label.startswith("prompt=") and r.status == "COMPLETED" and r.runs and r.reproduced == 0
+        for r in replays
+    )
 
 
 class IncidentView(Record):
@@ -156,3 +171,7 @@ class IncidentView(Record):
     rejected_signals: tuple[RejectedSignal, ...] = ()
     #: the retries ``retry_not_applied`` ran, with their results
     retries: tuple[SideEffectRetryResult, ...] = ()
+    #: the ranked candidate fork points (``fork_points`` > 0), best first
+    fork_points: tuple[ForkPoint, ...] = ()
+    #: the fork replays of the top points, with their reproduction rates
+    fork_results: tuple[ForkResult, ...] = ()

@@ -100,6 +100,8 @@ async def running_workers(
                         incident_acts.reconcile_side_effect,
                         incident_acts.resolve_side_effect_by_human,
                         incident_acts.sign_failure,
+                        incident_acts.sign_failure_with_replays,
+                        incident_acts.rank_fork_points,
                         incident_acts.save_incident,
                         incident_acts.create_regression_case,
                         incident_acts.build_incident_report,

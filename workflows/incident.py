@@ -24,8 +24,10 @@ with workflow.unsafe.imports_passed_through():
     from activities.incident import IncidentActivities
     from models import ReplayStatus
     from models.base import Record
+    from models.enums import ReplayMode
     from models.errors import InvalidInputError
     from models.expectations import parse_expectation
+    from models.fork_points import ForkPoint, ForkResult
     from models.incident_flow import (
         Counterfactual,
         IncidentPhase,
@@ -38,10 +40,11 @@ with workflow.unsafe.imports_passed_through():
         RootCauseConfirmation,
         SideEffectResolution,
         TimelineEntry,
+        prompt_swap_fixes,
     )
     from models.queues import CONTROL_QUEUE
     from models.replay_flow import ReplayOutcome, ReplayWorkflowInput
-    from models.replay_plans import plan_for_candidates
+    from models.replay_plans import build_replay_plan, plan_for_candidates
     from workflows.replay import ReplayWorkflow
     from workflows.side_effect_retry import SideEffectRetryWorkflow
 
@@ -236,6 +239,10 @@ class IncidentWorkflow:
         await self._replays(request, [None])
         await self._enter(IncidentPhase.COUNTERFACTUALS)
         await self._replays(request, list(request.counterfactuals))
+        if prompt_swap_fixes(self._current.replays) and workflow.patched("sign-with-replays"):
+            await self._sign_with_replays(request)
+        if request.fork_points:
+            await self._fork_replays(request)
         await self._await_confirmation(request)
         await self._create_regression_case()
         await self._report()
@@ -319,6 +326,22 @@ class IncidentWorkflow:
         workflow.upsert_search_attributes([FAILURE_SIGNATURE.value_set(signature.signature)])
         await self._save()
 
+    async def _sign_with_replays(self, request: IncidentRequest) -> None:
+        """COUNTERFACTUALS: a prompt swap stopped the failure, so the signature is taken again
+        with that fact (PROMPT where nothing else explains it; contributing otherwise)."""
+        signature = await workflow.execute_activity_method(
+            IncidentActivities.sign_failure_with_replays,
+            args=[request.incident_id, request.source_run_id, True],
+            start_to_close_timeout=SHORT,
+            retry_policy=RETRY,
+        )
+        before = self._current.signature
+        self._update(signature=signature)
+        if before is None or before.signature != signature.signature:
+            workflow.upsert_search_attributes([FAILURE_SIGNATURE.value_set(signature.signature)])
+            self._event(IncidentPhase.COUNTERFACTUALS, f"signature {signature.signature}")
+        await self._save()
+
     async def _await_confirmation(self, request: IncidentRequest) -> None:
         """AWAITING_CONFIRMATION: waits for ``confirm_root_cause`` and records who confirmed."""
         await self._enter(IncidentPhase.AWAITING_CONFIRMATION)
@@ -392,30 +415,72 @@ class IncidentWorkflow:
         outcomes: list[ReplayOutcome] = await asyncio.gather(*(h for _, h in handles))
         replays = list(self._current.replays)
         for (label, _), outcome in zip(handles, outcomes, strict=True):
-            summary = outcome.summary or {}
-            comparison = outcome.comparison
-            ci = summary.get("ci95")
-            replays.append(
-                IncidentReplay(
-                    replay_id=outcome.replay_id,
+            replays.append(_incident_replay(label, outcome))
+        self._update(replays=tuple(replays))
+        await self._save()
+
+    async def _fork_replays(self, request: IncidentRequest) -> None:
+        """COUNTERFACTUALS, when asked (``--fork-points K``): rank the run's candidate fork
+        points from its evidence and the replays' first divergences, then fork-replay the top
+        K with each counterfactual (or exactly, when there is none), N times each, as child
+        ``Replay`` workflows. A fork that cannot run (no checkpoint) is reported, not fatal."""
+        points: list[ForkPoint] = await workflow.execute_activity_method(
+            IncidentActivities.rank_fork_points,
+            args=[request.source_run_id, [r.first_divergent_step for r in self._current.replays]],
+            start_to_close_timeout=SHORT,
+            retry_policy=RETRY,
+        )
+        self._update(fork_points=tuple(points))
+        cfs: list[Counterfactual | None] = list(request.counterfactuals) or [None]
+        started = []
+        for i, point in enumerate(points[: request.fork_points]):
+            for j, cf in enumerate(cfs):
+                plan = build_replay_plan(
+                    request.source_run_id,
+                    ReplayMode.FORK_FROM_STEP,
+                    replay_id=f"{request.incident_id}-fork{i + 1}-{'exact' if cf is None else f'cf{j + 1}'}",
+                    sampling_seed=1000 + 100 * i + j,
+                    from_step=point.fork_from,
+                    prompt=cf.value if cf and cf.kind == "prompt" else None,
+                    model=cf.value if cf and cf.kind == "model" else None,
+                    policy=cf.value if cf and cf.kind == "policy" else None,
+                    retriever=cf.value if cf and cf.kind == "retriever" else None,
+                    repeat=request.repeat,
+                    miss=request.miss_policy,
+                )
+                label = f"fork@{point.step_id} {cf.label if cf else 'exact'}"
+                child = workflow.execute_child_workflow(
+                    ReplayWorkflow.run,
+                    ReplayWorkflowInput(plan=plan),
+                    id=plan.replay_id,
+                    task_queue=CONTROL_QUEUE,
+                )
+                started.append((point, label, plan.replay_id, child))
+        outcomes = await asyncio.gather(*(c for *_, c in started), return_exceptions=True)
+        replays, results = list(self._current.replays), []
+        for (point, label, replay_id, _), outcome in zip(started, outcomes, strict=True):
+            if isinstance(outcome, BaseException):
+                results.append(
+                    ForkResult(
+                        step_id=point.step_id, label=label, replay_id=replay_id, status="FAILED"
+                    )
+                )
+                self._event(IncidentPhase.COUNTERFACTUALS, f"{label} failed: {outcome}")
+                continue
+            replay = _incident_replay(label, outcome)
+            replays.append(replay)
+            results.append(
+                ForkResult(
+                    step_id=point.step_id,
                     label=label,
-                    mode=outcome.mode,
-                    status=outcome.status.value,
-                    confidence=outcome.confidence,
-                    reproduced=summary.get(
-                        "reproduced",
-                        1 if outcome.reproduced else 0 if outcome.reproduced is not None else None,
-                    ),
-                    runs=summary.get(
-                        "runs", 1 if outcome.status is ReplayStatus.COMPLETED else None
-                    ),
-                    rate=summary.get("rate"),
-                    ci95=(ci[0], ci[1]) if isinstance(ci, list | tuple) else None,
-                    critical=bool(comparison and comparison.critical),
-                    first_divergent_step=comparison.first_divergent_step if comparison else None,
+                    replay_id=replay.replay_id,
+                    status=replay.status,
+                    reproduced=replay.reproduced,
+                    runs=replay.runs,
+                    rate=replay.rate,
                 )
             )
-        self._update(replays=tuple(replays))
+        self._update(replays=tuple(replays), fork_results=tuple(results))
         await self._save()
 
     # bookkeeping ----------------------------------------------------------------------------
@@ -475,6 +540,29 @@ class IncidentWorkflow:
             start_to_close_timeout=SHORT,
             retry_policy=RETRY,
         )
+
+
+def _incident_replay(label: str, outcome: ReplayOutcome) -> IncidentReplay:
+    """A child replay's outcome as the incident keeps it (ids, rates, the first divergence)."""
+    summary = outcome.summary or {}
+    comparison = outcome.comparison
+    ci = summary.get("ci95")
+    return IncidentReplay(
+        replay_id=outcome.replay_id,
+        label=label,
+        mode=outcome.mode,
+        status=outcome.status.value,
+        confidence=outcome.confidence,
+        reproduced=summary.get(
+            "reproduced",
+            1 if outcome.reproduced else 0 if outcome.reproduced is not None else None,
+        ),
+        runs=summary.get("runs", 1 if outcome.status is ReplayStatus.COMPLETED else None),
+        rate=summary.get("rate"),
+        ci95=(ci[0], ci[1]) if isinstance(ci, list | tuple) else None,
+        critical=bool(comparison and comparison.critical),
+        first_divergent_step=comparison.first_divergent_step if comparison else None,
+    )
 
 
 def _resolution_tasks(

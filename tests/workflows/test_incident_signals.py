@@ -114,7 +114,7 @@ async def test_resolve_signal_settles_a_side_effect(replay_stack, temporal_serve
         await conn.execute(
             update(refunds)
             .where(refunds.c.provider_request_id == effect.provider_request_id)
-            .values(idempotency_key="someone-else")
+            .values(idempotency_key=f"someone-else-{run.run_id}")
         )
     handle = await open_incident(stack, run.run_id, repeat=2)
     await wait_view(handle, lambda v: bool(v.pending))
