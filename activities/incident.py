@@ -17,7 +17,10 @@ from forensics.reconcile import SideEffectReconciler, reconcile_side_effect, res
 from forensics.regression_cases import derived_assertions, human_assertions, regression_case_for
 from models import EvidenceFreezeRequest, EvidenceType, SideEffectRecord, SideEffectStatus
 from models.canonical import canonicalize
+from models.enums import RunStatus
 from models.errors import NotFoundError
+from models.evidence import PromptArtifact
+from models.execution import RunRecord
 from models.fork_points import ForkPoint, rank_fork_points
 from models.incident_flow import (
     FreezeSummary,
@@ -28,11 +31,14 @@ from models.incident_flow import (
     SideEffectResolution,
     SignatureResult,
 )
+from models.regression import RegressionCase, evaluate_case
 from models.signatures import classify
+from models.watch import WatchCounts, WatchedRun, advance, carries_fix, recurred
 from runtime.recorder import RunRecorder
 from runtime.trajectory import load_trajectory
 from stores.bundle import Stores
 from stores.sql.incidents import SqlIncidentStore
+from stores.sql.views import SqlRunViews
 
 log = structlog.get_logger(__name__)
 FREEZE_TYPES = tuple(EvidenceType)
@@ -209,6 +215,54 @@ class IncidentActivities:
         divergences of the incident's replays so far. Reads the ledger only."""
         source = await load_trajectory(self.stores.ledger, run_id)
         return rank_fork_points(source, first_divergences)
+
+    @activity.defn(name="watch_runs")
+    async def watch_runs(self, view: IncidentView, counts: WatchCounts) -> WatchCounts:
+        """The recurrence watch's next look: judge the source graph's runs recorded since the
+        cursor (not replays, not the incident's own run, only finished ones and only those
+        after the watch began): does each carry the fix version, and does the failure recur
+        in it (same signature, or the regression case fails)? Reads only."""
+        s = self.stores
+        assert view.confirmation is not None and view.signature is not None
+        source = await s.ledger.get_run(view.source_run_id)
+        case = None
+        if view.regression_case_id:
+            case = await self.incidents.get_case(view.regression_case_id)
+        rows = await SqlRunViews(s.db).runs_of_graph_since(source.graph_id, counts.cursor)
+        judged: list[WatchedRun] = []
+        for row in rows:
+            run = RunRecord.model_validate(row)
+            skip = run.run_id in counts.seen_at_cursor or run.run_id == view.source_run_id
+            if skip or run.labels.get("kind") == "replay":
+                continue
+            if counts.started_at and run.created_at < counts.started_at:
+                continue
+            if run.status is RunStatus.RUNNING:
+                break  # the cursor must not pass a run that has not finished yet
+            judged.append(await self._judge(run, view, case))
+        return advance(counts, judged)
+
+    async def _judge(
+        self, run: RunRecord, view: IncidentView, case: RegressionCase | None
+    ) -> WatchedRun:
+        assert view.confirmation is not None and view.signature is not None
+        s = self.stores
+        prompts = [a.template_version for a in await s.evidence.records(PromptArtifact, run.run_id)]
+        fixed = carries_fix(run, view.confirmation.fix_version, prompts)
+        if not fixed:
+            return WatchedRun(
+                run_id=run.run_id, created_at=run.created_at, carries_fix=False, recurred=False
+            )
+        signature = classify(await gather_failure_facts(s.ledger, s.evidence, run.run_id)).signature
+        failed = (
+            case is not None
+            and not evaluate_case(case, await load_trajectory(s.ledger, run.run_id)).passed
+        )
+        again = recurred(signature, view.signature.signature, failed)
+        why = f"signature {signature}" + ("; the regression case fails" if failed else "")
+        return WatchedRun(
+            run_id=run.run_id, created_at=run.created_at, carries_fix=True, recurred=again, why=why
+        )
 
     @activity.defn(name="save_incident")
     async def save_incident(self, view: IncidentView) -> None:

@@ -193,6 +193,13 @@ def view_json(view: IncidentView) -> dict[str, Any]:
     # the human's type wins once confirmed; the automatic one is kept beside it
     data["failure_type"] = confirmed.value if confirmed else classified
     data["classified_failure_type"] = classified
+    if view.watch is not None:
+        # the recurrence watch as ``incident status`` shows it (the cursor stays in the view)
+        data["watch"] = {
+            "runs_with_fix": view.watch.runs_with_fix,
+            "recurrences": view.watch.recurrences,
+            "reopened_incident_id": view.watch.reopened_incident_id,
+        }
     data["replays"] = [
         {
             "replay_id": r.replay_id,

@@ -65,6 +65,15 @@ async def incident_open(
             help="Fork-replay the top K ranked fork points with each counterfactual (0: none).",
         ),
     ] = 0,
+    watch_clean_runs: Annotated[
+        int,
+        typer.Option(
+            "--watch-clean-runs",
+            help="After the report, watch new runs with the fix version until N are clean "
+            "(WATCHING; a recurrence reopens a linked incident). 0: no watch.",
+        ),
+    ] = 0,
+    watch_days: Annotated[float, typer.Option("--watch-days", help="Longest watch.")] = 14.0,
     as_json: JsonOption = False,
 ) -> None:
     """Open an incident for RUN_ID: starts the Incident workflow (id = incident id)."""
@@ -82,6 +91,8 @@ async def incident_open(
         miss_policy=miss,
         retry_not_applied=retry_not_applied,
         fork_points=fork_points,
+        watch_clean_runs=watch_clean_runs,
+        watch_days=watch_days,
     )
     async with open_stores(settings.stores) as stores:
         await open_incident(lambda: connect(settings), stores.ledger, request)
@@ -103,6 +114,12 @@ async def incident_status(incident_id: str, as_json: JsonOption = False) -> None
     for r in data["replays"]:
         typer.echo(
             f"  {r['label']:<16} {r['replay_id']}  {r['status']}  reproduced {r['reproduced']}/{r['runs']}"
+        )
+    if data.get("watch"):
+        w = data["watch"]
+        typer.echo(
+            f"  watch: {{runs_with_fix: {w['runs_with_fix']}, recurrences: {w['recurrences']}}}"
+            + (f"  reopened as {w['reopened_incident_id']}" if w["reopened_incident_id"] else "")
         )
     for point in data.get("fork_points") or ():
         forks = [f for f in data.get("fork_results") or () if f["step_id"] == point["step_id"]]

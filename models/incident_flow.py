@@ -12,6 +12,7 @@ from models.enums import AgentFailureType, FixtureMissPolicy, ReplayConfidence, 
 from models.fork_points import ForkPoint, ForkResult
 from models.replay_plans import candidate_mode
 from models.retry_flow import SideEffectRetryResult
+from models.watch import WatchCounts
 
 
 class IncidentPhase(StrEnum):
@@ -23,6 +24,8 @@ class IncidentPhase(StrEnum):
     AWAITING_CONFIRMATION = "AWAITING_CONFIRMATION"
     CREATING_REGRESSION_CASE = "CREATING_REGRESSION_CASE"
     REPORTING = "REPORTING"
+    #: the recurrence watch (canary), when asked for: new runs with the fix version judged
+    WATCHING = "WATCHING"
     COMPLETED = "COMPLETED"
     FAILED = "FAILED"
 
@@ -54,6 +57,16 @@ class IncidentRequest(Record):
     retry_not_applied: bool = False
     #: fork replays from the top K ranked fork points, with each counterfactual (0: none)
     fork_points: int = Field(default=0, ge=0, le=20)
+    #: after the report, watch new runs with the fix version until this many are clean
+    #: (0: no watch), at most ``watch_days``; looks every ``watch_interval_seconds`` (or when
+    #: signalled ``run_recorded``)
+    watch_clean_runs: int = Field(default=0, ge=0, le=100_000)
+    watch_days: float = Field(default=14.0, gt=0, le=365)
+    watch_interval_seconds: float = Field(default=300.0, ge=0.5, le=86_400)
+    #: the incident this one was opened from, when the failure recurred on its fix version
+    linked_incident_id: str | None = None
+    #: set by continue-as-new during the watch: the view to go on watching with
+    resume: IncidentView | None = None
 
 
 class SideEffectResolution(Record):
@@ -175,3 +188,9 @@ class IncidentView(Record):
     fork_points: tuple[ForkPoint, ...] = ()
     #: the fork replays of the top points, with their reproduction rates
     fork_results: tuple[ForkResult, ...] = ()
+    #: the recurrence watch's counts (WATCHING), and the incident this one recurs from
+    watch: WatchCounts | None = None
+    linked_incident_id: str | None = None
+
+
+IncidentRequest.model_rebuild()

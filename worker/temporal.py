@@ -102,6 +102,7 @@ async def running_workers(
                         incident_acts.sign_failure,
                         incident_acts.sign_failure_with_replays,
                         incident_acts.rank_fork_points,
+                        incident_acts.watch_runs,
                         incident_acts.save_incident,
                         incident_acts.create_regression_case,
                         incident_acts.build_incident_report,

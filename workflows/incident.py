@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 from temporalio import workflow
 from temporalio.common import RetryPolicy, SearchAttributeKey
 from temporalio.exceptions import ActivityError, ChildWorkflowError, WorkflowAlreadyStartedError
+from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
@@ -45,6 +46,7 @@ with workflow.unsafe.imports_passed_through():
     from models.queues import CONTROL_QUEUE
     from models.replay_flow import ReplayOutcome, ReplayWorkflowInput
     from models.replay_plans import build_replay_plan, plan_for_candidates
+    from models.watch import WatchCounts
     from workflows.replay import ReplayWorkflow
     from workflows.side_effect_retry import SideEffectRetryWorkflow
 
@@ -72,6 +74,7 @@ class IncidentWorkflow:
     def __init__(self) -> None:
         self._view: IncidentView | None = None
         self._confirmation: RootCauseConfirmation | None = None
+        self._poked = False
 
     # queries and updates ------------------------------------------------------------------
 
@@ -211,8 +214,21 @@ class IncidentWorkflow:
         outcome on its own. Its history carries ids, hashes and the small incident view,
         never the run's payloads.
         """
+        if request.resume is not None:
+            # continued as new during the watch: the lifecycle is done but for the watch
+            self._view = request.resume
+            self._confirmation = request.resume.confirmation
+            try:
+                await self._watch(request)
+                await self._enter(IncidentPhase.COMPLETED)
+            except (ActivityError, ChildWorkflowError) as exc:
+                self._update(error=str(exc.cause or exc))
+                await self._enter(IncidentPhase.FAILED, str(exc.cause or exc))
+            return self._view
         self._view = IncidentView(
-            incident_id=request.incident_id, source_run_id=request.source_run_id
+            incident_id=request.incident_id,
+            source_run_id=request.source_run_id,
+            linked_incident_id=request.linked_incident_id,
         )
         workflow.upsert_search_attributes(
             [
@@ -246,6 +262,8 @@ class IncidentWorkflow:
         await self._await_confirmation(request)
         await self._create_regression_case()
         await self._report()
+        if request.watch_clean_runs:
+            await self._watch(request)
         await self._enter(IncidentPhase.COMPLETED)
 
     async def _freeze(self, request: IncidentRequest) -> None:
@@ -482,6 +500,73 @@ class IncidentWorkflow:
             )
         self._update(replays=tuple(replays), fork_results=tuple(results))
         await self._save()
+
+    @workflow.signal(name="run_recorded")
+    def run_recorded(self, run_id: Any = None) -> None:
+        """A recorder or the ingestion says a run was recorded: the watch looks now instead of
+        at its next timer. Carries nothing the watch relies on (it reads the store)."""
+        self._poked = True
+
+    async def _watch(self, request: IncidentRequest) -> None:
+        """WATCHING (asked for with ``watch_clean_runs``): judge the graph's new runs that
+        carry the fix version, every ``watch_interval_seconds`` or when signalled
+        ``run_recorded``; done after that many clean runs with the fix or ``watch_days``;
+        when the failure recurs on the fix, a new incident linked to this one is opened on the
+        recurring run. Waits on a timer, never polls Temporal history, and continues as new
+        every 100 looks so its history stays small."""
+        if self._current.phase is not IncidentPhase.WATCHING:
+            await self._enter(IncidentPhase.WATCHING)
+        counts = self._current.watch or WatchCounts(started_at=workflow.now())
+        assert counts.started_at is not None
+        deadline = counts.started_at + timedelta(days=request.watch_days)
+        for _ in range(100):
+            counts = await workflow.execute_activity_method(
+                IncidentActivities.watch_runs,
+                args=[self._current, counts],
+                start_to_close_timeout=timedelta(minutes=5),
+                retry_policy=RETRY,
+            )
+            self._update(watch=counts)
+            if counts.recurred_run_ids:
+                await self._reopen(request, counts.recurred_run_ids[0])
+                return
+            clean = counts.runs_with_fix - counts.recurrences
+            if clean >= request.watch_clean_runs or workflow.now() >= deadline:
+                self._event(IncidentPhase.WATCHING, f"{clean} clean runs with the fix")
+                return
+            await self._save()
+            self._poked = False
+            try:
+                await workflow.wait_condition(
+                    lambda: self._poked,
+                    timeout=timedelta(seconds=request.watch_interval_seconds),
+                )
+            except TimeoutError:
+                pass
+        workflow.continue_as_new(request.model_copy(update={"resume": self._current}))
+
+    async def _reopen(self, request: IncidentRequest, run_id: str) -> None:
+        """The failure recurred on the fix version: a new incident, linked to this one, on the
+        run where it recurred (a child left running when this one completes)."""
+        reopened = f"{request.incident_id}-recurrence"
+        await workflow.start_child_workflow(
+            IncidentWorkflow.run,
+            IncidentRequest(
+                incident_id=reopened,
+                source_run_id=run_id,
+                counterfactuals=request.counterfactuals,
+                repeat=request.repeat,
+                miss_policy=request.miss_policy,
+                linked_incident_id=request.incident_id,
+            ),
+            id=reopened,
+            task_queue=CONTROL_QUEUE,
+            parent_close_policy=ParentClosePolicy.ABANDON,
+        )
+        watch = self._current.watch
+        assert watch is not None
+        self._update(watch=watch.model_copy(update={"reopened_incident_id": reopened}))
+        self._event(IncidentPhase.WATCHING, f"recurred in {run_id}: reopened as {reopened}")
 
     # bookkeeping ----------------------------------------------------------------------------
 
