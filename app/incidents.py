@@ -128,6 +128,21 @@ async def resolve_side_effect(
     )
 
 
+def check_confirmation_inputs(failure_type: str | None, expectations: list[str] | None) -> None:
+    """A failure type that is not one of the 12, or an expectation that does not parse, is bad
+    input (exit 2 / 422), said before any round trip to Temporal."""
+    if failure_type is not None and failure_type not in AgentFailureType.__members__:
+        raise InvalidInputError(
+            f"--failure-type {failure_type!r}: expected one of {', '.join(AgentFailureType)}",
+            field="failure_type",
+        )
+    for text in expectations or ():
+        try:
+            parse_expectation(text)
+        except InvalidInputError as exc:
+            raise InvalidInputError(str(exc), field="expectations") from None
+
+
 async def confirm_root_cause(
     client: Client,
     incident_id: str,
@@ -143,12 +158,7 @@ async def confirm_root_cause(
     non-empty, cites replays of this incident — all of them when ``replay_ids`` is empty —,
     parsable expectations, and at least one when the failure yields no built-in assertion).
     ``failure_type``: one of the 12 types, overriding the automatic one (both are kept)."""
-    if failure_type is not None and failure_type not in AgentFailureType.__members__:
-        raise InvalidInputError(
-            f"--failure-type {failure_type!r}: expected one of {', '.join(AgentFailureType)}"
-        )
-    for text in expectations or ():
-        parse_expectation(text)  # a typo is bad input (exit 2), said before any round trip
+    check_confirmation_inputs(failure_type, expectations)
     handle = await incident_handle(client, incident_id)
     view = await handle.query("status", result_type=IncidentView)
     cited = tuple(replay_ids or (r.replay_id for r in (view.replays if view else ())))

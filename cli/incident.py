@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from app.incidents import (
+    check_confirmation_inputs,
     confirm_root_cause,
     incident_status_view,
     load_report,
@@ -195,6 +196,7 @@ async def incident_confirm(
     """Confirm the root cause (a Temporal update, validated: non-empty, cites replays)."""
     from worker.temporal import connect
 
+    check_confirmation_inputs(failure_type, expect)
     await confirm_root_cause(
         await connect(load_settings()),
         incident_id,
