@@ -15,10 +15,14 @@ from activities.heartbeat import heartbeating
 from forensics.failure_facts import gather_failure_facts
 from forensics.freeze import freeze_evidence
 from forensics.reconcile import SideEffectReconciler, reconcile_side_effect, resolve_by_human
-from forensics.regression_cases import regression_case_for
+from forensics.regression_cases import derived_assertions, human_assertions, regression_case_for
 from models import EvidenceFreezeRequest, EvidenceType, SideEffectRecord, SideEffectStatus
 from models.canonical import canonicalize
+from models.enums import RunStatus
 from models.errors import NotFoundError
+from models.evidence import PromptArtifact
+from models.execution import RunRecord
+from models.fork_points import ForkPoint, rank_fork_points
 from models.freeze import FreezeRecord
 from models.incident_flow import (
     FreezeSummary,
@@ -29,12 +33,15 @@ from models.incident_flow import (
     SideEffectResolution,
     SignatureResult,
 )
+from models.regression import RegressionCase, evaluate_case
 from models.signatures import classify
+from models.watch import WatchCounts, WatchedRun, advance, carries_fix, recurred
 from runtime.recorder import RunRecorder
 from runtime.trajectory import load_trajectory
 from stores.bundle import Stores
 from stores.sql.incidents import SqlIncidentStore
 from stores.sql.side_effect_leases import sweep_expired_side_effects
+from stores.sql.views import SqlRunViews
 
 log = structlog.get_logger(__name__)
 FREEZE_TYPES = tuple(EvidenceType)
@@ -185,13 +192,88 @@ class IncidentActivities:
         """Classify the run's failure from its recorded facts into a failure type and
         signature. Reads the ledger and evidence only; writes nothing and guesses no root
         cause."""
+        return await self._signature(run_id, prompt_swap_fixes=False)
+
+    @activity.defn(name="sign_failure_with_replays")
+    async def sign_failure_with_replays(
+        self, incident_id: str, run_id: str, prompt_swap_fixes: bool
+    ) -> SignatureResult:
+        """Classify again once the counterfactuals ran, adding what they showed (a prompt swap
+        that stops the failure); the same reads as ``sign_failure``, no writes."""
+        return await self._signature(run_id, prompt_swap_fixes=prompt_swap_fixes)
+
+    async def _signature(self, run_id: str, *, prompt_swap_fixes: bool) -> SignatureResult:
         facts = await gather_failure_facts(self.stores.ledger, self.stores.evidence, run_id)
+        if prompt_swap_fixes:
+            facts = facts.model_copy(update={"prompt_swap_fixes": True})
         c = classify(facts)
+        # counted now so that a confirmation can be refused when it brings no expectation and
+        # the facts yield none either (every confirmed incident leaves a regression case)
+        source = await load_trajectory(self.stores.ledger, run_id)
         return SignatureResult(
             failure_type=c.failure_type.value,
             signature=c.signature,
             key=c.key,
             explanation=c.explanation,
+            builtin_assertions=len(derived_assertions(facts, source)),
+            contributing=c.contributing,
+        )
+
+    @activity.defn(name="rank_fork_points")
+    async def rank_fork_points(
+        self, run_id: str, first_divergences: list[str | None]
+    ) -> list[ForkPoint]:
+        """The run's candidate fork points, best first, from its trajectory and the first
+        divergences of the incident's replays so far. Reads the ledger only."""
+        source = await load_trajectory(self.stores.ledger, run_id)
+        return rank_fork_points(source, first_divergences)
+
+    @activity.defn(name="watch_runs")
+    async def watch_runs(self, view: IncidentView, counts: WatchCounts) -> WatchCounts:
+        """The recurrence watch's next look: judge the source graph's runs recorded since the
+        cursor (not replays, not the incident's own run, only finished ones and only those
+        after the watch began): does each carry the fix version, and does the failure recur
+        in it (same signature, or the regression case fails)? Reads only."""
+        s = self.stores
+        assert view.confirmation is not None and view.signature is not None
+        source = await s.ledger.get_run(view.source_run_id)
+        case = None
+        if view.regression_case_id:
+            case = await self.incidents.get_case(view.regression_case_id)
+        rows = await SqlRunViews(s.db).runs_of_graph_since(source.graph_id, counts.cursor)
+        judged: list[WatchedRun] = []
+        for row in rows:
+            run = RunRecord.model_validate(row)
+            skip = run.run_id in counts.seen_at_cursor or run.run_id == view.source_run_id
+            if skip or run.labels.get("kind") == "replay":
+                continue
+            if counts.started_at and run.created_at < counts.started_at:
+                continue
+            if run.status is RunStatus.RUNNING:
+                break  # the cursor must not pass a run that has not finished yet
+            judged.append(await self._judge(run, view, case))
+        return advance(counts, judged)
+
+    async def _judge(
+        self, run: RunRecord, view: IncidentView, case: RegressionCase | None
+    ) -> WatchedRun:
+        assert view.confirmation is not None and view.signature is not None
+        s = self.stores
+        prompts = [a.template_version for a in await s.evidence.records(PromptArtifact, run.run_id)]
+        fixed = carries_fix(run, view.confirmation.fix_version, prompts)
+        if not fixed:
+            return WatchedRun(
+                run_id=run.run_id, created_at=run.created_at, carries_fix=False, recurred=False
+            )
+        signature = classify(await gather_failure_facts(s.ledger, s.evidence, run.run_id)).signature
+        failed = (
+            case is not None
+            and not evaluate_case(case, await load_trajectory(s.ledger, run.run_id)).passed
+        )
+        again = recurred(signature, view.signature.signature, failed)
+        why = f"signature {signature}" + ("; the regression case fails" if failed else "")
+        return WatchedRun(
+            run_id=run.run_id, created_at=run.created_at, carries_fix=True, recurred=again, why=why
         )
 
     @activity.defn(name="save_incident")
@@ -200,10 +282,13 @@ class IncidentActivities:
         a COMPLETED or FAILED incident is counted. Touches neither the run's chain nor its
         evidence."""
         sig = view.signature
+        # the human's failure type, once confirmed, is the one incidents are counted under;
+        # the automatic one stays in the view (``signature.failure_type``)
+        confirmed = view.confirmation.failure_type if view.confirmation else None
         await self.incidents.save_incident(
             incident_id=view.incident_id,
             source_run_id=view.source_run_id,
-            failure_type=sig.failure_type if sig else None,
+            failure_type=confirmed.value if confirmed else sig.failure_type if sig else None,
             signature=sig.signature if sig else None,
             signature_key=sig.key if sig else None,
             phase=view.phase.value,
@@ -229,6 +314,7 @@ class IncidentActivities:
             facts=facts,
             source=source,
             description=f"{view.signature.signature if view.signature else 'incident'}: {confirmation.root_cause}",
+            extra=human_assertions(confirmation.expectations, source),
             now=_now(),
         )
         if case is None:

@@ -10,7 +10,14 @@ from prometheus_client import make_asgi_app
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from api import errors, routes_incidents, routes_replays, routes_runs
+from api import (
+    errors,
+    routes_alerts,
+    routes_incidents,
+    routes_replays,
+    routes_runs,
+    routes_side_effects,
+)
 from api.config import ApiConfig
 from api.limits import BodySizeLimit
 from api.state import ApiState
@@ -57,6 +64,8 @@ def create_app(settings: Settings | None = None, config: ApiConfig | None = None
     app.include_router(routes_runs.router)
     app.include_router(routes_replays.router)
     app.include_router(routes_incidents.router)
+    app.include_router(routes_side_effects.router)
+    app.include_router(routes_alerts.router)
     _ingestion(app)
 
     @app.get("/api/health", tags=["health"], summary="Liveness (no authentication)")

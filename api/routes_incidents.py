@@ -51,6 +51,8 @@ REFUSAL_FIELDS = (
     ("verified_by must not be empty", "verifiedBy"),
     ("is not waiting for a human", "side_effect_id"),
     ("needs the evidence", "evidence"),
+    ("an expectation is needed", "expectations"),
+    ("expectation '", "expectations"),
 )
 
 
@@ -68,6 +70,8 @@ async def create_incident(body: IncidentCreate, state: State, caller: Operator) 
         miss_policy=body.fixture_miss_policy,
         retention_days=body.retention_days,
         budget=body.budget.to_model(),
+        retry_not_applied=body.retry_not_applied,
+        fork_points=body.fork_points,
     )
     ledger = (await state.stores()).ledger
     await open_incident(state.client, ledger, request, source_field="sourceRunId")
@@ -94,6 +98,8 @@ async def post_root_cause(
                 fix_version=body.fix_version,
                 verified_by=body.verified_by,
                 replay_ids=body.replay_ids,
+                failure_type=body.failure_type.value if body.failure_type else None,
+                expectations=body.expectations,
             )
     except ConflictError as exc:
         raise exc.with_field(_refusal_field(exc)) from exc
@@ -102,6 +108,8 @@ async def post_root_cause(
         incident_id=incident_id,
         verified_by=confirmation.verified_by,
         replay_ids=list(confirmation.replay_ids),
+        failure_type=confirmation.failure_type,
+        expectations=list(confirmation.expectations),
     )
 
 

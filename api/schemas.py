@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from models import FixtureMissPolicy, ReplayBudget, ReplayMode
+from models.enums import AgentFailureType
 
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@+=-]*$"
 
@@ -104,6 +105,8 @@ class IncidentCreate(Body):
     retention_days: int = Field(default=730, ge=1, le=36_500)
     #: one budget shared by every replay of the incident (fields as for replays)
     budget: Budget = Budget()
+    retry_not_applied: bool = False
+    fork_points: int = Field(default=0, ge=0, le=20)
 
 
 class IncidentAccepted(Body):
@@ -118,6 +121,10 @@ class RootCauseBody(Body):
     verified_by: str = Field(min_length=1, max_length=200)
     #: the replays of this incident the cause rests on (default: all of them)
     replay_ids: list[str] = Field(default_factory=list, max_length=100)
+    #: the human's failure type (overrides the automatic classification; both are kept)
+    failure_type: AgentFailureType | None = None
+    #: expected behaviour in the expectation language (``models.expectations``)
+    expectations: list[str] = Field(default_factory=list, max_length=50)
 
 
 class RootCauseConfirmed(Body):
@@ -125,6 +132,8 @@ class RootCauseConfirmed(Body):
     confirmed: bool = True
     verified_by: str
     replay_ids: list[str]
+    failure_type: AgentFailureType | None = None
+    expectations: list[str] = Field(default_factory=list)
 
 
 class ResolutionBody(Body):
@@ -141,3 +150,23 @@ def camel(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [camel(v) for v in value]
     return value
+
+
+class AlertmanagerAlert(BaseModel):
+    """One alert of an Alertmanager webhook notification (fields we do not read are kept)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+    status: Literal["firing", "resolved"] = "firing"
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+    fingerprint: str = Field(min_length=1, max_length=200)
+
+
+class AlertmanagerWebhook(BaseModel):
+    """The Prometheus Alertmanager webhook payload (``version`` "4")."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+    version: str = "4"
+    status: Literal["firing", "resolved"] = "firing"
+    receiver: str = ""
+    alerts: list[AlertmanagerAlert] = Field(default_factory=list, max_length=1000)

@@ -9,7 +9,9 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from app.replays import ClientSource, check_source_run
+from models.enums import AgentFailureType
 from models.errors import ConflictError, InvalidInputError, NotFoundError
+from models.expectations import parse_expectation
 from models.incident_flow import (
     Counterfactual,
     IncidentRequest,
@@ -131,6 +133,21 @@ async def resolve_side_effect(
     )
 
 
+def check_confirmation_inputs(failure_type: str | None, expectations: list[str] | None) -> None:
+    """A failure type that is not one of the 12, or an expectation that does not parse, is bad
+    input (exit 2 / 422), said before any round trip to Temporal."""
+    if failure_type is not None and failure_type not in AgentFailureType.__members__:
+        raise InvalidInputError(
+            f"--failure-type {failure_type!r}: expected one of {', '.join(AgentFailureType)}",
+            field="failure_type",
+        )
+    for text in expectations or ():
+        try:
+            parse_expectation(text)
+        except InvalidInputError as exc:
+            raise InvalidInputError(str(exc), field="expectations") from None
+
+
 async def confirm_root_cause(
     client: Client,
     incident_id: str,
@@ -139,11 +156,16 @@ async def confirm_root_cause(
     fix_version: str,
     verified_by: str,
     replay_ids: list[str] | None = None,
+    failure_type: str | None = None,
+    expectations: list[str] | None = None,
     fields: Mapping[str, str] | None = None,
 ) -> RootCauseConfirmation:
     """The human's confirmation (the ``confirm_root_cause`` update, validated by the workflow:
-    non-empty, cites replays of this incident — all of them when ``replay_ids`` is empty).
+    non-empty, cites replays of this incident — all of them when ``replay_ids`` is empty —,
+    parsable expectations, and at least one when the failure yields no built-in assertion).
+    ``failure_type``: one of the 12 types, overriding the automatic one (both are kept).
     ``fields`` names the caller's inputs in a refusal (``{"root_cause": "--root-cause"}``)."""
+    check_confirmation_inputs(failure_type, expectations)
     handle = await incident_handle(client, incident_id)
     view = await handle.query("status", result_type=IncidentView)
     cited = tuple(replay_ids or (r.replay_id for r in (view.replays if view else ())))
@@ -154,6 +176,8 @@ async def confirm_root_cause(
         fix_version=fix_version,
         verified_by=verified_by,
         replay_ids=cited,
+        failure_type=failure_type,
+        expectations=tuple(expectations or ()),
     )
     await _update(handle, "confirm_root_cause", confirmation)
     return confirmation
@@ -180,7 +204,18 @@ def view_json(view: IncidentView) -> dict[str, Any]:
     data = view.model_dump(mode="json")
     data["phase"] = view.phase.value
     data["signature"] = view.signature.signature if view.signature else None
-    data["failure_type"] = view.signature.failure_type if view.signature else None
+    classified = view.signature.failure_type if view.signature else None
+    confirmed = view.confirmation.failure_type if view.confirmation else None
+    # the human's type wins once confirmed; the automatic one is kept beside it
+    data["failure_type"] = confirmed.value if confirmed else classified
+    data["classified_failure_type"] = classified
+    if view.watch is not None:
+        # the recurrence watch as ``incident status`` shows it (the cursor stays in the view)
+        data["watch"] = {
+            "runs_with_fix": view.watch.runs_with_fix,
+            "recurrences": view.watch.recurrences,
+            "reopened_incident_id": view.watch.reopened_incident_id,
+        }
     data["replays"] = [
         {
             "replay_id": r.replay_id,

@@ -1,68 +1,84 @@
-"""Side-effect operations the faces share: retrying a write proved not applied, and reading
-back the exact arguments it was recorded with.
+"""Side-effect operations the faces share: retrying a write proved not applied — directly, or
+durably as the ``SideEffectRetry`` workflow — and reading back the exact arguments it was
+recorded with (the core lives in ``activities.side_effects``, which the workflow runs).
 
 The live tool providers are a parameter (``providers_for``: graph id -> providers): the
 composition root knows the deployment's agents and their worlds, this module does not."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from models import PolicyDecisionRecord, SideEffectRecord
-from models.errors import ConfigurationError, NotFoundError
-from runtime.recorder import RunRecorder
-from runtime.side_effects import retry_side_effect
-from runtime.tools import ToolCallContext, ToolProvider
-from runtime.verification import require_verified
+from activities.side_effects import (
+    ProvidersFor,
+    check_retry,
+    recorded_arguments,
+    retry_recorded_side_effect,
+)
+from app.replays import ClientSource
+from models.errors import (
+    ChainBrokenError,
+    NotFoundError,
+    ReconciliationRequiredError,
+    ReplaybookError,
+    RetryNotAllowedError,
+    StoreError,
+)
+from models.queues import CONTROL_QUEUE
+from models.retry_flow import SideEffectRetryResult
 from stores.bundle import Stores
-from stores.sql.views import SqlRunViews
 
-#: graph id -> the agent's live tool providers
-ProvidersFor = Callable[[str], Awaitable[Mapping[str, ToolProvider]]]
-
-
-async def recorded_arguments(stores: Stores, record: SideEffectRecord) -> dict[str, Any]:
-    """The exact arguments of the recorded action: the policy decision whose input hash is the
-    action hash holds them."""
-    for sequence, stored in await SqlRunViews(stores.db).policy_decisions(record.run_id):
-        decision = PolicyDecisionRecord.model_validate(stored)
-        if decision.input_hash == record.action_hash and isinstance(decision.sanitized_input, dict):
-            # the stored input is the sanitized view: the provider needs the raw arguments,
-            # read (with the KEK, audited) from the encrypted raw payload of that decision
-            if stores.privacy is None:
-                raise ConfigurationError(
-                    "raw evidence cannot be read: no privacy service is configured"
-                )
-            raw = await stores.privacy.read_raw_evidence(
-                record.run_id,
-                sequence,
-                actor="side-effects-retry",
-                reason=f"retry of side effect {record.side_effect_id} proved not applied",
-            )
-            return dict(raw.content["sanitized_input"]["arguments"])
-    raise NotFoundError(f"the arguments of side effect {record.side_effect_id} are not recorded")
+__all__ = [
+    "ProvidersFor",
+    "check_retry",
+    "recorded_arguments",
+    "retry_durably",
+    "retry_recorded_side_effect",
+]
 
 
-async def retry_recorded_side_effect(
-    stores: Stores, side_effect_id: str, providers_for: ProvidersFor
+async def retry_durably(
+    client: ClientSource, stores: Stores, side_effect_id: str
 ) -> dict[str, Any]:
-    """Retry a write only if it is proved not applied (FAILED, or RECONCILED not applied), with
-    its original idempotency key and arguments. An UNKNOWN one raises
-    ``ReconciliationRequiredError`` before anything reaches the provider."""
-    record: SideEffectRecord = await stores.evidence.record(SideEffectRecord, side_effect_id)
-    # the status and arguments read here come from lookup rows: they must be what the chained
-    # events say before a provider is called on their word
-    await require_verified(stores.ledger, record.run_id, to=f"retry side effect {side_effect_id}")
-    run = await stores.ledger.get_run(record.run_id)
-    recorder = RunRecorder(stores.ledger, stores.artifacts, record.run_id)
-    recorder.step_id = record.step_id
-    arguments = await recorded_arguments(stores, record)
+    """Check the side effect here (so a refusal costs no workflow and says why at once), then
+    start — or join, when one is running — the ``SideEffectRetry`` workflow whose id is the
+    side effect id, and wait for its result. The workflow checks again and executes once."""
+    from temporalio.client import WorkflowFailureError
+    from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 
-    async def call(key: str, preq: str) -> dict:
-        providers = await providers_for(run.graph_id)
-        context = ToolCallContext(record.run_id, recorder.logical_time(), key, preq)
-        return await providers[record.capability_id](arguments, context)
+    from workflows.side_effect_retry import SideEffectRetryWorkflow
 
-    final, receipt = await retry_side_effect(stores.evidence, recorder, side_effect_id, call)
-    return {"side_effect_id": side_effect_id, "status": final.status.value, "receipt": receipt}
+    await check_retry(stores, side_effect_id)
+    handle = await (await client()).start_workflow(
+        SideEffectRetryWorkflow.run,
+        side_effect_id,
+        id=side_effect_id,
+        task_queue=CONTROL_QUEUE,
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+    )
+    try:
+        result: SideEffectRetryResult = await handle.result()
+    except WorkflowFailureError as exc:
+        raise _refusal(exc) from None
+    return result.model_dump(mode="json")
+
+
+_REFUSALS: dict[str, type[ReplaybookError]] = {
+    "ReconciliationRequiredError": ReconciliationRequiredError,
+    "RetryNotAllowedError": RetryNotAllowedError,
+    "ChainBrokenError": ChainBrokenError,
+    "NotFoundError": NotFoundError,
+}
+
+
+def _refusal(exc: Exception) -> ReplaybookError:
+    """The Replaybook error a failed retry workflow carries (by its persisted type name)."""
+    from temporalio.exceptions import ApplicationError
+
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, ApplicationError) and cause.type in _REFUSALS:
+            return _REFUSALS[cause.type](cause.message)
+        cause = cause.__cause__ or getattr(cause, "cause", None)
+    return StoreError(f"the retry workflow failed: {exc}")

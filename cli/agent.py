@@ -66,22 +66,23 @@ async def agent_run(
 async def side_effects_retry(side_effect_id: str, as_json: JsonOption = False) -> None:
     """Retry a write, only if it is proved not applied (FAILED, or RECONCILED not applied).
 
-    An UNKNOWN side effect is refused with exit 3 (reconciliation required) before anything
-    reaches the provider."""
-    from app.side_effects import retry_recorded_side_effect
+    Starts (or joins) the Temporal workflow SideEffectRetry whose id is the side effect id: it
+    verifies the run, checks again, executes the write once with its original idempotency key
+    and records the result. An UNKNOWN side effect is refused with exit 3 (reconciliation
+    required) before anything reaches Temporal or the provider."""
+    from app.side_effects import retry_durably
     from stores.bundle import open_stores
-    from worker.agents import open_world, tool_providers_for
+    from worker.temporal import connect
 
     settings = load_settings()
-    world = open_world(settings.stores.database_url)
     async with open_stores(settings.stores) as stores:
-        view = await retry_recorded_side_effect(
-            stores, side_effect_id, lambda graph_id: tool_providers_for(graph_id, world)
-        )
+        view = await retry_durably(lambda: connect(settings), stores, side_effect_id)
     if as_json:
         print_json(view)
     else:
-        typer.echo(f"{side_effect_id}: {view['status']}")
+        typer.echo(
+            f"{side_effect_id}: {view['status']} (workflow SideEffectRetry {side_effect_id})"
+        )
 
 
 @examples_app.command("providers")

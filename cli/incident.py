@@ -8,6 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from app.incidents import (
+    check_confirmation_inputs,
     confirm_root_cause,
     incident_status_view,
     load_report,
@@ -87,9 +88,38 @@ async def incident_open(
     max_model_calls: Annotated[
         int | None, typer.Option("--max-model-calls", help="For all its replays together.")
     ] = None,
-    max_tokens: Annotated[int | None, typer.Option("--max-tokens", help="Tokens for all its replays together.")] = None,
-    max_cost: Annotated[str | None, typer.Option("--max-cost", help="Cost (decimal) for all its replays together.")] = None,
-    max_duration: Annotated[float | None, typer.Option("--max-duration", help="Seconds for all its replays together.")] = None,
+    max_tokens: Annotated[
+        int | None, typer.Option("--max-tokens", help="Tokens for all its replays together.")
+    ] = None,
+    max_cost: Annotated[
+        str | None, typer.Option("--max-cost", help="Cost (decimal) for all its replays together.")
+    ] = None,
+    max_duration: Annotated[
+        float | None, typer.Option("--max-duration", help="Seconds for all its replays together.")
+    ] = None,
+    retry_not_applied: Annotated[
+        bool,
+        typer.Option(
+            "--retry-not-applied",
+            help="After reconciling, retry each side effect proved NOT applied (SideEffectRetry).",
+        ),
+    ] = False,
+    fork_points: Annotated[
+        int,
+        typer.Option(
+            "--fork-points",
+            help="Fork-replay the top K ranked fork points with each counterfactual (0: none).",
+        ),
+    ] = 0,
+    watch_clean_runs: Annotated[
+        int,
+        typer.Option(
+            "--watch-clean-runs",
+            help="After the report, watch new runs with the fix version until N are clean "
+            "(WATCHING; a recurrence reopens a linked incident). 0: no watch.",
+        ),
+    ] = 0,
+    watch_days: Annotated[float, typer.Option("--watch-days", help="Longest watch.")] = 14.0,
     as_json: JsonOption = False,
 ) -> None:
     """Open an incident for RUN_ID: starts the Incident workflow (id = incident id). Its
@@ -107,7 +137,16 @@ async def incident_open(
         max_duration=max_duration,
     )
     request = new_incident_request(
-        run_id, pairs, incident_id=incident_id, repeat=repeat, miss_policy=miss, budget=budget
+        run_id,
+        pairs,
+        incident_id=incident_id,
+        repeat=repeat,
+        miss_policy=miss,
+        budget=budget,
+        retry_not_applied=retry_not_applied,
+        fork_points=fork_points,
+        watch_clean_runs=watch_clean_runs,
+        watch_days=watch_days,
     )
     async with open_stores(settings.stores) as stores:
         await open_incident(lambda: connect(settings), stores.ledger, request)
@@ -141,8 +180,25 @@ def _print_incident(incident_id: str, data: dict[str, Any]) -> None:
                 else ""
             )
         )
+    if data.get("watch"):
+        w = data["watch"]
+        typer.echo(
+            f"  watch: {{runs_with_fix: {w['runs_with_fix']}, recurrences: {w['recurrences']}}}"
+            + (f"  reopened as {w['reopened_incident_id']}" if w["reopened_incident_id"] else "")
+        )
+    for point in data.get("fork_points") or ():
+        forks = [f for f in data.get("fork_results") or () if f["step_id"] == point["step_id"]]
+        shown = ", ".join(
+            f"{f['label'].split(' ', 1)[1]} {f['reproduced']}/{f['runs']}" for f in forks
+        )
+        typer.echo(
+            f"  fork point {point['step_id']:<12} score {point['score']:>2}  "
+            f"({', '.join(point['reasons'])}){'  reproduced ' + shown if shown else ''}"
+        )
     for p in data["pending"]:
         typer.echo(f"  waiting: {p['detail']}")
+    for r in data.get("rejected_signals") or ():
+        typer.echo(f"  rejected signal {r['name']} at {r['at']}: {r['reason']}")
 
 
 @incident_app.command("resolve-side-effect")
@@ -193,11 +249,30 @@ async def incident_confirm(
             "--replay", help="A replay of this incident the cause rests on (default: all of them)."
         ),
     ] = None,
+    failure_type: Annotated[
+        str | None,
+        typer.Option(
+            "--failure-type",
+            help="The failure type you conclude (MODEL_DECISION, PROMPT, RETRIEVAL, TOOL, "
+            "AUTHORITY, APPROVAL, SIDE_EFFECT, STATE, CONCURRENCY, INFRASTRUCTURE, POLICY, DATA); "
+            "overrides the automatic one, both are kept.",
+        ),
+    ] = None,
+    expect: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--expect",
+            help="What the run must (not) do, e.g. 'no side_effect email.send where to != "
+            "ticket.email', 'tool crm.get_customer called before email.send', "
+            "'outcome.refund_status == \"RECONCILED\"' (repeatable; README: expectations).",
+        ),
+    ] = None,
 ) -> None:
     """Confirm the root cause (a Temporal update, validated: non-empty, cites replays)."""
     from worker.temporal import connect
 
     require_text(root_cause=root_cause, fix_version=fix_version, verified_by=verified_by)
+    check_confirmation_inputs(failure_type, expect)
     await confirm_root_cause(
         await connect(load_settings()),
         incident_id,
@@ -206,6 +281,8 @@ async def incident_confirm(
         verified_by=non_blank(verified_by),
         replay_ids=replay,
         fields=CONFIRMATION_OPTIONS,
+        failure_type=failure_type,
+        expectations=expect,
     )
     typer.echo(f"{incident_id}: root cause confirmed by {verified_by}")
 

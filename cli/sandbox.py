@@ -14,7 +14,10 @@ from models.errors import ConfigurationError
 
 app = typer.Typer()
 
-sandbox_app = typer.Typer(help="The sandbox replay steps run in (isolation: README, Replay isolation).", no_args_is_help=True)
+sandbox_app = typer.Typer(
+    help="The sandbox replay steps run in (isolation: README, Replay isolation).",
+    no_args_is_help=True,
+)
 app.add_typer(sandbox_app, name="sandbox")
 
 

@@ -15,7 +15,11 @@ Read-only: the run's events through the ``EventLedger`` port and its ``SideEffec
   never a shared one (the phone number that was looked up);
 - policy denials (DENY records) and whether the agent attempted the action anyway
   (an ACTION_REFUSED with the same action hash); approval refusals (ACTION_REFUSED);
-- FIXTURE_MISS events (replays), the RUN_FAILED error type and the outcome.
+- FIXTURE_MISS events (replays), the RUN_FAILED error type and the outcome;
+- authority violations: a write dispatched (any status past PLANNED) although
+  the run's recorded policy denied that action (decision by input hash = action hash), required
+  an approval no APPROVED record gives, or never decided on it — only in a run that records
+  policy decisions.
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from models import (
+    ApprovalDecision,
+    ApprovalRecord,
     ExecutionEventType,
     PolicyDecision,
     PolicyDecisionRecord,
@@ -34,6 +40,7 @@ from models import (
     ToolOutcome,
 )
 from models.signatures import (
+    AuthorityFact,
     FailureFacts,
     FixtureMissFact,
     NonUniqueLookupFact,
@@ -204,6 +211,41 @@ def _policy_denials(
     return tuple(denials)
 
 
+def _authority_violations(
+    records: Sequence[SideEffectRecord],
+    history: dict[str, list[str]],
+    policies: Sequence[PolicyDecisionRecord],
+    approvals: Sequence[ApprovalRecord],
+) -> tuple[AuthorityFact, ...]:
+    """Writes that reached the provider beyond their grant. Only a run that records policy
+    decisions can show one: where nothing was recorded, absence proves nothing."""
+    if not policies:
+        return ()
+    decided = {d.input_hash: d for d in policies}
+    approved = {a.action_hash for a in approvals if a.decision is ApprovalDecision.APPROVED}
+    found: list[AuthorityFact] = []
+    for record in records:
+        statuses = history.get(record.side_effect_id, [record.status.value])
+        if set(statuses) <= {SideEffectStatus.PLANNED.value}:
+            continue  # planned, never dispatched
+        decision = decided.get(record.action_hash)
+        reason = (
+            "ungranted"
+            if decision is None
+            else "denied"
+            if decision.decision is PolicyDecision.DENY
+            else "unapproved"
+            if decision.decision is PolicyDecision.REQUIRE_APPROVAL
+            and record.action_hash not in approved
+            else None
+        )
+        if reason is not None:
+            fact = AuthorityFact(capability_id=record.capability_id, reason=reason)
+            if fact not in found:
+                found.append(fact)
+    return tuple(found)
+
+
 async def gather_failure_facts(
     ledger: EventLedger, evidence: EvidenceReader, run_id: str
 ) -> FailureFacts:
@@ -236,6 +278,7 @@ async def gather_failure_facts(
             completed, outcome = True, payload.get("outcome")
     records = await evidence.records(SideEffectRecord, run_id)
     policies = await evidence.records(PolicyDecisionRecord, run_id)
+    approvals = await evidence.records(ApprovalRecord, run_id)
     return FailureFacts(
         run_id=run_id,
         completed=completed,
@@ -250,4 +293,5 @@ async def gather_failure_facts(
             if str(r.get("error", "")).startswith("Approval")
         ),
         fixture_misses=tuple(misses),
+        authority_violations=_authority_violations(records, history, policies, approvals),
     )

@@ -6,12 +6,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
+from models.expectations import bind, parse_expectation
 from models.regression import (
     ArgumentConstraint,
     ConstraintOp,
     ExpectedOutcome,
     ForbiddenSideEffect,
     ForbiddenToolSequence,
+    HumanExpectation,
     RegressionAssertion,
     RegressionCase,
 )
@@ -59,6 +61,15 @@ def derived_assertions(facts: FailureFacts, source: Trajectory) -> list[Regressi
                 ForbiddenToolSequence(capability_ids=(effect.capability_id, effect.capability_id))
             )
     return _unique(assertions)
+
+
+def human_assertions(expectations: Sequence[str], source: Trajectory) -> list[HumanExpectation]:
+    """The confirming person's expectations as assertions, their input references bound to
+    the incident's run ``source`` (so candidates are judged against what it was asked)."""
+    return [
+        HumanExpectation(text=text, bound=bind(parse_expectation(text), source))
+        for text in expectations
+    ]
 
 
 def regression_case_for(

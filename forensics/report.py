@@ -318,6 +318,30 @@ def _no_critical_difference(bundle: ReportBundle, comparison: ReplayComparison |
 
 # the page -----------------------------------------------------------------------------------
 
+_FORK_HEAD = "rank|step|score|why|fork replays (reproduced/runs)"
+
+
+def _fork_rows(bundle: ReportBundle) -> list[list[_Cell]]:
+    """The ranked fork points with each fork replay's reproduction, so a reader sees at which
+    step a change flips the outcome."""
+    rows = []
+    for rank, point in enumerate(bundle.fork_points, start=1):
+        forks = [f for f in bundle.fork_results if f.step_id == point.step_id]
+        shown = [
+            _t(f"{f.label.split(' ', 1)[-1]}: {f.reproduced}/{f.runs} ({f.replay_id}, {f.status})")
+            for f in forks
+        ]
+        rows.append(
+            [
+                _t(str(rank)),
+                _c(point.step_id),
+                _t(str(point.score)),
+                _t(", ".join(point.reasons)),
+                _joined(shown) if shown else _t("not forked"),
+            ]
+        )
+    return rows
+
 
 def _page(bundle: ReportBundle) -> _Page:
     report, c = bundle.report, bundle.classification
@@ -383,6 +407,7 @@ def _page(bundle: ReportBundle) -> _Page:
     spec = [
         ("side-effects", "Side effects: what really happened", _SIDE_EFFECT_HEAD, side_effects),
         ("pending", "Waiting for a human", "task|subject|detail|command", pending),
+        ("fork-points", "Fork points (divergence first)", _FORK_HEAD, _fork_rows(bundle)),
         ("timeline", "Timeline", "phase|at|detail", timeline),
         ("replays", "Replays", _REPLAY_HEAD, replays),
         ("critical-diffs", "Critical differences", "type|step|explanation", critical),
@@ -392,7 +417,7 @@ def _page(bundle: ReportBundle) -> _Page:
     sections = [
         _Section(a, _t(t), h.split("|"), rows)
         for a, t, h, rows in spec
-        if rows or a not in ("pending", "side-effects")
+        if rows or a not in ("pending", "side-effects", "fork-points")
     ]
     sections.insert(-2, side_by_side)
     title = [("", "Incident"), ("code", report.incident_id), ("code", report.failure_signature)]

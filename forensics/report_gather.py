@@ -117,6 +117,8 @@ async def report_bundle(
         replay=replay_trajectory,
         comparison=comparison,
         replay_labels={r.replay_id: r.label for r in view.replays},
+        fork_points=view.fork_points,
+        fork_results=view.fork_results,
         timeline=tuple(
             TimelineEntry(phase=t.phase, at=t.at, detail=t.detail) for t in view.timeline
         ),

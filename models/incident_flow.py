@@ -8,9 +8,12 @@ from typing import Literal
 from pydantic import Field
 
 from models.base import Instant, Record
-from models.enums import FixtureMissPolicy, ReplayConfidence, ReplayMode
+from models.enums import AgentFailureType, FixtureMissPolicy, ReplayConfidence, ReplayMode
+from models.fork_points import ForkPoint, ForkResult
 from models.replay import ReplayBudget
 from models.replay_plans import candidate_mode
+from models.retry_flow import SideEffectRetryResult
+from models.watch import WatchCounts
 
 
 class IncidentPhase(StrEnum):
@@ -22,6 +25,8 @@ class IncidentPhase(StrEnum):
     AWAITING_CONFIRMATION = "AWAITING_CONFIRMATION"
     CREATING_REGRESSION_CASE = "CREATING_REGRESSION_CASE"
     REPORTING = "REPORTING"
+    #: the recurrence watch (canary), when asked for: new runs with the fix version judged
+    WATCHING = "WATCHING"
     COMPLETED = "COMPLETED"
     FAILED = "FAILED"
 
@@ -51,6 +56,21 @@ class IncidentRequest(Record):
     #: one budget for every replay of the incident (exact and counterfactuals, all repeats);
     #: no limit unless given
     budget: ReplayBudget = ReplayBudget()
+    #: after reconciling, retry durably each side effect reconciled NOT applied
+    #: (``SideEffectRetry`` child workflows, id = the side effect id)
+    retry_not_applied: bool = False
+    #: fork replays from the top K ranked fork points, with each counterfactual (0: none)
+    fork_points: int = Field(default=0, ge=0, le=20)
+    #: after the report, watch new runs with the fix version until this many are clean
+    #: (0: no watch), at most ``watch_days``; looks every ``watch_interval_seconds`` (or when
+    #: signalled ``run_recorded``)
+    watch_clean_runs: int = Field(default=0, ge=0, le=100_000)
+    watch_days: float = Field(default=14.0, gt=0, le=365)
+    watch_interval_seconds: float = Field(default=300.0, ge=0.5, le=86_400)
+    #: the incident this one was opened from, when the failure recurred on its fix version
+    linked_incident_id: str | None = None
+    #: set by continue-as-new during the watch: the view to go on watching with
+    resume: IncidentView | None = None
 
 
 class SideEffectResolution(Record):
@@ -68,6 +88,19 @@ class RootCauseConfirmation(Record):
     verified_by: str = Field(min_length=1)
     #: the replays of this incident the conclusion rests on (at least one)
     replay_ids: tuple[str, ...] = Field(min_length=1)
+    #: the human's failure type; overrides the automatic classification, which is kept too
+    failure_type: AgentFailureType | None = None
+    #: the human's expected behaviour in the expectation language (``models.expectations``);
+    #: the regression case asserts them besides the built-in assertions
+    expectations: tuple[str, ...] = ()
+
+
+class RejectedSignal(Record):
+    """A signal the incident refused (it failed validation): kept, with why, not dropped."""
+
+    name: str
+    reason: str
+    at: Instant
 
 
 class PendingTask(Record):
@@ -119,6 +152,11 @@ class SignatureResult(Record):
     signature: str
     key: str
     explanation: str
+    #: how many regression assertions the facts yield on their own (None: not counted, in
+    #: incidents signed before this was); 0 means a confirmation must bring an expectation
+    builtin_assertions: int | None = None
+    #: other signatures the facts also match (``FailureClassification.contributing``)
+    contributing: tuple[str, ...] = ()
 
 
 class FreezeSummary(Record):
@@ -134,6 +172,16 @@ class TimelineEntry(Record):
     phase: str
     at: Instant
     detail: str = ""
+
+
+def prompt_swap_fixes(replays: tuple[IncidentReplay, ...]) -> bool:
+    """The incident's replays say a prompt swap fixes the failure: the exact replay reproduced
+    it at least once and a completed prompt counterfactual never did."""
+    exact = any(r.label == "exact" and (r.reproduced or 0) > 0 for r in replays)
+    return exact and any(
+        r.label.startswith("prompt=") and r.status == "COMPLETED" and r.runs and r.reproduced == 0
+        for r in replays
+    )
 
 
 class IncidentView(Record):
@@ -152,3 +200,16 @@ class IncidentView(Record):
     report_refs: dict[str, str] = Field(default_factory=dict)
     timeline: tuple[TimelineEntry, ...] = ()
     error: str | None = None
+    rejected_signals: tuple[RejectedSignal, ...] = ()
+    #: the retries ``retry_not_applied`` ran, with their results
+    retries: tuple[SideEffectRetryResult, ...] = ()
+    #: the ranked candidate fork points (``fork_points`` > 0), best first
+    fork_points: tuple[ForkPoint, ...] = ()
+    #: the fork replays of the top points, with their reproduction rates
+    fork_results: tuple[ForkResult, ...] = ()
+    #: the recurrence watch's counts (WATCHING), and the incident this one recurs from
+    watch: WatchCounts | None = None
+    linked_incident_id: str | None = None
+
+
+IncidentRequest.model_rebuild()

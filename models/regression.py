@@ -14,6 +14,8 @@ until it is explicitly retired. It never compares wording: it asserts behaviour 
   subsequence of the capability ids of the run's tool calls.
 - ``ExpectedOutcome``: a JSON subset of the outcome: objects recursively by key, arrays
   element-wise (equal length), scalars by JSON equality (``true`` is not ``1``).
+- ``HumanExpectation``: a line of the expectation language (``models.expectations``) that the
+  confirming person wrote.
 
 A case also requires by default that the run completed: a partial run (budget, crash) cannot
 show that a forbidden write would not have come later.
@@ -30,9 +32,13 @@ from pydantic import Field, JsonValue, model_validator
 
 from models.base import HashedRecord, Identifier, Instant, Record
 from models.errors import ConflictError, InvalidInputError
+from models.expectations import check_expectation, parse_expectation
+from models.json_match import MISSING, resolve, same
 from models.trajectory import Trajectory
 
-_MISSING: Any = object()
+_MISSING: Any = MISSING
+_resolve = resolve
+_same = same
 _MAX_VALUE = 40
 
 
@@ -92,8 +98,21 @@ class ExpectedOutcome(Record):
     contains: JsonValue
 
 
+class HumanExpectation(Record):
+    """An expectation a person wrote when confirming the root cause (``models.expectations``),
+    with its input references bound to the incident's run."""
+
+    kind: Literal["expectation"] = "expectation"
+    text: str = Field(min_length=1)
+    bound: dict[str, JsonValue] = Field(default_factory=dict)
+
+
 RegressionAssertion = Annotated[
-    ForbiddenSideEffect | RequiredToolSequence | ForbiddenToolSequence | ExpectedOutcome,
+    ForbiddenSideEffect
+    | RequiredToolSequence
+    | ForbiddenToolSequence
+    | ExpectedOutcome
+    | HumanExpectation,
     Field(discriminator="kind"),
 ]
 
@@ -145,25 +164,6 @@ def retire_case(case: RegressionCase, reason: str, at: datetime) -> RegressionCa
     return RegressionCase.model_validate({**case.model_dump(), **update})
 
 
-def _resolve(value: Any, path: str) -> Any:
-    for part in path.split("."):
-        if not isinstance(value, dict) or part not in value:
-            return _MISSING
-        value = value[part]
-    return value
-
-
-def _same(a: Any, b: Any) -> bool:
-    """JSON equality: unlike Python's ``==``, ``true`` is not ``1`` (at any depth)."""
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
-    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
-    if isinstance(a, bool) or isinstance(b, bool):
-        return type(a) is type(b) and a == b
-    return a == b
-
-
 def _short(value: Any) -> str:
     # objects and lists as JSON (what the evidence is), never as Python dicts; scalars quoted
     if isinstance(value, dict | list | tuple):
@@ -180,6 +180,8 @@ def describe(assertion: RegressionAssertion) -> str:
         return f"no {assertion.capability_id}" + (f" where {where}" if where else "")
     if isinstance(assertion, ExpectedOutcome):
         return f"outcome contains {_short(assertion.contains)}"
+    if isinstance(assertion, HumanExpectation):
+        return assertion.text
     sequence = " → ".join(assertion.capability_ids)
     verb = "requires" if isinstance(assertion, RequiredToolSequence) else "forbids"
     return f"{verb} tool sequence {sequence}"
@@ -237,6 +239,8 @@ def _check(assertion: RegressionAssertion, trajectory: Trajectory) -> str | None
         return None
     if isinstance(assertion, ExpectedOutcome):
         return _mismatch(trajectory.outcome, assertion.contains, "outcome")
+    if isinstance(assertion, HumanExpectation):
+        return check_expectation(parse_expectation(assertion.text), trajectory, assertion.bound)
     matched = _subsequence(calls, assertion.capability_ids)
     complete = matched == len(assertion.capability_ids)
     shown = " → ".join(calls) or "no tool calls"

@@ -140,8 +140,7 @@ def plan_for_candidates(
     if unknown:
         raise _invalid(
             fields.candidate,
-            f"{fields.candidate} {unknown[0]}=…: not supported "
-            f"(use {', '.join(CANDIDATE_KINDS)})",
+            f"{fields.candidate} {unknown[0]}=…: not supported (use {', '.join(CANDIDATE_KINDS)})",
         )
     return build_replay_plan(
         run_id,

@@ -16,6 +16,7 @@ from pydantic import Field, model_validator
 
 from models.base import HashedRecord, Identifier, Instant, Record
 from models.enums import AgentFailureType
+from models.fork_points import ForkPoint, ForkResult
 from models.incident import FailureForensicsReport
 from models.regression import RegressionCase
 from models.replay import ReplayComparison
@@ -114,6 +115,9 @@ class ReportBundle(HashedRecord):
     pending: tuple[PendingTask, ...] = ()
     #: every write of the source run and what really happened to it (shown first)
     side_effects: tuple[SideEffectTruth, ...] = ()
+    #: the ranked candidate fork points and their fork replays (``incident open --fork-points``)
+    fork_points: tuple[ForkPoint, ...] = ()
+    fork_results: tuple[ForkResult, ...] = ()
 
     @model_validator(mode="after")
     def _consistent(self) -> ReportBundle:

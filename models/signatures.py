@@ -12,6 +12,7 @@ when "duplicated refund" and "duplicated email" must be told apart.
 | signature | failure type | observed facts |
 | --- | --- | --- |
 | ``SIDE_EFFECT_UNKNOWN_RETRY_DUPLICATE`` | SIDE_EFFECT | a write's outcome was UNKNOWN, it was attempted again, and two attempts are known applied |
+| ``AUTHORITY_WRITE_BEYOND_GRANT`` | AUTHORITY | a write reached the provider although the run's recorded policy denied that action, required an approval nobody gave, or never decided on it |
 | ``SIDE_EFFECT_DUPLICATE`` | SIDE_EFFECT | one action (capability + action hash) applied twice, no UNKNOWN involved |
 | ``DATA_NONUNIQUE_LOOKUP_WRONG_RECIPIENT`` | DATA | a READ by a non-unique key returned ≥2 entities, the first is not the one the run was asked about, and a WRITE named it |
 | ``SIDE_EFFECT_UNKNOWN_RETRY_UNRESOLVED`` | SIDE_EFFECT | UNKNOWN, attempted again, whether twice applied is not known (reconcile first) |
@@ -25,6 +26,7 @@ when "duplicated refund" and "duplicated email" must be told apart.
 | ``TOOL_WRITE_REJECTED`` | TOOL | a provider definitely refused a write (FAILED) |
 | ``DATA_NONUNIQUE_LOOKUP_WRONG_ENTITY`` | DATA | as the wrong-recipient row, but no write named the entity |
 | ``POLICY_DENIED_ACTION`` | POLICY | a policy denied a write and the agent did not attempt it |
+| ``PROMPT_SWAP_FIXES`` | PROMPT | no other row applies, the exact replay reproduces the failure and a prompt-swap counterfactual never does (known once the incident's counterfactuals ran) |
 | ``MODEL_DECISION_UNEXPLAINED`` | MODEL_DECISION | no structured fact explains the failure: every boundary behaved, so what is left is the model's choices; a human classifies it |
 
 Why the wrong-customer incident is DATA, not PROMPT: the confirmed root cause of the seed's
@@ -36,6 +38,8 @@ CRM that starts returning duplicates, and all of those must aggregate under one 
 """
 
 from __future__ import annotations
+
+from typing import Literal
 
 from pydantic import Field, JsonValue
 
@@ -91,6 +95,16 @@ class RefusalFact(Record):
     error: str
 
 
+class AuthorityFact(Record):
+    """A write that was carried out (reached the provider) beyond what was granted, in a run
+    that records its policy decisions: ``denied`` (the policy's decision on that action was
+    DENY), ``unapproved`` (it required an approval and none approved that action) or
+    ``ungranted`` (no policy decision covers that action at all)."""
+
+    capability_id: str
+    reason: Literal["denied", "unapproved", "ungranted"]
+
+
 class FixtureMissFact(Record):
     capability_id: str
     policy: str
@@ -108,6 +122,10 @@ class FailureFacts(Record):
     policy_denials: tuple[PolicyDenialFact, ...] = ()
     approval_refusals: tuple[RefusalFact, ...] = ()
     fixture_misses: tuple[FixtureMissFact, ...] = ()
+    authority_violations: tuple[AuthorityFact, ...] = ()
+    #: the incident's replays showed a prompt swap fixing the failure: the exact replay
+    #: reproduced it and a prompt counterfactual never did (``signature_with_replays``)
+    prompt_swap_fixes: bool = False
 
 
 class FailureClassification(Record):
@@ -144,6 +162,8 @@ RUN_ERRORS: dict[str, tuple[str, AgentFailureType]] = {
 # the table's rows: precedence (lower wins; RUN_FAILED_* share one rank) and explanation
 _ROWS: dict[str, tuple[int, str]] = {
     "SIDE_EFFECT_UNKNOWN_RETRY_DUPLICATE": (0, "an UNKNOWN {q} was retried and applied twice"),
+    # a write carried out beyond its grant outranks how it then went wrong
+    "AUTHORITY_WRITE_BEYOND_GRANT": (0, "{q} was carried out beyond what was granted"),
     "SIDE_EFFECT_DUPLICATE": (1, "the same {q} was applied twice"),
     "DATA_NONUNIQUE_LOOKUP_WRONG_RECIPIENT": (2, "a write went to the wrong match ({q})"),
     "SIDE_EFFECT_UNKNOWN_RETRY_UNRESOLVED": (3, "an UNKNOWN {q} was retried, unreconciled"),
@@ -157,7 +177,8 @@ _ROWS: dict[str, tuple[int, str]] = {
     "TOOL_WRITE_REJECTED": (10, "the provider refused {q}"),
     "DATA_NONUNIQUE_LOOKUP_WRONG_ENTITY": (11, "another entity matched first ({q})"),
     "POLICY_DENIED_ACTION": (12, "the policy denied {q}"),
-    "MODEL_DECISION_UNEXPLAINED": (13, "no structured fact explains it; a human classifies it"),
+    "PROMPT_SWAP_FIXES": (13, "no boundary failed and a prompt swap ({q}) stops the failure"),
+    "MODEL_DECISION_UNEXPLAINED": (14, "no structured fact explains it; a human classifies it"),
 }
 
 
@@ -213,6 +234,18 @@ def _candidates(facts: FailureFacts) -> list[_Candidate]:
         signature = "RETRIEVAL_FIXTURE_MISS" if retrieval else "TOOL_FIXTURE_MISS"
         failure_type = F.RETRIEVAL if retrieval else F.TOOL
         found.append((_row(signature)[0], signature, failure_type, miss.capability_id))
+    for violation in facts.authority_violations:
+        qualifier = f"{violation.capability_id}:{violation.reason}"
+        found.append(
+            (
+                _row("AUTHORITY_WRITE_BEYOND_GRANT")[0],
+                "AUTHORITY_WRITE_BEYOND_GRANT",
+                F.AUTHORITY,
+                qualifier,
+            )
+        )
+    if facts.prompt_swap_fixes:
+        found.append((_row("PROMPT_SWAP_FIXES")[0], "PROMPT_SWAP_FIXES", F.PROMPT, "prompt"))
     if facts.run_error_type:
         error = _run_error(facts.run_error_type)
         # the error that ended the run usually restates a fact above (a refusal raises);

@@ -80,3 +80,5 @@ class Trajectory(Record):
     #: the last text the model produced (what the user would read)
     final_answer: str | None = None
     completed: bool = True
+    #: the run's input as recorded (sanitized view); expectations may refer to it
+    input: JsonValue = None

@@ -115,15 +115,14 @@ class SideEffectLedger:
         return confirmed, receipt
 
 
-async def retry_side_effect(
-    evidence: EvidenceReader, recorder: RunRecorder, side_effect_id: str, call: ProviderCall
-) -> tuple[SideEffectRecord, dict[str, Any] | None]:
-    """Retry a write only when it is proved not applied; never touch the provider otherwise."""
-    record: SideEffectRecord = await evidence.record(SideEffectRecord, side_effect_id)
+def check_retry_allowed(record: SideEffectRecord) -> None:
+    """Refuse a retry unless the write is proved not applied (FAILED, or RECONCILED not
+    applied): ``ReconciliationRequiredError`` for UNKNOWN, ``RetryNotAllowedError`` otherwise.
+    Pure: callers check it before they read anything else about the write (its raw arguments)."""
     status = record.status
     if status is SideEffectStatus.UNKNOWN:
         raise ReconciliationRequiredError(
-            f"reconciliation required: side effect {side_effect_id} ({record.capability_id}) is "
+            f"reconciliation required: side effect {record.side_effect_id} ({record.capability_id}) is "
             "UNKNOWN; its outcome must be reconciled with the provider before any retry"
         )
     proved_not_applied = status is SideEffectStatus.FAILED or (
@@ -131,8 +130,29 @@ async def retry_side_effect(
     )
     if not proved_not_applied:
         raise RetryNotAllowedError(
-            f"side effect {side_effect_id} is {status.value}"
+            f"side effect {record.side_effect_id} is {status.value}"
             + (" (applied)" if record.reconciled_applied else "")
             + ": only an effect proved not applied may be retried"
         )
+
+
+async def retry_side_effect(
+    evidence: EvidenceReader, recorder: RunRecorder, side_effect_id: str, call: ProviderCall
+) -> tuple[SideEffectRecord, dict[str, Any] | None]:
+    """Retry a write only when it is proved not applied; never touch the provider otherwise."""
+    record: SideEffectRecord = await evidence.record(SideEffectRecord, side_effect_id)
+    check_retry_allowed(record)
     return await SideEffectLedger(recorder)._attempt(record, call)
+
+
+async def settle_interrupted_retry(
+    recorder: RunRecorder, record: SideEffectRecord
+) -> SideEffectRecord:
+    """A retry whose worker stopped after EXECUTING was recorded: whether the provider heard
+    of it cannot be known, so the write is UNKNOWN again (reconcile before anything else);
+    it is never called a second time on a guess."""
+    return await SideEffectLedger(recorder)._transition(
+        record,
+        status=SideEffectStatus.UNKNOWN,
+        provider_receipt="outcome unknown: the retry stopped while the provider call was in flight",
+    )

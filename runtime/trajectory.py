@@ -54,6 +54,7 @@ _READ = {
     E.RETRIEVAL,
     E.RUN_COMPLETED,
     E.RUN_FAILED,
+    E.RUN_STARTED,
 }
 
 
@@ -153,10 +154,16 @@ async def load_trajectory(
     outcome: Any = None
     completed = False
     final_answer: str | None = None
+    agent_input: Any = None
 
     for event, data in await ledger.events_with_payloads(
         run_id, types=frozenset({E.STEP_STARTED, *_READ})
     ):
+        if event.type is E.RUN_STARTED:
+            # the input is the run's whatever ``after_sequence`` says (expectations refer to it)
+            started = json.loads(data or b"null")
+            agent_input = started.get("input") if isinstance(started, dict) else None
+            continue
         if event.sequence <= after_sequence:
             continue
         if event.type is E.STEP_STARTED:
@@ -208,4 +215,5 @@ async def load_trajectory(
         outcome=outcome,
         final_answer=final_answer,
         completed=completed,
+        input=agent_input,
     )

@@ -14,6 +14,7 @@ from temporalio.worker import Worker
 from activities.incident import IncidentActivities
 from activities.replay import ReplayActivities
 from activities.sandbox.setup import sandboxed_steps
+from activities.side_effects import SideEffectRetryActivities
 from examples.support_desk.world_store import WorldStore
 from models.errors import StoreError
 from models.queues import CONTROL_QUEUE, REPLAY_QUEUE
@@ -24,14 +25,15 @@ from runtime.replay.engine import ReplayEngine
 from stores.bundle import Stores, open_stores
 from stores.sql.incidents import SqlIncidentStore
 from stores.sql.side_effect_leases import sweep_expired_side_effects
-from worker.agents import open_world, reconcilers_for
+from worker.agents import open_world, reconcilers_for, tool_providers_for
 from worker.catalogs import catalogs as agent_catalogs
 from worker.settings import Settings
 from workflows.incident import IncidentWorkflow
 from workflows.replay import ReplayWorkflow
+from workflows.side_effect_retry import SideEffectRetryWorkflow
 
 log = structlog.get_logger(__name__)
-WORKFLOWS = [ReplayWorkflow, IncidentWorkflow]
+WORKFLOWS = [ReplayWorkflow, IncidentWorkflow, SideEffectRetryWorkflow]
 #: what a sandboxed replay step imports to build the agent catalogs (the child is a process)
 CATALOG_FACTORY = "worker.catalogs:catalogs"
 
@@ -87,6 +89,10 @@ async def running_workers(
             SqlIncidentStore(stores.db),
             lambda graph_id: reconcilers_for(graph_id, world),
         )
+        # the control pool executes retries of writes proved not applied (never the replay pool)
+        retry_acts = SideEffectRetryActivities(
+            stores, lambda graph_id: tool_providers_for(graph_id, world)
+        )
         workers = []
         if queues in ("control", "all"):
             workers.append(
@@ -103,9 +109,14 @@ async def running_workers(
                         incident_acts.reconcile_side_effect,
                         incident_acts.resolve_side_effect_by_human,
                         incident_acts.sign_failure,
+                        incident_acts.sign_failure_with_replays,
+                        incident_acts.rank_fork_points,
+                        incident_acts.watch_runs,
                         incident_acts.save_incident,
                         incident_acts.create_regression_case,
                         incident_acts.build_incident_report,
+                        retry_acts.check_side_effect_retry,
+                        retry_acts.execute_side_effect_retry,
                     ],
                 )
             )

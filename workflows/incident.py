@@ -10,16 +10,26 @@ Nothing here guesses a root cause (rule 18).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from datetime import datetime, timedelta
+from typing import Any, TypeVar
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy, SearchAttributeKey
-from temporalio.exceptions import ActivityError, ChildWorkflowError
+from temporalio.exceptions import ActivityError, ChildWorkflowError, WorkflowAlreadyStartedError
+from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
+    from pydantic import ValidationError
+
     from activities.incident import IncidentActivities
     from models import ReplayConfidence
+    from models.base import Record
     from models.budget import BudgetUsage, remaining, shares
+    from models.enums import ReplayMode
+    from models.errors import InvalidInputError
+    from models.expectations import parse_expectation
+    from models.fork_points import ForkPoint, ForkResult
     from models.incident_flow import (
         Counterfactual,
         IncidentPhase,
@@ -28,16 +38,20 @@ with workflow.unsafe.imports_passed_through():
         IncidentView,
         PendingTask,
         ReconcileOutcome,
+        RejectedSignal,
         RootCauseConfirmation,
         SideEffectResolution,
         TimelineEntry,
+        prompt_swap_fixes,
     )
     from models.queues import CONTROL_QUEUE
     from models.replay import ReplayBudget
     from models.replay_flow import ReplayOutcome, ReplayWorkflowInput
-    from models.replay_plans import plan_for_candidates
+    from models.replay_plans import build_replay_plan, plan_for_candidates
     from models.verdicts import outcome_summary
+    from models.watch import WatchCounts
     from workflows.replay import HEARTBEAT, ReplayWorkflow
+    from workflows.side_effect_retry import SideEffectRetryWorkflow
 
 INCIDENT_ID = SearchAttributeKey.for_keyword("IncidentId")
 INCIDENT_PHASE = SearchAttributeKey.for_keyword("IncidentPhase")
@@ -53,6 +67,7 @@ RETRY = RetryPolicy(
         "RunNotFoundError",
     ],
 )
+_Payload = TypeVar("_Payload", bound=Record)
 # short activities (store reads and writes): a worker that died holding one is noticed quickly
 SHORT = timedelta(seconds=20)
 
@@ -65,6 +80,7 @@ class IncidentWorkflow:
         #: what the incident's replays have spent of its one budget, and since when
         self._spent = BudgetUsage()
         self._replaying_since: datetime | None = None
+        self._poked = False
 
     # queries and updates ------------------------------------------------------------------
 
@@ -80,6 +96,20 @@ class IncidentWorkflow:
         evidence, who decided), through an activity, and drop its pending task. It never
         executes or retries the side effect itself, and accepts only a side effect that is
         waiting (see the validator)."""
+        return await self._apply_resolution(resolution)
+
+    @workflow.signal(name="resolve_side_effect")
+    async def resolve_side_effect_signal(self, payload: Any) -> None:
+        """The ``resolve_side_effect`` update as a signal, with the same payload (``temporal
+        workflow signal --name resolve_side_effect --input '{…}'``). A payload that fails
+        validation is kept in the view as a rejected signal with the reason, never dropped."""
+        resolution = self._accept_signal(
+            "resolve_side_effect", payload, SideEffectResolution, self._validate_resolution
+        )
+        if resolution is not None:
+            await self._apply_resolution(resolution)
+
+    async def _apply_resolution(self, resolution: SideEffectResolution) -> ReconcileOutcome:
         assert self._view is not None
         outcome: ReconcileOutcome = await workflow.execute_activity_method(
             IncidentActivities.resolve_side_effect_by_human,
@@ -128,6 +158,17 @@ class IncidentWorkflow:
         self._confirmation = confirmation
         return "confirmed"
 
+    @workflow.signal(name="confirm_root_cause")
+    def confirm_root_cause_signal(self, payload: Any) -> None:
+        """The ``confirm_root_cause`` update as a signal, with the same payload and the same
+        validation (``temporal workflow signal --name confirm_root_cause --input '{…}'``). A
+        refused one is kept in the view as a rejected signal with the reason."""
+        confirmation = self._accept_signal(
+            "confirm_root_cause", payload, RootCauseConfirmation, self._validate_confirmation
+        )
+        if confirmation is not None:
+            self._confirmation = confirmation
+
     @confirm_root_cause.validator
     def _validate_confirmation(self, confirmation: RootCauseConfirmation) -> None:
         """Refuses a confirmation before AWAITING_CONFIRMATION, a second one, empty fields, or
@@ -157,6 +198,18 @@ class IncidentWorkflow:
                     f"replay {replay.replay_id} ({replay.label}) has no conclusive run "
                     f"({replay.inconclusive} inconclusive): it cannot support a root cause"
                 )
+        for text in confirmation.expectations:
+            try:
+                parse_expectation(text)
+            except InvalidInputError as exc:
+                raise ValueError(str(exc)) from None
+        signature = self._view.signature
+        if not confirmation.expectations and signature and signature.builtin_assertions == 0:
+            raise ValueError(
+                f"an expectation is needed: {signature.signature} yields no built-in regression "
+                "assertion, so say what the run must (not) do with --expect (e.g. "
+                "'no side_effect email.send where to != ticket.email')"
+            )
 
     # the lifecycle ----------------------------------------------------------------------------
 
@@ -173,8 +226,21 @@ class IncidentWorkflow:
         outcome on its own. Its history carries ids, hashes and the small incident view,
         never the run's payloads.
         """
+        if request.resume is not None:
+            # continued as new during the watch: the lifecycle is done but for the watch
+            self._view = request.resume
+            self._confirmation = request.resume.confirmation
+            try:
+                await self._watch(request)
+                await self._enter(IncidentPhase.COMPLETED)
+            except (ActivityError, ChildWorkflowError) as exc:
+                self._update(error=str(exc.cause or exc))
+                await self._enter(IncidentPhase.FAILED, str(exc.cause or exc))
+            return self._view
         self._view = IncidentView(
-            incident_id=request.incident_id, source_run_id=request.source_run_id
+            incident_id=request.incident_id,
+            source_run_id=request.source_run_id,
+            linked_incident_id=request.linked_incident_id,
         )
         workflow.upsert_search_attributes(
             [
@@ -194,14 +260,22 @@ class IncidentWorkflow:
     async def _lifecycle(self, request: IncidentRequest) -> None:
         await self._freeze(request)
         await self._reconcile(request)
+        if request.retry_not_applied:
+            await self._retry_not_applied()
         await self._sign(request)
         await self._enter(IncidentPhase.REPLAYING)
         await self._replays(request, [None])
         await self._enter(IncidentPhase.COUNTERFACTUALS)
         await self._replays(request, list(request.counterfactuals))
+        if prompt_swap_fixes(self._current.replays) and workflow.patched("sign-with-replays"):
+            await self._sign_with_replays(request)
+        if request.fork_points:
+            await self._fork_replays(request)
         await self._await_confirmation(request)
         await self._create_regression_case()
         await self._report()
+        if request.watch_clean_runs:
+            await self._watch(request)
         await self._enter(IncidentPhase.COMPLETED)
 
     async def _freeze(self, request: IncidentRequest) -> None:
@@ -248,6 +322,28 @@ class IncidentWorkflow:
             lambda: not any(p.kind == "resolve_side_effect" for p in self._current.pending)
         )
 
+    async def _retry_not_applied(self) -> None:
+        """RECONCILING, when asked (``--retry-not-applied``): each side effect reconciled NOT
+        applied is retried durably as a child ``SideEffectRetry`` (id = the side effect id),
+        one after the other. A refused or failed retry is noted in the timeline, never fatal:
+        the incident's evidence does not depend on it."""
+        results = []
+        for outcome in self._current.side_effects:
+            if outcome.status != "RECONCILED" or outcome.applied is not False:
+                continue
+            se = outcome.side_effect_id
+            try:
+                result = await workflow.execute_child_workflow(
+                    SideEffectRetryWorkflow.run, se, id=se, task_queue=CONTROL_QUEUE
+                )
+            except (ChildWorkflowError, WorkflowAlreadyStartedError) as exc:
+                self._event(IncidentPhase.RECONCILING, f"{se} not retried: {exc.cause or exc}")
+                continue
+            results.append(result)
+            self._event(IncidentPhase.RECONCILING, f"{se} retried: {result.status}")
+        self._update(retries=tuple(results))
+        await self._save()
+
     async def _sign(self, request: IncidentRequest) -> None:
         """SIGNING: the failure's signature, kept in the view and as a search attribute."""
         await self._enter(IncidentPhase.SIGNING)
@@ -259,6 +355,22 @@ class IncidentWorkflow:
         )
         self._update(signature=signature)
         workflow.upsert_search_attributes([FAILURE_SIGNATURE.value_set(signature.signature)])
+        await self._save()
+
+    async def _sign_with_replays(self, request: IncidentRequest) -> None:
+        """COUNTERFACTUALS: a prompt swap stopped the failure, so the signature is taken again
+        with that fact (PROMPT where nothing else explains it; contributing otherwise)."""
+        signature = await workflow.execute_activity_method(
+            IncidentActivities.sign_failure_with_replays,
+            args=[request.incident_id, request.source_run_id, True],
+            start_to_close_timeout=SHORT,
+            retry_policy=RETRY,
+        )
+        before = self._current.signature
+        self._update(signature=signature)
+        if before is None or before.signature != signature.signature:
+            workflow.upsert_search_attributes([FAILURE_SIGNATURE.value_set(signature.signature)])
+            self._event(IncidentPhase.COUNTERFACTUALS, f"signature {signature.signature}")
         await self._save()
 
     async def _await_confirmation(self, request: IncidentRequest) -> None:
@@ -366,7 +478,164 @@ class IncidentWorkflow:
         left = remaining(budget, self._spent.model_copy(update={"duration_seconds": elapsed}))
         return shares(left, n)
 
+    async def _fork_replays(self, request: IncidentRequest) -> None:
+        """COUNTERFACTUALS, when asked (``--fork-points K``): rank the run's candidate fork
+        points from its evidence and the replays' first divergences, then fork-replay the top
+        K with each counterfactual (or exactly, when there is none), N times each, as child
+        ``Replay`` workflows. A fork that cannot run (no checkpoint) is reported, not fatal."""
+        points: list[ForkPoint] = await workflow.execute_activity_method(
+            IncidentActivities.rank_fork_points,
+            args=[request.source_run_id, [r.first_divergent_step for r in self._current.replays]],
+            start_to_close_timeout=SHORT,
+            retry_policy=RETRY,
+        )
+        self._update(fork_points=tuple(points))
+        cfs: list[Counterfactual | None] = list(request.counterfactuals) or [None]
+        started = []
+        for i, point in enumerate(points[: request.fork_points]):
+            for j, cf in enumerate(cfs):
+                plan = build_replay_plan(
+                    request.source_run_id,
+                    ReplayMode.FORK_FROM_STEP,
+                    replay_id=f"{request.incident_id}-fork{i + 1}-{'exact' if cf is None else f'cf{j + 1}'}",
+                    sampling_seed=1000 + 100 * i + j,
+                    from_step=point.fork_from,
+                    prompt=cf.value if cf and cf.kind == "prompt" else None,
+                    model=cf.value if cf and cf.kind == "model" else None,
+                    policy=cf.value if cf and cf.kind == "policy" else None,
+                    retriever=cf.value if cf and cf.kind == "retriever" else None,
+                    repeat=request.repeat,
+                    miss=request.miss_policy,
+                )
+                label = f"fork@{point.step_id} {cf.label if cf else 'exact'}"
+                child = workflow.execute_child_workflow(
+                    ReplayWorkflow.run,
+                    ReplayWorkflowInput(plan=plan),
+                    id=plan.replay_id,
+                    task_queue=CONTROL_QUEUE,
+                )
+                started.append((point, label, plan.replay_id, child))
+        outcomes = await asyncio.gather(*(c for *_, c in started), return_exceptions=True)
+        replays, results = list(self._current.replays), []
+        for (point, label, replay_id, _), outcome in zip(started, outcomes, strict=True):
+            if isinstance(outcome, BaseException):
+                results.append(
+                    ForkResult(
+                        step_id=point.step_id, label=label, replay_id=replay_id, status="FAILED"
+                    )
+                )
+                self._event(IncidentPhase.COUNTERFACTUALS, f"{label} failed: {outcome}")
+                continue
+            replay = _incident_replay(label, outcome)
+            replays.append(replay)
+            results.append(
+                ForkResult(
+                    step_id=point.step_id,
+                    label=label,
+                    replay_id=replay.replay_id,
+                    status=replay.status,
+                    reproduced=replay.reproduced,
+                    runs=replay.runs,
+                    rate=replay.rate,
+                )
+            )
+        self._update(replays=tuple(replays), fork_results=tuple(results))
+        await self._save()
+
+    @workflow.signal(name="run_recorded")
+    def run_recorded(self, run_id: Any = None) -> None:
+        """A recorder or the ingestion says a run was recorded: the watch looks now instead of
+        at its next timer. Carries nothing the watch relies on (it reads the store)."""
+        self._poked = True
+
+    async def _watch(self, request: IncidentRequest) -> None:
+        """WATCHING (asked for with ``watch_clean_runs``): judge the graph's new runs that
+        carry the fix version, every ``watch_interval_seconds`` or when signalled
+        ``run_recorded``; done after that many clean runs with the fix or ``watch_days``;
+        when the failure recurs on the fix, a new incident linked to this one is opened on the
+        recurring run. Waits on a timer, never polls Temporal history, and continues as new
+        every 100 looks so its history stays small."""
+        if self._current.phase is not IncidentPhase.WATCHING:
+            await self._enter(IncidentPhase.WATCHING)
+        counts = self._current.watch or WatchCounts(started_at=workflow.now())
+        assert counts.started_at is not None
+        deadline = counts.started_at + timedelta(days=request.watch_days)
+        for _ in range(100):
+            counts = await workflow.execute_activity_method(
+                IncidentActivities.watch_runs,
+                args=[self._current, counts],
+                start_to_close_timeout=timedelta(minutes=5),
+                retry_policy=RETRY,
+            )
+            self._update(watch=counts)
+            if counts.recurred_run_ids:
+                await self._reopen(request, counts.recurred_run_ids[0])
+                return
+            clean = counts.runs_with_fix - counts.recurrences
+            if clean >= request.watch_clean_runs or workflow.now() >= deadline:
+                self._event(IncidentPhase.WATCHING, f"{clean} clean runs with the fix")
+                return
+            await self._save()
+            self._poked = False
+            try:
+                await workflow.wait_condition(
+                    lambda: self._poked,
+                    timeout=timedelta(seconds=request.watch_interval_seconds),
+                )
+            except TimeoutError:
+                pass
+        workflow.continue_as_new(request.model_copy(update={"resume": self._current}))
+
+    async def _reopen(self, request: IncidentRequest, run_id: str) -> None:
+        """The failure recurred on the fix version: a new incident, linked to this one, on the
+        run where it recurred (a child left running when this one completes)."""
+        reopened = f"{request.incident_id}-recurrence"
+        await workflow.start_child_workflow(
+            IncidentWorkflow.run,
+            IncidentRequest(
+                incident_id=reopened,
+                source_run_id=run_id,
+                counterfactuals=request.counterfactuals,
+                repeat=request.repeat,
+                miss_policy=request.miss_policy,
+                linked_incident_id=request.incident_id,
+            ),
+            id=reopened,
+            task_queue=CONTROL_QUEUE,
+            parent_close_policy=ParentClosePolicy.ABANDON,
+        )
+        watch = self._current.watch
+        assert watch is not None
+        self._update(watch=watch.model_copy(update={"reopened_incident_id": reopened}))
+        self._event(IncidentPhase.WATCHING, f"recurred in {run_id}: reopened as {reopened}")
+
     # bookkeeping ----------------------------------------------------------------------------
+
+    def _accept_signal(
+        self, name: str, payload: Any, model: type[_Payload], validate: Callable[[_Payload], None]
+    ) -> _Payload | None:
+        """``payload`` as ``model`` if it passes ``validate``; otherwise None, and the refusal
+        is kept in the view (a signal has no caller to answer, so the reason must stay)."""
+        try:
+            accepted = model.model_validate(payload)
+            validate(accepted)
+        except ValidationError as exc:
+            reason = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc']) or 'payload'}: {e['msg']}"
+                for e in exc.errors()
+            )
+            self._reject(name, reason)
+            return None
+        except (ValueError, TypeError) as exc:
+            self._reject(name, " ".join(str(exc).split()))
+            return None
+        return accepted
+
+    def _reject(self, name: str, reason: str) -> None:
+        rejected = RejectedSignal(name=name, reason=reason, at=workflow.now())
+        if self._view is not None:
+            self._update(rejected_signals=(*self._view.rejected_signals, rejected))
+        workflow.logger.warning("signal %s rejected: %s", name, reason)
 
     @property
     def _current(self) -> IncidentView:

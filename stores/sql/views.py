@@ -4,6 +4,7 @@ side-effect retry: plain records, no rendering."""
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import select
@@ -58,6 +59,19 @@ class SqlRunViews:
         async with self.db.read() as conn:
             rows = (await conn.execute(query)).all()
         return [(int(row.sequence), _record(row.record)) for row in rows]
+
+    async def runs_of_graph_since(
+        self, graph_id: str, since: datetime | None, *, limit: int = 200
+    ) -> list[dict[str, Any]]:
+        """Headers (``RunRecord`` as stored) of the graph's runs created at or after ``since``
+        (all when None), oldest first, at most ``limit``: what a recurrence watch judges."""
+        r = schema.runs.c
+        query = select(r.record).where(r.graph_id == graph_id)
+        if since is not None:
+            query = query.where(r.created_at >= since)
+        query = query.order_by(r.created_at, r.run_id).limit(limit)
+        async with self.db.read() as conn:
+            return [_record(row.record) for row in (await conn.execute(query)).all()]
 
 
 async def run_labels(db: Database, run_ids: list[str]) -> dict[str, dict[str, str]]:

@@ -117,6 +117,24 @@ def test_dev_status_shows_the_api_and_the_worker_metrics_port(stack: Stack) -> N
     assert httpx.get(f"{stack.url}/metrics").status_code == 200
 
 
+def test_side_effect_retry_over_http_is_refused_unless_proved_not_applied(stack: Stack) -> None:
+    view = stack.cli(
+        "agent", "run", "support-desk", "--scenario", "refund-timeout", "--seed", "3", "--json"
+    )
+    (effect,) = view["side_effects"]
+    path = f"/api/side-effects/{effect['id']}/retry"
+    with stack.http("engineer") as engineer:
+        assert engineer.post(path).status_code == 403
+    with stack.http("forensic") as forensic:
+        refused = forensic.post(path)
+        assert refused.status_code == 409, refused.text
+        assert refused.json()["code"] == "reconciliation_required"
+        missing = forensic.post("/api/side-effects/se-nope/retry")
+        assert missing.status_code == 404 and missing.json()["field"] == "side_effect_id"
+    audit = stack.cli("audit", "--json")
+    assert effect["id"] not in json.dumps(audit)
+
+
 def test_a_full_replay_over_http(stack: Stack) -> None:
     run_id = wrong_customer_run(stack)
     with stack.http("engineer") as eng, stack.http("viewer") as viewer:

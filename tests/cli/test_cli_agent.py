@@ -53,6 +53,10 @@ def test_refund_timeout_retry_is_refused_and_reaches_no_provider(home: Path) -> 
     retried = run(["side-effects", "retry", effect["id"]], home)
     assert retried.returncode == 3
     assert b"reconciliation required" in retried.stderr
+    # refused before its raw arguments were decrypted: the audit records no read for it
+    audit = run(["audit", "--json"], home)
+    assert audit.returncode == 0 and effect["id"] not in audit.stdout.decode()
+    assert "proved not applied" not in audit.stdout.decode()
 
     after = json.loads(run(["examples", "providers", "--json"], home).stdout)
     assert after["calls"] == before["calls"]

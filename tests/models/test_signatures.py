@@ -252,3 +252,51 @@ def test_facts_round_trip_through_json() -> None:
     assert again == facts and classify(again) == classify(facts)
     with pytest.raises(ValueError):
         FailureFacts.model_validate({"surprise": 1})
+
+
+def test_a_write_beyond_its_grant_is_authority() -> None:
+    from models.signatures import AuthorityFact
+
+    facts = FailureFacts(
+        side_effects=(refund(final_status=U.CONFIRMED, outcome_was_unknown=False),),
+        authority_violations=(AuthorityFact(capability_id="payment.refund", reason="unapproved"),),
+    )
+    c = classify(facts)
+    assert c.failure_type is AgentFailureType.AUTHORITY
+    assert c.signature == "AUTHORITY_WRITE_BEYOND_GRANT"
+    assert c.qualifier == "payment.refund:unapproved"
+    denied = classify(
+        FailureFacts(authority_violations=(AuthorityFact(capability_id="x.y", reason="denied"),))
+    )
+    assert denied.key != c.key
+
+
+def test_a_prompt_swap_that_fixes_it_is_prompt_only_where_nothing_else_explains_it() -> None:
+    alone = classify(FailureFacts(prompt_swap_fixes=True))
+    assert alone.failure_type is AgentFailureType.PROMPT
+    assert alone.signature == "PROMPT_SWAP_FIXES"
+    with_data = classify(
+        FailureFacts(nonunique_lookups=(wrong_recipient(),), prompt_swap_fixes=True)
+    )
+    assert with_data.signature == "DATA_NONUNIQUE_LOOKUP_WRONG_RECIPIENT"
+    assert "PROMPT_SWAP_FIXES" in with_data.contributing
+
+
+def test_prompt_swap_fixes_reads_the_incident_replays() -> None:
+    from models import ReplayMode
+    from models.incident_flow import IncidentReplay, prompt_swap_fixes
+
+    def replay(label: str, reproduced: int) -> IncidentReplay:
+        return IncidentReplay(
+            replay_id=label,
+            label=label,
+            mode=ReplayMode.EXACT,
+            status="COMPLETED",
+            reproduced=reproduced,
+            runs=5,
+        )
+
+    assert prompt_swap_fixes((replay("exact", 4), replay("prompt=v18", 0)))
+    assert not prompt_swap_fixes((replay("exact", 0), replay("prompt=v18", 0)))
+    assert not prompt_swap_fixes((replay("exact", 4), replay("prompt=v18", 1)))
+    assert not prompt_swap_fixes((replay("exact", 4), replay("model=m", 0)))

@@ -85,7 +85,9 @@ async def test_worker_process_serves_metrics_and_logs_summaries(
     from worker.settings import Settings
 
     settings = Settings.from_env(env)
-    async with open_stores(settings.stores) as stores:  # the worker's database: migrations, sim tables
+    async with open_stores(
+        settings.stores
+    ) as stores:  # the worker's database: migrations, sim tables
         world = SimulatedWorld(SqlWorldStore.beside(stores.db.engine.url))
         await world.ensure()
         refund = await run_scenario(

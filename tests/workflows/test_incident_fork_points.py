@@ -1,0 +1,38 @@
+"""Divergence-first replays: an incident ranks fork points from its evidence and fork-replays
+the top K with each counterfactual (real Temporal, real workers, sandboxed replays)."""
+
+from __future__ import annotations
+
+from models import FixtureMissPolicy
+from models.incident_flow import Counterfactual, IncidentPhase
+from tests.workflows.test_incident_workflow import open_incident, wait_phase, wrong_customer_run
+
+
+async def test_the_top_fork_points_are_replayed_with_each_counterfactual(replay_stack) -> None:  # type: ignore[no-untyped-def]
+    stack = replay_stack
+    run_id = await wrong_customer_run(stack)
+    handle = await open_incident(
+        stack,
+        run_id,
+        counterfactuals=(Counterfactual(kind="prompt", value="v18"),),
+        repeat=2,
+        miss_policy=FixtureMissPolicy.SANDBOX_LIVE,
+        fork_points=2,
+    )
+    view = await wait_phase(handle, IncidentPhase.AWAITING_CONFIRMATION, deadline_s=300)
+    points = view.fork_points
+    assert len(points) >= 2 and points[0].score >= points[1].score
+    # the wrong e-mail is a write: it is a candidate, with the step it resumes from
+    email = next(p for p in points if p.step_id == "email")
+    assert "side effect" in email.reasons and email.fork_from
+    forked = {f.step_id for f in view.fork_results}
+    assert forked == {p.step_id for p in points[:2]}
+    assert all(f.label.endswith("prompt=v18") for f in view.fork_results)
+    done = [f for f in view.fork_results if f.status == "COMPLETED"]
+    assert done and all(f.runs == 2 for f in done)
+    # the fork replays are replays of the incident, so a confirmation may cite them
+    assert {f.replay_id for f in done} <= {r.replay_id for r in view.replays}
+    # PROMPT contributes: the exact replay reproduced and prompt v18 never did
+    if view.replays[0].reproduced and view.replays[1].reproduced == 0:
+        assert "PROMPT_SWAP_FIXES" in view.signature.contributing
+    await handle.terminate("test done")
