@@ -28,7 +28,7 @@ from typing import Any
 from ingest.import_common import ConvertedRun, ImportReport, read_json_file, record_converted
 from ingest.otel import _spans, convert_trace
 from models.errors import InvalidInputError
-from runtime.ports import ArtifactStore, EventLedger, EvidenceReader
+from runtime.ports import ArtifactStore, EvidenceReader, IngestLedger
 
 __all__ = ["convert_openinference_file", "import_openinference"]
 
@@ -142,7 +142,7 @@ def convert_openinference_file(
 
 
 async def import_openinference(
-    ledger: EventLedger,
+    ledger: IngestLedger,
     artifacts: ArtifactStore,
     evidence: EvidenceReader,
     path: Path,

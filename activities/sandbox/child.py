@@ -56,8 +56,10 @@ def main() -> None:
             break
         if "prime" in job:  # a warm process: import the agent catalogs, build the engine, wait
             try:
-                key = (str(job["prime"]["catalogs"]), str(job["prime"]["isolation"]))
-                engines[key] = _engine(*key, call)
+                prime = job["prime"]
+                models = prime.get("models") or {}
+                key = _engine_key(prime, models)
+                engines[key] = _engine(key[0], key[1], call, models)
             except BaseException as exc:
                 rpc.write_frame(rpc_out, {"failed": _describe(exc)})
             else:
@@ -127,11 +129,17 @@ async def _run(job: dict[str, Any], call: Any, engines: dict[tuple[str, str, str
     from models.replay_flow import StepInput
 
     models = job.get("models") or {}
-    key = (str(job["catalogs"]), str(job["isolation"]), json.dumps(models, sort_keys=True))
+    key = _engine_key(job, models)
     if key not in engines:
         engines[key] = _engine(key[0], key[1], call, models)
     output = await engines[key].run_steps(StepInput.model_validate(job["step"]))
     return output.model_dump(mode="json")
+
+
+def _engine_key(job: dict[str, Any], models: dict[str, Any]) -> tuple[str, str, str]:
+    """One engine per catalogs, isolation and the worker's models (a primed warm engine is
+    found by the first job with the same three)."""
+    return (str(job["catalogs"]), str(job["isolation"]), json.dumps(models, sort_keys=True))
 
 
 def _engine(catalogs: str, isolation: str, call: Any, models: dict[str, Any]) -> Any:

@@ -182,7 +182,11 @@ class SandboxedSteps:
     async def _prime(self, child: StepProcess) -> None:
         """Have a warm process import the agent catalogs and build its engine now, off any
         replay's path (what a first batch would otherwise do before its first step)."""
-        prime = {"catalogs": self.catalogs, "isolation": self.settings.isolation}
+        prime = {
+            "catalogs": self.catalogs,
+            "isolation": self.settings.isolation,
+            "models": self._models(),
+        }
         await child.send({"prime": prime})
         async with asyncio.timeout(self.settings.wall_seconds):
             reply = await child.receive(self.quotas.message_bytes)

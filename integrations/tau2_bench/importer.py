@@ -35,7 +35,7 @@ from integrations.tau_bench.importer import (
     load_tools_info,
 )
 from models.errors import InvalidInputError
-from runtime.ports import ArtifactStore, EventLedger, EvidenceReader
+from runtime.ports import ArtifactStore, EvidenceReader, IngestLedger
 
 __all__ = ["convert_tau2_file", "import_tau2_bench", "tau_record"]
 
@@ -168,7 +168,7 @@ def convert_tau2_file(
 
 
 async def import_tau2_bench(
-    ledger: EventLedger,
+    ledger: IngestLedger,
     artifacts: ArtifactStore,
     evidence: EvidenceReader,
     path: Path,
