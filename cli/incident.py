@@ -56,6 +56,20 @@ def require_text(**options: str) -> None:
             raise InvalidInputError(f"{option} must not be empty", field=option)
 
 
+#: the incident's one budget, shared by all its replays (no limit unless given)
+MaxModelCalls = Annotated[
+    int | None, typer.Option("--max-model-calls", help="Model calls for all its replays together.")
+]
+MaxTokens = Annotated[
+    int | None, typer.Option("--max-tokens", help="Tokens for all its replays together.")
+]
+MaxCost = Annotated[
+    str | None, typer.Option("--max-cost", help="Cost (decimal) for all its replays together.")
+]
+MaxDuration = Annotated[
+    float | None, typer.Option("--max-duration", help="Seconds for all its replays together.")
+]
+
 app = typer.Typer()
 incident_app = typer.Typer(
     help="Incidents: freeze, reconcile, sign, replay, confirm, report.", no_args_is_help=True
@@ -85,18 +99,10 @@ async def incident_open(
     incident_id: Annotated[
         str | None, typer.Option("--incident-id", help="Use this id (default: generated).")
     ] = None,
-    max_model_calls: Annotated[
-        int | None, typer.Option("--max-model-calls", help="For all its replays together.")
-    ] = None,
-    max_tokens: Annotated[
-        int | None, typer.Option("--max-tokens", help="Tokens for all its replays together.")
-    ] = None,
-    max_cost: Annotated[
-        str | None, typer.Option("--max-cost", help="Cost (decimal) for all its replays together.")
-    ] = None,
-    max_duration: Annotated[
-        float | None, typer.Option("--max-duration", help="Seconds for all its replays together.")
-    ] = None,
+    max_model_calls: MaxModelCalls = None,
+    max_tokens: MaxTokens = None,
+    max_cost: MaxCost = None,
+    max_duration: MaxDuration = None,
     retry_not_applied: Annotated[
         bool,
         typer.Option(

@@ -76,6 +76,23 @@ CLI_FIELDS = PlanFields(
 )
 
 
+#: the replay's one budget (with --repeat, shared by all its runs); past it a replay stops
+#: cleanly, INCONCLUSIVE for the reason BUDGET
+MaxModelCalls = Annotated[
+    int | None,
+    typer.Option("--max-model-calls", help="Stop cleanly after N live model calls in all."),
+]
+MaxTokens = Annotated[
+    int | None,
+    typer.Option("--max-tokens", help="Stop cleanly once the model calls used N tokens."),
+]
+MaxCost = Annotated[
+    str | None,
+    typer.Option("--max-cost", help="Stop cleanly once the model calls cost this much (a number)."),
+]
+MaxDuration = Annotated[float | None, typer.Option("--max-duration", help="Seconds in all.")]
+
+
 @replay_app.command("start")
 @run_async
 async def replay_start(
@@ -104,23 +121,10 @@ async def replay_start(
     repeat: Annotated[
         int, typer.Option(help="Run the replay N times and report the reproduction rate.")
     ] = 1,
-    max_model_calls: Annotated[
-        int | None,
-        typer.Option(
-            "--max-model-calls", help="Stop cleanly after N live model calls (partial result)."
-        ),
-    ] = None,
-    max_tokens: Annotated[
-        int | None,
-        typer.Option("--max-tokens", help="Stop cleanly once the model calls used N tokens."),
-    ] = None,
-    max_cost: Annotated[
-        str | None,
-        typer.Option(
-            "--max-cost", help="Stop cleanly once the model calls cost this much (a number)."
-        ),
-    ] = None,
-    max_duration: Annotated[float | None, typer.Option("--max-duration", help="Seconds.")] = None,
+    max_model_calls: MaxModelCalls = None,
+    max_tokens: MaxTokens = None,
+    max_cost: MaxCost = None,
+    max_duration: MaxDuration = None,
     on_fixture_miss: Annotated[
         Miss,
         typer.Option(

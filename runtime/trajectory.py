@@ -136,6 +136,17 @@ def _retrieval_fact(step_id: str, payload: dict[str, Any]) -> RetrievalFact:
     )
 
 
+def _blocked_write(step_id: str, payload: dict[str, Any]) -> dict[str, Any]:
+    """A write the replay blocked, shaped as a side effect's payload with status BLOCKED."""
+    return {
+        "step_id": step_id,
+        "capability_id": payload["capability_id"],
+        "action_hash": payload["action_hash"],
+        "arguments": payload.get("arguments"),
+        "status": BLOCKED,
+    }
+
+
 async def load_trajectory(
     ledger: EventLedger, run_id: str, *, after_sequence: int = 0
 ) -> Trajectory:
@@ -184,13 +195,7 @@ async def load_trajectory(
         elif event.type is E.SIDE_EFFECT:
             writes[f"effect:{payload['side_effect_id']}"] = payload  # the last status wins
         elif event.type is E.WRITE_BLOCKED:
-            writes[f"blocked:{event.sequence}"] = {
-                "step_id": event.step_id,
-                "capability_id": payload["capability_id"],
-                "action_hash": payload["action_hash"],
-                "arguments": payload.get("arguments"),
-                "status": BLOCKED,
-            }
+            writes[f"blocked:{event.sequence}"] = _blocked_write(event.step_id, payload)
         elif event.type is E.POLICY_DECISION:
             policies.append(_policy_fact(event.step_id, payload))
         elif event.type is E.APPROVAL:

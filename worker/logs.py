@@ -24,6 +24,18 @@ def add_temporal_context(_logger: WrappedLogger, _method: str, event_dict: Event
     return event_dict
 
 
+class _CurrentStderr:
+    """``sys.stderr`` as it is at each write, not as it was when logging was configured: a
+    stream swapped in and closed later (a test runner's capture, an embedding application)
+    must not take every later log line down with it."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
 def configure_logging(fmt: str = "auto", level: int = logging.INFO) -> None:
     """``fmt`` is ``json``, ``console`` or ``auto`` (console on a terminal). Logs go to stderr
     so that command output on stdout stays machine-readable."""
@@ -44,6 +56,6 @@ def configure_logging(fmt: str = "auto", level: int = logging.INFO) -> None:
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(level),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=structlog.PrintLoggerFactory(file=_CurrentStderr()),  # type: ignore[arg-type]
         cache_logger_on_first_use=True,
     )
