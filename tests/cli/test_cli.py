@@ -16,14 +16,18 @@ REPLAYBOOK = str(Path(sys.executable).parent / "replaybook")
 
 
 def run(
-    args: list[str], home: Path, stdin: bytes | None = None
+    args: list[str],
+    home: Path,
+    stdin: bytes | None = None,
+    extra_env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[bytes]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("REPLAYBOOK_", "AWS_"))} | {
         "REPLAYBOOK_HOME": str(home),
         "REPLAYBOOK_LOG_FORMAT": "json",
-        # the local model server has tests of its own (tests/models)
+        # the local model server has tests of its own (tests/local_models)
         "REPLAYBOOK_LOCAL_MODELS": "off",
     }
+    env |= extra_env or {}
     return subprocess.run(
         [REPLAYBOOK, *args], input=stdin, capture_output=True, env=env, cwd=ROOT, timeout=120
     )

@@ -283,17 +283,33 @@ async def _record_lost_email(home: Path) -> tuple[str, str]:
         return result.run_id, effect.side_effect_id
 
 
-def test_retry_of_an_effect_proved_not_applied_sends_the_raw_arguments_and_is_audited(
+async def test_retry_of_an_effect_proved_not_applied_sends_the_raw_arguments_and_is_audited(
     tmp_path: Path,
+    temporal_server,
+    temporal_client,  # type: ignore[no-untyped-def]
 ) -> None:
+    """The retry is the durable ``SideEffectRetry`` workflow: a real worker over this home's
+    stores executes it while the CLI starts it and waits."""
     from examples.support_desk.providers import CUSTOMERS
+    from tests.fixtures_replay import stack_settings
+    from worker.temporal import running_workers
 
-    run_id, effect_id = asyncio.run(_record_lost_email(tmp_path))
+    run_id, effect_id = await _record_lost_email(tmp_path)
     shared = {c["email"] for c in CUSTOMERS if c["phone"] == PHONE}
     before = ok(run(["examples", "providers", "--json"], tmp_path))
     assert before["emails"] == []  # the lost e-mail never reached the provider
 
-    retried = ok(run(["side-effects", "retry", effect_id, "--json"], tmp_path))
+    settings = stack_settings(tmp_path, temporal_server.address)
+    async with running_workers(settings, "all", temporal_client):
+        # the CLI blocks while it waits: run it off the loop the worker needs
+        retried = ok(
+            await asyncio.to_thread(
+                run,
+                ["side-effects", "retry", effect_id, "--json"],
+                tmp_path,
+                extra_env={"TEMPORAL_ADDRESS": temporal_server.address},
+            )
+        )
     assert retried["status"] == "CONFIRMED", retried
     after = ok(run(["examples", "providers", "--json"], tmp_path))
     (email,) = after["emails"]
