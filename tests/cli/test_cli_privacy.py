@@ -285,11 +285,14 @@ async def _record_lost_email(home: Path) -> tuple[str, str]:
 
 async def test_retry_of_an_effect_proved_not_applied_sends_the_raw_arguments_and_is_audited(
     tmp_path: Path,
-    temporal_server,
-    temporal_client,  # type: ignore[no-untyped-def]
 ) -> None:
     """The retry is the durable ``SideEffectRetry`` workflow: a real worker over this home's
-    stores executes it while the CLI starts it and waits."""
+    stores executes it while the CLI starts it and waits. The test has a Temporal dev server of
+    its own: the session's server already has a worker on the control queue, over other stores."""
+    from temporalio.client import Client
+    from temporalio.contrib.pydantic import pydantic_data_converter
+
+    from devstack.temporal_server import start_temporal_dev_server
     from examples.support_desk.providers import CUSTOMERS
     from tests.fixtures_replay import stack_settings
     from worker.temporal import running_workers
@@ -299,17 +302,25 @@ async def test_retry_of_an_effect_proved_not_applied_sends_the_raw_arguments_and
     before = ok(run(["examples", "providers", "--json"], tmp_path))
     assert before["emails"] == []  # the lost e-mail never reached the provider
 
-    settings = stack_settings(tmp_path, temporal_server.address)
-    async with running_workers(settings, "all", temporal_client):
-        # the CLI blocks while it waits: run it off the loop the worker needs
-        retried = ok(
-            await asyncio.to_thread(
-                run,
-                ["side-effects", "retry", effect_id, "--json"],
-                tmp_path,
-                extra_env={"TEMPORAL_ADDRESS": temporal_server.address},
-            )
+    server = await asyncio.to_thread(
+        start_temporal_dev_server, tmp_path / "temporal", headless=True
+    )
+    try:
+        client = await Client.connect(
+            server.address, namespace=server.namespace, data_converter=pydantic_data_converter
         )
+        async with running_workers(stack_settings(tmp_path, server.address), "all", client):
+            # the CLI blocks while it waits: run it off the loop the worker needs
+            retried = ok(
+                await asyncio.to_thread(
+                    run,
+                    ["side-effects", "retry", effect_id, "--json"],
+                    tmp_path,
+                    extra_env={"TEMPORAL_ADDRESS": server.address},
+                )
+            )
+    finally:
+        server.stop(timeout=10)
     assert retried["status"] == "CONFIRMED", retried
     after = ok(run(["examples", "providers", "--json"], tmp_path))
     (email,) = after["emails"]
