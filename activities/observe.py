@@ -44,18 +44,21 @@ async def replay_run_facts(ledger: EventLedger, replay_id: str) -> ReplayRunFact
         facts.duration_seconds = max(
             0.0, (loaded[-1][0].recorded_at - loaded[0][0].recorded_at).total_seconds()
         )
+    executed: dict[str, str] = {}
     for event, data in loaded:
         payload = json.loads(data) if data else {}
         if event.type is E.FIXTURE_MISS:
             facts.fixture_misses.append(payload.get("capability_id", "unknown"))
         elif event.type is E.WRITE_BLOCKED:
             facts.writes_blocked.append(payload.get("capability_id", "unknown"))
-        elif event.type is E.SIDE_EFFECT:
-            facts.writes_executed.append(payload.get("capability_id", "unknown"))
+        elif event.type is E.SIDE_EFFECT and payload.get("status") != "PLANNED":
+            # one per side effect (each status transition is an event of its own)
+            executed[payload.get("side_effect_id", "")] = payload.get("capability_id", "unknown")
         elif event.type is E.STEP_COMPLETED and "replay_step" in payload:
             step = StepOutput.model_validate(payload["replay_step"])
             facts.steps += step.steps
             facts.usage = facts.usage.plus(step.usage)
+    facts.writes_executed = list(executed.values())
     run = await ledger.get_run(replay_id)
     if run.status is RunStatus.FAILED and isinstance(run.outcome, dict):
         # the engine writes {"stopped": why}, close_replay_run {"ended": why}

@@ -16,7 +16,7 @@ from models.comparison import compare_trajectories, reproduces
 from models.errors import SandboxError
 from models.replay_flow import ComparisonResult, PreparedReplay, ReplayPlan, StepInput, StepOutput
 from runtime.replay.engine import ReplayEngine
-from runtime.trajectory import load_trajectory
+from runtime.trajectory import load_trajectory, writes_executed
 
 log = structlog.get_logger(__name__)
 
@@ -110,7 +110,12 @@ class ReplayActivities:
             )
             replay = await load_trajectory(self.engine.ledger, plan.replay_id)
         comparison = compare_trajectories(source, replay)
-        result = ComparisonResult(comparison=comparison, reproduced=reproduces(comparison))
+        result = ComparisonResult(
+            comparison=comparison,
+            reproduced=reproduces(comparison),
+            # from the replay's own run as this worker reads it, never from the steps' word
+            writes_executed=writes_executed(replay),
+        )
         await observe.replay_compared(self.engine.ledger, plan, result)
         return result
 

@@ -13,8 +13,9 @@ from models import FixtureMissPolicy
 from models.errors import InvalidInputError
 from models.queues import CONTROL_QUEUE
 from models.regression import RegressionCase, evaluate_case
-from models.replay_flow import ReplayPlan, ReplayStatus, ReplayWorkflowInput
+from models.replay_flow import ReplayPlan, ReplayWorkflowInput
 from models.replay_plans import PlanFields, plan_for_candidates
+from models.verdicts import outcome_verdict
 from runtime.trajectory import load_trajectory
 from runtime.verification import require_verified
 from stores.sql.incidents import SqlIncidentStore
@@ -106,7 +107,9 @@ async def run_gate(
     graphs: Sequence[str] = (),
     on_case: Callable[[int, int], None] | None = None,
 ) -> dict[str, Any]:
-    """Every active case, ``repeat`` times each: a case holds only if every replay holds.
+    """Every active case, ``repeat`` times each: a case holds only if every replay holds
+    (``PASSED``); one conclusive replay breaking an assertion is a regression (``FAILED``);
+    otherwise a replay that stopped before its end leaves the case ``INCONCLUSIVE``.
     With the deployment's ``catalogs``, only the cases of the graphs the candidate applies to
     (or of ``graphs``) are replayed, and an unknown candidate is refused up front.
     ``on_case(done, total)`` is told after each case (a progress bar)."""
@@ -130,7 +133,10 @@ async def run_gate(
     return {
         "candidate": {k: v for k, v in candidates},
         "graphs": selected,
+        # every case PASSED: an inconclusive case is no pass, and no regression either
         "passed": all(r["passed"] for r in results),
+        "regressions": sum(r["verdict"] == "FAILED" for r in results),
+        "inconclusive": sum(r["verdict"] == "INCONCLUSIVE" for r in results),
         "cases": results,
     }
 
@@ -165,14 +171,19 @@ async def _gate_case(
         )
     )
     failures: list[dict[str, Any]] = []
+    inconclusive: list[dict[str, Any]] = []
     for plan, outcome in zip(plans, outcomes, strict=True):
-        if outcome.status is not ReplayStatus.COMPLETED:
-            # the replay itself did not run to the end: that, not "no outcome", is the reason
-            failures.append(
+        verdict = outcome_verdict(outcome)
+        if not verdict.conclusive:
+            # it stopped before its end (a fixture miss, its budget, a step error…): it shows
+            # neither that the case holds nor that it fails (issue 16)
+            inconclusive.append(
                 {
                     "replay_id": plan.replay_id,
-                    "assertion": "the replay completes",
-                    "reason": f"replay {outcome.status.value}: {outcome.reason or 'no reason given'}",
+                    "inconclusive_reason": verdict.inconclusive_reason.value
+                    if verdict.inconclusive_reason
+                    else None,
+                    "reason": verdict.reason or outcome.reason or outcome.status.value,
                 }
             )
             continue
@@ -185,7 +196,17 @@ async def _gate_case(
         "case_id": case.case_id,
         "incident_id": case.incident_id,
         "source_run_id": case.source_run_id,
-        "passed": not failures,
+        "verdict": case_verdict(failures, inconclusive),
+        "passed": not failures and not inconclusive,
         "replays": [p.replay_id for p in plans],
         "failures": failures,
+        "inconclusive": inconclusive,
     }
+
+
+def case_verdict(failures: list[dict[str, Any]], inconclusive: list[dict[str, Any]]) -> str:
+    """``FAILED`` when a conclusive replay broke an assertion (a regression), else
+    ``INCONCLUSIVE`` when a replay showed nothing (not a pass), else ``PASSED``."""
+    if failures:
+        return "FAILED"
+    return "INCONCLUSIVE" if inconclusive else "PASSED"

@@ -70,7 +70,10 @@ COMMAND_EXIT_CODES: dict[str, dict[int, str]] = {
     "incident confirm": {},
     "signatures": {},
     "report": {},
-    "regress": {1: "a regression case does not hold with the candidate"},
+    "regress": {
+        1: "a regression case does not hold with the candidate, or is inconclusive (not shown "
+        "to hold)"
+    },
     "regress retire": {},
     "evidence show": {},
     "audit": {},

@@ -405,19 +405,27 @@ async def _gate(
 
 
 def _print_gate(result: dict[str, Any]) -> None:
-    """Each case with every distinct reason it failed, then the verdict."""
+    """Each case with its verdict (PASS, FAIL: a regression, INCONCLUSIVE: no pass, no
+    regression) and every distinct reason, then the gate's verdict."""
+    shown = {"PASSED": "PASS", "FAILED": "FAIL", "INCONCLUSIVE": "INCONCLUSIVE"}
     for case in result["cases"]:
-        typer.echo(
-            f"{'PASS' if case['passed'] else 'FAIL'}  {case['case_id']}  ({case['incident_id']})"
-        )
+        verdict = case.get("verdict") or ("PASSED" if case["passed"] else "FAILED")
+        typer.echo(f"{shown[verdict]}  {case['case_id']}  ({case['incident_id']})")
         reasons = dict.fromkeys(f"{f['assertion']}: {f['reason']}" for f in case["failures"])
+        reasons |= dict.fromkeys(
+            f"inconclusive replay {i['replay_id']}: {i['reason']}"
+            for i in case.get("inconclusive", ())
+        )
         for reason in reasons:
             typer.echo(f"      {reason}")
     graphs = ", ".join(result.get("graphs") or []) or "all agents"
+    inconclusive = result.get("inconclusive") or 0
     typer.echo(
         "regression gate "
         + ("passed" if result["passed"] else "FAILED")
-        + f" ({len(result['cases'])} cases of {graphs})"
+        + f" ({len(result['cases'])} cases of {graphs}"
+        + (f"; {result.get('regressions', 0)} regressions, {inconclusive} inconclusive" if not result["passed"] else "")
+        + ")"
     )
 
 

@@ -45,11 +45,15 @@ def run_gate_sync(candidates: list[tuple[str, str]], repeat: int = 5) -> dict[st
 def failure_report(result: dict[str, Any]) -> str:
     lines = [f"regression gate FAILED for candidate {result['candidate']}:"]
     for case in result["cases"]:
-        if not case["passed"]:
+        if case["passed"]:
+            continue
+        where = f"  {case['case_id']} ({case['incident_id']})"
+        if case["failures"]:
             first = case["failures"][0]
-            lines.append(
-                f"  {case['case_id']} ({case['incident_id']}): {first['assertion']} — {first['reason']}"
-            )
+            lines.append(f"{where}: {first['assertion']} — {first['reason']}")
+        else:  # no regression shown, and no pass either
+            first = case["inconclusive"][0]
+            lines.append(f"{where}: INCONCLUSIVE (not a pass) — {first['reason']}")
     return "\n".join(lines)
 
 

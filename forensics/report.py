@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import html
 import json
+import re
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from models.comparison import compare_trajectories
@@ -122,6 +123,10 @@ _REPLAY_HEAD = (
 
 def _t(value: Any) -> _Cell:
     return [("", str(value))]
+
+
+def _pre(text: str | None) -> _Cell:
+    return [("pre", text or "")]
 
 
 def _c(value: Any) -> _Cell:
@@ -343,6 +348,9 @@ def _fork_rows(bundle: ReportBundle) -> list[list[_Cell]]:
     return rows
 
 
+_DRIFT_HEAD = "where|recorded compiled hash|recompiled hash|unified diff (recorded → recompiled)"
+
+
 def _page(bundle: ReportBundle) -> _Page:
     report, c = bundle.report, bundle.classification
     comparison = bundle.comparison
@@ -397,6 +405,11 @@ def _page(bundle: ReportBundle) -> _Page:
     if not critical:
         critical = [[_t("none"), _t(""), _t(_no_critical_difference(bundle, comparison))]]
     evidence = [[_t(e.type), _c(e.ref), _c(e.content_hash)] for e in report.evidence]
+    # an EXACT replay sent the recorded prompt, but today's code compiles another one
+    drifts = [
+        [_t(d.explanation), _c(d.source_prompt_hash), _c(d.replay_prompt_hash), _pre(d.prompt_diff)]
+        for d in bundle.prompt_drifts
+    ]
     cases = {case.case_id: case for case in bundle.regression_cases}
     regression = []
     for case_id in bundle.regression_case_ids:
@@ -411,13 +424,14 @@ def _page(bundle: ReportBundle) -> _Page:
         ("timeline", "Timeline", "phase|at|detail", timeline),
         ("replays", "Replays", _REPLAY_HEAD, replays),
         ("critical-diffs", "Critical differences", "type|step|explanation", critical),
+        ("prompt-drift", "Prompt drift (PROMPT_DRIFT)", _DRIFT_HEAD, drifts),
         ("evidence", "Evidence", "type|ref|sha256", evidence),
         ("regression", "Regression cases", "case|status|description|assertions", regression),
     ]
     sections = [
         _Section(a, _t(t), h.split("|"), rows)
         for a, t, h, rows in spec
-        if rows or a not in ("pending", "side-effects", "fork-points")
+        if rows or a not in ("pending", "side-effects", "fork-points", "prompt-drift")
     ]
     sections.insert(-2, side_by_side)
     title = [("", "Incident"), ("code", report.incident_id), ("code", report.failure_signature)]
@@ -446,6 +460,8 @@ def _md_cell(cell: _Cell) -> str:
         value = " ".join(str(text).split())
         if style == "br":
             parts.append("<br>")
+        elif style == "pre":  # a multi-line text: in a fenced block after the table
+            parts.append("(below)")
         elif not value:
             continue
         elif style in ("code", "link"):
@@ -477,13 +493,31 @@ def render_markdown(bundle: ReportBundle) -> str:
             if n == s.marked:
                 cells[0] = f"**⚑ first divergence** {cells[0]}"
             out.append("| " + " | ".join(cells) + " |")
+        out += _md_blocks(s)
     return "\n".join(out) + "\n"
+
+
+def _md_blocks(section: _Section) -> list[str]:
+    """The multi-line texts (``pre``) of a section's rows, each in a fenced block longer than
+    any backtick run inside it (evidence cannot close the block)."""
+    out: list[str] = []
+    for row in section.rows:
+        for cell in row:
+            for style, text in cell:
+                if style != "pre" or not text:
+                    continue
+                longest = max((len(m) for m in re.findall("`+", text)), default=0)
+                fence = "`" * max(3, longest + 1)
+                out += ["", f"{_md_cell(row[0])}:", "", f"{fence}diff", text.rstrip("\n"), fence]
+    return out
+
 
 
 _CSS = """
 body{font:14px/1.45 system-ui,sans-serif;margin:0 auto;max-width:1400px;padding:1em 2em}
 h1{font-size:1.5em}h2{font-size:1.15em;border-bottom:1px solid #ccc;margin-top:1.6em}
 code{font:12px ui-monospace,monospace;white-space:pre-wrap;word-break:break-all}
+pre{font:12px ui-monospace,monospace;white-space:pre-wrap;margin:0}
 table{border-collapse:collapse;width:100%}th{background:#f3f3f3}
 th,td{border:1px solid #ddd;padding:4px 6px;vertical-align:top;text-align:left}
 .banner{background:#fde2e1;border:2px solid #c0392b;padding:.8em;font-size:1.1em}
@@ -512,6 +546,8 @@ def _html_cell(cell: _Cell) -> str:
             continue
         elif style == "link":
             parts.append(f'<a href="#{ANCHOR}"><code>{_e(text)}</code></a>')
+        elif style == "pre":
+            parts.append(f"<pre>{_e(text)}</pre>")
         else:
             start, end = _TAGS.get(style, ("", ""))
             parts.append(f"{start}{_e(text)}{end}")

@@ -15,14 +15,17 @@ from models import (
     FailureForensicsReport,
     PromptArtifact,
     ReplayComparison,
+    ReplayMode,
     ReplayResult,
     ReplayStatus,
     ToolFixture,
 )
 from models.comparison import compare_trajectories
+from models.comparison_evidence import prompt_drift_diffs
 from models.errors import NotFoundError
 from models.incident_flow import IncidentView
 from models.regression import RegressionCase
+from models.replay import TrajectoryDiff
 from models.replay_flow import merge_isolation
 from models.report_bundle import FailureSummary, PendingTask, ReportBundle, TimelineEntry
 from models.trajectory import Trajectory
@@ -136,7 +139,27 @@ async def report_bundle(
             for p in view.pending
         ),
         side_effects=await side_effect_truths(ledger, evidence_reader, run_id, view),
+        prompt_drifts=await _prompt_drifts(ledger, view),
     )
+
+
+async def _prompt_drifts(ledger: EventLedger, view: IncidentView) -> tuple[TrajectoryDiff, ...]:
+    """The PROMPT_DRIFT differences of the incident's EXACT replays (their first run: every
+    run of one replay sends the same recorded prompts and compiles with the same code)."""
+    found: list[TrajectoryDiff] = []
+    for replay in view.replays:
+        if replay.mode is not ReplayMode.EXACT:
+            continue
+        child = f"{replay.replay_id}-000" if (replay.runs or 1) > 1 else replay.replay_id
+        try:
+            trajectory = await load_trajectory(ledger, child)
+        except NotFoundError:
+            continue
+        found += [
+            d.model_copy(update={"explanation": f"{child}: {d.explanation}"})
+            for d in prompt_drift_diffs(trajectory.prompt_drifts)
+        ]
+    return tuple(found)
 
 
 async def _evidence_refs(

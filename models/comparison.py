@@ -34,7 +34,7 @@ from itertools import zip_longest
 from typing import Any, TypeVar
 
 from models.canonical import canonicalize
-from models.comparison_evidence import approval_diffs, retrieval_diffs
+from models.comparison_evidence import approval_diffs, prompt_drift_diffs, retrieval_diffs
 from models.comparison_text import (
     MAX_SHOWN,
     answer_change,
@@ -72,7 +72,7 @@ _RANK = {
     # what the step was given before it acted: retrieved evidence, then an approval
     DiffType.RETRIEVAL_CHANGED: 0,
     DiffType.APPROVAL_CHANGED: 1,
-    # added by the replay workflow, never ordered here
+    # after the behavioural diffs (see compare_trajectories), or added by the replay workflow
     DiffType.PROMPT_DRIFT: 0,
     DiffType.ENVIRONMENT_DRIFT: 4,
 }
@@ -406,6 +406,8 @@ def compare_trajectories(source: Trajectory, replay: Trajectory) -> ReplayCompar
         )
         found.append(_Found(diff, _AFTER_ALL))
     diffs = _in_execution_order(found)
+    # an EXACT replay sent the recorded prompts: a drift is no divergence, it is reported after
+    drift = tuple(prompt_drift_diffs(replay.prompt_drifts))
     return ReplayComparison(
         same_outcome=same_outcome,
         same_tool_sequence=[(t.capability_id, t.request_hash) for t in source.tool_calls]
@@ -413,7 +415,7 @@ def compare_trajectories(source: Trajectory, replay: Trajectory) -> ReplayCompar
         same_side_effects=Counter((e.capability_id, e.action_hash) for e in source.side_effects)
         == Counter((e.capability_id, e.action_hash) for e in replay.side_effects),
         answer_similarity=similarity,
-        diffs=diffs,
+        diffs=diffs + drift,
         first_divergent_step=_first_step(diffs),
     )
 

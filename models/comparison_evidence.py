@@ -1,6 +1,7 @@
-"""Approval and retrieval differences between a source run and its replay (issue 16):
-``APPROVAL_CHANGED`` (a counterfactual denial, or an approval of another action) and
-``RETRIEVAL_CHANGED`` (a candidate retriever returning other chunks or ranks).
+"""Approval, retrieval and prompt differences between a source run and its replay (issue 16):
+``APPROVAL_CHANGED`` (a counterfactual denial, or an approval of another action),
+``RETRIEVAL_CHANGED`` (a candidate retriever returning other chunks or ranks) and
+``PROMPT_DRIFT`` (an EXACT replay's model call whose prompt today's code compiles otherwise).
 
 Pure: facts in, ``(diff, position)`` pairs out; positions index the run's step sequence so the
 caller can put them in execution order with the other differences.
@@ -12,9 +13,9 @@ from collections.abc import Sequence
 
 from models.enums import DiffType
 from models.replay import TrajectoryDiff
-from models.trajectory import ApprovalFact, RetrievalFact
+from models.trajectory import ApprovalFact, PromptDriftFact, RetrievalFact
 
-__all__ = ["approval_diffs", "retrieval_diffs"]
+__all__ = ["approval_diffs", "prompt_drift_diffs", "retrieval_diffs"]
 
 
 def approval_diffs(
@@ -90,3 +91,26 @@ def retrieval_diffs(
         )
         found.append((diff, pa[i] if i < len(pa) else pb[j]))
     return found
+
+
+def prompt_drift_diffs(drifts: Sequence[PromptDriftFact]) -> list[TrajectoryDiff]:
+    """One ``PROMPT_DRIFT`` per model call whose recorded compiled prompt (the one the replay
+    sent) differs from today's compilation: both hashes and the unified diff. Not a
+    behavioural divergence (the model was sent the recording), so it takes no part in the
+    first divergent step; it lowers the replay's confidence instead."""
+    return [
+        TrajectoryDiff(
+            type=DiffType.PROMPT_DRIFT,
+            source_step=drift.step_id,
+            replay_step=drift.step_id,
+            explanation=(
+                f"today's code compiles the prompt of {drift.template or drift.step_id} at "
+                f"{drift.step_id} differently: recorded {drift.recorded_hash[:19]}…, "
+                f"recompiled {drift.recompiled_hash[:19]}… (the recorded prompt was sent)"
+            ),
+            source_prompt_hash=drift.recorded_hash,
+            replay_prompt_hash=drift.recompiled_hash,
+            prompt_diff=drift.diff,
+        )
+        for drift in drifts
+    ]

@@ -69,6 +69,10 @@ class TrajectoryDiff(Record):
     replay_step: str | None = None
     explanation: str
     critical: bool = False
+    #: PROMPT_DRIFT: the recorded and today's compiled prompt hashes, and their unified diff
+    source_prompt_hash: str | None = None
+    replay_prompt_hash: str | None = None
+    prompt_diff: str | None = None
 
 
 class ReplayComparison(Record):

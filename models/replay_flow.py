@@ -117,6 +117,8 @@ class StepOutput(Record):
 class ComparisonResult(Record):
     comparison: ReplayComparison
     reproduced: bool
+    #: writes of the replay that really reached a provider (``runtime.trajectory``)
+    writes_executed: int = 0
 
 
 class ChildResult(Record):

@@ -19,7 +19,7 @@ from models.enums import AgentFailureType
 from models.fork_points import ForkPoint, ForkResult
 from models.incident import FailureForensicsReport
 from models.regression import RegressionCase
-from models.replay import ReplayComparison
+from models.replay import ReplayComparison, TrajectoryDiff
 from models.signatures import FailureClassification
 from models.trajectory import Trajectory
 
@@ -118,6 +118,9 @@ class ReportBundle(HashedRecord):
     #: the ranked candidate fork points and their fork replays (``incident open --fork-points``)
     fork_points: tuple[ForkPoint, ...] = ()
     fork_results: tuple[ForkResult, ...] = ()
+    #: the EXACT replays' PROMPT_DRIFT differences (compiled hashes and unified diff), each
+    #: explanation starting with the replay run it was found in
+    prompt_drifts: tuple[TrajectoryDiff, ...] = ()
 
     @model_validator(mode="after")
     def _consistent(self) -> ReportBundle:

@@ -66,6 +66,20 @@ class RetrievalFact(Record):
     chunks: tuple[str, ...] = ()
 
 
+class PromptDriftFact(Record):
+    """An EXACT replay's model call whose prompt today's code compiles differently from the
+    recorded one it was sent: both compiled hashes, both texts' artifacts, a unified diff."""
+
+    step_id: str
+    template: str = ""
+    recorded_template: str = ""
+    recorded_hash: str
+    recompiled_hash: str
+    recorded_ref: str = ""
+    recompiled_ref: str = ""
+    diff: str = ""
+
+
 class Trajectory(Record):
     run_id: str
     #: step ids in execution order
@@ -76,6 +90,8 @@ class Trajectory(Record):
     policy_decisions: tuple[PolicyFact, ...] = ()
     approvals: tuple[ApprovalFact, ...] = ()
     retrievals: tuple[RetrievalFact, ...] = ()
+    #: replays only (EXACT): where today's compiled prompt differs from the recorded one
+    prompt_drifts: tuple[PromptDriftFact, ...] = ()
     outcome: JsonValue = None
     #: the last text the model produced (what the user would read)
     final_answer: str | None = None

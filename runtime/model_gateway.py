@@ -46,6 +46,7 @@ class RecordingModelGateway:
         seed: int | None = None,
     ) -> ModelResponse:
         compiled = compile_prompt(self.bundle.template(template_name), injections)
+        compiled, drift = await self.prompt_to_send(template_name, compiled)
         text = compiled.encode()
         content_ref = await self.recorder.artifacts.put(text)
         self.calls += 1
@@ -94,6 +95,15 @@ class RecordingModelGateway:
                     "completion_tokens": response.usage.completion_tokens,
                 },
                 "cost": str(response.cost),
+                # EXACT replays: today's compilation differs from the recorded prompt it sent
+                **({"prompt_drift": drift} if drift is not None else {}),
             },
         )
         return response
+
+    async def prompt_to_send(
+        self, template_name: str, compiled: str
+    ) -> tuple[str, dict[str, Any] | None]:
+        """The system prompt the model is sent (today's compilation ``compiled``) and what
+        differs from the recording (nothing here; see the EXACT replay's gateway)."""
+        return compiled, None

@@ -5,7 +5,8 @@ is read, per event type (payloads are the runtime's canonical JSON):
 
 - ``STEP_STARTED``: the step sequence, in ledger order (the event's ``step_id`` is the step).
 - ``MODEL_CALL``: one ``ModelDecision``: requested tool names, the canonical hash of each
-  tool call's arguments, and the response text.
+  tool call's arguments, and the response text; an EXACT replay's ``prompt_drift`` (today's
+  compiled prompt differs from the recorded one it sent) as a ``PromptDriftFact``.
 - ``TOOL_CALL``: one ``ToolCallFact`` from the recorded ``ToolFixture``.
 - ``SIDE_EFFECT``: one fact per ``side_effect_id`` with its last status (a run's effects are
   recorded once per status transition); its arguments are those of the ``TOOL_CALL`` fixture
@@ -29,6 +30,7 @@ from models.trajectory import (
     ApprovalFact,
     ModelDecision,
     PolicyFact,
+    PromptDriftFact,
     RetrievalFact,
     SideEffectFact,
     ToolCallFact,
@@ -36,7 +38,7 @@ from models.trajectory import (
 )
 from runtime.ports import EventLedger
 
-__all__ = ["BLOCKED", "load_trajectory"]
+__all__ = ["BLOCKED", "load_trajectory", "writes_executed"]
 
 E = ExecutionEventType
 
@@ -56,6 +58,18 @@ _READ = {
     E.RUN_FAILED,
     E.RUN_STARTED,
 }
+
+
+#: side-effect statuses of a write that was never dispatched to its provider
+_NOT_DISPATCHED = {BLOCKED, "PLANNED"}
+
+
+def writes_executed(trajectory: Trajectory) -> int:
+    """The writes of a run that really reached a provider: its side effects the side-effect
+    ledger moved past PLANNED (EXECUTING, then CONFIRMED, FAILED, UNKNOWN…), one per side
+    effect. A replay's blocked writes (``WRITE_BLOCKED``, answered from the recording or as a
+    dry run) are not among them: in a replay this is 0 unless some code path dispatched one."""
+    return sum(1 for effect in trajectory.side_effects if effect.status not in _NOT_DISPATCHED)
 
 
 def _model_decision(step_id: str, payload: dict[str, Any]) -> ModelDecision:
@@ -159,6 +173,7 @@ async def load_trajectory(
     policies: list[PolicyFact] = []
     approvals: list[ApprovalFact] = []
     retrievals: list[RetrievalFact] = []
+    drifts: list[PromptDriftFact] = []
     # ordered by first appearance: a side effect's id, or the sequence of a WRITE_BLOCKED event
     writes: dict[str, dict[str, Any]] = {}
     arguments_by_request: dict[str, Any] = {}
@@ -186,6 +201,10 @@ async def load_trajectory(
             decisions.append(decision)
             if _has_text(decision.content):
                 final_answer = decision.content
+            if isinstance(payload.get("prompt_drift"), dict):
+                drifts.append(
+                    PromptDriftFact.model_validate({**payload["prompt_drift"], "step_id": event.step_id})
+                )
         elif event.type is E.TOOL_CALL:
             tool_calls.append(_tool_call_fact(event.step_id, payload))
             if payload.get("provider_request_id"):
@@ -217,6 +236,7 @@ async def load_trajectory(
         policy_decisions=tuple(policies),
         approvals=tuple(approvals),
         retrievals=tuple(retrievals),
+        prompt_drifts=tuple(drifts),
         outcome=outcome,
         final_answer=final_answer,
         completed=completed,

@@ -491,30 +491,42 @@ class IncidentWorkflow:
         )
         self._update(fork_points=tuple(points))
         cfs: list[Counterfactual | None] = list(request.counterfactuals) or [None]
+        forks = [
+            (i, point, j, cf)
+            for i, point in enumerate(points[: request.fork_points])
+            for j, cf in enumerate(cfs)
+        ]
+        # the forks draw from the incident's one budget like its other replays (issue 16)
+        allotments = (
+            self._allotments(request, len(forks))
+            if workflow.patched("incident-fork-budget")
+            else None
+        )
         started = []
-        for i, point in enumerate(points[: request.fork_points]):
-            for j, cf in enumerate(cfs):
-                plan = build_replay_plan(
-                    request.source_run_id,
-                    ReplayMode.FORK_FROM_STEP,
-                    replay_id=f"{request.incident_id}-fork{i + 1}-{'exact' if cf is None else f'cf{j + 1}'}",
-                    sampling_seed=1000 + 100 * i + j,
-                    from_step=point.fork_from,
-                    prompt=cf.value if cf and cf.kind == "prompt" else None,
-                    model=cf.value if cf and cf.kind == "model" else None,
-                    policy=cf.value if cf and cf.kind == "policy" else None,
-                    retriever=cf.value if cf and cf.kind == "retriever" else None,
-                    repeat=request.repeat,
-                    miss=request.miss_policy,
-                )
-                label = f"fork@{point.step_id} {cf.label if cf else 'exact'}"
-                child = workflow.execute_child_workflow(
-                    ReplayWorkflow.run,
-                    ReplayWorkflowInput(plan=plan),
-                    id=plan.replay_id,
-                    task_queue=CONTROL_QUEUE,
-                )
-                started.append((point, label, plan.replay_id, child))
+        for n, (i, point, j, cf) in enumerate(forks):
+            plan = build_replay_plan(
+                request.source_run_id,
+                ReplayMode.FORK_FROM_STEP,
+                replay_id=f"{request.incident_id}-fork{i + 1}-{'exact' if cf is None else f'cf{j + 1}'}",
+                sampling_seed=1000 + 100 * i + j,
+                from_step=point.fork_from,
+                prompt=cf.value if cf and cf.kind == "prompt" else None,
+                model=cf.value if cf and cf.kind == "model" else None,
+                policy=cf.value if cf and cf.kind == "policy" else None,
+                retriever=cf.value if cf and cf.kind == "retriever" else None,
+                repeat=request.repeat,
+                miss=request.miss_policy,
+            )
+            if allotments is not None:
+                plan = plan.model_copy(update={"budget": allotments[n]})
+            label = f"fork@{point.step_id} {cf.label if cf else 'exact'}"
+            child = workflow.execute_child_workflow(
+                ReplayWorkflow.run,
+                ReplayWorkflowInput(plan=plan),
+                id=plan.replay_id,
+                task_queue=CONTROL_QUEUE,
+            )
+            started.append((point, label, plan.replay_id, child))
         outcomes = await asyncio.gather(*(c for *_, c in started), return_exceptions=True)
         replays, results = list(self._current.replays), []
         for (point, label, replay_id, _), outcome in zip(started, outcomes, strict=True):
@@ -528,6 +540,9 @@ class IncidentWorkflow:
                 continue
             replay = _incident_replay(label, outcome)
             replays.append(replay)
+            self._spent = self._spent.plus(
+                outcome.budget_used.model_copy(update={"duration_seconds": 0.0})
+            )
             results.append(
                 ForkResult(
                     step_id=point.step_id,

@@ -295,11 +295,17 @@ class ReplayWorkflow:
             reason=stopped,
             verdict=verdict,
         )
+        comparison = _with_drift(result.comparison, resume.prepared)
+        drifted = any(d.type is DiffType.PROMPT_DRIFT for d in comparison.diffs)
         outcome = outcome.model_copy(
             update={
-                "comparison": _with_drift(result.comparison, resume.prepared),
+                "comparison": comparison,
                 "reproduced": result.reproduced if verdict.conclusive else None,
                 "partial": stopped is not None,
+                # a prompt today's code compiles otherwise: not the recording's world (LIMITED)
+                "confidence": ReplayConfidence.LIMITED if drifted else outcome.confidence,
+                # counted by the worker from the replay's own run (what reached a provider)
+                "writes_executed": result.writes_executed,
             }
         )
         workflow.logger.info(

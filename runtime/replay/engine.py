@@ -48,6 +48,7 @@ from runtime.model_gateway import RecordingModelGateway
 from runtime.policy import RecordingPolicyEngine
 from runtime.ports import ArtifactStore, EventLedger, EvidenceReader, NewEvent
 from runtime.privacy.redaction import destroyed_content_note, replay_redaction
+from runtime.prompts import PromptBundle
 from runtime.recorder import RunRecorder
 from runtime.replay.catalog import AgentCatalog, replay_model
 from runtime.replay.evidence_gateways import ReplayApprovalGateway, ReplayKnowledgeGateway
@@ -58,6 +59,7 @@ from runtime.replay.gateways import (
     ReplayToolGateway,
     StepLedger,
 )
+from runtime.replay.prompt_drift import RecordedPromptModelGateway
 from runtime.replay.source import SourceEvidence, load_source_evidence
 
 E = ExecutionEventType
@@ -556,14 +558,7 @@ class ReplayEngine:
             run_id=plan.replay_id,
             clock=recorder.clock,
             random=rng,
-            model=RecordingModelGateway(
-                provider,
-                bundle,
-                recorder,
-                model=_model_name(plan, catalog, run)
-                if plan.mode is not ReplayMode.RECORDED
-                else catalog.default_model,
-            ),
+            model=_model_gateway(plan, catalog, source, provider, bundle, recorder, positions),
             tools=ReplayToolGateway(
                 catalog.capabilities,
                 live_reads,
@@ -585,6 +580,27 @@ class ReplayEngine:
             policy=policy,
             approvals=ReplayApprovalGateway(source, recorder, plan.deny_approvals),
         )
+
+
+def _model_gateway(
+    plan: ReplayPlan,
+    catalog: AgentCatalog,
+    source: SourceEvidence,
+    provider: Any,
+    bundle: PromptBundle,
+    recorder: RunRecorder,
+    positions: StepLedger,
+) -> RecordingModelGateway:
+    """EXACT sends the recorded compiled prompts (and records where today's code compiles
+    another); the other modes send today's compilation of their bundle."""
+    if plan.mode is ReplayMode.RECORDED:
+        return RecordingModelGateway(provider, bundle, recorder, model=catalog.default_model)
+    model = _model_name(plan, catalog, source.run)
+    if plan.mode is ReplayMode.EXACT:
+        return RecordedPromptModelGateway(
+            provider, bundle, recorder, model=model, source=source, positions=positions
+        )
+    return RecordingModelGateway(provider, bundle, recorder, model=model)
 
 
 def _manifest(plan: ReplayPlan, source: SourceEvidence, pinned: PinnedVersions) -> ReplayManifest:

@@ -14,6 +14,7 @@ from models import (
     ApprovalRecord,
     ExecutionEventType,
     PolicyDecisionRecord,
+    PromptArtifact,
     ReplayCheckpoint,
     RetrievalFixture,
     RunRecord,
@@ -66,6 +67,9 @@ class SourceEvidence:
     seed: int
     start_time: datetime
     model_responses: list[ModelResponse]
+    #: the compiled prompt each recorded model call was sent (aligned with ``model_responses``;
+    #: None where the recording names none, e.g. an imported call): what EXACT sends again
+    model_prompts: list[PromptArtifact | None]
     clock_reads: list[datetime]
     fixtures: dict[str, list[ToolFixture]]
     retrievals: dict[str, list[RetrievalFixture]]
@@ -87,6 +91,8 @@ async def load_source_evidence(
     run = await ledger.get_run(run_id)
     loaded = await ledger.events_with_payloads(run_id, types=frozenset(_INTERESTING))
     responses: list[ModelResponse] = []
+    prompts: list[PromptArtifact | None] = []
+    compiled: dict[str, PromptArtifact] = {}
     reads: list[datetime] = []
     fixtures: dict[str, list[ToolFixture]] = {}
     retrievals: dict[str, list[RetrievalFixture]] = {}
@@ -107,6 +113,10 @@ async def load_source_evidence(
             agent_input, seed = payload.get("input"), int(payload.get("seed") or 0)
         elif event.type is E.MODEL_CALL:
             responses.append(ModelResponse.model_validate(payload["response"]))
+            prompts.append(compiled.get(str(payload.get("prompt_artifact_id"))))
+        elif event.type is E.PROMPT_COMPILED:
+            prompt = PromptArtifact.model_validate(payload)
+            compiled[prompt.artifact_id] = prompt
         elif event.type is E.CLOCK_READ:
             reads.append(_parse_instant(payload["value"]))
         elif event.type is E.TOOL_CALL:
@@ -147,6 +157,7 @@ async def load_source_evidence(
         seed=seed,
         start_time=start,
         model_responses=responses,
+        model_prompts=prompts,
         clock_reads=reads,
         fixtures=fixtures,
         retrievals=retrievals,
@@ -165,6 +176,7 @@ async def load_source_evidence(
 _INTERESTING = {
     E.RUN_STARTED,
     E.MODEL_CALL,
+    E.PROMPT_COMPILED,
     E.CLOCK_READ,
     E.TOOL_CALL,
     E.RETRIEVAL,

@@ -185,6 +185,44 @@ def test_a_full_replay_over_http(stack: Stack) -> None:
         assert ended["status"] == "CANCELED"
 
 
+def test_the_seeds_prompt_swap_from_a_step_over_http(stack: Stack) -> None:
+    """The seed's own request example (issue 16): a prompt swap from a step is a fork with
+    the new prompt, accepted and run through the API, Temporal and the worker."""
+    from examples.support_desk.agent import PROMPTS
+
+    run_id = wrong_customer_run(stack)
+    with stack.http("engineer") as eng, stack.http("viewer") as viewer:
+        started = eng.post(
+            "/api/replays",
+            json={
+                "sourceRunId": run_id,
+                "mode": "PROMPT_SWAP",
+                "candidatePromptVersion": "v18",
+                "startFromStep": "planner",
+                "budget": {"maxModelCalls": 5, "maxCost": 1.0},
+            },
+        )
+        assert started.status_code == 202, started.text
+        replay_id = started.json()["replayId"]
+        done = poll(
+            lambda: viewer.get(f"/api/replays/{replay_id}").json(),
+            lambda v: v["status"] in ("COMPLETED", "FAILED", "CANCELED"),
+            "the prompt swap from a step",
+        )
+        assert done["status"] == "COMPLETED" and done["mode"] == "PROMPT_SWAP", done
+        assert done["verdict"] in ("REPRODUCED", "NOT_REPRODUCED"), done["verdictReason"]
+        assert done["manifest"]["promptBundleHash"] == PROMPTS["v18"].bundle_hash()
+        assert done["budgetUsed"]["modelCalls"] <= 5 and done["writesExecuted"] == 0
+        # the fork re-executes the steps after the planner, not the planner
+        def started(run: str) -> list[str]:
+            events = viewer.get(f"/api/runs/{run}").json()["events"]
+            return [e["step_id"] for e in events if e["type"] == "STEP_STARTED"]
+
+        replayed, recorded = started(replay_id), started(run_id)
+        assert recorded[0] == "planner" and "planner" not in replayed
+        assert replayed == recorded[1:] and done["stepsExecuted"] == len(replayed)
+
+
 def test_a_full_incident_over_http(stack: Stack) -> None:
     run_id = wrong_customer_run(stack)
     with stack.http("engineer") as eng, stack.http("forensic") as forensic:

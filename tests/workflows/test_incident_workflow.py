@@ -126,6 +126,17 @@ async def test_wrong_customer_incident_end_to_end(replay_stack) -> None:  # type
     mine = lambda gate: next(c for c in gate["cases"] if c["case_id"] == case.case_id)  # noqa: E731
     assert mine(v17_gate)["passed"] is False and mine(v17_gate)["failures"]
     assert mine(v18_gate)["passed"] is True
+    assert (mine(v17_gate)["verdict"], mine(v18_gate)["verdict"]) == ("FAILED", "PASSED")
+    # without live reads v18's CRM lookup misses a fixture: its replays show nothing either
+    # way, so the case is INCONCLUSIVE — not a pass, and not a regression (issue 16)
+    strict_gate = await run_gate(
+        stack.client, stack.stores, [("prompt", "v18")], repeat=2, miss=FixtureMissPolicy.FAIL
+    )
+    strict = mine(strict_gate)
+    assert strict["verdict"] == "INCONCLUSIVE" and strict["passed"] is False
+    assert not strict["failures"] and len(strict["inconclusive"]) == 2
+    assert {i["inconclusive_reason"] for i in strict["inconclusive"]} == {"FIXTURE_MISS"}
+    assert strict_gate["passed"] is False and strict_gate["inconclusive"] >= 1
 
 
 async def _refund_count(stack, preq: str) -> int:  # type: ignore[no-untyped-def]
