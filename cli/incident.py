@@ -424,7 +424,11 @@ def _print_gate(result: dict[str, Any]) -> None:
         "regression gate "
         + ("passed" if result["passed"] else "FAILED")
         + f" ({len(result['cases'])} cases of {graphs}"
-        + (f"; {result.get('regressions', 0)} regressions, {inconclusive} inconclusive" if not result["passed"] else "")
+        + (
+            f"; {result.get('regressions', 0)} regressions, {inconclusive} inconclusive"
+            if not result["passed"]
+            else ""
+        )
         + ")"
     )
 

@@ -271,6 +271,8 @@ def _print_outcome(view: dict[str, Any]) -> None:
             typer.echo(
                 f"  {'CRITICAL ' if diff['critical'] else ''}{diff['type']}: {diff['explanation']}"
             )
+            if diff.get("prompt_diff"):  # PROMPT_DRIFT: the recorded → recompiled text
+                typer.echo("    " + diff["prompt_diff"].rstrip("\n").replace("\n", "\n    "))
     typer.echo(
         f"  writes blocked {view['writes_blocked']}, executed {view['writes_executed']}, fixture misses {view['fixture_misses']}"
     )

@@ -351,6 +351,14 @@ def _fork_rows(bundle: ReportBundle) -> list[list[_Cell]]:
 _DRIFT_HEAD = "where|recorded compiled hash|recompiled hash|unified diff (recorded → recompiled)"
 
 
+def _drift_rows(bundle: ReportBundle) -> list[list[_Cell]]:
+    """An EXACT replay sent the recorded prompt, but today's code compiles another one."""
+    return [
+        [_t(d.explanation), _c(d.source_prompt_hash), _c(d.replay_prompt_hash), _pre(d.prompt_diff)]
+        for d in bundle.prompt_drifts
+    ]
+
+
 def _page(bundle: ReportBundle) -> _Page:
     report, c = bundle.report, bundle.classification
     comparison = bundle.comparison
@@ -405,11 +413,6 @@ def _page(bundle: ReportBundle) -> _Page:
     if not critical:
         critical = [[_t("none"), _t(""), _t(_no_critical_difference(bundle, comparison))]]
     evidence = [[_t(e.type), _c(e.ref), _c(e.content_hash)] for e in report.evidence]
-    # an EXACT replay sent the recorded prompt, but today's code compiles another one
-    drifts = [
-        [_t(d.explanation), _c(d.source_prompt_hash), _c(d.replay_prompt_hash), _pre(d.prompt_diff)]
-        for d in bundle.prompt_drifts
-    ]
     cases = {case.case_id: case for case in bundle.regression_cases}
     regression = []
     for case_id in bundle.regression_case_ids:
@@ -424,7 +427,7 @@ def _page(bundle: ReportBundle) -> _Page:
         ("timeline", "Timeline", "phase|at|detail", timeline),
         ("replays", "Replays", _REPLAY_HEAD, replays),
         ("critical-diffs", "Critical differences", "type|step|explanation", critical),
-        ("prompt-drift", "Prompt drift (PROMPT_DRIFT)", _DRIFT_HEAD, drifts),
+        ("prompt-drift", "Prompt drift (PROMPT_DRIFT)", _DRIFT_HEAD, _drift_rows(bundle)),
         ("evidence", "Evidence", "type|ref|sha256", evidence),
         ("regression", "Regression cases", "case|status|description|assertions", regression),
     ]
@@ -510,7 +513,6 @@ def _md_blocks(section: _Section) -> list[str]:
                 fence = "`" * max(3, longest + 1)
                 out += ["", f"{_md_cell(row[0])}:", "", f"{fence}diff", text.rstrip("\n"), fence]
     return out
-
 
 
 _CSS = """

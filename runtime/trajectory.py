@@ -127,6 +127,15 @@ def _side_effect_facts(
     )
 
 
+def _prompt_drifts(step_id: str, payload: dict[str, Any]) -> list[PromptDriftFact]:
+    """An EXACT replay's model call whose prompt today's code compiles otherwise (its
+    ``prompt_drift``), as a fact; none for any other call."""
+    drift = payload.get("prompt_drift")
+    if not isinstance(drift, dict):
+        return []
+    return [PromptDriftFact.model_validate({**drift, "step_id": step_id})]
+
+
 def _has_text(content: str | None) -> bool:
     return content is not None and content.strip() != ""
 
@@ -201,10 +210,7 @@ async def load_trajectory(
             decisions.append(decision)
             if _has_text(decision.content):
                 final_answer = decision.content
-            if isinstance(payload.get("prompt_drift"), dict):
-                drifts.append(
-                    PromptDriftFact.model_validate({**payload["prompt_drift"], "step_id": event.step_id})
-                )
+            drifts.extend(_prompt_drifts(event.step_id, payload))
         elif event.type is E.TOOL_CALL:
             tool_calls.append(_tool_call_fact(event.step_id, payload))
             if payload.get("provider_request_id"):

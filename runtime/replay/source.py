@@ -91,8 +91,6 @@ async def load_source_evidence(
     run = await ledger.get_run(run_id)
     loaded = await ledger.events_with_payloads(run_id, types=frozenset(_INTERESTING))
     responses: list[ModelResponse] = []
-    prompts: list[PromptArtifact | None] = []
-    compiled: dict[str, PromptArtifact] = {}
     reads: list[datetime] = []
     fixtures: dict[str, list[ToolFixture]] = {}
     retrievals: dict[str, list[RetrievalFixture]] = {}
@@ -113,10 +111,6 @@ async def load_source_evidence(
             agent_input, seed = payload.get("input"), int(payload.get("seed") or 0)
         elif event.type is E.MODEL_CALL:
             responses.append(ModelResponse.model_validate(payload["response"]))
-            prompts.append(compiled.get(str(payload.get("prompt_artifact_id"))))
-        elif event.type is E.PROMPT_COMPILED:
-            prompt = PromptArtifact.model_validate(payload)
-            compiled[prompt.artifact_id] = prompt
         elif event.type is E.CLOCK_READ:
             reads.append(_parse_instant(payload["value"]))
         elif event.type is E.TOOL_CALL:
@@ -157,7 +151,7 @@ async def load_source_evidence(
         seed=seed,
         start_time=start,
         model_responses=responses,
-        model_prompts=prompts,
+        model_prompts=_model_prompts(loaded),
         clock_reads=reads,
         fixtures=fixtures,
         retrievals=retrievals,
@@ -186,6 +180,21 @@ _INTERESTING = {
     E.RUN_COMPLETED,
     E.RUN_FAILED,
 }
+
+
+def _model_prompts(loaded: list[tuple[Any, bytes | None]]) -> list[PromptArtifact | None]:
+    """Per recorded model call, in order, the compiled prompt it names (its
+    ``prompt_artifact_id``), or None when it names none the run recorded."""
+    compiled: dict[str, PromptArtifact] = {}
+    prompts: list[PromptArtifact | None] = []
+    for event, data in loaded:
+        if event.type is E.PROMPT_COMPILED:
+            prompt = PromptArtifact.model_validate_json(data or b"{}")
+            compiled[prompt.artifact_id] = prompt
+        elif event.type is E.MODEL_CALL:
+            named = json.loads(data or b"{}").get("prompt_artifact_id")
+            prompts.append(compiled.get(str(named)))
+    return prompts
 
 
 _INSTANT = TypeAdapter(Instant)

@@ -213,6 +213,7 @@ def test_the_seeds_prompt_swap_from_a_step_over_http(stack: Stack) -> None:
         assert done["verdict"] in ("REPRODUCED", "NOT_REPRODUCED"), done["verdictReason"]
         assert done["manifest"]["promptBundleHash"] == PROMPTS["v18"].bundle_hash()
         assert done["budgetUsed"]["modelCalls"] <= 5 and done["writesExecuted"] == 0
+
         # the fork re-executes the steps after the planner, not the planner
         def started(run: str) -> list[str]:
             events = viewer.get(f"/api/runs/{run}").json()["events"]

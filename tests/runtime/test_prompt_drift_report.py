@@ -14,8 +14,8 @@ from models.trajectory import PromptDriftFact
 from runtime.replay.prompt_drift import MAX_DIFF_CHARS, prompt_diff
 from tests.runtime.test_report import SOURCE, bundle
 
-RECORDED = "ROLE: planner\n## Tenant configuration\n{\"language\":\"fr\"}\n"
-TODAY = "ROLE: planner\n## Tenant configuration\n{\"language\":\"en\"}\n<script>x</script>```\n"
+RECORDED = 'ROLE: planner\n## Tenant configuration\n{"language":"fr"}\n'
+TODAY = 'ROLE: planner\n## Tenant configuration\n{"language":"en"}\n<script>x</script>```\n'
 H1, H2 = "sha256:" + "29" * 32, "sha256:" + "bd" * 32
 
 
@@ -61,7 +61,7 @@ def test_the_report_shows_the_hashes_and_the_diff_in_every_format() -> None:
     md = render_markdown(shown)
     assert "## Prompt drift (PROMPT_DRIFT)" in md and H1 in md and H2 in md
     # the diff in a fenced block longer than the backticks inside it
-    assert '````diff\n--- recorded\n+++ recompiled\n' in md
+    assert "````diff\n--- recorded\n+++ recompiled\n" in md
     assert '\n+{"language":"en"}\n' in md and "+<script>x</script>```\n````" in md
 
     page = render_html(shown)

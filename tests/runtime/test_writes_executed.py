@@ -13,8 +13,12 @@ from temporalio.testing import ActivityEnvironment
 
 from activities.replay import ReplayActivities
 from app.local_replay import run_prepared
-from examples.model_free import allow_all_policies, model_free_catalog, model_free_spec
-from examples.model_free import WRITE_POLICY_ID
+from examples.model_free import (
+    WRITE_POLICY_ID,
+    allow_all_policies,
+    model_free_catalog,
+    model_free_spec,
+)
 from models import ReplayMode, SideEffectClass
 from models.capability import Capability
 from models.replay_flow import ReplayPlan
@@ -81,12 +85,16 @@ async def replay(rec: Recording, run_id: str, registry: GraphRegistry) -> Any:
 
 async def test_writes_executed_counts_what_reached_a_provider(rec: Recording) -> None:
     provider = CountingProvider()
-    spec = model_free_spec(PROFILE, graph(pays).get(GRAPH_ID, "1"), CAPABILITIES, POLICIES, {
-        "ledger.pay": provider
-    })
+    spec = model_free_spec(
+        PROFILE, graph(pays).get(GRAPH_ID, "1"), CAPABILITIES, POLICIES, {"ledger.pay": provider}
+    )
     source = await record_run(
-        spec, rec.ledger, rec.artifacts, run_id=f"payer-src-{uuid.uuid4().hex[:8]}",
-        agent_input={}, seed=0,
+        spec,
+        rec.ledger,
+        rec.artifacts,
+        run_id=f"payer-src-{uuid.uuid4().hex[:8]}",
+        agent_input={},
+        seed=0,
     )
     assert provider.calls == 1  # the recording paid once
 

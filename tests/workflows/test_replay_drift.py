@@ -57,7 +57,9 @@ async def test_exact_sends_the_recorded_prompt_and_reports_prompt_drift(
     (drift,) = drifts
     assert drift.source_step == "planner"
     assert drift.source_prompt_hash == recorded.compiled_hash
-    today = compile_prompt(support_agent.PROMPTS["v17"].template("planner"), support_agent.INJECTIONS)
+    today = compile_prompt(
+        support_agent.PROMPTS["v17"].template("planner"), support_agent.INJECTIONS
+    )
     assert drift.replay_prompt_hash == sha256_digest(today.encode()) != recorded.compiled_hash
     assert '-{"currency":"EUR","language":"fr","tenant":"acme"}' in drift.prompt_diff
     assert '+{"currency":"EUR","language":"en","tenant":"acme"}' in drift.prompt_diff
