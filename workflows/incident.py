@@ -456,14 +456,14 @@ class IncidentWorkflow:
             )
         self._update(replays=tuple(replays))
         if workflow.patched("incident-verdict-memo"):
-            # the inconclusive count where Temporal shows the incident (describe, Web UI)
-            workflow.upsert_memo(
-                {
-                    "inconclusive": sum(r.inconclusive for r in replays),
-                    "replays": len(replays),
-                }
-            )
+            self._memo_verdicts(replays)
         await self._save()
+
+    def _memo_verdicts(self, replays: list[IncidentReplay]) -> None:
+        """The inconclusive count where Temporal shows the incident (describe, Web UI)."""
+        workflow.upsert_memo(
+            {"inconclusive": sum(r.inconclusive for r in replays), "replays": len(replays)}
+        )
 
     def _allotments(self, request: IncidentRequest, n: int) -> list[ReplayBudget] | None:
         """Each of the ``n`` replays about to start gets an equal share of what is left of the
@@ -496,12 +496,10 @@ class IncidentWorkflow:
             for i, point in enumerate(points[: request.fork_points])
             for j, cf in enumerate(cfs)
         ]
-        # the forks draw from the incident's one budget like its other replays (issue 16)
-        allotments = (
-            self._allotments(request, len(forks))
-            if workflow.patched("incident-fork-budget")
-            else None
-        )
+        # the forks draw from the incident's one budget like its other replays, and count in
+        # its memo (issue 16)
+        counted = workflow.patched("incident-fork-budget")
+        allotments = self._allotments(request, len(forks)) if counted else None
         started = []
         for n, (i, point, j, cf) in enumerate(forks):
             plan = build_replay_plan(
@@ -555,6 +553,8 @@ class IncidentWorkflow:
                 )
             )
         self._update(replays=tuple(replays), fork_results=tuple(results))
+        if counted:
+            self._memo_verdicts(replays)
         await self._save()
 
     @workflow.signal(name="run_recorded")
