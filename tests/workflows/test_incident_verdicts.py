@@ -1,15 +1,18 @@
 """An incident's verdicts are honest (issue 16), on a real Temporal dev server with real
 workers: inconclusive runs are counted apart in its status, memo and report, a counterfactual
 without a conclusive run cannot be cited for a root cause, and every replay of the incident —
-its fork replays included — draws from the incident's one budget."""
+its fork replays included — draws from the incident's one budget; the report shows an EXACT
+replay's prompt drift."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
 from temporalio.client import WorkflowUpdateFailedError
 
+import examples.support_desk.agent as support_agent
 from models import FixtureMissPolicy, ReplayBudget
 from models.incident_flow import Counterfactual, IncidentPhase, IncidentView, RootCauseConfirmation
 from models.replay_flow import ReplayOutcome
@@ -86,3 +89,41 @@ async def test_inconclusive_counterfactuals_are_not_established_and_forks_share_
     report = json.loads(await stack.stores.artifacts.get(final.report_refs["json"]))
     shown = next(r for r in report["report"]["replays"] if r["replay_id"] == v18.replay_id)
     assert shown["inconclusive"] == 2 and shown["confidence"] == "LIMITED"
+
+
+async def test_the_report_shows_the_exact_replays_prompt_drift(
+    replay_stack, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    stack = replay_stack
+    then = dataclasses.replace(
+        support_agent.INJECTIONS,
+        tenant_config={**support_agent.INJECTIONS.tenant_config, "language": "fr"},
+    )
+    with monkeypatch.context() as patched:  # recorded with another tenant configuration
+        patched.setattr(support_agent, "INJECTIONS", then)
+        run_id = await wrong_customer_run(stack)
+    handle = await open_incident(stack, run_id, repeat=1)
+    view = await wait_phase(handle, IncidentPhase.AWAITING_CONFIRMATION)
+    (exact,) = view.replays
+    assert exact.confidence.value == "LIMITED"  # today's code compiles another prompt
+    await handle.execute_update(
+        "confirm_root_cause",
+        RootCauseConfirmation(
+            root_cause="prompt v17 looks customers up by phone",
+            fix_version="v18",
+            verified_by="dana",
+            replay_ids=(exact.replay_id,),
+        ),
+    )
+    final: IncidentView = await handle.result()
+    report = json.loads(await stack.stores.artifacts.get(final.report_refs["json"]))
+    (drift,) = report["prompt_drifts"]
+    assert drift["type"] == "PROMPT_DRIFT" and drift["source_step"] == "planner"
+    hashes = (drift["source_prompt_hash"], drift["replay_prompt_hash"])
+    assert '+{"currency":"EUR","language":"en","tenant":"acme"}' in drift["prompt_diff"]
+    md = (await stack.stores.artifacts.get(final.report_refs["md"])).decode()
+    html = (await stack.stores.artifacts.get(final.report_refs["html"])).decode()
+    for page in (md, html):
+        assert "Prompt drift (PROMPT_DRIFT)" in page and all(h in page for h in hashes)
+    assert '\n-{"currency":"EUR","language":"fr","tenant":"acme"}\n' in md
+    assert "-{&quot;currency&quot;:&quot;EUR&quot;,&quot;language&quot;:&quot;fr&quot;" in html
