@@ -14,7 +14,6 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import FastAPI
-from fastapi.routing import APIRoute
 
 DESCRIPTIONS = {
     400: "The request is malformed (a Content-Length that is not a number)",
@@ -42,12 +41,21 @@ def answers(*codes: int) -> dict[int | str, dict[str, Any]]:
 
 
 def document(app: FastAPI) -> None:
-    """Add the answers every ``/api`` route can give to those it declares itself."""
-    for route in app.routes:
-        if not isinstance(route, APIRoute) or not route.path.startswith("/api/"):
-            continue
-        if route.path == "/api/health":
-            continue
-        codes = COMMON + (WITH_BODY if route.methods & {"POST", "PUT", "PATCH"} else ())
-        for code, answer in answers(*codes).items():
-            route.responses.setdefault(code, answer)
+    """Add the answers every ``/api`` route can give to those its operation declares itself,
+    in the generated schema (routes included from routers are not listed one by one)."""
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is not None:
+            return app.openapi_schema
+        schema = generate()
+        for path, item in schema["paths"].items():
+            if not path.startswith("/api/") or path == "/api/health":
+                continue
+            for method, operation in item.items():
+                codes = COMMON + (WITH_BODY if method in ("post", "put", "patch") else ())
+                for code, answer in answers(*codes).items():
+                    operation["responses"].setdefault(str(code), answer)
+        return schema
+
+    app.openapi = openapi  # type: ignore[method-assign]

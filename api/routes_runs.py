@@ -61,7 +61,9 @@ async def verify_run(run_id: RunIdPath, state: State, _: Reader) -> dict[str, An
     summary="One event's payload, sanitized (the raw form's hash and state beside it)",
     responses=answers(404, 409, 410),
 )
-async def get_event(run_id: RunIdPath, sequence: Sequence, state: State, _: Reader) -> dict[str, Any]:
+async def get_event(
+    run_id: RunIdPath, sequence: Sequence, state: State, _: Reader
+) -> dict[str, Any]:
     stores = await state.stores()
     with naming("run_id"):
         return await read_evidence(stores, run_id, sequence)

@@ -195,9 +195,7 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=50, help="runs per ingestion race")
     parser.add_argument("--kills", type=int, default=10, help="processes killed mid-write")
-    parser.add_argument(
-        "--trials", type=int, default=5, help="faults per worker/Temporal scenario"
-    )
+    parser.add_argument("--trials", type=int, default=5, help="faults per worker/Temporal scenario")
     parser.add_argument(
         "--clients", type=int, default=16, help="clients ingesting through the outage"
     )

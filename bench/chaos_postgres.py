@@ -82,8 +82,17 @@ class OwnPostgres:
 
     def start(self) -> None:
         options = f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.root}"
-        self._run("pg_ctl", "-D", str(self.data), "-o", options, "-l", str(self.root / "log"),
-                  "-w", "start")
+        self._run(
+            "pg_ctl",
+            "-D",
+            str(self.data),
+            "-o",
+            options,
+            "-l",
+            str(self.root / "log"),
+            "-w",
+            "start",
+        )
 
     def crash(self) -> None:
         """Stop at once, as a crash would (no shutdown checkpoint; recovery at the next start)."""
@@ -109,7 +118,23 @@ def _event(run_id: str, sequence: int) -> dict[str, object]:
     return {"type": "user_message", "sequence": sequence, "content": f"{run_id} turn {sequence}"}
 
 
-async def _send(api: httpx.AsyncClient, client: Client, events: int, deadline: float) -> None:
+@dataclass
+class Progress:
+    """Acknowledged events of all clients; ``reached`` is set once there are ``threshold``."""
+
+    threshold: int
+    acknowledged: int = 0
+    reached: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def add(self) -> None:
+        self.acknowledged += 1
+        if self.acknowledged >= self.threshold:
+            self.reached.set()
+
+
+async def _send(
+    api: httpx.AsyncClient, client: Client, events: int, deadline: float, progress: Progress
+) -> None:
     for sequence in range(1, events + 1):
         body = {"events": [_event(client.run_id, sequence)]}
         while time.monotonic() < deadline:
@@ -119,6 +144,7 @@ async def _send(api: httpx.AsyncClient, client: Client, events: int, deadline: f
                 client.acknowledged.append(
                     (sequence, content_digest(event.model_dump(mode="json")))
                 )
+                progress.add()
                 break
             if answer.status_code == 503:
                 client.unavailable += 1
@@ -160,14 +186,17 @@ async def ingestion_through_outage(
                 )
                 assert created.status_code == 201, created.text
             deadline = time.monotonic() + 120 + outage_s
-            senders = asyncio.gather(*(_send(api, c, events, deadline) for c in runs))
-            outage = asyncio.create_task(_outage(pg, runs, clients * events // 3, outage_s))
+            progress = Progress(threshold=clients * events // 3)
+            outage = asyncio.create_task(_outage(pg, progress, outage_s))
+            senders = asyncio.gather(*(_send(api, c, events, deadline, progress) for c in runs))
             await senders
             await outage
         await app.state.api.close()
         row.tried = clients * events
         unavailable = sum(c.unavailable for c in runs)
-        row.extra = f"{unavailable} answers 503 during the outage, each sent again until acknowledged"
+        row.extra = (
+            f"{unavailable} answers 503 during the outage, each sent again until acknowledged"
+        )
         unexpected = [u for c in runs for u in c.unexpected]
         if unexpected:
             raise AssertionError(f"answers other than 200/201/503: {unexpected[:3]}")
@@ -177,10 +206,10 @@ async def ingestion_through_outage(
         await asyncio.to_thread(pg.destroy)
 
 
-async def _outage(pg: OwnPostgres, runs: list[Client], after: int, outage_s: float) -> None:
-    """Crash the database once ``after`` events are acknowledged; start it ``outage_s`` later."""
-    while sum(len(c.acknowledged) for c in runs) < after:
-        await asyncio.sleep(0.02)
+async def _outage(pg: OwnPostgres, progress: Progress, outage_s: float) -> None:
+    """Crash the database once a third of the events are acknowledged; start it ``outage_s``
+    later."""
+    await progress.reached.wait()
     await asyncio.to_thread(pg.crash)
     await asyncio.sleep(outage_s)  # the fault's length, not a synchronisation
     await asyncio.to_thread(pg.start)

@@ -56,9 +56,7 @@ class Stack:
         self.root = root
         self.home = root / "home"
         self.home.mkdir(parents=True, exist_ok=True)
-        self.server: TemporalDevServer = start_temporal_dev_server(
-            root / "temporal", headless=True
-        )
+        self.server: TemporalDevServer = start_temporal_dev_server(root / "temporal", headless=True)
         self.worker: subprocess.Popen[bytes] | None = None
 
     @property
@@ -116,7 +114,11 @@ class Stack:
 
 async def event_count(stores: Stores) -> int:
     async with stores.db.read() as conn:
-        return int((await conn.execute(select(func.count()).select_from(schema.execution_events))).scalar_one())
+        return int(
+            (
+                await conn.execute(select(func.count()).select_from(schema.execution_events))
+            ).scalar_one()
+        )
 
 
 async def wait_events(stores: Stores, at_least: int, deadline_s: float = DEADLINE_S) -> int:
@@ -130,9 +132,7 @@ async def wait_events(stores: Stores, at_least: int, deadline_s: float = DEADLIN
     raise AssertionError(f"the ledger did not reach {at_least} events in {deadline_s:g} s")
 
 
-async def _kill_and_resume(
-    stack: Stack, stores: Stores, kill_after: int, fault: str
-) -> float:
+async def _kill_and_resume(stack: Stack, stores: Stores, kill_after: int, fault: str) -> float:
     """Once ``kill_after`` more events are recorded, inject ``fault`` and recover; returns
     the seconds from the fault to the first event recorded after it."""
     await wait_events(stores, await event_count(stores) + kill_after)
@@ -153,9 +153,7 @@ async def _steps_check(stores: Stores, replay_ids: list[str]) -> tuple[int, int,
     missing = duplicated = intact = 0
     for replay_id in replay_ids:
         events = await stores.ledger.events(replay_id)
-        started = Counter(
-            e.step_id for e in events if e.type is ExecutionEventType.STEP_STARTED
-        )
+        started = Counter(e.step_id for e in events if e.type is ExecutionEventType.STEP_STARTED)
         steps = {f"s{i:05d}" for i in range(STEPS)}
         missing += len(steps - set(started))
         duplicated += sum(n - 1 for n in started.values() if n > 1)
@@ -270,4 +268,3 @@ async def wait_phase(
             return view
         await asyncio.sleep(0.2)
     raise AssertionError(f"incident did not reach {phase} in {deadline_s:g} s (last: {view})")
-

@@ -200,9 +200,7 @@ async def test_executing_past_its_lease_is_unreconciled_until_reconciled(fresh_s
 
     def unreconciled() -> tuple[str, ...]:
         return next(
-            o.offenders
-            for o in slo.objectives
-            if o.name == "unreconciled_critical_side_effects"
+            o.offenders for o in slo.objectives if o.name == "unreconciled_critical_side_effects"
         )
 
     slo = await compute_slos(stores)
