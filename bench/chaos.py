@@ -35,7 +35,7 @@ from typing import Any
 
 from bench.chaos_postgres import ingestion_through_outage
 from bench.chaos_row import Row, render
-from bench.chaos_temporal import incidents_under_fault, replays_under_fault
+from bench.chaos_temporal import incidents_under_fault, replays_under_fault, running_stack
 from ingest import ingest_events, ingest_run
 from ingest.recorder import content_digest, marker_of
 from models import SideEffectRecord, SideEffectStatus
@@ -179,12 +179,14 @@ async def main(args: argparse.Namespace, home: Path, dispatched: int) -> list[Ro
             await drop_scratch_database(PG_ADMIN_URL, url)
     if "kill-mid-write" in args.only:
         rows.append(await kill_mid_write(args.kills, dispatched, home / "kill"))
-    if "kill-worker-replay" in args.only:
-        rows.append(await replays_under_fault(home / "replay", args.trials, "worker"))
-    if "kill-worker-incident" in args.only:
-        rows.append(await incidents_under_fault(home / "incident", args.trials))
-    if "kill-temporal" in args.only:
-        rows.append(await replays_under_fault(home / "temporal", args.trials, "temporal"))
+    if {"kill-worker-replay", "kill-worker-incident", "kill-temporal"} & set(args.only):
+        async with running_stack(home / "temporal") as stack:
+            if "kill-worker-replay" in args.only:
+                rows.append(await replays_under_fault(stack, args.trials, "worker"))
+            if "kill-worker-incident" in args.only:
+                rows.append(await incidents_under_fault(stack, args.trials))
+            if "kill-temporal" in args.only:
+                rows.append(await replays_under_fault(stack, args.trials, "temporal"))
     if "postgres-outage" in args.only:
         row, _ = await ingestion_through_outage(home / "outage", args.clients, 30)
         rows.append(row)

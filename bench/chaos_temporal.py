@@ -7,12 +7,14 @@ Each scenario has a Temporal dev server and a ``python -m worker --queue all`` p
 own (SQLite stores under the scenario's directory). Progress is the number of ledger events:
 nothing but the worker writes while a trial runs, so the first new event after the kill is the
 moment work resumed; the seconds from the kill to that moment are the time lost (a new worker
-starting included). Kill points differ from trial to trial (after 20, 35, 50… new events).
+starting included). Kill points differ from trial to trial (after 20, 35, 50… new events of a replay, 5, 12,
+19, 26 of an incident). The scenarios share a stack (``running_stack``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
@@ -20,6 +22,7 @@ import sys
 import time
 import uuid
 from collections import Counter
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 from sqlalchemy import func, select
@@ -43,8 +46,8 @@ from worker.settings import Settings
 from workflows.incident import IncidentWorkflow
 from workflows.replay import ReplayWorkflow
 
-#: steps of the synthetic run a ``--repeat`` replay replays, and its repeats
-STEPS, REPEAT = 40, 3
+#: steps of the synthetic run a ``--repeat`` replay replays (a registered length), its repeats
+STEPS, REPEAT = 200, 2
 #: a trial that has not finished by then failed
 DEADLINE_S = 240.0
 
@@ -112,6 +115,17 @@ class Stack:
             self.server.stop(timeout=20)
 
 
+@contextlib.asynccontextmanager
+async def running_stack(root: Path) -> AsyncIterator[Stack]:
+    """A stack with its worker started; everything of it stopped on exit."""
+    stack = await asyncio.to_thread(Stack, root)
+    try:
+        stack.start_worker()
+        yield stack
+    finally:
+        await asyncio.to_thread(stack.close)
+
+
 async def event_count(stores: Stores) -> int:
     async with stores.db.read() as conn:
         return int(
@@ -161,99 +175,89 @@ async def _steps_check(stores: Stores, replay_ids: list[str]) -> tuple[int, int,
     return missing, duplicated, intact
 
 
-async def replays_under_fault(root: Path, trials: int, fault: str = "worker") -> Row:
+async def replays_under_fault(stack: Stack, trials: int, fault: str = "worker") -> Row:
     """``trials`` replays with ``--repeat`` (``REPEAT`` children of a ``STEPS``-step run), each
     with one fault (``worker``: SIGKILL and a new worker; ``temporal``: SIGKILL of the dev
     server and a restart) at a different point."""
     row = Row(f"kill {fault} mid-replay --repeat {REPEAT}")
-    stack = Stack(root)
-    try:
-        stack.start_worker()
-        async with open_stores(stack.settings.stores) as stores:
-            source = await record_synthetic_run(stores.ledger, stores.artifacts, STEPS)
-            for trial in range(trials):
-                plan = ReplayPlan(
-                    replay_id=f"chaos-{uuid.uuid4().hex[:8]}",
-                    source_run_id=source.run_id,
-                    mode=ReplayMode.RECORDED,
-                    repeat=REPEAT,
-                )
-                client = await stack.client()
-                await client.start_workflow(
-                    ReplayWorkflow.run,
-                    ReplayWorkflowInput(plan=plan),
-                    id=plan.replay_id,
-                    task_queue=CONTROL_QUEUE,
-                )
-                row.tried += 1
-                row.lost_seconds.append(
-                    await _kill_and_resume(stack, stores, 20 + 15 * (trial % 6), fault)
-                )
-                client = await stack.client()  # the server may have restarted
-                handle = client.get_workflow_handle(plan.replay_id, result_type=ReplayOutcome)
-                outcome = await asyncio.wait_for(handle.result(), timeout=DEADLINE_S)
-                children = [f"{plan.replay_id}-{i:03d}" for i in range(REPEAT)]
-                missing, duplicated, intact = await _steps_check(stores, children)
-                row.completed += outcome.status is ReplayStatus.COMPLETED and not missing
-                row.lost += missing
-                row.duplicated += duplicated
-                row.intact += intact == REPEAT
-    finally:
-        await asyncio.to_thread(stack.close)
+    async with open_stores(stack.settings.stores) as stores:
+        source = await record_synthetic_run(stores.ledger, stores.artifacts, STEPS)
+        for trial in range(trials):
+            plan = ReplayPlan(
+                replay_id=f"chaos-{uuid.uuid4().hex[:8]}",
+                source_run_id=source.run_id,
+                mode=ReplayMode.RECORDED,
+                repeat=REPEAT,
+            )
+            client = await stack.client()
+            await client.start_workflow(
+                ReplayWorkflow.run,
+                ReplayWorkflowInput(plan=plan),
+                id=plan.replay_id,
+                task_queue=CONTROL_QUEUE,
+            )
+            row.tried += 1
+            row.lost_seconds.append(
+                await _kill_and_resume(stack, stores, 20 + 15 * (trial % 6), fault)
+            )
+            client = await stack.client()  # the server may have restarted
+            handle = client.get_workflow_handle(plan.replay_id, result_type=ReplayOutcome)
+            outcome = await asyncio.wait_for(handle.result(), timeout=DEADLINE_S)
+            children = [f"{plan.replay_id}-{i:03d}" for i in range(REPEAT)]
+            missing, duplicated, intact = await _steps_check(stores, children)
+            row.completed += outcome.status is ReplayStatus.COMPLETED and not missing
+            row.lost += missing
+            row.duplicated += duplicated
+            row.intact += intact == REPEAT
     return row
 
 
-async def incidents_under_fault(root: Path, trials: int) -> Row:
+async def incidents_under_fault(stack: Stack, trials: int) -> Row:
     """``trials`` incidents (refund lost in flight: freeze, reconcile, two exact replays), each
     with the worker SIGKILLed at a different point and a new one started. Completed: the
     incident reached AWAITING_CONFIRMATION (all it does without a human) with the refund
     reconciled; left EXECUTING: the source run's side effects still EXECUTING."""
     row = Row("kill worker mid-incident")
-    stack = Stack(root)
-    try:
-        stack.start_worker()
-        async with open_stores(stack.settings.stores) as stores:
-            world = SimulatedWorld(SqlWorldStore.beside(stores.db.engine.url))
-            await world.ensure()
-            for trial in range(trials):
-                source = await run_scenario(
-                    world, stores.ledger, stores.artifacts, "refund-timeout", seed=trial
-                )
-                refunds = await world.call_count("payments", "refund")
-                request = IncidentRequest(
-                    incident_id=f"INC-chaos-{uuid.uuid4().hex[:8]}",
-                    source_run_id=source.run_id,
-                    repeat=2,
-                )
-                client = await stack.client()
-                handle: WorkflowHandle = await client.start_workflow(
-                    IncidentWorkflow.run, request, id=request.incident_id, task_queue=CONTROL_QUEUE
-                )
-                row.tried += 1
-                row.lost_seconds.append(
-                    await _kill_and_resume(stack, stores, 5 + 10 * (trial % 5), "worker")
-                )
-                view = await wait_phase(handle, IncidentPhase.AWAITING_CONFIRMATION)
-                effects: list[SideEffectRecord] = await stores.evidence.records(
-                    SideEffectRecord, source.run_id
-                )
-                reconciled = bool(effects) and all(e.status is S.RECONCILED for e in effects)
-                row.left_executing += sum(e.status is S.EXECUTING for e in effects)
-                # the replays run with writes blocked: a refund the provider saw again is a
-                # duplicated side effect
-                row.duplicated += await world.call_count("payments", "refund") - refunds
-                runs = view.replays[0].runs or 0 if view.replays else 0
-                row.lost += max(0, 2 - runs)
-                row.completed += (
-                    view.phase is IncidentPhase.AWAITING_CONFIRMATION and reconciled and runs == 2
-                )
-                checked = [source.run_id] + [
-                    f"{view.replays[0].replay_id}-{i:03d}" for i in range(runs)
-                ]
-                row.intact += all([(await stores.ledger.verify(r)).intact for r in checked])
-                await handle.terminate("chaos trial done")
-    finally:
-        await asyncio.to_thread(stack.close)
+    async with open_stores(stack.settings.stores) as stores:
+        world = SimulatedWorld(SqlWorldStore.beside(stores.db.engine.url))
+        await world.ensure()
+        for trial in range(trials):
+            source = await run_scenario(
+                world, stores.ledger, stores.artifacts, "refund-timeout", seed=trial
+            )
+            refunds = await world.call_count("payments", "refund")
+            request = IncidentRequest(
+                incident_id=f"INC-chaos-{uuid.uuid4().hex[:8]}",
+                source_run_id=source.run_id,
+                repeat=2,
+            )
+            client = await stack.client()
+            handle: WorkflowHandle = await client.start_workflow(
+                IncidentWorkflow.run, request, id=request.incident_id, task_queue=CONTROL_QUEUE
+            )
+            row.tried += 1
+            row.lost_seconds.append(
+                await _kill_and_resume(stack, stores, 5 + 7 * (trial % 4), "worker")
+            )
+            view = await wait_phase(handle, IncidentPhase.AWAITING_CONFIRMATION)
+            effects: list[SideEffectRecord] = await stores.evidence.records(
+                SideEffectRecord, source.run_id
+            )
+            reconciled = bool(effects) and all(e.status is S.RECONCILED for e in effects)
+            row.left_executing += sum(e.status is S.EXECUTING for e in effects)
+            # the replays run with writes blocked: a refund the provider saw again is a
+            # duplicated side effect
+            row.duplicated += await world.call_count("payments", "refund") - refunds
+            runs = view.replays[0].runs or 0 if view.replays else 0
+            row.lost += max(0, 2 - runs)
+            row.completed += (
+                view.phase is IncidentPhase.AWAITING_CONFIRMATION and reconciled and runs == 2
+            )
+            checked = [source.run_id] + [
+                f"{view.replays[0].replay_id}-{i:03d}" for i in range(runs)
+            ]
+            row.intact += all([(await stores.ledger.verify(r)).intact for r in checked])
+            await handle.terminate("chaos trial done")
     return row
 
 

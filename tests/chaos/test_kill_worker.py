@@ -1,17 +1,16 @@
-"""Fault injection (one trial each; ``python -m bench.chaos`` runs more): a worker SIGKILLed
-during a ``--repeat`` replay and during an incident, and the Temporal dev server SIGKILLed and
-restarted during a replay. The retry completes the work: every step recorded once, chains
-intact, the incident's refund reconciled and never sent again, nothing left EXECUTING. (How
-long each fault cost is a figure of ``bench.chaos``, not asserted here.)"""
+"""Fault injection (one trial each; ``python -m bench.chaos`` runs more), on one stack (a
+Temporal dev server and a worker process of its own): the worker SIGKILLed during a
+``--repeat`` replay and during an incident, then the Temporal dev server SIGKILLed and
+restarted during a replay. The retry completes the work each time: every step recorded once,
+chains intact, the incident's refund reconciled and never sent again, nothing left EXECUTING.
+(How long each fault cost is a figure of ``bench.chaos``, not asserted here.)"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from bench.chaos_row import Row
-from bench.chaos_temporal import incidents_under_fault, replays_under_fault
+from bench.chaos_temporal import incidents_under_fault, replays_under_fault, running_stack
 
 
 def assert_recovered(row: Row) -> None:
@@ -21,10 +20,8 @@ def assert_recovered(row: Row) -> None:
     assert len(row.lost_seconds) == 1  # the work resumed after the fault
 
 
-@pytest.mark.parametrize("fault", ["worker", "temporal"])
-async def test_a_repeat_replay_completes_after_a_sigkill(fault: str, tmp_path: Path) -> None:
-    assert_recovered(await replays_under_fault(tmp_path, 1, fault))
-
-
-async def test_an_incident_completes_after_its_worker_is_sigkilled(tmp_path: Path) -> None:
-    assert_recovered(await incidents_under_fault(tmp_path, 1))
+async def test_replays_and_incidents_complete_after_sigkills(tmp_path: Path) -> None:
+    async with running_stack(tmp_path) as stack:
+        assert_recovered(await replays_under_fault(stack, 1, "worker"))
+        assert_recovered(await incidents_under_fault(stack, 1))
+        assert_recovered(await replays_under_fault(stack, 1, "temporal"))
