@@ -10,6 +10,7 @@ import itertools
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -115,3 +116,20 @@ def test_no_undocumented_status_and_no_5xx(served: str) -> None:
     # the requests reached the handlers, not only the validation in front of them
     statuses = {status for _, status in seen}
     assert {200, 404, 422} <= statuses, sorted(seen)
+
+
+def test_every_api_route_documents_the_answers_any_route_can_give(tmp_path: Path) -> None:
+    settings_ = Settings.from_env({"REPLAYBOOK_HOME": str(tmp_path)})
+    app = create_app(settings_, ApiConfig(tokens={TOKEN: frozenset({Role.ADMIN})}))
+    operations = [
+        (method, path, op)
+        for path, item in app.openapi()["paths"].items()
+        if path.startswith("/api/") and path != "/api/health"
+        for method, op in item.items()
+    ]
+    assert len(operations) >= 15
+    for method, path, op in operations:
+        codes = set(op["responses"])
+        assert {"400", "401", "403", "422", "503"} <= codes, (method, path)
+        assert method != "post" or "413" in codes, (method, path)
+        assert "{" not in path or "404" in codes, (method, path)  # an id that may not exist
