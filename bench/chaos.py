@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import os
 import signal
 import subprocess
@@ -47,6 +48,7 @@ from stores.sql.evidence import SqlEvidenceReader
 from stores.sql.ledger import SqlLedger
 from stores.sql.scratch import create_scratch_database, drop_scratch_database
 from stores.sql.side_effect_leases import sweep_expired_side_effects
+from worker.logs import configure_logging
 
 PG_ADMIN_URL = os.environ.get("REPLAYBOOK_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
 ROOT = Path(__file__).resolve().parents[1]
@@ -205,6 +207,7 @@ if __name__ == "__main__":
         "--only", nargs="+", choices=SCENARIOS, default=list(SCENARIOS), help="scenarios to run"
     )
     args = parser.parse_args()
+    configure_logging("auto", logging.WARNING)  # to stderr: stdout is the table
     with tempfile.TemporaryDirectory() as tmp:
         dispatched = 0
         if "kill-mid-write" in args.only:
