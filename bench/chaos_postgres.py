@@ -159,7 +159,7 @@ async def ingestion_through_outage(
     root: Path, clients: int, events: int, outage_s: float = 10.0
 ) -> tuple[Row, int]:
     """The row, and how many 503 answers the clients saw (also in the row's note)."""
-    row = Row(f"postgres down {outage_s:g} s, {clients} clients")
+    row = Row(f"postgres down {outage_s:g} s, {clients} runs")
     pg = OwnPostgres()
     await asyncio.to_thread(pg.init)
     try:
@@ -192,10 +192,11 @@ async def ingestion_through_outage(
             await senders
             await outage
         await app.state.api.close()
-        row.tried = clients * events
+        row.tried = clients  # runs, one per client
         unavailable = sum(c.unavailable for c in runs)
         row.extra = (
-            f"{unavailable} answers 503 during the outage, each sent again until acknowledged"
+            f"{clients * events} events, {unavailable} answers 503 during the outage, each "
+            "event sent again until acknowledged"
         )
         unexpected = [u for c in runs for u in c.unexpected]
         if unexpected:

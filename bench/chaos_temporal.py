@@ -146,9 +146,12 @@ async def wait_events(stores: Stores, at_least: int, deadline_s: float = DEADLIN
     raise AssertionError(f"the ledger did not reach {at_least} events in {deadline_s:g} s")
 
 
-async def _kill_and_resume(stack: Stack, stores: Stores, kill_after: int, fault: str) -> float:
+async def _kill_and_resume(
+    stack: Stack, stores: Stores, kill_after: int, fault: str, workflow_id: str
+) -> float:
     """Once ``kill_after`` more events are recorded, inject ``fault`` and recover; returns
-    the seconds from the fault to the first event recorded after it."""
+    the seconds from the fault to the first event recorded after it (after the restarted
+    server answers, for ``temporal``), or to the workflow's end if it records nothing more."""
     await wait_events(stores, await event_count(stores) + kill_after)
     if fault == "worker":
         stack.kill_worker()
@@ -156,9 +159,25 @@ async def _kill_and_resume(stack: Stack, stores: Stores, kill_after: int, fault:
         stack.start_worker()
     else:
         stack.kill_server()
-        killed_at, before = time.monotonic(), await event_count(stores)
+        killed_at = time.monotonic()
         await asyncio.to_thread(stack.restart_server)
-    await wait_events(stores, before + 1)
+        # activities already running go on writing while the server is down: what counts is
+        # the first event once it is back
+        before = await event_count(stores)
+    handle = (await stack.client()).get_workflow_handle(workflow_id)
+    waits = [
+        asyncio.ensure_future(wait_events(stores, before + 1)),
+        asyncio.ensure_future(handle.result()),
+    ]
+    done, pending = await asyncio.wait(
+        waits, timeout=DEADLINE_S, return_when=asyncio.FIRST_COMPLETED
+    )
+    for waiting in pending:
+        waiting.cancel()
+    if not done:
+        raise AssertionError(f"{workflow_id}: nothing happened {DEADLINE_S:g} s after the fault")
+    for finished in done:
+        finished.result()  # a failed workflow fails the trial here
     return time.monotonic() - killed_at
 
 
@@ -198,7 +217,7 @@ async def replays_under_fault(stack: Stack, trials: int, fault: str = "worker") 
             )
             row.tried += 1
             row.lost_seconds.append(
-                await _kill_and_resume(stack, stores, 20 + 15 * (trial % 6), fault)
+                await _kill_and_resume(stack, stores, 20 + 15 * (trial % 6), fault, plan.replay_id)
             )
             client = await stack.client()  # the server may have restarted
             handle = client.get_workflow_handle(plan.replay_id, result_type=ReplayOutcome)
@@ -237,7 +256,9 @@ async def incidents_under_fault(stack: Stack, trials: int) -> Row:
             )
             row.tried += 1
             row.lost_seconds.append(
-                await _kill_and_resume(stack, stores, 5 + 7 * (trial % 4), "worker")
+                await _kill_and_resume(
+                    stack, stores, 5 + 7 * (trial % 4), "worker", request.incident_id
+                )
             )
             view = await wait_phase(handle, IncidentPhase.AWAITING_CONFIRMATION)
             effects: list[SideEffectRecord] = await stores.evidence.records(

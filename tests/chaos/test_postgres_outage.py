@@ -15,6 +15,6 @@ CLIENTS, EVENTS = 4, 12
 async def test_every_acknowledged_event_survives_a_database_crash(tmp_path: Path) -> None:
     row, unavailable = await ingestion_through_outage(tmp_path, CLIENTS, EVENTS)
     assert unavailable > 0  # the outage fell mid-stream: clients were told to come back
-    assert row.tried == CLIENTS * EVENTS
+    assert row.tried == CLIENTS  # runs, one per client
     assert (row.completed, row.lost, row.duplicated) == (CLIENTS, 0, 0), row
     assert row.intact == CLIENTS
