@@ -13,7 +13,8 @@ Scenarios:
 - ``kill-worker-replay`` / ``kill-worker-incident`` / ``kill-temporal``
   (``bench.chaos_temporal``): SIGKILL of the worker during ``--repeat`` replays and during
   incidents (a new worker completes them), SIGKILL of the Temporal dev server and a restart
-  (the running worker resumes). Time lost: from the kill to the next event recorded.
+  (the running worker resumes). Time lost: from the kill to the next event recorded (after a
+  Temporal kill: the first once the restarted server answers).
 - ``postgres-outage`` (``bench.chaos_postgres``): a PostgreSQL cluster of its own stopped
   (``pg_ctl -m immediate``) for 10 s while clients ingest over the API; clients see 503 and
   send again. Lost: an acknowledged event not recorded afterwards.
