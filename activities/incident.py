@@ -108,21 +108,13 @@ class IncidentActivities:
 
     @activity.defn(name="unknown_side_effects")
     async def unknown_side_effects(self, run_id: str) -> list[str]:
-        """The ids of the run's side effects whose outcome is UNKNOWN (counted once per
-        incident). Reads the evidence only: writes nothing and contacts no provider."""
+        """The ids of the run's side effects whose outcome is UNKNOWN. Reads the evidence
+        only: writes nothing and contacts no provider (``agent_unknown_side_effect_total``
+        counted each when it was recorded, not here)."""
         effects: list[SideEffectRecord] = await self.stores.evidence.records(
             SideEffectRecord, run_id
         )
-        unknown = {
-            e.side_effect_id: e.capability_id
-            for e in effects
-            if e.status is SideEffectStatus.UNKNOWN
-        }
-        # counted once per incident (the workflow id), however often the activity is retried
-        # (an activity started without a workflow has none: its own id, stable across retries)
-        info = activity.info()
-        observe.unknown_side_effects_found(info.workflow_id or info.activity_id, unknown)
-        return list(unknown)
+        return [e.side_effect_id for e in effects if e.status is SideEffectStatus.UNKNOWN]
 
     async def _recorder(self, run_id: str) -> RunRecorder:
         return RunRecorder(self.stores.ledger, self.stores.artifacts, run_id)

@@ -5,7 +5,9 @@ same registry) exposes what *it* did, and PromQL sums them (``sum by (mode, resu
 (rate(agent_replay_total[5m]))``). They are incremented in the activities from results those
 already have — step outputs, the stored replay trajectory, comparisons, reconciliation
 outcomes, regression cases — never inside the replay engine, whose steps may run in a
-sandboxed child process whose counters would be lost.
+sandboxed child process whose counters would be lost. The one exception,
+``agent_unknown_side_effect_total``, is counted where an UNKNOWN is recorded
+(``runtime.unknown_outcomes``).
 
 A retried activity could count the same replay twice; a small per-process memory of what was
 counted (``_once``) prevents that for the common case (the retry lands on the same worker).
@@ -19,6 +21,9 @@ from decimal import Decimal
 
 import structlog
 from prometheus_client import REGISTRY, Counter, Histogram, start_http_server
+
+# counted where an UNKNOWN is recorded (the recorder, the lease sweep), not in an activity
+from runtime.unknown_outcomes import UNKNOWN_SIDE_EFFECT_TOTAL as UNKNOWN_SIDE_EFFECT_TOTAL
 
 log = structlog.get_logger(__name__)
 
@@ -38,11 +43,6 @@ BEHAVIOR_DIFF_TOTAL = Counter(
     "agent_replay_behavior_diff",
     "Typed differences between source and replay trajectories, by diff type.",
     ["type"],
-)
-UNKNOWN_SIDE_EFFECT_TOTAL = Counter(
-    "agent_unknown_side_effect",
-    "Side effects found UNKNOWN by an incident (outcome not known), by capability.",
-    ["capability"],
 )
 RECONCILIATION_TOTAL = Counter(
     "agent_reconciliation",

@@ -156,13 +156,6 @@ def replay_ended_early(replay_id: str, mode: ReplayMode | str, result: str, reas
     log.info("replay summary", replay_id=replay_id, mode=mode_value, result=result, reason=reason)
 
 
-def unknown_side_effects_found(incident_key: str, capabilities: dict[str, str]) -> None:
-    """``capabilities``: side effect id -> capability of the UNKNOWN effects an incident found."""
-    for side_effect_id, capability in capabilities.items():
-        if metrics.once(f"unknown:{incident_key}:{side_effect_id}"):
-            metrics.UNKNOWN_SIDE_EFFECT_TOTAL.labels(capability=capability).inc()
-
-
 def reconciled(outcome: ReconcileOutcome, *, by_human: bool) -> None:
     if not metrics.once(f"reconcile:{by_human}:{outcome.side_effect_id}:{outcome.status}"):
         return

@@ -11,6 +11,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from api import (
+    answers,
     errors,
     routes_alerts,
     routes_incidents,
@@ -67,6 +68,7 @@ def create_app(settings: Settings | None = None, config: ApiConfig | None = None
     app.include_router(routes_side_effects.router)
     app.include_router(routes_alerts.router)
     _ingestion(app)
+    answers.document(app)
 
     @app.get("/api/health", tags=["health"], summary="Liveness (no authentication)")
     async def health() -> dict[str, str]:

@@ -8,6 +8,7 @@ from typing import Annotated, Any
 import structlog
 from fastapi import APIRouter, Depends, Query
 
+from api.answers import answers
 from api.auth import OPERATE, Principal, require_role
 from api.schemas import AlertmanagerWebhook, camel
 from api.state import State
@@ -18,7 +19,11 @@ router = APIRouter(prefix="/api/alerts", tags=["alerts"])
 Operator = Annotated[Principal, Depends(require_role(*OPERATE))]
 
 
-@router.post("", summary="Alertmanager webhook: open or attach to incidents")
+@router.post(
+    "",
+    summary="Alertmanager webhook: open or attach to incidents",
+    responses=answers(404, 409),
+)
 async def post_alerts(
     body: AlertmanagerWebhook,
     state: State,

@@ -8,6 +8,7 @@ import structlog
 from fastapi import APIRouter, Depends, Query
 from fastapi.responses import Response
 
+from api.answers import answers
 from api.auth import FORENSIC, OPERATE, READ, Principal, require_role
 from api.errors import naming
 from api.schemas import (
@@ -61,7 +62,12 @@ def _refusal_field(exc: ConflictError) -> str:
     return next((field for needle, field in REFUSAL_FIELDS if needle in text), "incident_id")
 
 
-@router.post("", status_code=202, summary="Open an incident for a recorded run")
+@router.post(
+    "",
+    status_code=202,
+    summary="Open an incident for a recorded run",
+    responses=answers(404, 409),
+)
 async def create_incident(body: IncidentCreate, state: State, caller: Operator) -> IncidentAccepted:
     request = new_incident_request(
         body.source_run_id,
@@ -79,13 +85,21 @@ async def create_incident(body: IncidentCreate, state: State, caller: Operator) 
     return IncidentAccepted(incident_id=request.incident_id, source_run_id=body.source_run_id)
 
 
-@router.get("/{incident_id}", summary="Phase, signature, replays with rates, pending human tasks")
+@router.get(
+    "/{incident_id}",
+    summary="Phase, signature, replays with rates, pending human tasks",
+    responses=answers(404),
+)
 async def get_incident(incident_id: str, state: State, _: Reader) -> dict[str, Any]:
     with naming("incident_id"):
         return camel(await incident_status_view(await state.client(), incident_id))
 
 
-@router.post("/{incident_id}/root-cause", summary="Confirm the root cause (a human's decision)")
+@router.post(
+    "/{incident_id}/root-cause",
+    summary="Confirm the root cause (a human's decision)",
+    responses=answers(404, 409),
+)
 async def post_root_cause(
     incident_id: str, body: RootCauseBody, state: State, caller: Forensic
 ) -> RootCauseConfirmed:
@@ -116,6 +130,7 @@ async def post_root_cause(
 @router.post(
     "/{incident_id}/side-effects/{side_effect_id}/resolution",
     summary="Settle an UNKNOWN side effect no reconciler could (a human's decision)",
+    responses=answers(404, 409),
 )
 async def post_resolution(
     incident_id: str, side_effect_id: str, body: ResolutionBody, state: State, caller: Forensic
@@ -145,7 +160,10 @@ async def post_resolution(
     "/{incident_id}/report",
     summary="The FailureForensicsReport as JSON, Markdown or one HTML page",
     response_class=Response,
-    responses={200: {"content": {m.split(";")[0]: {} for m in MEDIA.values()}}},
+    responses={
+        200: {"content": {m.split(";")[0]: {} for m in MEDIA.values()}},
+        **answers(404, 409),
+    },
 )
 async def get_report(
     incident_id: str,

@@ -8,15 +8,15 @@ from __future__ import annotations
 from typing import Annotated, Any, TypeVar
 
 import structlog
-from fastapi import APIRouter, Depends, Path, Request, Response
+from fastapi import APIRouter, Depends, Request, Response
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ValidationError
 
 from api.auth import OPERATE, Principal, require_role
 from api.errors import naming
+from api.schemas import RunIdPath
 from api.state import State
 from ingest import ingest_events, ingest_run
-from models.base import RUN_ID_PATTERN
 from models.canonical import parse_json
 from models.errors import CanonicalizationError, NotFoundError
 from models.ingest import IngestEventBatch, IngestRunHeader
@@ -24,7 +24,6 @@ from models.ingest import IngestEventBatch, IngestRunHeader
 log = structlog.get_logger(__name__)
 router = APIRouter(prefix="/api/runs", tags=["ingestion"])
 Ingester = Annotated[Principal, Depends(require_role(*OPERATE))]
-RunIdPath = Annotated[str, Path(pattern=RUN_ID_PATTERN)]
 M = TypeVar("M", bound=BaseModel)
 #: every answer an ingestion route can give besides its success
 ANSWERS: dict[int | str, dict[str, Any]] = {

@@ -7,6 +7,7 @@ from typing import Annotated, Any
 import structlog
 from fastapi import APIRouter, Depends
 
+from api.answers import answers
 from api.auth import OPERATE, READ, Principal, require_role
 from api.errors import naming
 from api.schemas import CancelAccepted, ReplayAccepted, ReplayCreate, camel
@@ -31,7 +32,12 @@ API_FIELDS = PlanFields(
 )
 
 
-@router.post("", status_code=202, summary="Start a replay of a recorded run")
+@router.post(
+    "",
+    status_code=202,
+    summary="Start a replay of a recorded run",
+    responses=answers(404, 409),
+)
 async def create_replay(body: ReplayCreate, state: State, caller: Operator) -> ReplayAccepted:
     plan = new_plan(
         body.source_run_id,
@@ -57,13 +63,22 @@ async def create_replay(body: ReplayCreate, state: State, caller: Operator) -> R
     return ReplayAccepted(replay_id=plan.replay_id)
 
 
-@router.get("/{replay_id}", summary="A replay's status and, once finished, its comparison")
+@router.get(
+    "/{replay_id}",
+    summary="A replay's status and, once finished, its comparison",
+    responses=answers(404),
+)
 async def get_replay(replay_id: str, state: State, _: Reader) -> dict[str, Any]:
     with naming("replay_id"):
         return camel(await replay_view(await state.client(), replay_id))
 
 
-@router.post("/{replay_id}/cancel", status_code=202, summary="Cancel a replay; it ends CANCELED")
+@router.post(
+    "/{replay_id}/cancel",
+    status_code=202,
+    summary="Cancel a replay; it ends CANCELED",
+    responses=answers(404, 409),
+)
 async def cancel(replay_id: str, state: State, caller: Operator) -> CancelAccepted:
     with naming("replay_id"):
         await cancel_replay(await state.client(), replay_id)

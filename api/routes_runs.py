@@ -11,8 +11,10 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Query
 
+from api.answers import answers
 from api.auth import FORENSIC, READ, Principal, require_role
 from api.errors import naming
+from api.schemas import RunIdPath
 from api.state import State
 from app.privacy import read_evidence
 from app.runs import describe_run, list_runs_view
@@ -32,8 +34,12 @@ async def list_runs(
     return {"runs": await list_runs_view(await state.stores(), limit=limit)}
 
 
-@router.get("/{run_id}", summary="A run: header, pinned versions, events and evidence")
-async def get_run(run_id: str, state: State, _: Reader) -> dict[str, Any]:
+@router.get(
+    "/{run_id}",
+    summary="A run: header, pinned versions, events and evidence",
+    responses=answers(404, 409),
+)
+async def get_run(run_id: RunIdPath, state: State, _: Reader) -> dict[str, Any]:
     with naming("run_id"):
         return await describe_run(await state.stores(), run_id)
 
@@ -42,8 +48,9 @@ async def get_run(run_id: str, state: State, _: Reader) -> dict[str, Any]:
     "/{run_id}/verify",
     summary="Verify the run: chain, payloads, artifacts, lookup rows, anchor (intact, or the "
     "first problem and where)",
+    responses=answers(404),
 )
-async def verify_run(run_id: str, state: State, _: Reader) -> dict[str, Any]:
+async def verify_run(run_id: RunIdPath, state: State, _: Reader) -> dict[str, Any]:
     with naming("run_id"):
         result = await (await state.stores()).ledger.verify(run_id)
     return result.report()
@@ -52,8 +59,11 @@ async def verify_run(run_id: str, state: State, _: Reader) -> dict[str, Any]:
 @router.get(
     "/{run_id}/events/{sequence}",
     summary="One event's payload, sanitized (the raw form's hash and state beside it)",
+    responses=answers(404, 409, 410),
 )
-async def get_event(run_id: str, sequence: Sequence, state: State, _: Reader) -> dict[str, Any]:
+async def get_event(
+    run_id: RunIdPath, sequence: Sequence, state: State, _: Reader
+) -> dict[str, Any]:
     stores = await state.stores()
     with naming("run_id"):
         return await read_evidence(stores, run_id, sequence)
@@ -66,10 +76,11 @@ async def get_event(run_id: str, sequence: Sequence, state: State, _: Reader) ->
         403: {"description": "the caller lacks the forensic role (the refusal is audited)"},
         410: {"description": "the raw content was destroyed by a deletion request"},
         422: {"description": "no reason was given"},
+        **answers(404, 409),
     },
 )
 async def get_raw_event(
-    run_id: str,
+    run_id: RunIdPath,
     sequence: Sequence,
     state: State,
     principal: Reader,

@@ -7,6 +7,7 @@ from typing import Annotated, Any
 import structlog
 from fastapi import APIRouter, Depends
 
+from api.answers import answers
 from api.auth import FORENSIC, Principal, require_role
 from api.errors import naming
 from api.schemas import camel
@@ -21,6 +22,7 @@ Forensic = Annotated[Principal, Depends(require_role(*FORENSIC))]
 @router.post(
     "/{side_effect_id}/retry",
     summary="Retry a write proved not applied (the SideEffectRetry workflow)",
+    responses=answers(404, 409, 502),
 )
 async def post_retry(side_effect_id: str, state: State, caller: Forensic) -> dict[str, Any]:
     """Start (or join) the ``SideEffectRetry`` workflow for the side effect and answer its

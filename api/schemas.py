@@ -6,15 +6,21 @@ from __future__ import annotations
 
 from datetime import timedelta
 from decimal import Decimal
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
+from fastapi import Path
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from models import FixtureMissPolicy, ReplayBudget, ReplayMode
+from models.base import RUN_ID_PATTERN
 from models.enums import AgentFailureType
 
-ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@+=-]*$"
+#: ids in bodies and paths: the run-id pattern (ingestion accepts no run id that cannot be
+#: addressed afterwards, and addressing refuses what ingestion never accepts)
+ID_PATTERN = RUN_ID_PATTERN
+#: a run id in a path
+RunIdPath = Annotated[str, Path(pattern=RUN_ID_PATTERN, description="The run's id.")]
 
 
 # functions, not shared FieldInfo objects: each field gets its own (and its own alias)

@@ -1,31 +1,43 @@
 """Fault injection at a larger N than ``tests/chaos``: ``.venv/bin/python -m bench.chaos
-[--runs N] [--kills K]``. Prints, per scenario, ``tried / completed / lost / duplicated /
-chains intact / side effects left EXECUTING``.
+[--runs N] [--kills K] [--trials T] [--clients C] [--only NAME…]``. Prints, per scenario,
+``tried / completed / lost / duplicated / chains intact / side effects left EXECUTING``
+(and, in brackets, the time lost per fault and the 503 answers seen).
 
-Scenarios (what is measured here; see the report of issue 14 for what is not yet):
+Scenarios:
 - ``ingest-race`` on SQLite and PostgreSQL: 8 concurrent writers per run, each sending the
   run's events (the same ones, in order) with a different event competing for every third
   sequence. Lost: an event acknowledged (200/201) whose content is not the one recorded at its
   sequence. Duplicated: a client sequence recorded twice. Completed: runs with every sequence.
 - ``kill-mid-write`` on SQLite: a process SIGKILLed after dispatching a write; then one sweep
   after the lease. Left EXECUTING counts what the sweep did not turn UNKNOWN.
+- ``kill-worker-replay`` / ``kill-worker-incident`` / ``kill-temporal``
+  (``bench.chaos_temporal``): SIGKILL of the worker during ``--repeat`` replays and during
+  incidents (a new worker completes them), SIGKILL of the Temporal dev server and a restart
+  (the running worker resumes). Time lost: from the kill to the next event recorded (after a
+  Temporal kill: the first once the restarted server answers).
+- ``postgres-outage`` (``bench.chaos_postgres``): a PostgreSQL cluster of its own stopped
+  (``pg_ctl -m immediate``) for 10 s while clients ingest over the API; clients see 503 and
+  send again. Lost: an acknowledged event not recorded afterwards.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import os
 import signal
 import subprocess
 import sys
 import tempfile
 from collections import Counter
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from bench.chaos_postgres import ingestion_through_outage
+from bench.chaos_row import Row, render
+from bench.chaos_temporal import incidents_under_fault, replays_under_fault, running_stack
 from ingest import ingest_events, ingest_run
 from ingest.recorder import content_digest, marker_of
 from models import SideEffectRecord, SideEffectStatus
@@ -37,23 +49,13 @@ from stores.sql.evidence import SqlEvidenceReader
 from stores.sql.ledger import SqlLedger
 from stores.sql.scratch import create_scratch_database, drop_scratch_database
 from stores.sql.side_effect_leases import sweep_expired_side_effects
+from worker.logs import configure_logging
 
 PG_ADMIN_URL = os.environ.get("REPLAYBOOK_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
 ROOT = Path(__file__).resolve().parents[1]
 WRITERS = 8
 EVENTS = 6
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
-
-
-@dataclass
-class Row:
-    scenario: str
-    tried: int = 0
-    completed: int = 0
-    lost: int = 0
-    duplicated: int = 0
-    intact: int = 0
-    left_executing: int = 0
 
 
 def _event(sequence: int, variant: str) -> dict[str, Any]:
@@ -148,44 +150,67 @@ async def kill_mid_write(kills: int, dispatched: int, home: Path) -> Row:
     return row
 
 
-async def main(runs: int, kills: int, home: Path, dispatched: int) -> list[Row]:
-    """Every scenario; the writers of ``kill-mid-write`` were killed before (``dispatched``)."""
-    artifacts = LocalArtifactStore(home / "race-artifacts")
-    db = await open_database(f"sqlite+aiosqlite:///{home / 'race.db'}")
-    try:
-        rows = [await ingest_race(db, artifacts, runs, "sqlite")]
-    finally:
-        await db.dispose()
-    url = await create_scratch_database(PG_ADMIN_URL, "chaos")
-    try:
-        db = await open_database(url)
+SCENARIOS = (
+    "ingest-race",
+    "kill-mid-write",
+    "kill-worker-replay",
+    "kill-worker-incident",
+    "kill-temporal",
+    "postgres-outage",
+)
+
+
+async def main(args: argparse.Namespace, home: Path, dispatched: int) -> list[Row]:
+    """The scenarios in ``args.only``; the writers of ``kill-mid-write`` were killed before
+    (``dispatched``)."""
+    rows: list[Row] = []
+    if "ingest-race" in args.only:
+        artifacts = LocalArtifactStore(home / "race-artifacts")
+        db = await open_database(f"sqlite+aiosqlite:///{home / 'race.db'}")
         try:
-            rows.append(await ingest_race(db, artifacts, runs, "postgresql"))
+            rows.append(await ingest_race(db, artifacts, args.runs, "sqlite"))
         finally:
             await db.dispose()
-    finally:
-        await drop_scratch_database(PG_ADMIN_URL, url)
-    rows.append(await kill_mid_write(kills, dispatched, home / "kill"))
+        url = await create_scratch_database(PG_ADMIN_URL, "chaos")
+        try:
+            db = await open_database(url)
+            try:
+                rows.append(await ingest_race(db, artifacts, args.runs, "postgresql"))
+            finally:
+                await db.dispose()
+        finally:
+            await drop_scratch_database(PG_ADMIN_URL, url)
+    if "kill-mid-write" in args.only:
+        rows.append(await kill_mid_write(args.kills, dispatched, home / "kill"))
+    if {"kill-worker-replay", "kill-worker-incident", "kill-temporal"} & set(args.only):
+        async with running_stack(home / "temporal") as stack:
+            if "kill-worker-replay" in args.only:
+                rows.append(await replays_under_fault(stack, args.trials, "worker"))
+            if "kill-worker-incident" in args.only:
+                rows.append(await incidents_under_fault(stack, args.trials))
+            if "kill-temporal" in args.only:
+                rows.append(await replays_under_fault(stack, args.trials, "temporal"))
+    if "postgres-outage" in args.only:
+        row, _ = await ingestion_through_outage(home / "outage", args.clients, 30)
+        rows.append(row)
     return rows
-
-
-def _print(rows: list[Row]) -> None:
-    print(
-        f"{'scenario':28} tried / completed / lost / duplicated / chains intact / "
-        "side effects left EXECUTING"
-    )
-    for r in rows:
-        print(
-            f"{r.scenario:28} {r.tried} / {r.completed} / {r.lost} / {r.duplicated} / "
-            f"{r.intact} / {r.left_executing}"
-        )
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=50, help="runs per ingestion race")
     parser.add_argument("--kills", type=int, default=10, help="processes killed mid-write")
+    parser.add_argument("--trials", type=int, default=5, help="faults per worker/Temporal scenario")
+    parser.add_argument(
+        "--clients", type=int, default=16, help="clients ingesting through the outage"
+    )
+    parser.add_argument(
+        "--only", nargs="+", choices=SCENARIOS, default=list(SCENARIOS), help="scenarios to run"
+    )
     args = parser.parse_args()
+    configure_logging("auto", logging.WARNING)  # to stderr: stdout is the table
     with tempfile.TemporaryDirectory() as tmp:
-        dispatched = _kill_writers(args.kills, Path(tmp) / "kill")
-        _print(asyncio.run(main(args.runs, args.kills, Path(tmp), dispatched)))
+        dispatched = 0
+        if "kill-mid-write" in args.only:
+            dispatched = _kill_writers(args.kills, Path(tmp) / "kill")
+        print(render(asyncio.run(main(args, Path(tmp), dispatched))))

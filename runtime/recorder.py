@@ -31,6 +31,7 @@ from models.errors import InvalidInputError
 from models.redaction import RedactionPolicy
 from runtime.clock import RecordingClock, SystemAgentClock
 from runtime.ports import ArtifactStore, EventLedger, NewEvent
+from runtime.unknown_outcomes import count_unknown_recorded
 
 log = structlog.get_logger(__name__)
 E = ExecutionEventType
@@ -137,6 +138,7 @@ class RunRecorder:
         self._pending.clear()
         appended = await self.ledger.append_many(self.run_id, events)
         self.last_sequence = appended[-1].sequence
+        count_unknown_recorded(events)
         return appended[-1]
 
     async def flush(self, *, expected_sequence: int | None = None) -> None:
@@ -147,6 +149,7 @@ class RunRecorder:
             )
             self._pending.clear()
             self.last_sequence = appended[-1].sequence
+            count_unknown_recorded(events)
 
     async def store_json(self, value: Any) -> str:
         """Put canonical JSON (its sanitized view) into the artifact store; returns its digest."""

@@ -16,6 +16,7 @@ from sqlalchemy import select
 from models import ExecutionEventType, SideEffectRecord, SideEffectStatus
 from models.errors import SequenceConflictError
 from runtime.ports import NewEvent
+from runtime.unknown_outcomes import count_unknown_recorded
 from stores.sql import schema
 from stores.sql.ledger import SqlLedger
 
@@ -71,6 +72,7 @@ async def sweep_expired_side_effects(
             await ledger.append(record.run_id, event)
         except SequenceConflictError:  # another sweeper (or the owner) recorded it first
             continue
+        count_unknown_recorded([event])
         log.warning(
             "side effect lease expired: UNKNOWN",
             side_effect_id=record.side_effect_id,

@@ -2,7 +2,8 @@
 whatever an adapter raises after dispatch — here the builtin ``TimeoutError`` once the refund
 is committed — the side effect is UNKNOWN with the error as evidence, reconciles as applied
 and is never retried; only an error the adapter declares definitive is FAILED; a side effect
-left EXECUTING by a dead process becomes UNKNOWN once its lease has passed."""
+left EXECUTING by a dead process becomes UNKNOWN once its lease has passed.
+``agent_unknown_side_effect_total`` counts each UNKNOWN once, when it is recorded."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from prometheus_client import REGISTRY
 
 from examples.support_desk.reconcilers import support_desk_reconcilers
 from forensics.reconcile import ReconciliationOutcome, reconcile_side_effect
@@ -35,6 +37,14 @@ async def _recorder(rec: Recording, run_id: str) -> RunRecorder:
     return recorder
 
 
+def unknown_count() -> float:
+    """``agent_unknown_side_effect_total`` of refunds in this process."""
+    value = REGISTRY.get_sample_value(
+        "agent_unknown_side_effect_total", {"capability": "payment.refund"}
+    )
+    return value or 0.0
+
+
 async def _never(key: str, preq: str) -> dict[str, Any]:
     raise AssertionError("the provider must not be reached")
 
@@ -49,6 +59,7 @@ async def test_a_builtin_timeout_after_the_refund_is_unknown_reconciled_applied_
         await rec.world.payment_refund(ARGUMENTS, ToolCallContext(run_id, T0, key, preq))
         raise TimeoutError("read timed out")  # committed at the provider, answer lost
 
+    counted = unknown_count()
     effect, receipt = await SideEffectLedger(recorder).execute(
         capability_id="payment.refund",
         step_id="act",
@@ -57,6 +68,7 @@ async def test_a_builtin_timeout_after_the_refund_is_unknown_reconciled_applied_
     )
     assert receipt is None and effect.status is SideEffectStatus.UNKNOWN
     assert effect.provider_receipt == "outcome unknown: TimeoutError: read timed out"
+    assert unknown_count() == counted + 1  # counted when recorded
     refunds = await rec.world.call_count("payments", "refund")
 
     with pytest.raises(ReconciliationRequiredError):
@@ -70,6 +82,7 @@ async def test_a_builtin_timeout_after_the_refund_is_unknown_reconciled_applied_
         await retry_side_effect(rec.evidence, recorder, effect.side_effect_id, _never)
     assert await rec.world.call_count("payments", "refund") == refunds
     assert (await rec.ledger.verify(run_id)).intact
+    assert unknown_count() == counted + 1  # reconciling it counts nothing more
 
 
 class _Refused(Exception):
@@ -87,6 +100,7 @@ async def test_only_a_declared_definitive_error_is_failed(rec: Recording) -> Non
 
     refuse.definitive_errors = (_Refused,)  # type: ignore[attr-defined]
     ledger = SideEffectLedger(recorder)
+    counted = unknown_count()
     failed, _ = await ledger.execute(
         capability_id="payment.refund", step_id="a", action_hash=canonical_hash(1), call=refuse
     )
@@ -95,6 +109,7 @@ async def test_only_a_declared_definitive_error_is_failed(rec: Recording) -> Non
     )
     assert failed.status is SideEffectStatus.FAILED
     assert unknown.status is SideEffectStatus.UNKNOWN
+    assert unknown_count() == counted + 1  # the UNKNOWN only, not the definitive refusal
     assert (
         unknown.provider_receipt is not None and "ConnectionResetError" in unknown.provider_receipt
     )
@@ -116,13 +131,17 @@ async def test_executing_past_its_lease_becomes_unknown_once(rec: Recording) -> 
     # what a process SIGKILLed mid-write leaves: EXECUTING and nothing after it
     await SideEffectLedger(recorder)._transition(executing)
     now = rec.ledger.clock()
+    counted = unknown_count()
     assert await sweep_expired_side_effects(rec.ledger, 60, now, run_id=run_id) == []
+    assert unknown_count() == counted  # EXECUTING within its lease is not unknown yet
     later = now + timedelta(seconds=61)
     (swept,) = await sweep_expired_side_effects(rec.ledger, 60, later, run_id=run_id)
+    assert unknown_count() == counted + 1
     assert swept.status is SideEffectStatus.UNKNOWN and "lease expired" in (
         swept.provider_receipt or ""
     )
     assert await sweep_expired_side_effects(rec.ledger, 60, later, run_id=run_id) == []
+    assert unknown_count() == counted + 1  # swept once, counted once
     stored = await rec.evidence.record(SideEffectRecord, executing.side_effect_id)
     assert stored.status is SideEffectStatus.UNKNOWN
     assert (await rec.ledger.verify(run_id)).intact

@@ -104,10 +104,12 @@ async def test_replay_results_budget_writes_and_misses_are_counted(replay_stack)
 
 async def test_incident_counts_unknown_reconciliation_and_regression_case(replay_stack) -> None:  # type: ignore[no-untyped-def]
     stack = replay_stack
+    unknown = value("agent_unknown_side_effect_total", capability="payment.refund")
     result = await run_scenario(
         stack.world, stack.stores.ledger, stack.stores.artifacts, "refund-timeout", seed=6
     )
-    unknown = value("agent_unknown_side_effect_total", capability="payment.refund")
+    # counted when the agent recorded it (this process), not again by the incident
+    assert value("agent_unknown_side_effect_total", capability="payment.refund") == unknown + 1
     applied = value("agent_reconciliation_total", result="applied")
     cases = value("agent_incident_regression_case_total")
     completed = sum(

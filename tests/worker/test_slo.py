@@ -8,7 +8,8 @@ import json
 import subprocess
 import sys
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -39,6 +40,7 @@ from stores.sql.evidence import SqlEvidenceReader
 from stores.sql.incidents import SqlIncidentStore
 from stores.sql.ledger import NewEvent, SqlLedger
 from stores.sql.scratch import create_scratch_database, drop_scratch_database
+from stores.sql.side_effect_leases import sweep_expired_side_effects
 from stores.sql.support_desk_world import SqlWorldStore
 from tests.fixtures_db import PG_ADMIN_URL
 from worker.agents import reconcilers_for
@@ -185,6 +187,42 @@ async def test_every_objective_fails_on_bad_data_and_passes_when_fixed(fresh_sto
     )
     slo = await compute_slos(stores)
     assert slo.passed and slo.objectives[4].value == 100
+
+
+async def test_executing_past_its_lease_is_unreconciled_until_reconciled(fresh_stores) -> None:  # type: ignore[no-untyped-def]
+    now = [T0]
+    ledger = SqlLedger(fresh_stores.db, fresh_stores.artifacts, clock=lambda: now[0])
+    stores = replace(fresh_stores, ledger=ledger, side_effect_lease_seconds=60)
+    await new_run(stores, "run-stuck")
+    await ledger.append(
+        "run-stuck", NewEvent("refund", E.SIDE_EFFECT, T0, record=effect("run-stuck", S.EXECUTING))
+    )
+
+    def unreconciled() -> tuple[str, ...]:
+        return next(
+            o.offenders for o in slo.objectives if o.name == "unreconciled_critical_side_effects"
+        )
+
+    slo = await compute_slos(stores)
+    assert unreconciled() == ()  # within its lease: still in flight, not yet unknowable
+    now[0] = T0 + timedelta(seconds=61)  # its process died: the lease passes
+    slo = await compute_slos(stores)
+    assert unreconciled() == ("se-run-stuck (run run-stuck)",)
+    (swept,) = await sweep_expired_side_effects(ledger, 60)
+    assert swept.status is S.UNKNOWN
+    slo = await compute_slos(stores)
+    assert unreconciled() == ("se-run-stuck (run run-stuck)",)  # UNKNOWN: still unreconciled
+    await ledger.append(
+        "run-stuck",
+        NewEvent(
+            "refund",
+            E.SIDE_EFFECT,
+            now[0],
+            record=effect("run-stuck", S.RECONCILED, reconciled_applied=True),
+        ),
+    )
+    slo = await compute_slos(stores)
+    assert unreconciled() == ()
 
 
 async def _forget_run(stores: Stores, run_id: str) -> None:
