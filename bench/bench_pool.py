@@ -12,45 +12,23 @@ import asyncio
 import statistics
 import tempfile
 import time
-import uuid
 from pathlib import Path
 
 from activities.sandbox.config import SandboxSettings
 from activities.sandbox.runner import SandboxedSteps
 from bench.common import Row, emit, machine_load
-from examples.synthetic import record_synthetic_run
-from models import ReplayMode
-from models.replay_flow import ReplayPlan, StepInput
-from runtime.replay.engine import ReplayEngine
-from stores.bundle import open_stores
-from stores.sql.support_desk_world import SqlWorldStore
-from worker.catalogs import catalogs
+from bench.synthetic_replay import SyntheticReplays, synthetic_replays
 from worker.settings import Settings
-from worker.temporal import CATALOG_FACTORY
 
 GOAL_S = 0.2
 
 
-async def _first_batch(engine: ReplayEngine, runner: SandboxedSteps, run_id: str) -> float:
-    plan = ReplayPlan(
-        replay_id=f"replay-bench-{uuid.uuid4().hex[:10]}",
-        source_run_id=run_id,
-        mode=ReplayMode.RECORDED,
-        steps_per_activity=1,
-    )
-    prepared = await engine.prepare(plan)
-    assert prepared.ok, prepared.problems
-    step = StepInput(
-        plan=plan,
-        step_id=prepared.start_step,
-        state_ref=prepared.state_ref,
-        cursors=prepared.cursors,
-        head=prepared.head,
-    )
+async def _first_batch(replays: SyntheticReplays, runner: SandboxedSteps) -> float:
+    step = await replays.first_step(1, prefix="replay-bench")
     started = time.perf_counter()
     await runner.run_steps(step)
     elapsed = time.perf_counter() - started
-    await runner.close(plan.replay_id)
+    await runner.close(step.plan.replay_id)
     return elapsed
 
 
@@ -64,24 +42,15 @@ async def _run(rounds: int) -> dict[str, float]:
                 "REPLAYBOOK_LOG_FORMAT": "json",
             }
         )
-        async with open_stores(settings.stores) as stores:
-            engine = ReplayEngine(
-                stores.ledger,
-                stores.evidence,
-                stores.artifacts,
-                catalogs(SqlWorldStore.beside(stores.db.engine.url)),
-            )
-            source = await record_synthetic_run(stores.ledger, stores.artifacts, 10)
-            warm = SandboxedSteps(
-                engine, SandboxSettings(warm_processes=1), catalog_factory=CATALOG_FACTORY
-            )
-            cold = SandboxedSteps(engine, SandboxSettings(), catalog_factory=CATALOG_FACTORY)
+        async with synthetic_replays(settings.stores, 10) as replays:
+            warm = replays.runner(SandboxSettings(warm_processes=1))
+            cold = replays.runner(SandboxSettings())
             times: dict[str, list[float]] = {"warm": [], "cold": []}
             try:
                 for _ in range(rounds):
                     await warm.warm_up()  # as between child replays: the pool has refilled
-                    times["warm"].append(await _first_batch(engine, warm, source.run_id))
-                    times["cold"].append(await _first_batch(engine, cold, source.run_id))
+                    times["warm"].append(await _first_batch(replays, warm))
+                    times["cold"].append(await _first_batch(replays, cold))
             finally:
                 await warm.aclose()
                 await cold.aclose()

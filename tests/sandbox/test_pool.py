@@ -17,54 +17,29 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from activities.sandbox.config import SandboxSettings
-from activities.sandbox.runner import SandboxedSteps
+from bench.synthetic_replay import SyntheticReplays, next_batch, synthetic_replays
 from devstack.temporal_server import start_temporal_dev_server
 from examples.synthetic import record_synthetic_run
 from models import ExecutionEventType, ReplayMode
 from models.queues import CONTROL_QUEUE
-from models.replay_flow import ReplayPlan, ReplayWorkflowInput, StepInput, StepOutput
+from models.replay_flow import ReplayPlan, ReplayWorkflowInput, StepOutput
 from runtime.env_values import read_section
-from runtime.replay.engine import ReplayEngine
 from stores.bundle import open_stores
-from stores.sql.support_desk_world import SqlWorldStore
 from tests.fixtures_replay import stack_settings
-from worker.catalogs import catalogs
-from worker.temporal import CATALOG_FACTORY as CATALOGS
 from workflows.replay import ReplayWorkflow
 
 
-async def _replay(engine: ReplayEngine, runner, source_run_id: str) -> tuple[str, StepOutput]:  # type: ignore[no-untyped-def]
-    plan = ReplayPlan(
-        replay_id=f"replay-pool-{uuid.uuid4().hex[:10]}",
-        source_run_id=source_run_id,
-        mode=ReplayMode.RECORDED,
-        steps_per_activity=3,
-    )
-    prepared = await engine.prepare(plan)
-    assert prepared.ok, prepared.problems
-    step = StepInput(
-        plan=plan,
-        step_id=prepared.start_step,
-        state_ref=prepared.state_ref,
-        cursors=prepared.cursors,
-        head=prepared.head,
-    )
+async def _replay(replays: SyntheticReplays, runner) -> tuple[str, StepOutput]:  # type: ignore[no-untyped-def]
+    step = await replays.first_step(3, prefix="replay-pool")
+    replay_id = step.plan.replay_id
     while True:
         out = await runner.run_steps(step)
         if out.finished:
-            return plan.replay_id, out
+            return replay_id, out
         if step.step_index == 0 and runner.settings.jobs_per_process > 1:
             # between batches the process is kept for this replay, and only for it
-            assert list(runner.kept) == [plan.replay_id]
-        step = step.model_copy(
-            update={
-                "step_id": out.next_step,
-                "state_ref": out.state_ref,
-                "cursors": out.cursors,
-                "head": out.head,
-                "step_index": step.step_index + out.steps,
-            }
-        )
+            assert list(runner.kept) == [replay_id]
+        step = next_batch(step, out)
 
 
 async def _recorded(ledger, replay_id: str) -> list[tuple[str, str, object]]:  # type: ignore[no-untyped-def]
@@ -84,21 +59,13 @@ async def _recorded(ledger, replay_id: str) -> list[tuple[str, str, object]]:  #
 
 
 async def test_one_process_serves_a_replays_batches_with_the_same_results(tmp_path: Path) -> None:
-    async with open_stores(stack_settings(tmp_path, "unused").stores) as stores:
-        engine = ReplayEngine(
-            stores.ledger,
-            stores.evidence,
-            stores.artifacts,
-            catalogs(SqlWorldStore.beside(stores.db.engine.url)),
-        )
-        source = await record_synthetic_run(stores.ledger, stores.artifacts, 10)
-        kept = SandboxedSteps(engine, SandboxSettings(), catalog_factory=CATALOGS)
-        fresh = SandboxedSteps(
-            engine, SandboxSettings(jobs_per_process=1), catalog_factory=CATALOGS
-        )
+    async with synthetic_replays(stack_settings(tmp_path, "unused").stores, 10) as replays:
+        stores = replays.stores
+        kept = replays.runner(SandboxSettings())
+        fresh = replays.runner(SandboxSettings(jobs_per_process=1))
         try:
-            kept_id, kept_out = await _replay(engine, kept, source.run_id)
-            fresh_id, fresh_out = await _replay(engine, fresh, source.run_id)
+            kept_id, kept_out = await _replay(replays, kept)
+            fresh_id, fresh_out = await _replay(replays, fresh)
             # 10 steps in batches of 3: 4 batches, one process kept vs one process each
             assert (kept.batches, kept.started) == (4, 1)
             assert (fresh.batches, fresh.started) == (4, 4)
@@ -121,29 +88,10 @@ async def test_one_process_serves_a_replays_batches_with_the_same_results(tmp_pa
 async def test_a_kept_process_is_closed_on_request_and_a_dead_one_replaced(
     tmp_path: Path,
 ) -> None:
-    async with open_stores(stack_settings(tmp_path, "unused").stores) as stores:
-        engine = ReplayEngine(
-            stores.ledger,
-            stores.evidence,
-            stores.artifacts,
-            catalogs(SqlWorldStore.beside(stores.db.engine.url)),
-        )
-        source = await record_synthetic_run(stores.ledger, stores.artifacts, 10)
-        runner = SandboxedSteps(engine, SandboxSettings(), catalog_factory=CATALOGS)
-        plan = ReplayPlan(
-            replay_id=f"replay-pool-{uuid.uuid4().hex[:10]}",
-            source_run_id=source.run_id,
-            mode=ReplayMode.RECORDED,
-            steps_per_activity=2,
-        )
-        prepared = await engine.prepare(plan)
-        step = StepInput(
-            plan=plan,
-            step_id=prepared.start_step,
-            state_ref=prepared.state_ref,
-            cursors=prepared.cursors,
-            head=prepared.head,
-        )
+    async with synthetic_replays(stack_settings(tmp_path, "unused").stores, 10) as replays:
+        runner = replays.runner(SandboxSettings())
+        step = await replays.first_step(2, prefix="replay-pool")
+        plan = step.plan
         try:
             out = await runner.run_steps(step)
             pid = runner.kept[plan.replay_id]
@@ -152,15 +100,7 @@ async def test_a_kept_process_is_closed_on_request_and_a_dead_one_replaced(
             os.kill(pid, signal.SIGKILL)
             killed = runner._kept[plan.replay_id]
             await _poll(lambda: not killed.alive, 10, "the killed process still looks alive")
-            step = step.model_copy(
-                update={
-                    "step_id": out.next_step,
-                    "state_ref": out.state_ref,
-                    "cursors": out.cursors,
-                    "head": out.head,
-                    "step_index": 2,
-                }
-            )
+            step = next_batch(step, out)  # from step index 2
             out = await runner.run_steps(step)
             assert out.steps == 2 and out.next_step == "s00004"
             assert runner.started == 2 and runner.kept[plan.replay_id] != pid

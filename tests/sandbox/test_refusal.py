@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import uuid
 from pathlib import Path
 
 import pytest
@@ -12,16 +11,12 @@ from activities.replay import ReplayActivities
 from activities.sandbox.config import NO_ISOLATION, SandboxSettings
 from activities.sandbox.runner import SandboxedSteps
 from activities.sandbox.setup import sandboxed_steps
-from examples.synthetic import record_synthetic_run
-from models import ExecutionEventType, ReplayMode
+from bench.synthetic_replay import SyntheticReplays, synthetic_replays
+from models import ExecutionEventType
 from models.errors import ConfigurationError, SandboxUnavailableError
-from models.replay_flow import ReplayPlan, StepInput
+from models.replay_flow import StepInput
 from runtime.env_values import read_section
-from runtime.replay.engine import ReplayEngine
-from stores.bundle import open_stores
-from stores.sql.support_desk_world import SqlWorldStore
 from tests.fixtures_replay import stack_settings
-from worker.catalogs import catalogs
 from worker.temporal import CATALOG_FACTORY as CATALOGS
 from worker.temporal import running_workers
 
@@ -47,24 +42,9 @@ async def test_a_replay_worker_without_bubblewrap_refuses_to_start(
             raise AssertionError("the worker started without a sandbox")
 
 
-async def _replay_first_step(engine: ReplayEngine, runner, ledger, artifacts):  # type: ignore[no-untyped-def]
-    source = await record_synthetic_run(ledger, artifacts, 10)
-    plan = ReplayPlan(
-        replay_id=f"replay-{uuid.uuid4().hex[:10]}",
-        source_run_id=source.run_id,
-        mode=ReplayMode.RECORDED,
-        steps_per_activity=1,
-    )
-    prepared = await engine.prepare(plan)
-    assert prepared.ok, prepared.problems
-    step = StepInput(
-        plan=plan,
-        step_id=prepared.start_step,
-        state_ref=prepared.state_ref,
-        cursors=prepared.cursors,
-        head=prepared.head,
-    )
-    return plan, await runner.run_steps(step)
+async def _replay_first_step(replays: SyntheticReplays, runner):  # type: ignore[no-untyped-def]
+    step = await replays.first_step(1)
+    return step.plan, await runner.run_steps(step)
 
 
 async def _isolation_recorded(ledger, replay_id: str) -> list[str]:  # type: ignore[no-untyped-def]
@@ -75,35 +55,25 @@ async def _isolation_recorded(ledger, replay_id: str) -> list[str]:  # type: ign
 
 
 async def test_the_dev_flag_runs_unsandboxed_and_says_so_in_the_replay(tmp_path: Path) -> None:
-    async with open_stores(stack_settings(tmp_path, "unused").stores) as stores:
-        engine = ReplayEngine(
-            stores.ledger,
-            stores.evidence,
-            stores.artifacts,
-            catalogs(SqlWorldStore.beside(stores.db.engine.url)),
-        )
+    async with synthetic_replays(stack_settings(tmp_path, "unused").stores, 10) as replays:
+        engine = replays.engine
         runner = sandboxed_steps(
             engine, MISSING.model_copy(update={"isolation": NO_ISOLATION}), catalog_factory=CATALOGS
         )
         assert runner is None  # no sandbox, by explicit choice
-        plan, out = await _replay_first_step(engine, engine, stores.ledger, stores.artifacts)
+        plan, out = await _replay_first_step(replays, engine)
         assert out.steps == 1
-        assert await _isolation_recorded(stores.ledger, plan.replay_id) == [NO_ISOLATION]
+        assert await _isolation_recorded(replays.stores.ledger, plan.replay_id) == [NO_ISOLATION]
 
 
 async def test_sandboxed_steps_record_bubblewrap_and_a_broken_sandbox_is_an_error(
     tmp_path: Path,
 ) -> None:
-    async with open_stores(stack_settings(tmp_path, "unused").stores) as stores:
-        engine = ReplayEngine(
-            stores.ledger,
-            stores.evidence,
-            stores.artifacts,
-            catalogs(SqlWorldStore.beside(stores.db.engine.url)),
-        )
+    async with synthetic_replays(stack_settings(tmp_path, "unused").stores, 10) as replays:
+        engine, stores = replays.engine, replays.stores
         runner = sandboxed_steps(engine, SandboxSettings(), catalog_factory=CATALOGS)
         assert isinstance(runner, SandboxedSteps)
-        plan, out = await _replay_first_step(engine, runner, stores.ledger, stores.artifacts)
+        plan, out = await _replay_first_step(replays, runner)
         assert out.steps == 1 and out.next_step == "s00001"
         assert await _isolation_recorded(stores.ledger, plan.replay_id) == ["bubblewrap"]
         # the sandbox disappears under a running worker: the step is refused, not run bare
