@@ -34,7 +34,7 @@ test: install
 	bash infra/ensure-postgres.sh
 	$(BIN)/ruff check .
 	$(BIN)/mypy $(TYPED)
-	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --durations=25 --ignore=tests/local_models
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --durations=25
 
 typecheck: install
 	$(BIN)/mypy $(TYPED)

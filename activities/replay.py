@@ -13,7 +13,7 @@ from activities.heartbeat import heartbeating
 from activities.sandbox.runner import SandboxedSteps
 from models import RunStatus
 from models.comparison import compare_trajectories, reproduces
-from models.errors import SandboxError
+from models.errors import ReplaybookError, SandboxError
 from models.replay_flow import ComparisonResult, PreparedReplay, ReplayPlan, StepInput, StepOutput
 from runtime.replay.engine import ReplayEngine
 from runtime.trajectory import load_trajectory, writes_executed
@@ -90,6 +90,11 @@ class ReplayActivities:
             if exc.retryable:
                 raise
             # a limit or a violation: running the same hostile code again cannot help
+            raise ApplicationError(str(exc), type=type(exc).__name__, non_retryable=True) from exc
+        except ReplaybookError as exc:
+            if exc.retryable:
+                raise
+            # e.g. a model that answered no usable decision: the same seed answers the same
             raise ApplicationError(str(exc), type=type(exc).__name__, non_retryable=True) from exc
         finally:
             beating.cancel()

@@ -5,9 +5,10 @@ where going through Temporal for all of them would only measure Temporal."""
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from models import ReplayMode
+from models.budget import BudgetUsage
 from models.comparison import compare_trajectories, reproduces
 from models.ingest import TOOL_LOOP_GRAPH_ID
 from models.replay import ReplayComparison
@@ -47,6 +48,13 @@ class StepTotals:
     fixture_misses: int = 0
     model_calls: int = 0
     stopped: str | None = None
+    #: the budget drawn so far (model calls, tokens, cost), carried from batch to batch as the
+    #: workflow carries it, so a budget bounds the whole replay
+    usage: BudgetUsage = field(default_factory=BudgetUsage)
+
+    @property
+    def tokens(self) -> int:
+        return self.usage.tokens
 
 
 async def run_prepared(
@@ -69,12 +77,14 @@ async def run_prepared(
                 cursors=cursors,
                 head=head,
                 step_index=totals.steps,
+                usage=totals.usage,
             )
         )
         totals.steps += out.steps
         totals.writes_blocked += out.writes_blocked
         totals.fixture_misses += out.fixture_misses
         totals.model_calls += out.usage.model_calls
+        totals.usage = totals.usage.plus(out.usage)
         totals.stopped = out.stopped or totals.stopped
         if out.finished:
             break

@@ -210,10 +210,17 @@ def launch_worker(
 
 
 def spawn_logged(
-    what: str, command: list[str], env: Mapping[str, str], log_path: Path
+    what: str,
+    command: list[str],
+    env: Mapping[str, str],
+    log_path: Path,
+    *,
+    die_with_parent: bool = False,
 ) -> subprocess.Popen[bytes]:
     """Start ``command`` in its own session (so ``down`` can stop its whole process group), its
-    output appended to ``log_path``."""
+    output appended to ``log_path`` (a file, never a pipe nobody reads). ``die_with_parent``:
+    the kernel kills it when the process that started it dies (a test session's server must
+    not outlive a test process that was killed before its teardown)."""
     with log_path.open("ab") as log:
         try:
             return subprocess.Popen(
@@ -223,9 +230,19 @@ def spawn_logged(
                 stderr=subprocess.STDOUT,
                 env=dict(env),
                 start_new_session=True,
+                preexec_fn=_kill_with_parent if die_with_parent else None,
             )
         except OSError as e:
             raise ConfigurationError(f"cannot start {what} {shlex.join(command)}: {e}") from e
+
+
+def _kill_with_parent() -> None:
+    """In the child before exec: SIGKILL when the parent dies (Linux ``PR_SET_PDEATHSIG``)."""
+    import ctypes
+    import signal
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
 
 
 def api_environment(

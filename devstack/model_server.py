@@ -14,6 +14,7 @@ import importlib.util
 import json
 import sys
 import time
+import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -75,13 +76,18 @@ def server_config(port: int, paths: Mapping[str, Path]) -> dict[str, Any]:
     }
 
 
-def launch_model_server(home: Path, port: int, env: Mapping[str, str]) -> dict[str, Any]:
-    """Start the server detached, wait until it answers, and return its record."""
+def launch_model_server(
+    home: Path, port: int, env: Mapping[str, str], *, die_with_parent: bool = False
+) -> dict[str, Any]:
+    """Start the server detached, wait until it serves its models, and return its record
+    (``die_with_parent``: killed by the kernel when this process dies, for test sessions)."""
     config_path = dev_dir(home) / "models.json"
     config_path.write_text(json.dumps(server_config(port, weight_files()), indent=2) + "\n")
     log_path = dev_dir(home) / "models.log"
     command = [sys.executable, "-m", "llama_cpp.server", "--config_file", str(config_path)]
-    process = spawn_logged("the model server", command, dict(env), log_path)
+    process = spawn_logged(
+        "the model server", command, dict(env), log_path, die_with_parent=die_with_parent
+    )
     record = {
         "pid": process.pid,
         "pid_start": process_start_ticks(process.pid),
@@ -95,7 +101,9 @@ def launch_model_server(home: Path, port: int, env: Mapping[str, str]) -> dict[s
         "started_at": now_iso(),
     }
     deadline = time.monotonic() + START_TIMEOUT
-    while not port_answers(HOST, port, timeout=0.5):
+    # ready when it lists our aliases and is still running: a port that merely answers may be
+    # another process's that took the free port first (ours then fails to bind and exits)
+    while not (serves_models(HOST, port) and process.poll() is None):
         code = process.poll()
         if code is not None or time.monotonic() >= deadline:
             problem = f"exited with code {code}" if code is not None else "never answered"
@@ -105,6 +113,19 @@ def launch_model_server(home: Path, port: int, env: Mapping[str, str]) -> dict[s
             )
         time.sleep(0.2)
     return record
+
+
+def serves_models(host: str, port: int, timeout: float = 2.0) -> bool:
+    """Whether ``GET /v1/models`` on ``host:port`` lists every local alias (bounded by
+    ``timeout``)."""
+    if not port_answers(host, port, timeout=0.5):
+        return False
+    try:
+        with urllib.request.urlopen(f"http://{host}:{port}/v1/models", timeout=timeout) as answer:
+            listed = {m.get("id") for m in json.loads(answer.read()).get("data", [])}
+    except (OSError, ValueError, AttributeError):
+        return False
+    return set(LOCAL_MODELS) <= listed
 
 
 def check_decode() -> list[str]:

@@ -93,12 +93,16 @@ class SupportDeskJsonModel:
         try:
             decision = json.loads(response.content or "")
         except ValueError:
+            # not retryable: asked again with the same seed, it answers the same
             raise ModelProviderError(
                 f"model {self.name!r} answered no JSON decision (finish_reason "
-                f"{response.finish_reason}): {(response.content or '')[:200]!r}"
+                f"{response.finish_reason}): {(response.content or '')[:200]!r}",
+                retryable=False,
             ) from None
         if not isinstance(decision, dict):
-            raise ModelProviderError(f"model {self.name!r} answered {decision!r}, not an object")
+            raise ModelProviderError(
+                f"model {self.name!r} answered {decision!r}, not an object", retryable=False
+            )
         if planner:
             ticket = json.loads(request.messages[-1].content or "{}")
             calls = plan_calls(decision, ticket)

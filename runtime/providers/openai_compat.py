@@ -3,6 +3,7 @@ a LiteLLM proxy), built on the official ``openai`` SDK."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Mapping
 from decimal import Decimal
@@ -101,7 +102,13 @@ class OpenAICompatibleProvider:
         if response_format is not None:
             kwargs["response_format"] = dict(response_format)
         try:
-            completion = await self._client.chat.completions.create(**kwargs)
+            # The SDK's (httpx's) timeout bounds each read, not the call: a server that trickles
+            # bytes, or a connection that never closes, would keep a replay step waiting. The
+            # whole call gets the same deadline.
+            async with asyncio.timeout(self.timeout):
+                completion = await self._client.chat.completions.create(**kwargs)
+        except TimeoutError as exc:
+            raise self._error(f"timed out after {self.timeout:g}s", retryable=True) from exc
         except openai.APITimeoutError as exc:  # before APIConnectionError: it is a subclass
             raise self._error(f"timed out after {self.timeout:g}s", retryable=True) from exc
         except openai.APIConnectionError as exc:

@@ -3,6 +3,7 @@ graph, prompt bundles, policy sets, models and retrievers, so counterfactuals ca
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,7 +65,15 @@ class AgentCatalog:
         for name, provider in self.models.items():
             if recorded in (name, provider.profile):
                 return name
-        return None
+        # the same model and parameters served at another address (the local model server
+        # gets a new port with each `dev up`): the one registered model whose profile differs
+        # only by its endpoint
+        same = [
+            name
+            for name, provider in self.models.items()
+            if _without_endpoint(provider.profile) == _without_endpoint(recorded)
+        ]
+        return same[0] if len(same) == 1 else None
 
     def policy_set(self, version: str) -> PolicySet:
         try:
@@ -81,6 +90,12 @@ class AgentCatalog:
             raise InvalidInputError(
                 f"retriever {version!r} is not known for {self.graph_id} (known: {', '.join(sorted(self.retrievers))})"
             ) from None
+
+
+def _without_endpoint(profile: str) -> str:
+    """An OpenAI-compatible profile (``openai-compatible:MODEL@BASE_URL;…``) without
+    ``@BASE_URL``."""
+    return re.sub(r"@[^;]*", "", profile) if profile.startswith("openai-compatible:") else profile
 
 
 def replay_model(

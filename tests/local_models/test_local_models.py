@@ -12,7 +12,7 @@ from app.local_replay import run_prepared
 from app.model_registry import list_models
 from examples.support_desk.real_model import SupportDeskJsonModel
 from examples.support_desk.spec import run_scenario
-from models import ExecutionEventType, ReplayMode
+from models import ExecutionEventType, FixtureMissPolicy, ReplayMode
 from models.replay import ReplayBudget
 from models.replay_flow import ReplayPlan
 from runtime.replay.engine import ReplayEngine
@@ -51,12 +51,10 @@ async def _record(stack: ModelStack, model: str) -> str:
 
 def _engine(stack: ModelStack) -> ReplayEngine:
     world = stack.world.store  # the same simulated world the run was recorded against
-    return ReplayEngine(
-        stack.stores.ledger,
-        stack.stores.evidence,
-        stack.stores.artifacts,
-        catalogs(world, None, stack.settings.model_registry),
-    )
+    agents = catalogs(world, None, stack.settings.model_registry)
+    for catalog in agents.values():  # each registry model's provider, closed after the test
+        stack.closing.extend(getattr(m, "inner", m) for m in catalog.models.values())
+    return ReplayEngine(stack.stores.ledger, stack.stores.evidence, stack.stores.artifacts, agents)
 
 
 async def _replay(stack: ModelStack, run_id: str, mode: ReplayMode, **plan: object):  # type: ignore[no-untyped-def]
@@ -88,12 +86,26 @@ async def test_a_real_model_run_verifies_and_replays(model_stack: ModelStack) ->
     assert planned["customer_lookup"] in ("crm.get_customer", "crm.find_by_phone")
 
     recorded = await _replay(model_stack, run_id, ReplayMode.RECORDED)
-    assert recorded.model_calls == 0 and recorded.stopped is None
+    assert recorded.model_calls == 0 and recorded.tokens == 0 and recorded.stopped is None
+
+    # EXACT: the recorded model, found in the registry by the recorded profile, called live.
+    # The server's prompt cache can tip a sampled decision even with the recorded seed, and a
+    # CRM lookup the run did not record is then read live (sandbox-live), so the replay always
+    # runs to its end whatever the model decides.
+    live = FixtureMissPolicy.SANDBOX_LIVE
+    exact = await _replay(model_stack, run_id, ReplayMode.EXACT, miss_policy=live)
+    assert exact.model_calls >= 1 and exact.stopped is None
+    assert exact.tokens > exact.model_calls  # the usage the server reported, counted
 
     swapped = await _replay(
-        model_stack, run_id, ReplayMode.MODEL_SWAP, model_name="gemma3-270m", sampling_seed=7
+        model_stack,
+        run_id,
+        ReplayMode.MODEL_SWAP,
+        model_name="gemma3-270m",
+        sampling_seed=7,
+        miss_policy=live,
     )
-    assert swapped.model_calls >= 1 and swapped.stopped is None
+    assert swapped.model_calls >= 1 and swapped.stopped is None and swapped.tokens > 0
 
     stopped = await _replay(
         model_stack,

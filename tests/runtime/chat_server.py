@@ -21,11 +21,14 @@ HEALTH_PATH = "/healthz"
 
 @dataclass(frozen=True)
 class Scripted:
-    """One scripted answer: a status, a JSON (or raw text) body, and an optional delay."""
+    """One scripted answer: a status, a JSON (or raw text) body, and an optional delay;
+    ``trickle``: seconds between the body's bytes (headers first, then one byte at a time, as a
+    stalled server or proxy can)."""
 
     status: int = 200
     body: Any = None
     delay: float = 0.0
+    trickle: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -174,9 +177,9 @@ def _handler_class(server: ChatServer) -> type[BaseHTTPRequestHandler]:
             if answer.delay and server._stopping.wait(answer.delay):
                 self.close_connection = True  # stopping: nobody waits for this answer any more
                 return
-            self._send(answer.status, answer.body)
+            self._send(answer.status, answer.body, answer.trickle)
 
-        def _send(self, status: int, body: Any) -> None:
+        def _send(self, status: int, body: Any, trickle: float = 0.0) -> None:
             text = body if isinstance(body, str) else json.dumps(body)
             payload = text.encode()
             content_type = "text/plain" if isinstance(body, str) else "application/json"
@@ -185,7 +188,14 @@ def _handler_class(server: ChatServer) -> type[BaseHTTPRequestHandler]:
                 self.send_header("Content-Type", content_type)
                 self.send_header("Content-Length", str(len(payload)))
                 self.end_headers()
-                self.wfile.write(payload)
+                if not trickle:
+                    self.wfile.write(payload)
+                    return
+                for i in range(len(payload)):
+                    self.wfile.write(payload[i : i + 1])
+                    self.wfile.flush()
+                    if server._stopping.wait(trickle):
+                        return
             except (BrokenPipeError, ConnectionResetError):
                 pass  # the client gave up (its timeout); that is what some tests provoke
 

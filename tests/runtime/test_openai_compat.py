@@ -290,6 +290,19 @@ async def test_timeout_is_retryable_and_not_retried(
     assert len(server.bodies) == 1
 
 
+async def test_a_trickling_answer_is_cut_at_the_call_deadline(
+    server: ChatServer, make_provider: MakeProvider
+) -> None:
+    # each byte comes well inside httpx's read timeout, so only a deadline on the whole call
+    # ends it: the answer would take about 30 s
+    body = completion({"role": "assistant", "content": "slow"})
+    server.script(Scripted(body=body, trickle=0.1))
+    with pytest.raises(ModelProviderError) as caught:
+        await make_provider(timeout=0.5).complete(hello())
+    assert caught.value.retryable is True
+    assert "timed out after 0.5s" in str(caught.value)
+
+
 async def test_connection_refused_is_retryable() -> None:
     with socket.socket() as sock:  # a port that was free a moment ago: nothing listens there
         sock.bind(("127.0.0.1", 0))

@@ -28,3 +28,27 @@ def test_an_unconfigured_recorded_model_is_named_unless_substituted() -> None:
     assert "--substitute-model" in str(err.value)
     chosen = replay_model(catalog, ReplayMode.EXACT, None, MODEL_V1, "gpt-4o-2024-08-06")
     assert chosen == MODEL_V1
+
+
+class _Profiled:
+    def __init__(self, profile: str) -> None:
+        self.profile = profile
+
+
+def test_a_registry_model_is_found_at_another_address() -> None:
+    """The local model server gets a new port with each `dev up`: a run recorded on
+    gemma3-270m is replayed on gemma3-270m, never on a model with other parameters."""
+    recorded = "openai-compatible:gemma3-270m@http://127.0.0.1:41000/v1;temperature=0.8"
+    catalog = support_desk_catalog(None)
+    catalog.models = {
+        "gemma3-270m": _Profiled(recorded.replace("41000", "42000")),  # type: ignore[dict-item]
+        "smollm2-135m": _Profiled(
+            "openai-compatible:smollm2-135m@http://127.0.0.1:42000/v1;temperature=0.8"
+        ),
+        "gemma-hot": _Profiled(
+            "openai-compatible:gemma3-270m@http://127.0.0.1:42000/v1;temperature=1.5"
+        ),
+    }
+    assert replay_model(catalog, ReplayMode.EXACT, None, None, recorded) == "gemma3-270m"
+    with pytest.raises(InvalidInputError, match="is not configured"):
+        replay_model(catalog, ReplayMode.EXACT, None, None, recorded.replace("0.8", "0.3"))

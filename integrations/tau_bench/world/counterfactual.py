@@ -1,0 +1,84 @@
+"""The benchmark's own verdict on a conversation a replay produced: would this agent have
+passed the task? (issue 18, item 6: the end of a tau-bench model-swap replay.)
+
+The replayed conversation's tool calls are executed, in order, by our world tools on a private
+copy of the database version the source run was recorded against (``World``: the shared base
+is never written; each changed record is copied first), then tau-bench's rule is applied:
+reward 1 when the episode ended, the final database hash equals the hash after the task's
+ground-truth actions, and every required output was said to the user; 0 otherwise, with the
+reason.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel
+
+from integrations.tau_bench.trajectory import agent_texts, episode_finished, tool_calls
+from integrations.tau_bench.world.db import DomainData
+from integrations.tau_bench.world.replay import replay_run
+from models.forensics import ForensicsRun, output_found
+
+__all__ = ["CounterfactualVerdict", "counterfactual_verdict"]
+
+
+class CounterfactualVerdict(BaseModel):
+    counterfactual_reward: int
+    reason: str
+    db_version: str
+    final_hash: str
+    expected_hash: str
+    missing_outputs: list[str]
+    finished: bool
+    #: calls that changed the private copy (the shared base never changes)
+    mutating_calls: int
+
+    def summary(self) -> dict[str, Any]:
+        return self.model_dump()
+
+
+def counterfactual_verdict(
+    source: ForensicsRun, messages: list[dict[str, Any]], base: DomainData
+) -> CounterfactualVerdict:
+    """The verdict on ``messages`` (OpenAI chat messages of the replayed conversation, without
+    the system prompt) for ``source``'s task, on a private copy of ``base``."""
+    calls = tool_calls(messages, set(source.write_tools))
+    replayed = source.model_copy(
+        update={
+            "calls": tuple(calls),
+            "agent_texts": agent_texts(messages),
+            "finished": episode_finished(messages, calls),
+            "n_messages": len(messages),
+        }
+    )
+    world = replay_run(replayed, base, with_expected=True)
+    assert world.expected_hash is not None
+    texts = [t for _, t in replayed.agent_texts]
+    missing = [o for o in source.expected_outputs if not output_found(o, texts)]
+    finished = replayed.finished is not False
+    state_ok = world.final_hash == world.expected_hash
+    if not finished:
+        reason = "the episode did not reach its end (never scored)"
+    elif not state_ok:
+        reason = (
+            f"final database hash {world.final_hash[:12]} differs from the ground truth's "
+            f"{world.expected_hash[:12]}"
+        )
+    elif missing:
+        reason = f"required outputs not said to the user: {', '.join(map(repr, missing))}"
+    else:
+        outputs = f" and all {len(source.expected_outputs)} required outputs present"
+        reason = "final database hash equals the ground truth's" + (
+            outputs if source.expected_outputs else ""
+        )
+    return CounterfactualVerdict(
+        counterfactual_reward=int(finished and state_ok and not missing),
+        reason=reason,
+        db_version=base.version,
+        final_hash=world.final_hash,
+        expected_hash=world.expected_hash,
+        missing_outputs=missing,
+        finished=finished,
+        mutating_calls=sum(c.mutated for c in world.calls),
+    )
