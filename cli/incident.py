@@ -26,6 +26,7 @@ from models.errors import InvalidInputError
 from models.incident_flow import SideEffectResolution
 from models.replay_plans import CANDIDATE_KINDS
 from models.validation import validated
+from models.verdicts import summary_line
 
 #: the options each record field comes from, to name them in a refusal
 RESOLUTION_OPTIONS = {
@@ -178,14 +179,9 @@ async def incident_status(incident_id: str, as_json: JsonOption = False) -> None
 def _print_incident(incident_id: str, data: dict[str, Any]) -> None:
     typer.echo(f"{incident_id}: {data['phase']}  signature {data['signature'] or '-'}")
     for r in data["replays"]:
-        typer.echo(
-            f"  {r['label']:<16} {r['replay_id']}  {r['status']}  reproduced {r['reproduced']}/{r['runs']}"
-            + (
-                f"  inconclusive {r['inconclusive']}: not established"
-                if r.get("inconclusive")
-                else ""
-            )
-        )
+        # over the conclusive runs, as the JSON's rate: an inconclusive run showed nothing
+        shown = summary_line(r) if r.get("runs") else "not measured yet"
+        typer.echo(f"  {r['label']:<16} {r['replay_id']}  {r['status']}  {shown}")
     if data.get("watch"):
         w = data["watch"]
         typer.echo(
