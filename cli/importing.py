@@ -4,7 +4,7 @@ through the ingestion core. Idempotent: importing a file again records nothing n
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Protocol
 
@@ -39,7 +39,7 @@ def _tool_list(write_tools: str | None) -> list[str] | None:
 
 
 async def _import(
-    file: Path, as_json: bool, importer: Callable[[Stores], Awaitable[ImportReport]]
+    file: Path, as_json: bool, importer: Callable[[Stores], Coroutine[Any, Any, ImportReport]]
 ) -> None:
     """What every ``import`` command does around its importer: open the stores, show the
     elapsed-time bar while it runs, print its report (text or JSON) with the seconds taken."""

@@ -51,7 +51,6 @@ class ProxyVault:
             },
         )
 
-
     async def add_subjects(self, run_id: str, subjects: Sequence[RunSubject]) -> None:
         self._call(
             "vault.add_subjects",
