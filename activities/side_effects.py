@@ -67,14 +67,15 @@ async def check_retry(stores: Stores, side_effect_id: str) -> SideEffectRecord:
     # the status and arguments read here come from lookup rows: they must be what the chained
     # events say before a provider is called on their word
     await require_verified(stores.ledger, record.run_id, to=f"retry side effect {side_effect_id}")
-    check_retry_allowed(record)
+    # an ingested write is never Replaybook's to send, whatever its status
     run = await stores.ledger.get_run(record.run_id)
     if is_ingested(run.graph_id, run.labels):
         raise RetryNotAllowedError(
-            f"side effect {side_effect_id} ({record.capability_id}) was ingested from "
-            f"{run.labels.get('source') or 'another system'}: Replaybook has no provider for "
-            "it, retry it in the system that made it"
+            f"side effect {side_effect_id} ({record.capability_id}, {record.status.value}) was "
+            f"ingested from {run.labels.get('source') or 'another system'}: Replaybook has no "
+            "provider for it; retry it in the system that made it"
         )
+    check_retry_allowed(record)
     return record
 
 
