@@ -17,7 +17,6 @@ from types import ModuleType
 from typing import Any
 
 import typer
-from pydantic import ValidationError
 
 from cli import (
     agent,
@@ -36,9 +35,8 @@ from cli import (
     sandbox,
     slo,
 )
-from cli.common import internal_error, user_error
+from cli.common import internal_error, user_error, user_errors
 from cli.exit_codes import EXIT_INTERNAL, exit_code_for
-from models.errors import ReplaybookError
 
 
 class ReplaybookApp(typer.Typer):
@@ -53,8 +51,10 @@ class ReplaybookApp(typer.Typer):
             _configure_logs_when_structlog_loads()
         try:
             return super().__call__(*args, **kwargs)
-        except (ReplaybookError, ValidationError) as exc:
-            error = user_error(exc)
+        except SystemExit:  # --help and every normal end: nothing to translate
+            raise
+        except user_errors() as exc:  # evaluated only once something is raised
+            error = user_error(exc)  # type: ignore[arg-type]
             typer.echo(f"replaybook: {error}", err=True)
             sys.exit(exit_code_for(error))
         except Exception as exc:  # a bug: one line, the traceback in the CLI's error log

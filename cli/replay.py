@@ -60,8 +60,9 @@ MODES = {
 def cli_fields() -> PlanFields:
     """The options each plan field comes from, to name them in a refusal (built when a replay
     is started: the plan records are not imported to show ``--help``)."""
+    from models import replay_plans
 
-    return PlanFields(
+    return replay_plans.PlanFields(
         mode="--mode",
         prompt="--prompt",
         model="--model",
