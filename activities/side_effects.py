@@ -13,7 +13,14 @@ from temporalio.exceptions import ApplicationError
 
 from models import PolicyDecisionRecord, SideEffectRecord, SideEffectStatus
 from models.canonical import canonical_hash
-from models.errors import ConfigurationError, NotFoundError, ReplaybookError
+from models.errors import (
+    ConfigurationError,
+    InvalidInputError,
+    NotFoundError,
+    ReplaybookError,
+    RetryNotAllowedError,
+)
+from models.ingest import is_ingested
 from models.retry_flow import RetryCheck, SideEffectRetryResult
 from runtime.recorder import RunRecorder
 from runtime.side_effects import check_retry_allowed, retry_side_effect, settle_interrupted_retry
@@ -60,6 +67,14 @@ async def check_retry(stores: Stores, side_effect_id: str) -> SideEffectRecord:
     # the status and arguments read here come from lookup rows: they must be what the chained
     # events say before a provider is called on their word
     await require_verified(stores.ledger, record.run_id, to=f"retry side effect {side_effect_id}")
+    # an ingested write is never Replaybook's to send, whatever its status
+    run = await stores.ledger.get_run(record.run_id)
+    if is_ingested(run.graph_id, run.labels):
+        raise RetryNotAllowedError(
+            f"side effect {side_effect_id} ({record.capability_id}, {record.status.value}) was "
+            f"ingested from {run.labels.get('source') or 'another system'}: Replaybook has no "
+            "provider for it; retry it in the system that made it"
+        )
     check_retry_allowed(record)
     return record
 
@@ -73,12 +88,22 @@ async def retry_recorded_side_effect(
     anything reaches the provider. The durable form is the ``SideEffectRetry`` workflow."""
     record = await check_retry(stores, side_effect_id)
     run = await stores.ledger.get_run(record.run_id)
+    # the provider first: a write nothing here can send is refused before its raw arguments
+    # are decrypted (and that read audited as a retry)
+    try:
+        providers = await providers_for(run.graph_id)
+    except InvalidInputError as exc:
+        raise RetryNotAllowedError(f"side effect {side_effect_id}: {exc}") from None
+    if record.capability_id not in providers:
+        raise RetryNotAllowedError(
+            f"side effect {side_effect_id}: agent {run.graph_id!r} has no provider for "
+            f"{record.capability_id} here"
+        )
     recorder = RunRecorder(stores.ledger, stores.artifacts, record.run_id)
     recorder.step_id = record.step_id
     arguments = await recorded_arguments(stores, record)
 
     async def call(key: str, preq: str) -> dict:
-        providers = await providers_for(run.graph_id)
         context = ToolCallContext(record.run_id, recorder.logical_time(), key, preq)
         return await providers[record.capability_id](arguments, context)
 

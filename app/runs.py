@@ -6,7 +6,7 @@ from typing import Any
 
 from models.duplicates import duplicate_side_effects
 from models.evidence import SideEffectRecord
-from models.ingest import TOOL_LOOP_GRAPH_ID
+from models.ingest import is_ingested
 from runtime.completeness import evidence_completeness
 from stores.bundle import Stores
 from stores.sql.views import SqlRunViews, run_labels
@@ -22,7 +22,7 @@ def run_kind(run_id: str, graph_id: str, labels: dict[str, str]) -> str:
     """The kind of a run, from the labels its recorder gave it."""
     if labels.get("kind") == "replay":
         return "regress" if run_id.startswith("regress-") else "replay"
-    if labels.get("source") or graph_id == TOOL_LOOP_GRAPH_ID:
+    if is_ingested(graph_id, labels):
         return "imported"
     return "source"
 

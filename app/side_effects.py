@@ -18,6 +18,7 @@ from activities.side_effects import (
 from app.replays import ClientSource
 from models.errors import (
     ChainBrokenError,
+    InvalidInputError,
     NotFoundError,
     ReconciliationRequiredError,
     ReplaybookError,
@@ -69,6 +70,7 @@ _REFUSALS: dict[str, type[ReplaybookError]] = {
     "RetryNotAllowedError": RetryNotAllowedError,
     "ChainBrokenError": ChainBrokenError,
     "NotFoundError": NotFoundError,
+    "InvalidInputError": InvalidInputError,
 }
 
 

@@ -9,7 +9,6 @@ becomes an ``InvalidInputError`` naming the option, an unreachable Temporal a se
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import json
 import os
@@ -22,15 +21,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
 import typer
-from pydantic import ValidationError
 
 from cli.exit_codes import EXIT_BAD_INPUT, EXIT_INTERNAL, exit_code_for
-from devstack.components import dev_env_path
 from models.errors import ReplaybookError, StoreError
-from models.validation import invalid_input
 from worker import temporal_state
 
 if TYPE_CHECKING:
+    from pydantic import ValidationError
+
     from worker.settings import Settings
 
 T = TypeVar("T")
@@ -49,6 +47,7 @@ def cli_settings() -> Settings:
     ``replaybook dev up`` keeps in ``$REPLAYBOOK_HOME/dev/env`` while a stack is recorded
     there (``ConfigurationError`` for a refused value). Imported here, not at the top: the
     settings import the Temporal SDK, which ``--help`` should not wait for."""
+    from devstack.components import dev_env_path
     from runtime.executor import set_default_max_steps
     from runtime.manifests import set_image_digest
     from worker.settings import load_settings as read_settings
@@ -76,6 +75,10 @@ def run_async(fn: Callable[..., Coroutine[Any, Any, T]]) -> Callable[..., T]:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> T:
+        import asyncio
+
+        from pydantic import ValidationError
+
         from worker.logs import configure_logging
 
         configure_logging(load_settings().log_format)
@@ -122,7 +125,18 @@ def print_json(value: Any) -> None:
 
 
 def user_error(exc: ReplaybookError | ValidationError) -> ReplaybookError:
+    from pydantic import ValidationError
+
+    from models.validation import invalid_input
+
     return invalid_input(exc) if isinstance(exc, ValidationError) else exc
+
+
+def user_errors() -> tuple[type[Exception], ...]:
+    """What ``user_error`` turns into one line (pydantic imported only once one is raised)."""
+    from pydantic import ValidationError
+
+    return (ReplaybookError, ValidationError)
 
 
 def service_error(exc: BaseException) -> StoreError | None:
@@ -170,6 +184,8 @@ async def with_progress(
     nothing is drawn and ``poll`` is never called)."""
     if not sys.stderr.isatty():
         return await result
+    import asyncio
+
     from rich.console import Console
     from rich.progress import (
         BarColumn,

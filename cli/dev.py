@@ -8,13 +8,7 @@ import typer
 
 from cli.common import JsonOption, fail, load_settings, print_json
 from cli.exit_codes import exit_code_for
-from devstack.stack import (
-    DEFAULT_TEMPORAL_PORT,
-    DEFAULT_TEMPORAL_UI_PORT,
-    stack_down,
-    stack_status,
-    stack_up,
-)
+from devstack.ports import DEFAULT_TEMPORAL_PORT, DEFAULT_TEMPORAL_UI_PORT
 from models.errors import ReplaybookError
 
 app = typer.Typer()
@@ -81,6 +75,8 @@ def dev_up(
     as_json: JsonOption = False,
 ) -> None:
     """Start the stack in the background; on a running stack, restart only what died."""
+    from devstack.stack import stack_up
+
     settings = load_settings()
     try:
         result = stack_up(
@@ -105,6 +101,8 @@ def dev_up(
 @dev_app.command("status")
 def dev_status(as_json: JsonOption = False) -> None:
     """Each component with pid, liveness and address; exit 0 when all are up, 1 otherwise."""
+    from devstack.stack import stack_status
+
     status = stack_status(load_settings().home)
     if as_json:
         print_json(status)
@@ -117,6 +115,8 @@ def dev_status(as_json: JsonOption = False) -> None:
 @dev_app.command("down")
 def dev_down(as_json: JsonOption = False) -> None:
     """Stop the workers, then Temporal, then SeaweedFS; a no-op when nothing runs."""
+    from devstack.stack import stack_down
+
     settings = load_settings()
     stopped = stack_down(settings.home, echo=(lambda _: None) if as_json else typer.echo)
     if as_json:

@@ -17,12 +17,10 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from app.forensics import evaluate as evaluate_runs
-from app.forensics import expected_comparison, load_runs, measure_world_replay, world_data
 from cli.common import JsonOption, fail, load_settings, print_json, run_async
-from models.forensics import ExpectedComparison
 
 if TYPE_CHECKING:
+    from models.forensics import ExpectedComparison
     from stores.bundle import Stores
 
 app = typer.Typer()
@@ -109,6 +107,8 @@ async def expected(
     env_data: EnvDataOption = None,
 ) -> None:
     """Compare a run's writes with its expected actions and predict its outcome."""
+    from app.forensics import expected_comparison, load_runs
+
     runs = await load_runs(_stores, files, tools_info, run_id)
     if not runs:
         fail(f"forensics: no imported tau-bench run {run_id!r}")
@@ -178,6 +178,9 @@ async def evaluate(
     env_data: EnvDataOption = None,
 ) -> None:
     """Agreement of predicted outcomes with recorded rewards, signatures, localisation."""
+    from app.forensics import evaluate as evaluate_runs
+    from app.forensics import load_runs
+
     runs = await load_runs(_stores, files, tools_info)
     if not runs:
         fail(
@@ -230,6 +233,8 @@ async def world(
     db_version: DbVersionOption = None,
 ) -> None:
     """Re-execute runs' tool calls against a private copy of the domain database."""
+    from app.forensics import load_runs, measure_world_replay, world_data
+
     if not env_data:
         fail("forensics world needs --env-data PATH (the benchmark's env-data folder)")
     if run_id is None and db_version:

@@ -4,12 +4,21 @@ through the ingestion core. Idempotent: importing a file again records nothing n
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Protocol
 
 import typer
 
 from cli.common import JsonOption, Progress, load_settings, print_json, run_async, with_progress
+
+if TYPE_CHECKING:  # the stores are imported when a command runs, not to show --help
+    from stores.bundle import Stores
+
+
+class ImportReport(Protocol):
+    def to_json(self) -> dict[str, Any]: ...
+
 
 app = typer.Typer()
 
@@ -22,6 +31,24 @@ app.add_typer(import_app, name="import")
 async def _elapsed() -> Progress:
     """An import reports nothing until it ends: the bar shows that it runs and for how long."""
     return ("", 0, None)
+
+
+def _tool_list(write_tools: str | None) -> list[str] | None:
+    """``--write-tools a,b`` as a list (None when not given: the importer decides)."""
+    return [w.strip() for w in write_tools.split(",") if w.strip()] if write_tools else None
+
+
+async def _import(
+    file: Path, as_json: bool, importer: Callable[[Stores], Coroutine[Any, Any, ImportReport]]
+) -> None:
+    """What every ``import`` command does around its importer: open the stores, show the
+    elapsed-time bar while it runs, print its report (text or JSON) with the seconds taken."""
+    from stores.bundle import open_stores
+
+    started = time.perf_counter()
+    async with open_stores(load_settings().stores) as stores:
+        report = await with_progress(importer(stores), _elapsed, f"importing {file.name}")
+    _print(report.to_json(), as_json, time.perf_counter() - started)
 
 
 def _print(report: dict[str, Any], as_json: bool, seconds: float) -> None:
@@ -62,25 +89,21 @@ async def import_tau_bench_command(
 ) -> None:
     """One run per (task_id, trial): model calls, tool fixtures, user turns, side effects."""
     from integrations.tau_bench.importer import import_tau_bench
-    from stores.bundle import open_stores
 
-    started = time.perf_counter()
-    async with open_stores(load_settings().stores) as stores:
-        report = await with_progress(
-            import_tau_bench(
-                stores.ledger,
-                stores.artifacts,
-                stores.evidence,
-                file,
-                domain,
-                tools_info,
-                tools_commit,
-                env_version,
-            ),
-            _elapsed,
-            f"importing {file.name}",
-        )
-    _print(report.to_json(), as_json, time.perf_counter() - started)
+    await _import(
+        file,
+        as_json,
+        lambda stores: import_tau_bench(
+            stores.ledger,
+            stores.artifacts,
+            stores.evidence,
+            file,
+            domain,
+            tools_info,
+            tools_commit,
+            env_version,
+        ),
+    )
 
 
 @import_app.command("tau2-bench")
@@ -104,19 +127,15 @@ async def import_tau2_bench_command(
 ) -> None:
     """One run per simulation (task, trial): messages, reward_info, termination_reason."""
     from integrations.tau2_bench.importer import import_tau2_bench
-    from stores.bundle import open_stores
 
-    started = time.perf_counter()
-    writes = [w.strip() for w in write_tools.split(",") if w.strip()] if write_tools else None
-    async with open_stores(load_settings().stores) as stores:
-        report = await with_progress(
-            import_tau2_bench(
-                stores.ledger, stores.artifacts, stores.evidence, file, tools_info, writes, domain
-            ),
-            _elapsed,
-            f"importing {file.name}",
-        )
-    _print(report.to_json(), as_json, time.perf_counter() - started)
+    writes = _tool_list(write_tools)
+    await _import(
+        file,
+        as_json,
+        lambda stores: import_tau2_bench(
+            stores.ledger, stores.artifacts, stores.evidence, file, tools_info, writes, domain
+        ),
+    )
 
 
 @import_app.command("otel")
@@ -131,17 +150,13 @@ async def import_otel_command(
 ) -> None:
     """One run per trace: gen_ai model calls, tool executions; unknown spans kept as opaque."""
     from ingest.otel import import_otel
-    from stores.bundle import open_stores
 
-    writes = [w.strip() for w in write_tools.split(",") if w.strip()] if write_tools else None
-    started = time.perf_counter()
-    async with open_stores(load_settings().stores) as stores:
-        report = await with_progress(
-            import_otel(stores.ledger, stores.artifacts, stores.evidence, file, writes),
-            _elapsed,
-            f"importing {file.name}",
-        )
-    _print(report.to_json(), as_json, time.perf_counter() - started)
+    writes = _tool_list(write_tools)
+    await _import(
+        file,
+        as_json,
+        lambda stores: import_otel(stores.ledger, stores.artifacts, stores.evidence, file, writes),
+    )
 
 
 @import_app.command("openinference")
@@ -156,14 +171,12 @@ async def import_openinference_command(
 ) -> None:
     """One run per trace of OpenInference spans (Arize Phoenix): LLM, TOOL, AGENT/CHAIN spans."""
     from ingest.openinference import import_openinference
-    from stores.bundle import open_stores
 
-    writes = [w.strip() for w in write_tools.split(",") if w.strip()] if write_tools else None
-    started = time.perf_counter()
-    async with open_stores(load_settings().stores) as stores:
-        report = await with_progress(
-            import_openinference(stores.ledger, stores.artifacts, stores.evidence, file, writes),
-            _elapsed,
-            f"importing {file.name}",
-        )
-    _print(report.to_json(), as_json, time.perf_counter() - started)
+    writes = _tool_list(write_tools)
+    await _import(
+        file,
+        as_json,
+        lambda stores: import_openinference(
+            stores.ledger, stores.artifacts, stores.evidence, file, writes
+        ),
+    )

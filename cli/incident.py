@@ -7,25 +7,9 @@ from typing import Annotated, Any
 
 import typer
 
-from app.incidents import (
-    check_confirmation_inputs,
-    confirm_root_cause,
-    incident_status_view,
-    load_report,
-    new_incident_request,
-    open_incident,
-    parse_candidates,
-    resolve_side_effect,
-    retire_case,
-    signature_groups,
-)
-from app.replays import parse_budget, parse_miss_policy
 from cli.common import JsonOption, Progress, load_settings, print_json, run_async, with_progress
 from cli.exit_codes import EXIT_BROKEN
 from models.errors import InvalidInputError
-from models.incident_flow import SideEffectResolution
-from models.replay_plans import CANDIDATE_KINDS
-from models.validation import validated
 
 #: the options each record field comes from, to name them in a refusal
 RESOLUTION_OPTIONS = {
@@ -130,6 +114,9 @@ async def incident_open(
 ) -> None:
     """Open an incident for RUN_ID: starts the Incident workflow (id = incident id). Its
     replays share one budget (no limit unless given)."""
+    from app.incidents import new_incident_request, open_incident, parse_candidates
+    from app.replays import parse_budget, parse_miss_policy
+    from models.replay_plans import CANDIDATE_KINDS
     from stores.bundle import open_stores
     from worker.temporal import connect
 
@@ -164,6 +151,7 @@ async def incident_open(
 @run_async
 async def incident_status(incident_id: str, as_json: JsonOption = False) -> None:
     """Phase, signature, replays with rates, and the human tasks it waits for."""
+    from app.incidents import incident_status_view
     from worker.temporal import connect
 
     data = await incident_status_view(await connect(load_settings()), incident_id)
@@ -176,16 +164,13 @@ async def incident_status(incident_id: str, as_json: JsonOption = False) -> None
 
 
 def _print_incident(incident_id: str, data: dict[str, Any]) -> None:
+    from models.verdicts import summary_line
+
     typer.echo(f"{incident_id}: {data['phase']}  signature {data['signature'] or '-'}")
     for r in data["replays"]:
-        typer.echo(
-            f"  {r['label']:<16} {r['replay_id']}  {r['status']}  reproduced {r['reproduced']}/{r['runs']}"
-            + (
-                f"  inconclusive {r['inconclusive']}: not established"
-                if r.get("inconclusive")
-                else ""
-            )
-        )
+        # over the conclusive runs, as the JSON's rate: an inconclusive run showed nothing
+        shown = summary_line(r) if r.get("runs") else "not measured yet"
+        typer.echo(f"  {r['label']:<16} {r['replay_id']}  {r['status']}  {shown}")
     if data.get("watch"):
         w = data["watch"]
         typer.echo(
@@ -218,6 +203,9 @@ async def incident_resolve(
     as_json: JsonOption = False,
 ) -> None:
     """Settle an UNKNOWN side effect no reconciler could (a Temporal update)."""
+    from app.incidents import resolve_side_effect
+    from models.incident_flow import SideEffectResolution
+    from models.validation import validated
     from worker.temporal import connect
 
     if outcome not in ("applied", "not-applied"):
@@ -275,6 +263,7 @@ async def incident_confirm(
     ] = None,
 ) -> None:
     """Confirm the root cause (a Temporal update, validated: non-empty, cites replays)."""
+    from app.incidents import check_confirmation_inputs, confirm_root_cause
     from worker.temporal import connect
 
     require_text(root_cause=root_cause, fix_version=fix_version, verified_by=verified_by)
@@ -297,6 +286,7 @@ async def incident_confirm(
 @run_async
 async def signatures(as_json: JsonOption = False) -> None:
     """Incidents grouped by failure signature, with counts."""
+    from app.incidents import signature_groups
     from stores.bundle import open_stores
 
     async with open_stores(load_settings().stores) as stores:
@@ -318,6 +308,7 @@ async def report(
     output: Annotated[Path | None, typer.Option("-o", "--output", help="Write to FILE.")] = None,
 ) -> None:
     """The incident's FailureForensicsReport as JSON, Markdown or a single-file HTML page."""
+    from app.incidents import load_report
     from stores.bundle import open_stores
 
     async with open_stores(load_settings().stores) as stores:
@@ -364,7 +355,10 @@ def regress(
 async def _gate(
     candidate: list[str] | None, graphs: list[str], repeat: int, on_fixture_miss: str, as_json: bool
 ) -> None:
+    from app.incidents import parse_candidates
     from app.regression import gated_graphs, run_gate
+    from app.replays import parse_miss_policy
+    from models.replay_plans import CANDIDATE_KINDS
     from stores.bundle import open_stores
     from worker.catalogs import catalogs
     from worker.temporal import connect
@@ -439,6 +433,7 @@ async def regress_retire(
     case_id: str, reason: Annotated[str, typer.Option(help="Why the case no longer applies.")]
 ) -> None:
     """Retire a regression case (it stays on record, inactive)."""
+    from app.incidents import retire_case
     from stores.bundle import open_stores
 
     async with open_stores(load_settings().stores) as stores:

@@ -7,12 +7,16 @@ group imports another and nothing imports this module but the console entry poin
 
 from __future__ import annotations
 
+import importlib.abc
+import importlib.machinery
+import importlib.util
 import os
 import sys
+from collections.abc import Sequence
+from types import ModuleType
 from typing import Any
 
 import typer
-from pydantic import ValidationError
 
 from cli import (
     agent,
@@ -31,9 +35,8 @@ from cli import (
     sandbox,
     slo,
 )
-from cli.common import internal_error, user_error
+from cli.common import internal_error, user_error, user_errors
 from cli.exit_codes import EXIT_INTERNAL, exit_code_for
-from models.errors import ReplaybookError
 
 
 class ReplaybookApp(typer.Typer):
@@ -45,19 +48,57 @@ class ReplaybookApp(typer.Typer):
         # a terminal, JSON otherwise or when REPLAYBOOK_LOG_FORMAT=json; commands that load the
         # settings configure it again from them
         if not {"--help", "-h"} & set(sys.argv[1:]) and len(sys.argv) > 1:
-            from worker.logs import configure_logging
-
-            fmt = os.environ.get("REPLAYBOOK_LOG_FORMAT", "auto")
-            configure_logging(fmt if fmt in ("json", "console", "auto") else "auto")
+            _configure_logs_when_structlog_loads()
         try:
             return super().__call__(*args, **kwargs)
-        except (ReplaybookError, ValidationError) as exc:
-            error = user_error(exc)
+        except SystemExit:  # --help and every normal end: nothing to translate
+            raise
+        except user_errors() as exc:  # evaluated only once something is raised
+            error = user_error(exc)  # type: ignore[arg-type]
             typer.echo(f"replaybook: {error}", err=True)
             sys.exit(exit_code_for(error))
         except Exception as exc:  # a bug: one line, the traceback in the CLI's error log
             typer.echo(f"replaybook: {internal_error(exc)}", err=True)
             sys.exit(EXIT_INTERNAL)
+
+
+class _LogsOnImport(importlib.abc.MetaPathFinder):
+    """Configures structlog the moment something imports it: logging is set up before the
+    first line is logged, and a command that logs nothing (``canonical``) never pays for
+    importing structlog."""
+
+    def find_spec(
+        self, name: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if name != "structlog":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        loader = spec.loader if spec else None
+        if spec is None or not isinstance(loader, importlib.abc.Loader):
+            return spec
+        exec_module = loader.exec_module
+
+        def exec_then_configure(module: ModuleType) -> None:
+            exec_module(module)
+            _configure_logs()
+
+        loader.exec_module = exec_then_configure  # type: ignore[method-assign]
+        return spec
+
+
+def _configure_logs() -> None:
+    from worker.logs import configure_logging
+
+    fmt = os.environ.get("REPLAYBOOK_LOG_FORMAT", "auto")
+    configure_logging(fmt if fmt in ("json", "console", "auto") else "auto")
+
+
+def _configure_logs_when_structlog_loads() -> None:
+    if "structlog" in sys.modules:
+        _configure_logs()
+    elif not any(isinstance(f, _LogsOnImport) for f in sys.meta_path):
+        sys.meta_path.insert(0, _LogsOnImport())
 
 
 app = ReplaybookApp(

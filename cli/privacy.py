@@ -6,7 +6,6 @@ from typing import Annotated
 
 import typer
 
-from app.privacy import delete_subject, hold, parse_until, release, sweep
 from cli.common import JsonOption, load_settings, print_json, run_async
 
 app = typer.Typer()
@@ -21,6 +20,7 @@ app.add_typer(privacy_app, name="privacy")
 @run_async
 async def privacy_sweep(as_json: JsonOption = False) -> None:
     """Destroy the raw content of runs past their retention class (runs on hold are kept)."""
+    from app.privacy import sweep
     from stores.bundle import open_stores
 
     async with open_stores(load_settings().stores) as stores:
@@ -46,6 +46,7 @@ async def privacy_hold(
     as_json: JsonOption = False,
 ) -> None:
     """Put a run's evidence on legal hold (and its objects, with S3 Object Lock legal hold)."""
+    from app.privacy import hold, parse_until
     from stores.bundle import open_stores
 
     async with open_stores(load_settings().stores) as stores:
@@ -73,6 +74,7 @@ async def privacy_release(
 ) -> None:
     """Release a run's legal holds. An incident freeze keeps holding its evidence unless
     released explicitly with --incident ID."""
+    from app.privacy import release
     from stores.bundle import open_stores
 
     async with open_stores(load_settings().stores) as stores:
@@ -97,6 +99,7 @@ async def privacy_delete_subject(
 ) -> None:
     """Crypto-shred a data subject: destroy their data keys and raw content everywhere and
     record a receipt. Exit 2 naming the hold when any of their runs is on legal hold."""
+    from app.privacy import delete_subject
     from stores.bundle import open_stores
 
     async with open_stores(load_settings().stores) as stores:

@@ -3,19 +3,10 @@
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from app.replays import (
-    cancel_replay,
-    new_plan,
-    outcome_view,
-    parse_budget,
-    parse_miss_policy,
-    replay_view,
-    start_replay,
-)
 from cli.common import (
     JsonOption,
     Progress,
@@ -28,9 +19,6 @@ from cli.common import (
 from cli.exit_codes import EXIT_BROKEN
 from models import ReplayMode
 from models.errors import InvalidInputError
-from models.replay_flow import ReplayOutcome
-from models.replay_plans import PlanFields
-from models.verdicts import summary_line
 
 #: the end states of a replay that are a failed result (exit code 1)
 FAILED_STATES = ("FAILED", "CANCELED")
@@ -40,6 +28,10 @@ replay_app = typer.Typer(
     help="Replay recorded runs exactly or counterfactually.", no_args_is_help=True
 )
 app.add_typer(replay_app, name="replay")
+
+
+if TYPE_CHECKING:
+    from models.replay_plans import PlanFields
 
 
 class Mode(StrEnum):
@@ -65,15 +57,20 @@ MODES = {
 }
 
 
-CLI_FIELDS = PlanFields(
-    mode="--mode",
-    prompt="--prompt",
-    model="--model",
-    from_step="--from-step",
-    repeat="--repeat",
-    candidate="--candidate",
-    mode_names={mode: cli.value for cli, mode in MODES.items()},
-)
+def cli_fields() -> PlanFields:
+    """The options each plan field comes from, to name them in a refusal (built when a replay
+    is started: the plan records are not imported to show ``--help``)."""
+    from models import replay_plans
+
+    return replay_plans.PlanFields(
+        mode="--mode",
+        prompt="--prompt",
+        model="--model",
+        from_step="--from-step",
+        repeat="--repeat",
+        candidate="--candidate",
+        mode_names={mode: cli.value for cli, mode in MODES.items()},
+    )
 
 
 #: the replay's one budget (with --repeat, shared by all its runs); past it a replay stops
@@ -144,6 +141,8 @@ async def replay_start(
 ) -> None:
     """Start a replay of RUN_ID (a Temporal workflow whose id is the replay id); with --wait,
     exit 1 when it ends FAILED or CANCELED."""
+    from app.replays import new_plan, parse_budget, parse_miss_policy
+
     budget = parse_budget(
         max_model_calls=max_model_calls,
         max_tokens=max_tokens,
@@ -164,7 +163,7 @@ async def replay_start(
         budget=budget,
         miss=parse_miss_policy(on_fixture_miss.value),
         simulation=simulation,
-        fields=CLI_FIELDS,
+        fields=cli_fields(),
         substitute_model=substitute_model,
     )
     await _start(plan, deny_approval or [], wait=wait, as_json=as_json)
@@ -172,6 +171,7 @@ async def replay_start(
 
 async def _start(plan: Any, deny_approval: list[str], *, wait: bool, as_json: bool) -> None:
     """Start the replay; with ``wait``, follow it (a progress bar on a terminal) to its end."""
+    from app.replays import start_replay
     from stores.bundle import open_stores
     from worker.temporal import connect
 
@@ -222,6 +222,9 @@ async def _finished_view(handle: Any, replay_id: str) -> dict[str, Any]:
     shown as its status says, never as a traceback."""
     from temporalio.client import WorkflowFailureError
 
+    from app.replays import outcome_view
+    from models.replay_flow import ReplayOutcome
+
     try:
         outcome: ReplayOutcome = await handle.result()
     except WorkflowFailureError as exc:
@@ -256,6 +259,8 @@ def _print_view(view: dict[str, Any]) -> None:
 
 
 def _print_outcome(view: dict[str, Any]) -> None:
+    from models.verdicts import summary_line
+
     typer.echo(
         f"{view['replay_id']}: {view['status']} ({view['mode']}, confidence {view['confidence']}, completeness {view['completeness']})"
     )
@@ -288,6 +293,7 @@ def _print_outcome(view: dict[str, Any]) -> None:
 async def replay_status(replay_id: str, as_json: JsonOption = False) -> None:
     """The replay's status (from its workflow) and, when finished, its result; while it runs,
     its progress (steps and, with --repeat, child replays done of their total)."""
+    from app.replays import replay_view
     from stores.bundle import open_stores
     from worker.temporal import connect
 
@@ -365,6 +371,7 @@ async def _plan_of(client: Any, replay_id: str) -> Any:
 @run_async
 async def replay_cancel(replay_id: str) -> None:
     """Cancel a replay at any point; it ends CANCELED."""
+    from app.replays import cancel_replay
     from worker.temporal import connect
 
     await cancel_replay(await connect(load_settings()), replay_id)

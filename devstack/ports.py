@@ -4,6 +4,11 @@ from __future__ import annotations
 
 import socket
 
+#: the ports ``dev up`` gives the Temporal dev server unless told otherwise (here, not in
+#: ``devstack.stack``: the command line shows them in ``--help`` without importing the stack)
+DEFAULT_TEMPORAL_PORT = 7233
+DEFAULT_TEMPORAL_UI_PORT = 8233
+
 
 def free_ports(count: int, host: str = "127.0.0.1", exclude: set[int] | None = None) -> list[int]:
     """``count`` distinct ports the OS reports free on ``host`` (bound to port 0, then released)."""

@@ -61,15 +61,13 @@ from devstack.components import (
     worker_wiring,
     write_dev_env,
 )
-from devstack.ports import free_ports
+from devstack.ports import DEFAULT_TEMPORAL_PORT, DEFAULT_TEMPORAL_UI_PORT, free_ports
 from devstack.processes import pid_alive, port_answers, terminate
 from models.errors import ConfigurationError, StoreError
 from runtime.env_values import positive_int
 
 STATE_VERSION = 1
 STATE_FILENAME = "stack.json"
-DEFAULT_TEMPORAL_PORT = 7233
-DEFAULT_TEMPORAL_UI_PORT = 8233
 WORKER_COMMAND_ENV = "REPLAYBOOK_DEV_WORKER_COMMAND"
 
 #: Components in start order.

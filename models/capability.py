@@ -8,6 +8,18 @@ from models.base import Identifier, Record, object_schema
 from models.enums import SideEffectClass
 
 
+class PersonRecords(Record):
+    """How a capability's results name people: every object of a result that has
+    ``id_field`` is one person's record, the data subject ``<subject_prefix>:<id>``, whose
+    ``name_fields`` hold their name (redacted wherever it appears later in the run)."""
+
+    id_field: str
+    subject_prefix: str
+    name_fields: tuple[str, ...] = ("name",)
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
 class Capability(Record):
     """A tool the agent may call, as declared in the versioned capability registry.
 
@@ -30,6 +42,9 @@ class Capability(Record):
     reconciler: str | None = None
     #: argument names that identify a person (redacted in the sanitized view)
     personal_fields: tuple[str, ...] = ()
+    #: the people whose records its results hold (a CRM lookup): each becomes a data subject
+    #: of the run and their names are redacted (``redact-v2``)
+    person_records: PersonRecords | None = None
 
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 

@@ -13,7 +13,8 @@ from typing import Any
 MAX_VALUE = 40
 #: most values quoted in one explanation
 MAX_SHOWN = 2
-_TOKEN = re.compile(r"\w+|[^\w\s]")
+#: a pseudonym of the redaction policy (``<name:…>``) is one word: an answer diff names it whole
+_TOKEN = re.compile(r"<[a-z]+:[0-9a-f]{16}>|\w+|[^\w\s]")
 _MISSING = object()
 
 

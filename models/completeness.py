@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from pydantic import Field
 
 from models.base import Record
@@ -39,8 +41,16 @@ class EvidenceCompleteness(Record):
         return ReplayConfidence.FULL if self.score == self.total else ReplayConfidence.LIMITED
 
     def summary(self) -> str:
-        text = f"{self.score}/{self.total}"
-        return text + (f" (missing: {', '.join(self.missing)})" if self.missing else "")
+        return completeness_text(self.score, self.total, self.missing)
+
+
+def completeness_text(score: int, total: int, missing: Sequence[str]) -> str:
+    """``5/6 (missing: environment)``; a note that is not one of the six items (raw content a
+    deletion destroyed) follows after ``;``, so a 6/6 never says "missing"."""
+    items = [m for m in missing if m in ITEMS]
+    notes = [m for m in missing if m not in ITEMS]
+    text = f"{score}/{total}" + (f" (missing: {', '.join(items)})" if items else "")
+    return "; ".join([text, *notes])
 
 
 def score_completeness(facts: CompletenessFacts) -> EvidenceCompleteness:

@@ -15,6 +15,7 @@ from the recorded ``user.reply`` capability.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from decimal import Decimal
 from typing import Annotated, Literal
 
@@ -39,6 +40,13 @@ TOOL_LOOP_GRAPH_ID = "tool-loop"
 TOOL_LOOP_GRAPH_VERSION = "1"
 #: the recorded READ capability that answers a user turn (``{"turn": n}`` → ``{"content", "done"}``)
 USER_REPLY = "user.reply"
+
+
+def is_ingested(graph_id: str, labels: Mapping[str, str]) -> bool:
+    """Whether a run was ingested or imported from another system (its labels name the source,
+    or it runs on the generic tool loop): its tools are that system's, Replaybook has no
+    provider to call them with."""
+    return bool(labels.get("source")) or graph_id == TOOL_LOOP_GRAPH_ID
 
 
 #: how deep ingested JSON may nest (deeper is refused naming where, never a RecursionError)

@@ -5,14 +5,16 @@ A *data subject* is the person or organisation recorded data is about, named
 ``<kind>:<id>``: ``customer:C-1002`` (the end user), ``tenant:acme``. A run's subjects are
 declared at record time: the end user and the tenant the run serves (``RunSubjects``); a
 capability whose schema declares personal fields makes a run that calls it carry personal
-data of its end user. Raw payloads of a run are encrypted under the data key of the run's
+data of its end user, and a capability declaring ``person_records`` (a CRM lookup) makes
+every person whose record the run read a subject of it too (``SubjectKind.PERSON``: the
+customer, or a third party such as the wrong recipient). Raw payloads of a run are encrypted under the data key of the run's
 *primary* subject (the end user when there is one, else the tenant); a deletion request for
 any subject of a run destroys that run's raw content.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
@@ -20,6 +22,7 @@ from typing import Any
 from pydantic import Field, JsonValue
 
 from models.base import Identifier, Instant, Record, format_instant
+from models.capability import PersonRecords
 
 #: the actor and role names the privacy functions check
 FORENSIC_ROLE = "forensic"
@@ -32,6 +35,9 @@ TENANT_LABEL = "tenant"
 class SubjectKind(StrEnum):
     END_USER = "END_USER"
     TENANT = "TENANT"
+    #: a person whose record the run read from a provider (the customer the run is about, or
+    #: a third party such as the wrong recipient): the run holds their data
+    PERSON = "PERSON"
 
 
 class RunSubject(Record):
@@ -61,6 +67,33 @@ def run_subjects(labels: Mapping[str, str]) -> tuple[RunSubject, ...]:
             )
         )
     return tuple(out)
+
+
+def people_in(records: PersonRecords, value: Any) -> list[tuple[str, tuple[str, ...]]]:
+    """(subject id, names) of every person's record inside a provider's result ``value``."""
+    found: dict[str, list[str]] = {}
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            person = node.get(records.id_field)
+            if isinstance(person, str | int) and not isinstance(person, bool) and str(person):
+                names = found.setdefault(f"{records.subject_prefix}:{person}", [])
+                names += [node[f] for f in records.name_fields if isinstance(node.get(f), str)]
+            for child in node.values():
+                walk(child)
+        elif isinstance(node, list | tuple):
+            for child in node:
+                walk(child)
+
+    walk(value)
+    return [(subject, tuple(names)) for subject, names in found.items()]
+
+
+def person_subjects(subject_ids: Iterable[str], capability_id: str) -> tuple[RunSubject, ...]:
+    return tuple(
+        RunSubject(subject_id=s, kind=SubjectKind.PERSON, source=f"provider:{capability_id}")
+        for s in subject_ids
+    )
 
 
 class RawReadOutcome(StrEnum):

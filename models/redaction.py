@@ -26,6 +26,14 @@ raw or sanitized input. The pseudonym is an unkeyed hash: a low-entropy value (a
 number) can be found from its token by trying every number, so the sanitized view is
 pseudonymous, not anonymous; raw content itself is only ever stored encrypted.
 
+``redact-v2`` is ``redact-v1`` plus the names of people: every word of a name the run's
+providers gave it (``Capability.name_fields`` of the records a run read, e.g. the CRM's
+``name``) becomes ``<name:16 hex>`` wherever it appears later in the run — in the record
+itself, the model's reply ("Hello <name:…>"), an e-mail body. The policy is then a pure
+function of (raw JSON, personal field names, known names); the recorder learns the names as
+the run reads them (``RunRecorder.learn``). Its other pseudonyms are those of ``redact-v1``
+(same value, same token across both versions).
+
 ``none`` is the identity (runs recorded before redaction existed).
 """
 
@@ -35,16 +43,24 @@ import hashlib
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from models.canonical import canonical_hash
 
 NO_REDACTION = "none"
 REDACT_V1 = "redact-v1"
+REDACT_V2 = "redact-v2"
 DEFAULT_REDACTION_POLICY = REDACT_V1
+#: versions that redact the names a run learns from its providers
+NAME_POLICY_VERSIONS = frozenset({REDACT_V2})
+#: the salt of the pseudonyms: v2 keeps v1's tokens so "same customer" compares across them
+_TOKEN_SALT = {REDACT_V1: REDACT_V1, REDACT_V2: REDACT_V1}
+#: a word of a name shorter than this is not redacted alone (initials would hit every text)
+MIN_NAME_WORD = 2
 
 #: a token produced by a policy: never redacted again
-_TOKEN = re.compile(r"<(?:email|phone|card|secret|personal):[0-9a-f]{16}>")
+_TOKEN = re.compile(r"<(?:email|phone|card|secret|personal|name):[0-9a-f]{16}>")
 _EMAIL = re.compile(
     r"(?<![\w.+-])[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}"
 )
@@ -94,6 +110,8 @@ class RedactionPolicy:
 
     version: str = DEFAULT_REDACTION_POLICY
     personal_fields: frozenset[str] = field(default_factory=frozenset)
+    #: words of people's names known to the run (lower case); only ``redact-v2`` uses them
+    names: frozenset[str] = field(default_factory=frozenset)
 
     def __post_init__(self) -> None:
         if self.version not in KNOWN_POLICY_VERSIONS:
@@ -106,6 +124,20 @@ class RedactionPolicy:
     def is_identity(self) -> bool:
         return self.version == NO_REDACTION
 
+    @property
+    def redacts_names(self) -> bool:
+        return self.version in NAME_POLICY_VERSIONS
+
+    def with_names(self, names: Iterable[str]) -> RedactionPolicy:
+        """This policy knowing ``names`` too (each split into words); itself when nothing is
+        new or the version does not redact names."""
+        if not self.redacts_names:
+            return self
+        words = {w for n in names for w in name_words(n)} - self.names
+        if not words:
+            return self
+        return RedactionPolicy(self.version, self.personal_fields, self.names | words)
+
     def sanitize(self, value: Any) -> Any:
         """The sanitized view of a JSON value (a new value; the input is not changed)."""
         if self.is_identity:
@@ -114,7 +146,8 @@ class RedactionPolicy:
 
     def _token(self, kind: str, value: Any) -> str:
         text = value if isinstance(value, str) else canonical_hash(value)
-        digest = hashlib.sha256(f"{self.version}\x00{kind}\x00{text}".encode()).hexdigest()
+        salt = _TOKEN_SALT.get(self.version, self.version)
+        digest = hashlib.sha256(f"{salt}\x00{kind}\x00{text}".encode()).hexdigest()
         return f"<{kind}:{digest[:16]}>"
 
     def _value(self, value: Any, key: str | None) -> Any:
@@ -161,7 +194,21 @@ class RedactionPolicy:
         text = _SECRET.sub(lambda m: self._token("secret", m.group(0)), text)
         text = _EMAIL.sub(lambda m: self._token("email", m.group(0).lower()), text)
         text = _CARD.sub(self._card, text)
-        return _PHONE.sub(self._phone, text)
+        text = _PHONE.sub(self._phone, text)
+        return self._names(text) if self.names else text
+
+    def _names(self, text: str) -> str:
+        # the tokens just made are left alone: a name word never matches inside a token
+        pattern = _names_pattern(self.names)
+        parts = _TOKEN.split(text)
+        tokens = _TOKEN.findall(text)
+        out = [pattern.sub(self._name, parts[0])]
+        for token, part in zip(tokens, parts[1:], strict=True):
+            out += [token, pattern.sub(self._name, part)]
+        return "".join(out)
+
+    def _name(self, match: re.Match[str]) -> str:
+        return self._token("name", match.group(0).lower())
 
     def _card(self, match: re.Match[str]) -> str:
         digits = re.sub(r"\D", "", match.group(0))
@@ -177,12 +224,31 @@ class RedactionPolicy:
         return self._token("phone", ("+" if raw.startswith("+") else "") + digits)
 
 
-KNOWN_POLICY_VERSIONS = frozenset({NO_REDACTION, REDACT_V1})
+KNOWN_POLICY_VERSIONS = frozenset({NO_REDACTION, REDACT_V1, REDACT_V2})
+
+_WORD = re.compile(r"[^\W\d_]+(?:['’-][^\W\d_]+)*")
 
 
-def redaction_policy(version: str | None, personal_fields: Iterable[str] = ()) -> RedactionPolicy:
+def name_words(name: str) -> set[str]:
+    """The words of a person's name, lower case ("Carol Chen" -> {"carol", "chen"}); a name
+    already redacted (read back from sanitized evidence) has none."""
+    plain = _TOKEN.sub(" ", name)
+    words = set(_WORD.findall(plain))
+    words |= {part for w in words for part in re.split(r"['’-]", w)}  # "Anne-Marie": "Anne"
+    return {w.lower() for w in words if len(w) >= MIN_NAME_WORD}
+
+
+@lru_cache(maxsize=256)
+def _names_pattern(names: frozenset[str]) -> re.Pattern[str]:
+    alternatives = "|".join(re.escape(n) for n in sorted(names, key=lambda n: (-len(n), n)))
+    return re.compile(rf"(?<!\w)(?:{alternatives})(?!\w)", re.IGNORECASE)
+
+
+def redaction_policy(
+    version: str | None, personal_fields: Iterable[str] = (), names: Iterable[str] = ()
+) -> RedactionPolicy:
     """The policy a run pinned (``None``: recorded before redaction existed, the identity)."""
-    return RedactionPolicy(version or NO_REDACTION, frozenset(personal_fields))
+    return RedactionPolicy(version or NO_REDACTION, frozenset(personal_fields)).with_names(names)
 
 
 Sanitizer = Callable[[Any], Any]

@@ -108,7 +108,10 @@ def summary_line(summary: dict[str, Any]) -> str:
     reproduced = int(summary.get("reproduced") or 0)
     inconclusive = int(summary.get("inconclusive") or 0)
     runs = int(summary.get("runs") or 0)
-    conclusive = int(summary.get("not_reproduced", runs - reproduced - inconclusive)) + reproduced
+    not_reproduced = summary.get("not_reproduced")
+    if not_reproduced is None:
+        not_reproduced = max(runs - reproduced - inconclusive, 0)
+    conclusive = int(not_reproduced) + reproduced
     rate, ci = summary.get("rate"), summary.get("ci95")
     line = f"reproduced {reproduced}/{conclusive} conclusive"
     if rate is None or not isinstance(ci, list | tuple):

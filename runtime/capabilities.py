@@ -63,7 +63,13 @@ class CapabilityRegistry:
             {
                 "version": self.version,
                 "capabilities": [
-                    c.model_dump(mode="json", by_alias=True)
+                    # a capability declaring no person records hashes as it did before they
+                    # existed: old recordings keep matching their catalogs
+                    c.model_dump(
+                        mode="json",
+                        by_alias=True,
+                        exclude={"person_records"} if c.person_records is None else None,
+                    )
                     for c in sorted(self._capabilities.values(), key=lambda c: c.capability_id)
                 ],
             }

@@ -26,8 +26,10 @@ from models import (
     format_instant,
 )
 from models.canonical import canonicalize
+from models.capability import Capability
 from models.digest import sha256_digest
 from models.errors import InvalidInputError
+from models.privacy import people_in, person_subjects
 from models.redaction import RedactionPolicy
 from runtime.clock import RecordingClock, SystemAgentClock
 from runtime.ports import ArtifactStore, EventLedger, NewEvent
@@ -63,6 +65,25 @@ class RunRecorder:
         #: None: payloads are recorded as given, with no raw/sanitized metadata (as before 0003)
         self.redaction = redaction
         self.subject_id = subject_id
+
+    async def learn_people(self, capability: Capability, response: Any) -> None:
+        """What a provider's result says about people (``Capability.person_records``): their
+        names are redacted from here on (``redact-v2``: this result, the model's reply, an
+        e-mail body…) and each becomes a data subject of this run, so deleting any of them
+        shreds the run's raw content."""
+        if capability.person_records is None:
+            return
+        people = people_in(capability.person_records, response)
+        if not people:
+            return
+        if self.redaction is not None:
+            self.redaction = self.redaction.with_names(n for _, names in people for n in names)
+        # a ledger that keeps no raw content has no vault (nor subjects) to tell
+        add_subjects = getattr(getattr(self.ledger, "vault", None), "add_subjects", None)
+        if add_subjects is not None:
+            await add_subjects(
+                self.run_id, person_subjects((s for s, _ in people), capability.capability_id)
+            )
 
     def hashing_view(self, value: Any) -> Any:
         """The view lookup hashes are computed over: sanitized, so raw and sanitized inputs

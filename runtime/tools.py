@@ -230,6 +230,9 @@ async def record_tool_call(
 ) -> ToolFixture:
     """Record one tool call as a ``ToolFixture`` (TOOL_CALL event), keyed by the hash of the
     exact ``request``; the recording and the replay gateways both record through this."""
+    capability = registry.get(capability_id)
+    # names and people first: this very record is then stored with the names redacted
+    await recorder.learn_people(capability, sanitized_response)
     fixture = ToolFixture(
         tool_call_id=call_id,
         capability_id=capability_id,
@@ -243,7 +246,7 @@ async def record_tool_call(
         provider_request_id=provider_request_id,
         run_id=recorder.run_id,
         step_id=recorder.step_id,
-        side_effect_class=registry.get(capability_id).side_effect_class,
+        side_effect_class=capability.side_effect_class,
     )
     await recorder.record(ExecutionEventType.TOOL_CALL, record=fixture)
     return fixture

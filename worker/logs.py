@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import logging
 import sys
+from typing import TYPE_CHECKING
 
-import structlog
-from structlog.typing import EventDict, WrappedLogger
+if TYPE_CHECKING:
+    from structlog.typing import EventDict, WrappedLogger
 
 
 def add_temporal_context(_logger: WrappedLogger, _method: str, event_dict: EventDict) -> EventDict:
@@ -38,7 +39,11 @@ class _CurrentStderr:
 
 def configure_logging(fmt: str = "auto", level: int = logging.INFO) -> None:
     """``fmt`` is ``json``, ``console`` or ``auto`` (console on a terminal). Logs go to stderr
-    so that command output on stdout stays machine-readable."""
+    so that command output on stdout stays machine-readable. structlog is imported here, not
+    at the top: the command line configures it the moment something imports it
+    (``cli.main``), which must not import this module half-way."""
+    import structlog
+
     as_json = fmt == "json" or (fmt == "auto" and not sys.stderr.isatty())
     renderer = (
         structlog.processors.JSONRenderer()

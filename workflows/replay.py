@@ -35,6 +35,7 @@ with workflow.unsafe.imports_passed_through():
         shares,
         spent,
     )
+    from models.completeness import completeness_text
     from models.enums import DiffType
     from models.queues import CONTROL_QUEUE, HEARTBEAT_TIMEOUT_SECONDS, REPLAY_QUEUE
     from models.replay import ReplayBudget, ReplayComparison, TrajectoryDiff
@@ -334,11 +335,10 @@ class ReplayWorkflow:
             status=status,
             # an inconclusive replay establishes nothing at full confidence
             confidence=prepared.confidence if conclusive else ReplayConfidence.LIMITED,
-            completeness=f"{prepared.completeness_score}/{prepared.completeness_total}"
-            + (
-                f" (missing: {', '.join(prepared.missing_evidence)})"
-                if prepared.missing_evidence
-                else ""
+            completeness=completeness_text(
+                prepared.completeness_score,
+                prepared.completeness_total,
+                prepared.missing_evidence,
             ),
             writes_blocked=resume.writes_blocked if resume else 0,
             fixture_misses=resume.fixture_misses if resume else 0,

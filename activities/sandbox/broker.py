@@ -30,6 +30,7 @@ from models.errors import (
     SandboxViolationError,
 )
 from models.model_call import ModelRequest
+from models.privacy import RunSubject, SubjectKind
 from models.replay_flow import StepInput
 from runtime.replay.engine import ReplayEngine
 from runtime.tools import ToolCallContext
@@ -71,6 +72,7 @@ class StepBroker:
             "model.complete": self._complete,
             "tool.read": self._tool_read,
             "vault.record_artifact_raw": self._record_artifact_raw,
+            "vault.add_subjects": self._add_subjects,
         }
 
     @classmethod
@@ -198,6 +200,18 @@ class StepBroker:
         await vault.record_artifact_raw(
             run_id, raw, str(p["sanitized_hash"]), str(p["policy_version"]), p.get("subject_id")
         )
+        return None
+
+    async def _add_subjects(self, p: dict[str, Any]) -> Any:
+        """People whose records a live read gave the replay: subjects of its own run, so a
+        deletion of any of them shreds it (only ever ``PERSON`` subjects, never a new primary)."""
+        run_id = self._own("vault.add_subjects", p["run_id"])
+        subjects = [RunSubject.model_validate(s) for s in p.get("subjects") or ()]
+        if any(s.kind is not SubjectKind.PERSON for s in subjects):
+            raise Refused("vault.add_subjects", "vault.add_subjects of a subject not a PERSON")
+        vault = getattr(self.engine.ledger, "vault", None)
+        if vault is not None and subjects:
+            await vault.add_subjects(run_id, subjects)
         return None
 
     # evidence and artifacts ------------------------------------------------------------------

@@ -7,20 +7,34 @@ so a forged or malformed record from the untrusted side fails validation in the 
 from __future__ import annotations
 
 import base64
+import importlib
 from dataclasses import asdict
 from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel
 
-import models  # noqa: F401  (imports every record module, so every HashedRecord subclass exists)
 from models import ExecutionEvent, ExecutionEventType, HashedRecord, RunRecord, RunStatus
 from models import errors as error_tree
 from models.errors import ReplaybookError
 from runtime.ports import NewEvent
 
+_RECORD_MODULES = (
+    "models.evidence",
+    "models.execution",
+    "models.freeze",
+    "models.incident",
+    "models.regression",
+    "models.replay",
+    "models.report_bundle",
+)
+
 
 def _record_types() -> dict[str, type[BaseModel]]:
+    # every module defining a HashedRecord, imported here: ``models`` loads its records on
+    # first use, so a subclass not imported yet would be missing from the walk below
+    for module in _RECORD_MODULES:
+        importlib.import_module(module)
     found: dict[str, type[BaseModel]] = {"RunRecord": RunRecord, "ExecutionEvent": ExecutionEvent}
     pending: list[type] = [HashedRecord]
     while pending:

@@ -17,6 +17,7 @@ from models import ExecutionEvent, ExecutionEventType, HashedRecord, RunRecord, 
 from models.chain import ChainVerification
 from models.errors import SandboxViolationError
 from models.model_call import ModelRequest, ModelResponse
+from models.privacy import RunSubject
 from runtime.ports import NewEvent
 from runtime.replay.catalog import AgentCatalog
 from runtime.replay.gateways import model_price
@@ -48,6 +49,12 @@ class ProxyVault:
                 "policy_version": policy_version,
                 "subject_id": subject_id,
             },
+        )
+
+    async def add_subjects(self, run_id: str, subjects: Sequence[RunSubject]) -> None:
+        self._call(
+            "vault.add_subjects",
+            {"run_id": run_id, "subjects": [s.model_dump(mode="json") for s in subjects]},
         )
 
 

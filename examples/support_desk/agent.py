@@ -12,7 +12,7 @@ from datetime import timedelta
 from typing import Any
 
 from models import ApprovalDecision, ApprovalRecord, PolicyDecision, SideEffectClass
-from models.capability import Capability
+from models.capability import Capability, PersonRecords
 from models.model_call import ChatMessage
 from runtime.capabilities import CapabilityRegistry
 from runtime.environment import AgentEnvironment
@@ -41,6 +41,9 @@ PROMPTS = {
     ),
 }
 
+#: a CRM record is one customer's: a data subject of the run that read it, name redacted
+CRM_PEOPLE = PersonRecords(id_field="customer_id", subject_prefix="customer", name_fields=("name",))
+
 CAPABILITIES = CapabilityRegistry(
     "support-capabilities-2026.08",
     [
@@ -56,6 +59,7 @@ CAPABILITIES = CapabilityRegistry(
             side_effect_class=SideEffectClass.READ,
             idempotent=True,
             sandbox_live_allowed=True,
+            person_records=CRM_PEOPLE,
         ),
         Capability(
             capability_id="crm.find_by_phone",
@@ -69,6 +73,7 @@ CAPABILITIES = CapabilityRegistry(
             side_effect_class=SideEffectClass.READ,
             idempotent=True,
             personal_fields=("phone",),
+            person_records=CRM_PEOPLE,
         ),
         Capability(
             capability_id="payment.refund",

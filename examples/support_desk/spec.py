@@ -19,7 +19,7 @@ from examples.support_desk.knowledge import KeywordRetriever
 from examples.support_desk.model import ScriptedSupportModel
 from examples.support_desk.providers import SimulatedWorld
 from models.errors import InvalidInputError
-from models.redaction import REDACT_V1
+from models.redaction import REDACT_V2
 from runtime.executor import RunResult
 from runtime.ports import ArtifactStore, EventLedger, ModelProvider
 from runtime.session import AgentSpec, record_run
@@ -59,7 +59,7 @@ def support_desk_spec(
         retriever=KeywordRetriever(),
         approver=SimulatedApprover(deny=deny_approvals),
         source_root=ROOT,
-        redaction_policy_version=REDACT_V1,
+        redaction_policy_version=REDACT_V2,
     )
 
 

@@ -284,6 +284,9 @@ class ReplayEngine:
                 },
             )
         )
+        vault = getattr(self.ledger, "vault", None)
+        if vault is not None:  # the replay holds the source's people's data: their subjects too
+            await vault.add_subjects(plan.replay_id, await vault.run_subjects(run.run_id))
         existing = await self.ledger.events(plan.replay_id)
         if existing:  # prepared before (a retried activity): the header is already there
             return existing[-1].sequence, manifest

@@ -10,7 +10,7 @@ from typing import Any
 
 from sqlalchemy import insert, select
 
-from models.privacy import RunSubject
+from models.privacy import RunSubject, SubjectKind
 from stores.sql import schema
 from stores.sql.database import Database, utc
 
@@ -55,7 +55,9 @@ class RawVaultQueries:
                     "subject_id": subject.subject_id,
                     "kind": str(subject.kind),
                     "source": subject.source,
-                    "is_primary": i == 0 and not known,
+                    # raw is sealed under the declared end user (or tenant), never under a
+                    # person the run only read about
+                    "is_primary": i == 0 and not known and subject.kind is not SubjectKind.PERSON,
                 }
                 for i, subject in enumerate(subjects)
                 if subject.subject_id not in known
@@ -81,6 +83,13 @@ class RawVaultQueries:
                 "primary": bool(row.is_primary),
             }
             for row in rows
+        ]
+
+    async def run_subjects(self, run_id: str) -> list[RunSubject]:
+        """The run's subjects as records (a replay's run inherits its source's)."""
+        return [
+            RunSubject(subject_id=s["subject_id"], kind=SubjectKind(s["kind"]), source=s["source"])
+            for s in await self.subjects(run_id)
         ]
 
     async def runs_of_subject(self, subject_id: str) -> list[str]:

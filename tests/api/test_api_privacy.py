@@ -96,7 +96,7 @@ async def test_event_endpoint_is_sanitized_for_every_reader(papi: PrivacyApi) ->
         assert answer.status_code == 200, answer.text
         body = answer.json()
         assert body["view"] == "sanitized" and body["raw_state"] == "AVAILABLE"
-        assert body["type"] == "TOOL_CALL" and body["redaction_policy_version"] == "redact-v1"
+        assert body["type"] == "TOOL_CALL" and body["redaction_policy_version"] == "redact-v2"
         assert PHONE not in json.dumps(body["payload"]) and "<phone:" in answer.text
     missing = await papi.client.get(
         f"/api/runs/{papi.run_id}/events/9999", headers=auth("view-token")

@@ -56,6 +56,8 @@ def test_runs_show_lists_the_data_subjects(home: Path, wrong_customer: tuple[str
     shown = ok(run(["runs", "show", wrong_customer[0], "--json"], home))
     assert [(s["subject_id"], s["kind"], s["primary"]) for s in shown["subjects"]] == [
         ("customer:C-2002", "END_USER", True),
+        # the phone lookup returned Bob's record too: a third party whose data the run holds
+        ("customer:C-2001", "PERSON", False),
         ("tenant:acme", "TENANT", False),
     ]
 
@@ -66,7 +68,7 @@ def test_evidence_show_is_sanitized_raw_needs_a_reason_and_is_audited(
     run_id, seq = wrong_customer
     sanitized = ok(run(["evidence", "show", run_id, str(seq), "--json"], home))
     assert sanitized["view"] == "sanitized" and sanitized["raw_state"] == "AVAILABLE"
-    assert sanitized["redaction_policy_version"] == "redact-v1"
+    assert sanitized["redaction_policy_version"] == "redact-v2"
     assert PHONE not in json.dumps(sanitized["payload"]) and "<phone:" in json.dumps(sanitized)
     assert sanitized["raw_hash"] != sanitized["sanitized_hash"]
 

@@ -17,6 +17,7 @@ from cli.exit_codes import COMMAND_EXIT_CODES
 from cli.main import app
 from devstack.ports import free_ports
 from tests.cli.test_cli import ROOT, run
+from tests.testdata import unpacked_testdata
 
 
 def _commands(group: Any, prefix: str = "") -> set[str]:
@@ -189,3 +190,20 @@ def test_denying_an_approval_the_run_never_recorded_is_refused(tmp_path: Path) -
     )
     line = assert_one_line_refusal(refused, 2, "--deny-approval email.send")
     assert "approved: payment.refund" in line
+
+
+def test_retrying_an_ingested_write_says_there_is_no_provider_for_it(tmp_path: Path) -> None:
+    trace = sorted((unpacked_testdata() / "otel-any-agent").glob("*_trace.json"))[0]
+    imported = run(
+        ["import", "otel", str(trace), "--write-tools", "write_file", "--json"], tmp_path
+    )
+    assert imported.returncode == 0, imported.stderr.decode()
+    (run_id,) = json.loads(imported.stdout)["run_ids"]
+    shown = run(["runs", "show", run_id, "--json"], tmp_path)
+    (effect,) = json.loads(shown.stdout)["side_effects"]
+    refused = run(["side-effects", "retry", effect["side_effect_id"]], tmp_path)
+    line = assert_one_line_refusal(refused, 2, effect["side_effect_id"], "write_file")
+    assert "ingested from otel" in line and "no provider for it" in line, line
+    # refused before anything was read: the audit trail has no entry
+    audit = run(["audit", "--json"], tmp_path)
+    assert audit.returncode == 0 and json.loads(audit.stdout) == {"audit": []}, audit.stdout

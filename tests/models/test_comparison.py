@@ -774,3 +774,13 @@ def test_reproduction_summary() -> None:
     }
     with pytest.raises(InvalidInputError):
         reproduction_summary(3, 2)
+
+
+def test_an_answer_diff_names_a_pseudonym_whole() -> None:
+    bob, carol = "<name:19f93607e6824a9d>", "<name:3f4d8daaa39e2dbe>"
+    base = SOURCE.model_copy(update={"final_answer": f"Hello {bob}, here is your invoice."})
+    other = base.model_copy(update={"final_answer": f"Hello {carol}, here is your invoice."})
+    diff = only(compare_trajectories(base, other), DiffType.ANSWER_CHANGED)
+    assert diff.explanation.endswith(f"“{bob}” became “{carol}”")
+    # one word changed of eight, as for plain names
+    assert answer_similarity(base.final_answer, other.final_answer) == pytest.approx(0.875)

@@ -3,6 +3,7 @@ where the failure did not happen."""
 
 from __future__ import annotations
 
+from models.completeness import completeness_text
 from models.enums import InconclusiveReason, ReplayMode, ReplayStatus, ReplayVerdict
 from models.replay_flow import ReplayOutcome
 from models.verdicts import (
@@ -123,3 +124,40 @@ def test_environment_drift_names_the_changed_keys() -> None:
         "source_code",
     )
     assert code == ["source_code.head_commit"]
+
+
+def test_an_incident_replay_row_counts_over_its_conclusive_runs() -> None:
+    """The row ``incident status`` prints: 2 runs, both inconclusive, is not "0/2"."""
+    row = {
+        "reproduced": 0,
+        "not_reproduced": 0,
+        "inconclusive": 2,
+        "runs": 2,
+        "rate": None,
+        "ci95": None,
+        "inconclusive_reasons": {"FIXTURE_MISS": 2},
+    }
+    line = summary_line(row)
+    assert line.startswith("reproduced 0/0 conclusive (rate not established")
+    assert "inconclusive 2/2 (FIXTURE_MISS 2)" in line and "0/2" not in line
+    # a row whose not_reproduced is recorded as null is derived from the counts
+    assert summary_line({**row, "not_reproduced": None, "reproduced": 1, "inconclusive": 0})
+    assert "reproduced 1/2 conclusive" in summary_line(
+        {
+            **row,
+            "not_reproduced": None,
+            "reproduced": 1,
+            "inconclusive": 0,
+            "rate": 0.5,
+            "ci95": [0.1, 0.9],
+        }
+    )
+
+
+def test_completeness_never_says_missing_at_full_score() -> None:
+    destroyed = "raw content of 3 payload(s) destroyed by deletion request DSR-1 at T"
+    assert completeness_text(6, 6, ()) == "6/6"
+    assert completeness_text(6, 6, (destroyed,)) == f"6/6; {destroyed}"
+    assert completeness_text(5, 6, ("environment", destroyed)) == (
+        f"5/6 (missing: environment); {destroyed}"
+    )

@@ -4,16 +4,20 @@ retention sweep — on SQLite and PostgreSQL (local artifact directory), and on 
 from __future__ import annotations
 
 import json
+import re
 from datetime import timedelta
 
 import pytest
 
 from examples.support_desk.spec import run_scenario
 from models.errors import AccessDeniedError, ContentDestroyedError, EvidenceLockedError
-from models.privacy import RawEvidenceState, RawReadOutcome
+from models.privacy import RawEvidenceState, RawReadOutcome, SubjectKind
+from runtime.evidence_refs import referenced_artifacts
 from tests.privacy.conftest import PrivacyStack, make_stack
 
 RAW_VALUES = (b"bob@example.com", b"carol@example.com", b"+1-555-0199")
+#: the names of both customers sharing the phone (the CRM's records the run read)
+NAMES = re.compile(rb"\b(?:Carol|Chen|Bob|Martin)\b", re.IGNORECASE)
 
 
 async def _wrong_customer(stack: PrivacyStack) -> str:
@@ -33,12 +37,35 @@ async def test_recorded_payloads_are_sanitized_and_raw_is_kept_encrypted(stack) 
     assert (await stack.ledger.verify(run_id)).intact
     seq = await _first_tool_call(stack, run_id)
     meta = await stack.vault.raw_evidence(run_id, seq, decrypt=False)
-    assert meta.state is RawEvidenceState.AVAILABLE and meta.redaction_policy_version == "redact-v1"
+    assert meta.state is RawEvidenceState.AVAILABLE and meta.redaction_policy_version == "redact-v2"
     assert meta.raw_hash != meta.sanitized_hash
     events = {e.sequence: e for e in await stack.ledger.events(run_id)}
     assert meta.sanitized_hash == events[seq].payload_hash  # the chain covers the sanitized hash
     subjects = [s["subject_id"] for s in await stack.vault.subjects(run_id)]
-    assert subjects == ["customer:C-2002", "tenant:acme"]
+    # Bob, whose record the phone lookup returned too, is a subject of the run (a third party)
+    assert subjects == ["customer:C-2002", "customer:C-2001", "tenant:acme"]
+
+
+async def test_names_the_run_read_are_redacted_and_the_wrong_recipient_is_a_subject(stack) -> None:  # type: ignore[no-untyped-def]
+    run_id = await _wrong_customer(stack)
+    # events and stored artifacts (messages, checkpoint state): no name of either customer,
+    # although the CRM answered both records and the e-mail went out as "Hello Bob"
+    blob = b"".join(p or b"" for _, p in await stack.ledger.events_with_payloads(run_id))
+    for digest in await referenced_artifacts(stack.ledger, stack.evidence, run_id, stack.artifacts):
+        blob += await stack.artifacts.get(digest)  # type: ignore[attr-defined]
+    assert b"<name:" in blob and b"<email:" in blob
+    assert NAMES.findall(blob) == []
+    assert b"Hello <name:" in blob  # the reply the e-mail carried
+    seq = await _first_tool_call(stack, run_id)
+    bob = next(s for s in await stack.vault.run_subjects(run_id) if s.subject_id.endswith("2001"))
+    assert bob.kind is SubjectKind.PERSON and bob.source == "provider:crm.find_by_phone"
+
+    # deleting the third party shreds the raw content of this run too
+    receipt = await stack.privacy.delete_subject("customer:C-2001", "DSR-bob")
+    assert receipt.runs == (run_id,) and receipt.raw_payloads_destroyed > 0
+    with pytest.raises(ContentDestroyedError, match="DSR-bob"):
+        await stack.privacy.read_raw_evidence(run_id, seq, actor="ana", reason="check")
+    assert (await stack.ledger.verify(run_id)).intact
 
 
 async def test_raw_read_needs_the_forensic_role_and_a_reason_and_is_audited(stack) -> None:  # type: ignore[no-untyped-def]

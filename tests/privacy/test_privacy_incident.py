@@ -4,6 +4,7 @@ data, the chain still verifies, raw reads name the request, and a replay says LI
 
 from __future__ import annotations
 
+import re
 import uuid
 
 import pytest
@@ -14,10 +15,11 @@ from forensics.report import render_html, render_json, render_markdown
 from forensics.report_gather import report_bundle
 from models import ReplayMode
 from models.base import format_instant
-from models.enums import ReplayConfidence
+from models.enums import FixtureMissPolicy, ReplayConfidence
 from models.errors import ContentDestroyedError, EvidenceLockedError
-from models.incident_flow import IncidentPhase, IncidentView, RootCauseConfirmation
+from models.incident_flow import Counterfactual, IncidentPhase, IncidentView, RootCauseConfirmation
 from models.privacy import RawEvidenceState
+from models.redaction import REDACT_V2, redaction_policy
 from models.replay_flow import ReplayPlan, ReplayStatus
 from stores.sql.incidents import SqlIncidentStore
 from tests.workflows.test_incident_workflow import open_incident, wait_phase, wrong_customer_run
@@ -34,8 +36,21 @@ PERSONAL = sorted(
 )
 
 
+#: … nor their names (the CRM gave the run both records; the e-mail said "Hello Bob", a
+#: counterfactual replay reading Carol's record live says "Hello Carol")
+NAMES = re.compile(
+    "|".join(
+        rf"\b{word}\b"
+        for c in CUSTOMERS
+        if c["phone"] == SHARED_PHONE
+        for word in str(c["name"]).split()
+    ),
+    re.IGNORECASE,
+)
+
+
 def _leaks(text: str) -> list[str]:
-    return [needle for needle in PERSONAL if needle in text]
+    return [needle for needle in PERSONAL if needle in text] + NAMES.findall(text)
 
 
 async def _raw_sequences(stack, run_id: str) -> list[int]:  # type: ignore[no-untyped-def]
@@ -54,10 +69,19 @@ async def test_subject_deleted_after_an_incident_leaves_no_personal_data_in_its_
     stack = isolated_replay_stack
     privacy = stack.stores.privacy
     assert len(PERSONAL) >= 4 and "bob@example.com" in PERSONAL
+    assert NAMES.findall("Hello Carol, hello Bob") == ["Carol", "Bob"]
     run_id = await wrong_customer_run(stack)
     raw_seqs = await _raw_sequences(stack, run_id)
     assert raw_seqs, "the wrong-customer run keeps encrypted raw payloads"
-    handle = await open_incident(stack, run_id, repeat=1)
+    # the counterfactual reads the CRM live where v18 looks up by id: Carol's record, then
+    # "Hello Carol" in its reply, recorded in the replay's run and shown in the report
+    handle = await open_incident(
+        stack,
+        run_id,
+        repeat=1,
+        counterfactuals=(Counterfactual(kind="prompt", value="v18"),),
+        miss_policy=FixtureMissPolicy.SANDBOX_LIVE,
+    )
     view = await wait_phase(handle, IncidentPhase.AWAITING_CONFIRMATION)
     await handle.execute_update(
         "confirm_root_cause",
@@ -113,6 +137,17 @@ async def test_subject_deleted_after_an_incident_leaves_no_personal_data_in_its_
         assert _leaks(text) == [], fmt  # … and carries no raw personal data
     # the sanitized pseudonyms are what the report shows instead
     assert "<email:" in rendered["json"] or "<phone:" in rendered["json"]
+    # the replays' runs hold the same people's data: deleting the customer shreds them too
+    replay_runs = [r.replay_id for r in final.replays]
+    assert replay_runs and set(replay_runs) <= set(receipt.runs)
+    # … and what they recorded (the live CRM read, the reply) names nobody either
+    carol = redaction_policy(REDACT_V2, (), ["Carol"]).sanitize("Carol")
+    recorded = ""
+    for replay_id in replay_runs:
+        payloads = await stack.stores.ledger.events_with_payloads(replay_id)
+        recorded += b"".join(p or b"" for _, p in payloads).decode()
+    assert _leaks(recorded) == []
+    assert f"Hello {carol}" in recorded  # the counterfactual did greet Carol, pseudonymously
 
 
 async def test_replay_of_a_run_whose_subject_was_deleted_is_limited_and_says_why(  # type: ignore[no-untyped-def]

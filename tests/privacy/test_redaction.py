@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from models.canonical import canonical_hash
-from models.redaction import REDACT_V1, RedactionPolicy, luhn_valid, redaction_policy
+from models.redaction import (
+    REDACT_V1,
+    REDACT_V2,
+    RedactionPolicy,
+    luhn_valid,
+    name_words,
+    redaction_policy,
+)
 
 POLICY = redaction_policy(REDACT_V1, ["phone", "to"])
 
@@ -64,3 +73,37 @@ def test_identity_and_unknown_versions() -> None:
     assert redaction_policy(None).sanitize({"a": "x@y.com"}) == {"a": "x@y.com"}
     with pytest.raises(ValueError, match="unknown redaction policy version"):
         RedactionPolicy("redact-v999")
+
+
+V2 = redaction_policy(REDACT_V2, ["phone", "to"], ["Carol Chen", "Anne-Marie O'Neil"])
+
+
+def test_v2_redacts_every_word_of_a_known_name_wherever_it_appears() -> None:
+    raw = {
+        "customers": [{"customer_id": "C-2002", "name": "Carol Chen"}],
+        "body": "Hello Carol,\nCAROL CHEN asked; Anne-Marie and Anne too. Carolyn is someone else.",
+    }
+    out = V2.sanitize(raw)
+    text = str(out)
+    for word in ("Carol", "CAROL", "Chen", "CHEN", "Anne"):
+        assert re.search(rf"\b{word}\b", text) is None, word
+    assert "Carolyn" in out["body"]  # a whole word only
+    carol = V2.sanitize("Carol")
+    assert carol.startswith("<name:") and out["body"].startswith(f"Hello {carol},")
+    assert out["customers"][0]["name"] == f"{carol} {V2.sanitize('Chen')}"
+    assert out["customers"][0]["customer_id"] == "C-2002"
+    assert V2.sanitize(out) == out  # idempotent
+
+
+def test_v2_keeps_v1_tokens_and_v1_ignores_names() -> None:
+    assert V2.sanitize("bob@example.com") == POLICY.sanitize("bob@example.com")
+    v1 = redaction_policy(REDACT_V1, [], ["Carol Chen"])
+    assert v1.sanitize("Hello Carol") == "Hello Carol" and not v1.names
+
+
+def test_names_read_back_from_sanitized_evidence_teach_nothing() -> None:
+    sanitized = V2.sanitize("Carol Chen")
+    assert name_words(sanitized) == set()
+    assert redaction_policy(REDACT_V2, [], [sanitized]).names == frozenset()
+    assert name_words("Anne-Marie O'Neil X") >= {"anne-marie", "anne", "marie", "o'neil", "neil"}
+    assert "x" not in name_words("Anne-Marie O'Neil X")  # initials are not redacted alone

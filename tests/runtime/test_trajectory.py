@@ -13,7 +13,7 @@ from models import DiffType, ExecutionEventType, RunRecord
 from models.canonical import canonical_hash
 from models.comparison import compare_trajectories, reproduces
 from models.errors import ApprovalDeniedError
-from models.redaction import REDACT_V1, redaction_policy
+from models.redaction import REDACT_V1, REDACT_V2, redaction_policy
 from models.trajectory import Trajectory
 from runtime.approvals import action_hash
 from runtime.executor import RunResult
@@ -87,7 +87,9 @@ async def test_happy_run_is_read_in_order_with_final_side_effects(rec) -> None: 
 
     writer = t.model_decisions[-1]
     assert writer.step_id == "reviewer" and writer.tool_names == () and writer.content
-    assert t.final_answer == writer.content and "Hello Ada" in t.final_answer
+    # the CRM's name for the customer is redacted wherever it appears (redact-v2)
+    ada = redaction_policy(REDACT_V2, (), ["Ada"]).sanitize("Ada")
+    assert t.final_answer == writer.content and f"Hello {ada}" in t.final_answer
     sanitize = redaction_policy(REDACT_V1).sanitize
     assert t.outcome == sanitize(result.outcome) and t.outcome["resolution"] == "replied"  # type: ignore[index,call-overload]
     assert t.completed
@@ -156,7 +158,10 @@ async def test_wrong_customer_v17_against_the_v18_fix(rec) -> None:  # type: ign
     bob_token = redaction_policy(REDACT_V1).sanitize("bob@example.com")
     carol_token = redaction_policy(REDACT_V1).sanitize("carol@example.com")
     assert bob_token in by_type[DiffType.ARGUMENT_CHANGED].explanation
-    assert "“Bob” became “Carol”" in by_type[DiffType.ANSWER_CHANGED].explanation
+    names = redaction_policy(REDACT_V2, (), ["Bob", "Carol"]).sanitize
+    assert f"“{names('Bob')}” became “{names('Carol')}”" in (
+        by_type[DiffType.ANSWER_CHANGED].explanation
+    )
     assert f"emailed {bob_token} became {carol_token}" in (
         by_type[DiffType.OUTCOME_CHANGED].explanation
     )

@@ -161,3 +161,25 @@ def _now():  # type: ignore[no-untyped-def]
     from datetime import UTC, datetime
 
     return datetime(2025, 1, 1, tzinfo=UTC)
+
+
+async def test_a_replay_adds_only_people_to_its_own_run_subjects(stores) -> None:  # type: ignore[no-untyped-def]
+    """``vault.add_subjects``: the people a live read returned become subjects of the replay's
+    own run; another run, or a subject that is not a PERSON, is refused."""
+    person = {"subject_id": "customer:C-2001", "kind": "PERSON", "source": "provider:crm"}
+    broker, engine, plan = await _broker(stores, CountingModel(), {"mode": ReplayMode.RECORDED})
+    await engine.prepare(plan)  # the replay's run exists
+    await broker.handle("vault.add_subjects", {"run_id": plan.replay_id, "subjects": [person]})
+    subjects = await stores.ledger.vault.subjects(plan.replay_id)
+    assert [(s["subject_id"], s["kind"], s["primary"]) for s in subjects] == [
+        ("customer:C-2001", "PERSON", False)
+    ]
+    with pytest.raises(SandboxViolationError, match="only the replay's own run"):
+        await broker.handle(
+            "vault.add_subjects", {"run_id": plan.source_run_id, "subjects": [person]}
+        )
+
+    broker, _, plan = await _broker(stores, CountingModel(), {"mode": ReplayMode.RECORDED})
+    user = {**person, "kind": "END_USER"}
+    with pytest.raises(SandboxViolationError, match="not a PERSON"):
+        await broker.handle("vault.add_subjects", {"run_id": plan.replay_id, "subjects": [user]})
