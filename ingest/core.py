@@ -16,7 +16,7 @@ import structlog
 
 from ingest.events import record_event
 from ingest.recorder import IngestRecorder, content_digest
-from ingest.state import IngestState, load_ingest_state
+from ingest.state import IngestState, load_ingest_state, states_of
 from models import ExecutionEventType, RunRecord, RunStatus
 from models.canonical import canonicalize
 from models.capability import side_effect_class_from_hints
@@ -142,14 +142,27 @@ async def ingest_events(
 ) -> IngestResult:
     """Record a batch of client events atomically (all new ones or none). Events already
     recorded with the same content are skipped; see the module docstring for conflicts."""
-    for _ in range(_ATTEMPTS):
-        state = await load_ingest_state(ledger, artifacts, run_id)
+    states = states_of(ledger)
+    for attempt in range(_ATTEMPTS):
+        # the state this process left at the head it appended last; read again only when
+        # that head turns out stale (the conditional append below conflicts)
+        state = states.take(run_id) if attempt == 0 else None
+        cached = state is not None
+        if state is None:
+            state = await load_ingest_state(ledger, artifacts, run_id)
         try:
-            return await _record_batch(ledger, artifacts, evidence, state, events)
+            result = await _record_batch(ledger, artifacts, evidence, state, events)
+        except ConflictError:
+            if cached:  # refused by a state that may be stale: judged again on a fresh one
+                continue
+            raise
         except _StaleSnapshot:
             # the head moved since the snapshot (another writer appended): reload, so its
             # events count as recorded and ours are checked against them
             continue
+        # (any other failure drops the state: it may hold half of the refused batch)
+        states.keep(state)
+        return result
     sequences = sorted(e.sequence for e in events)
     raise SequenceConflictError(
         f"run {run_id!r}: events {sequences[0]}..{sequences[-1]} could not be appended: "
@@ -189,7 +202,7 @@ async def _record_batch(
             raise ConflictError(f"run {run_id!r} has ended; event {event.sequence} is refused")
         recorder.begin(event.sequence, digest, event.at)
         await record_event(recorder, evidence, state, event)
-        state.recorded[event.sequence] = digest
+        state.note(event.sequence, digest)
         recorded += 1
         expected += 1
         if isinstance(event, RunEndEvent):
@@ -200,6 +213,7 @@ async def _record_batch(
             await recorder.flush(expected_sequence=state.head + 1)
         except SequenceConflictError as exc:
             raise _StaleSnapshot from exc
+    state.head = recorder.last_sequence
     if end is not None or (state.ended and state.run.status is RunStatus.RUNNING):
         await _finish(ledger, run_id)
     return IngestResult(

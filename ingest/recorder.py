@@ -92,6 +92,7 @@ class IngestRecorder(RunRecorder):
         record: HashedRecord | None = None,
         payload: JsonValue = None,
         step_id: str | None = None,
+        durable: bool = False,  # every event of a call is written at its end, in one append
     ) -> ExecutionEvent | None:
         self._count += 1
         event_id = f"{self.run_id}:{self._marker.sequence}:{self._count}:{self._marker.digest}"

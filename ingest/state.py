@@ -1,12 +1,18 @@
 """Where an ingested run stands, rebuilt from its ledger: which client events are recorded
-(and with what content), the open step, and the conversation so far. Nothing is kept between
-calls, so any API process can take the next batch of a run."""
+(and with what content), the open step, and the conversation so far.
+
+A process keeps the state of the runs it ingested last (``IngestStates``), keyed by the
+ledger head it was built at: the next batch appends conditionally on that head, so a state
+made stale by another writer (another API process) is found out by the append's conflict and
+only then rebuilt. A batch therefore costs the same at event 10 and at event 100,000."""
 
 from __future__ import annotations
 
 import json
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
+from weakref import WeakKeyDictionary
 
 from ingest.recorder import marker_of
 from models import ExecutionEventType, RunRecord
@@ -65,9 +71,17 @@ class IngestState:
     last_tools: list[str] = field(default_factory=list)
     last_done: bool = False
 
+    #: the highest client sequence recorded (kept, not recomputed: a batch stays O(batch))
+    top: int = 0
+
     @property
     def next_sequence(self) -> int:
-        return max(self.recorded, default=0) + 1
+        return self.top + 1
+
+    def note(self, sequence: int, digest: str) -> None:
+        """Client event ``sequence`` is recorded with content ``digest``."""
+        self.recorded[sequence] = digest
+        self.top = max(self.top, sequence)
 
     @property
     def is_tool_loop(self) -> bool:
@@ -129,7 +143,7 @@ async def load_ingest_state(
     for event, data in loaded:
         marker = marker_of(run_id, event)
         if marker is not None:  # every type of event counts (opaque, checkpoint, policy…)
-            state.recorded[marker.sequence] = marker.digest
+            state.note(marker.sequence, marker.digest)
         if event.type not in _READ:
             continue
         payload = json.loads(data or b"null")
@@ -160,3 +174,42 @@ async def load_ingest_state(
     if not state.recorded:
         raise InvalidInputError(f"run {run_id!r} was not created by ingestion")
     return state
+
+
+class IngestStates:
+    """The states of the runs a process ingested last, at most ``limit`` of them. A state is
+    taken out while a batch uses it (two batches of one run never share one) and put back
+    only after its batch was appended, at the new head; a batch that fails drops it."""
+
+    def __init__(self, limit: int = 1024) -> None:
+        self.limit = limit
+        self._states: OrderedDict[str, IngestState] = OrderedDict()
+
+    def take(self, run_id: str) -> IngestState | None:
+        return self._states.pop(run_id, None)
+
+    def keep(self, state: IngestState) -> None:
+        if state.ended:  # nothing more is appended to an ended run
+            return
+        run_id = state.run.run_id
+        held = self._states.get(run_id)
+        if held is not None and held.head > state.head:
+            return  # a later batch (of a concurrent caller) put a newer state back already
+        self._states[run_id] = state
+        self._states.move_to_end(run_id)
+        while len(self._states) > self.limit:
+            self._states.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._states)
+
+
+#: one cache per ledger object (an API process has one; tests open many)
+_CACHES: WeakKeyDictionary[object, IngestStates] = WeakKeyDictionary()
+
+
+def states_of(ledger: object) -> IngestStates:
+    states = _CACHES.get(ledger)
+    if states is None:
+        states = _CACHES[ledger] = IngestStates()
+    return states
