@@ -179,6 +179,7 @@ async def _record_batch(
 ) -> IngestResult:
     run_id = state.run.run_id
     recorder = IngestRecorder(ledger, artifacts, run_id, state.run.created_at, head=state.head)
+    recorder.stored_messages = state.stored_messages
     recorder.step_id = state.step or "run"
     expected = state.next_sequence
     duplicates = recorded = 0

@@ -65,7 +65,8 @@ class IngestRecorder(RunRecorder):
         self.last_sequence = head
         self._marker = Marker(0, "")
         self._count = 0
-        #: canonical message bytes -> artifact digest, so each message is stored once per call
+        #: canonical message bytes -> artifact digest, so each message is stored once (per
+        #: run while this process keeps the run's state, ``IngestState.stored_messages``)
         self.stored_messages: dict[bytes, str] = {}
 
     def begin(self, sequence: int, digest: str, at: datetime | None) -> None:

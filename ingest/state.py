@@ -73,6 +73,11 @@ class IngestState:
 
     #: the highest client sequence recorded (kept, not recomputed: a batch stays O(batch))
     top: int = 0
+    #: canonical message bytes -> artifact digest of the conversation's messages stored so
+    #: far: a model call's context snapshot stores only the messages that are new
+    stored_messages: dict[bytes, str] = field(default_factory=dict)
+    #: (message, artifact digest) by position in the last context recorded (``record_context``)
+    context_refs: list[tuple[ChatMessage, str]] = field(default_factory=list)
 
     @property
     def next_sequence(self) -> int:
