@@ -129,3 +129,22 @@ async def test_a_refused_batch_drops_the_state(rec: Any) -> None:
     # the next batch is judged on a state rebuilt from the ledger
     result = await ingest_events(rec.ledger, rec.artifacts, rec.evidence, run_id, batch(9))
     assert result.recorded == 4 and (await rec.ledger.verify(run_id)).intact
+
+
+async def test_kept_state_records_the_same_contexts_as_a_rebuilt_one(rec: Any) -> None:
+    from models import ContextSnapshot
+
+    for run_id in ("ctx-kept", "ctx-rebuilt"):
+        await start(rec, run_id)
+        for first in range(1, 1 + 4 * 6, 4):
+            await ingest_events(rec.ledger, rec.artifacts, rec.evidence, run_id, batch(first))
+            if run_id == "ctx-rebuilt":  # as if every batch went to another API process
+                states_of(rec.ledger).take(run_id)
+    kept = await rec.evidence.records(ContextSnapshot, "ctx-kept")
+    rebuilt = await rec.evidence.records(ContextSnapshot, "ctx-rebuilt")
+    assert len(kept) == 12
+    assert [(c.message_refs, c.content_hash) for c in kept] == [
+        (c.message_refs, c.content_hash) for c in rebuilt
+    ]
+    # the last model call saw the whole conversation: every message, in order
+    assert len(kept[-1].message_refs) == 23
