@@ -71,6 +71,9 @@ class RunRecorder:
         #: head moved by anyone else fails it instead of interleaving.
         self._submit = getattr(ledger, "submit", None) if write_behind and not deferred else None
         self._in_flight: list[asyncio.Future[list[ExecutionEvent]]] = []
+        #: the sequence of the last handed-off event known committed: after a failed
+        #: hand-off the recorder goes on from there (its RUN_FAILED lands after what is real)
+        self._committed = 0
 
     def hashing_view(self, value: Any) -> Any:
         """The view lookup hashes are computed over: sanitized, so raw and sanitized inputs
@@ -150,9 +153,11 @@ class RunRecorder:
         if self._submit is not None:
             self._raise_failed()
             expected = self.last_sequence + 1
-            self._in_flight.append(
-                await self._submit(self.run_id, events, expected_sequence=expected)
-            )
+            if not self._in_flight:  # nothing pending: the head before this is what is real
+                self._committed = max(self._committed, self.last_sequence)
+            future = await self._submit(self.run_id, events, expected_sequence=expected)
+            future.add_done_callback(self._note_committed)
+            self._in_flight.append(future)
             self.last_sequence += len(events)
             if durable:
                 await self.flush()
@@ -160,6 +165,10 @@ class RunRecorder:
         appended = await self.ledger.append_many(self.run_id, events)
         self.last_sequence = appended[-1].sequence
         return appended[-1]
+
+    def _note_committed(self, future: asyncio.Future[list[ExecutionEvent]]) -> None:
+        if not future.cancelled() and future.exception() is None and future.result():
+            self._committed = max(self._committed, future.result()[-1].sequence)
 
     def _raise_failed(self) -> None:
         """A handed-off append that failed fails the run at its next event (its successors
@@ -169,19 +178,30 @@ class RunRecorder:
             if not future.done():
                 still.append(future)
             elif future.exception() is not None:
-                self._in_flight = []
+                self._give_up_in_flight()
                 raise future.exception()  # type: ignore[misc]
         self._in_flight = still
+
+    def _give_up_in_flight(self) -> None:
+        """After a failed hand-off: what is still in flight fails too (it names sequences
+        after the failed one), and the recorder continues after the last committed event."""
+        for future in self._in_flight:
+            if future.done() and not future.cancelled():
+                future.exception()  # retrieved: the first failure is the one raised
+        self._in_flight = []
+        self.last_sequence = self._committed
 
     async def flush(self, *, expected_sequence: int | None = None) -> None:
         """Write the buffered events (deferred mode) and wait until everything handed to the
         writer is committed; raises what kept any of it from being committed."""
         if self._in_flight:
-            in_flight, self._in_flight = self._in_flight, []
-            await asyncio.wait(in_flight)
-            for future in in_flight:
+            await asyncio.wait(self._in_flight)
+            for future in self._in_flight:
                 if future.exception() is not None:
-                    raise future.exception()  # type: ignore[misc]
+                    failure = future.exception()
+                    self._give_up_in_flight()
+                    raise failure  # type: ignore[misc]
+            self._in_flight = []
         if self._pending:
             events = list(self._pending)
             appended = await self.ledger.append_many(

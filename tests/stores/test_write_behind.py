@@ -264,3 +264,30 @@ async def test_one_statement_moves_every_head_of_a_batch(
     assert len(updates) == 1  # one statement (one executemany on SQLite) for five heads
     for run_id in runs:
         assert (await ledger.verify(run_id)).head_sequence == 3
+
+
+async def test_after_a_failed_hand_off_the_run_still_records_its_failure(
+    ledger: SqlLedger, database: Database
+) -> None:
+    from models import PromptArtifact
+
+    run_id, other_run = await new_run(ledger), await new_run(ledger)
+    prompt = PromptArtifact(
+        artifact_id=f"pa-{uuid.uuid4().hex[:8]}",
+        template_version="t1",
+        compiled_hash=canonical_hash("b"),
+        content_ref=canonical_hash("b").removeprefix("sha256:"),
+        token_count=1,
+        compiled_at=T0,
+    )
+    await ledger.append(other_run, NewEvent("s", E.PROMPT_COMPILED, T0, record=prompt))
+    recorder = RunRecorder(ledger, ledger.artifacts, run_id, write_behind=True)  # type: ignore[arg-type]
+    await recorder.record(E.MODEL_CALL, payload={"i": 0}, durable=True)
+    await recorder.record(E.PROMPT_COMPILED, record=prompt)  # refused in the background
+    await recorder.record(E.MODEL_CALL, payload={"i": 1})  # names the sequence after it
+    with pytest.raises(ConflictError):
+        await recorder.flush()
+    # the recorder goes on after what is committed: its failure event lands, in order
+    await recorder.record(E.RUN_FAILED, payload={"i": 2}, durable=True)
+    assert await payload_numbers(ledger, run_id) == [0, 2]
+    assert (await ledger.verify(run_id)).intact
