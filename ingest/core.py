@@ -16,7 +16,7 @@ import structlog
 
 from ingest.events import record_event
 from ingest.recorder import IngestRecorder, content_digest
-from ingest.state import IngestState, load_ingest_state, states_of
+from ingest.state import IngestState, is_read, load_ingest_state, state_from_events, states_of
 from models import ExecutionEventType, RunRecord, RunStatus
 from models.canonical import canonicalize
 from models.capability import side_effect_class_from_hints
@@ -57,8 +57,21 @@ async def ingest_run(
     await recorder.record(E.STEP_STARTED, payload={"step": START})
     await record_prompt(recorder, header.system_prompt)
     events = recorder.take_pending()
-    if await ledger.start_run(_run_record(header, loop.system_prompt_ref), events):
+    run = _run_record(header, loop.system_prompt_ref)
+    if await ledger.start_run(run, events):
         log.debug("run ingested", run_id=header.run_id, graph=header.graph_id)
+        # the state of the run just written, for its first batch (not read back)
+        written = [
+            (
+                i,
+                e.type,
+                e.step_id,
+                e.event_id,
+                canonicalize(e.payload_json()) if is_read(e.type) else None,
+            )
+            for i, e in enumerate(events, start=1)
+        ]
+        states_of(ledger).keep(await state_from_events(run, written, artifacts))
         return IngestResult(
             run_id=header.run_id, recorded=1, next_sequence=1, head_sequence=len(events)
         )

@@ -48,7 +48,11 @@ class Marker:
 
 
 def marker_of(run_id: str, event: ExecutionEvent) -> Marker | None:
-    prefix, _, rest = event.event_id.rpartition(":")
+    return marker_of_id(run_id, event.event_id)
+
+
+def marker_of_id(run_id: str, event_id: str) -> Marker | None:
+    prefix, _, rest = event_id.rpartition(":")
     head, _, _n = prefix.rpartition(":")
     owner, _, sequence = head.rpartition(":")
     if owner != run_id or not sequence.isdigit():

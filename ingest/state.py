@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import json
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from weakref import WeakKeyDictionary
 
-from ingest.recorder import marker_of
+from ingest.recorder import marker_of_id
 from models import ExecutionEventType, RunRecord
 from models.errors import InvalidInputError
 from models.ingest import TOOL_LOOP_GRAPH_ID
@@ -143,16 +144,31 @@ async def load_ingest_state(
     # one statement: the markers, the conversation and the head are of the same moment, so
     # the append conditional on this head cannot pass over a concurrent writer's events
     loaded = await ledger.events_with_payloads_of(run_id, _READ)
-    head = loaded[-1][0].sequence if loaded else 0
-    state = IngestState(run=run, loop=LoopInput(), head=head)
-    for event, data in loaded:
-        marker = marker_of(run_id, event)
+    return await state_from_events(
+        run,
+        [(e.sequence, e.type, e.step_id, e.event_id, data) for e, data in loaded],
+        artifacts,
+    )
+
+
+#: (sequence, type, step id, event id, payload bytes of the types ingestion reads)
+LoadedEvent = tuple[int, ExecutionEventType, str, str, bytes | None]
+
+
+async def state_from_events(
+    run: RunRecord, loaded: Sequence[LoadedEvent], artifacts: ArtifactStore
+) -> IngestState:
+    """The state after ``loaded``, the run's events in order (read back, or just written)."""
+    run_id = run.run_id
+    state = IngestState(run=run, loop=LoopInput(), head=loaded[-1][0] if loaded else 0)
+    for _sequence, type_, step_id, event_id, data in loaded:
+        marker = marker_of_id(run_id, event_id)
         if marker is not None:  # every type of event counts (opaque, checkpoint, policy…)
             state.note(marker.sequence, marker.digest)
-        if event.type not in _READ:
+        if type_ not in _READ:
             continue
         payload = json.loads(data or b"null")
-        if event.type is E.RUN_STARTED:
+        if type_ is E.RUN_STARTED:
             state.loop = LoopInput.from_json(payload.get("input"))
             state.conversation = LoopState(messages=list(state.loop.initial_messages))
             if state.loop.tools_ref:
@@ -161,24 +177,29 @@ async def load_ingest_state(
                 state.tool_classes = {t["name"]: t["side_effect_class"] for t in tools}
             if state.loop.system_prompt_ref:
                 state.system_prompt = (await artifacts.get(state.loop.system_prompt_ref)).decode()
-        elif event.type is E.PROMPT_COMPILED:
+        elif type_ is E.PROMPT_COMPILED:
             state.conversation.prompt_artifact_id = payload["artifact_id"]
-        elif event.type is E.STEP_STARTED:
-            state.begin_step(event.step_id)
-        elif event.type is E.MODEL_CALL:
+        elif type_ is E.STEP_STARTED:
+            state.begin_step(step_id)
+        elif type_ is E.MODEL_CALL:
             state.apply_model(ModelResponse.model_validate(payload["response"]))
-        elif event.type is E.TOOL_CALL:
+        elif type_ is E.TOOL_CALL:
             response = payload.get("sanitized_response")
             if is_user_reply(payload["capability_id"]):
                 reply = response if isinstance(response, dict) else {}
                 state.apply_user(reply.get("content"), bool(reply.get("done")))
             else:
                 state.apply_tool(payload.get("tool_call_id"), payload["capability_id"], response)
-        elif event.type in (E.RUN_COMPLETED, E.RUN_FAILED):
+        elif type_ in (E.RUN_COMPLETED, E.RUN_FAILED):
             state.ended = True
     if not state.recorded:
         raise InvalidInputError(f"run {run_id!r} was not created by ingestion")
     return state
+
+
+def is_read(type_: ExecutionEventType) -> bool:
+    """Whether ingestion's state is built from this type's payload."""
+    return type_ in _READ
 
 
 class IngestStates:

@@ -148,3 +148,23 @@ async def test_kept_state_records_the_same_contexts_as_a_rebuilt_one(rec: Any) -
     ]
     # the last model call saw the whole conversation: every message, in order
     assert len(kept[-1].message_refs) == 23
+
+
+async def test_a_new_runs_state_is_the_one_read_back(rec: Any) -> None:
+    from ingest.state import load_ingest_state
+    from models.ingest import IngestTool
+
+    run_id = "cached-new"
+    header = IngestRunHeader(
+        run_id=run_id,
+        started_at=START,
+        system_prompt="You answer.",
+        tools=(IngestTool(name="lookup", side_effect_class="READ"),),
+        labels={"agent": "x"},
+    )
+    await ingest_run(rec.ledger, rec.artifacts, header)
+    kept = states_of(rec.ledger).take(run_id)
+    assert kept is not None  # the first batch will not read the run back
+    assert kept == await load_ingest_state(rec.ledger, rec.artifacts, run_id)
+    result = await ingest_events(rec.ledger, rec.artifacts, rec.evidence, run_id, batch(1))
+    assert result.recorded == 4 and (await rec.ledger.verify(run_id)).intact
