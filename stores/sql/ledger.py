@@ -4,6 +4,10 @@ Appends are serialised per run: PostgreSQL locks the run row (``FOR UPDATE``), S
 its write lock at ``BEGIN IMMEDIATE``; the head is then moved with a compare-and-set and the
 ``(run_id, sequence)`` primary key refuses a second event at one sequence. Two writers can
 therefore never fork a chain.
+
+With group commit (the default) the writer keeps the heads of the runs it wrote and neither
+reads nor locks them again: the compare-and-set (and the key) check them, and a stale one —
+another process appended — sends the batch down the locked path once more.
 """
 
 from __future__ import annotations
