@@ -16,7 +16,7 @@ import structlog
 
 from ingest.events import record_event
 from ingest.recorder import IngestRecorder, content_digest
-from ingest.state import IngestState, load_ingest_state
+from ingest.state import IngestState, is_read, load_ingest_state, state_from_events, states_of
 from models import ExecutionEventType, RunRecord, RunStatus
 from models.canonical import canonicalize
 from models.capability import side_effect_class_from_hints
@@ -57,8 +57,21 @@ async def ingest_run(
     await recorder.record(E.STEP_STARTED, payload={"step": START})
     await record_prompt(recorder, header.system_prompt)
     events = recorder.take_pending()
-    if await ledger.start_run(_run_record(header, loop.system_prompt_ref), events):
+    run = _run_record(header, loop.system_prompt_ref)
+    if await ledger.start_run(run, events):
         log.debug("run ingested", run_id=header.run_id, graph=header.graph_id)
+        # the state of the run just written, for its first batch (not read back)
+        written = [
+            (
+                i,
+                e.type,
+                e.step_id,
+                e.event_id,
+                canonicalize(e.payload_json()) if is_read(e.type) else None,
+            )
+            for i, e in enumerate(events, start=1)
+        ]
+        states_of(ledger).keep(await state_from_events(run, written, artifacts))
         return IngestResult(
             run_id=header.run_id, recorded=1, next_sequence=1, head_sequence=len(events)
         )
@@ -142,14 +155,27 @@ async def ingest_events(
 ) -> IngestResult:
     """Record a batch of client events atomically (all new ones or none). Events already
     recorded with the same content are skipped; see the module docstring for conflicts."""
-    for _ in range(_ATTEMPTS):
-        state = await load_ingest_state(ledger, artifacts, run_id)
+    states = states_of(ledger)
+    for attempt in range(_ATTEMPTS):
+        # the state this process left at the head it appended last; read again only when
+        # that head turns out stale (the conditional append below conflicts)
+        state = states.take(run_id) if attempt == 0 else None
+        cached = state is not None
+        if state is None:
+            state = await load_ingest_state(ledger, artifacts, run_id)
         try:
-            return await _record_batch(ledger, artifacts, evidence, state, events)
+            result = await _record_batch(ledger, artifacts, evidence, state, events)
+        except ConflictError:
+            if cached:  # refused by a state that may be stale: judged again on a fresh one
+                continue
+            raise
         except _StaleSnapshot:
             # the head moved since the snapshot (another writer appended): reload, so its
             # events count as recorded and ours are checked against them
             continue
+        # (any other failure drops the state: it may hold half of the refused batch)
+        states.keep(state)
+        return result
     sequences = sorted(e.sequence for e in events)
     raise SequenceConflictError(
         f"run {run_id!r}: events {sequences[0]}..{sequences[-1]} could not be appended: "
@@ -166,6 +192,7 @@ async def _record_batch(
 ) -> IngestResult:
     run_id = state.run.run_id
     recorder = IngestRecorder(ledger, artifacts, run_id, state.run.created_at, head=state.head)
+    recorder.stored_messages = state.stored_messages
     recorder.step_id = state.step or "run"
     expected = state.next_sequence
     duplicates = recorded = 0
@@ -189,7 +216,7 @@ async def _record_batch(
             raise ConflictError(f"run {run_id!r} has ended; event {event.sequence} is refused")
         recorder.begin(event.sequence, digest, event.at)
         await record_event(recorder, evidence, state, event)
-        state.recorded[event.sequence] = digest
+        state.note(event.sequence, digest)
         recorded += 1
         expected += 1
         if isinstance(event, RunEndEvent):
@@ -200,6 +227,7 @@ async def _record_batch(
             await recorder.flush(expected_sequence=state.head + 1)
         except SequenceConflictError as exc:
             raise _StaleSnapshot from exc
+    state.head = recorder.last_sequence
     if end is not None or (state.ended and state.run.status is RunStatus.RUNNING):
         await _finish(ledger, run_id)
     return IngestResult(

@@ -171,6 +171,7 @@ async def _model_call(recorder: IngestRecorder, state: IngestState, event: Model
         tools,
         event.model,
         recorder.stored_messages,
+        state.context_refs,
     )
     response = ModelResponse(
         model=event.model,

@@ -48,7 +48,11 @@ class Marker:
 
 
 def marker_of(run_id: str, event: ExecutionEvent) -> Marker | None:
-    prefix, _, rest = event.event_id.rpartition(":")
+    return marker_of_id(run_id, event.event_id)
+
+
+def marker_of_id(run_id: str, event_id: str) -> Marker | None:
+    prefix, _, rest = event_id.rpartition(":")
     head, _, _n = prefix.rpartition(":")
     owner, _, sequence = head.rpartition(":")
     if owner != run_id or not sequence.isdigit():
@@ -65,7 +69,8 @@ class IngestRecorder(RunRecorder):
         self.last_sequence = head
         self._marker = Marker(0, "")
         self._count = 0
-        #: canonical message bytes -> artifact digest, so each message is stored once per call
+        #: canonical message bytes -> artifact digest, so each message is stored once (per
+        #: run while this process keeps the run's state, ``IngestState.stored_messages``)
         self.stored_messages: dict[bytes, str] = {}
 
     def begin(self, sequence: int, digest: str, at: datetime | None) -> None:
@@ -92,6 +97,7 @@ class IngestRecorder(RunRecorder):
         record: HashedRecord | None = None,
         payload: JsonValue = None,
         step_id: str | None = None,
+        durable: bool = False,  # every event of a call is written at its end, in one append
     ) -> ExecutionEvent | None:
         self._count += 1
         event_id = f"{self.run_id}:{self._marker.sequence}:{self._count}:{self._marker.digest}"

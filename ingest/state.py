@@ -1,14 +1,21 @@
 """Where an ingested run stands, rebuilt from its ledger: which client events are recorded
-(and with what content), the open step, and the conversation so far. Nothing is kept between
-calls, so any API process can take the next batch of a run."""
+(and with what content), the open step, and the conversation so far.
+
+A process keeps the state of the runs it ingested last (``IngestStates``), keyed by the
+ledger head it was built at: the next batch appends conditionally on that head, so a state
+made stale by another writer (another API process) is found out by the append's conflict and
+only then rebuilt. A batch therefore costs the same at event 10 and at event 100,000."""
 
 from __future__ import annotations
 
 import json
+from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
+from weakref import WeakKeyDictionary
 
-from ingest.recorder import marker_of
+from ingest.recorder import marker_of_id
 from models import ExecutionEventType, RunRecord
 from models.errors import InvalidInputError
 from models.ingest import TOOL_LOOP_GRAPH_ID
@@ -65,9 +72,22 @@ class IngestState:
     last_tools: list[str] = field(default_factory=list)
     last_done: bool = False
 
+    #: the highest client sequence recorded (kept, not recomputed: a batch stays O(batch))
+    top: int = 0
+    #: canonical message bytes -> artifact digest of the conversation's messages stored so
+    #: far: a model call's context snapshot stores only the messages that are new
+    stored_messages: dict[bytes, str] = field(default_factory=dict)
+    #: (message, artifact digest) by position in the last context recorded (``record_context``)
+    context_refs: list[tuple[ChatMessage, str]] = field(default_factory=list)
+
     @property
     def next_sequence(self) -> int:
-        return max(self.recorded, default=0) + 1
+        return self.top + 1
+
+    def note(self, sequence: int, digest: str) -> None:
+        """Client event ``sequence`` is recorded with content ``digest``."""
+        self.recorded[sequence] = digest
+        self.top = max(self.top, sequence)
 
     @property
     def is_tool_loop(self) -> bool:
@@ -124,16 +144,31 @@ async def load_ingest_state(
     # one statement: the markers, the conversation and the head are of the same moment, so
     # the append conditional on this head cannot pass over a concurrent writer's events
     loaded = await ledger.events_with_payloads_of(run_id, _READ)
-    head = loaded[-1][0].sequence if loaded else 0
-    state = IngestState(run=run, loop=LoopInput(), head=head)
-    for event, data in loaded:
-        marker = marker_of(run_id, event)
+    return await state_from_events(
+        run,
+        [(e.sequence, e.type, e.step_id, e.event_id, data) for e, data in loaded],
+        artifacts,
+    )
+
+
+#: (sequence, type, step id, event id, payload bytes of the types ingestion reads)
+LoadedEvent = tuple[int, ExecutionEventType, str, str, bytes | None]
+
+
+async def state_from_events(
+    run: RunRecord, loaded: Sequence[LoadedEvent], artifacts: ArtifactStore
+) -> IngestState:
+    """The state after ``loaded``, the run's events in order (read back, or just written)."""
+    run_id = run.run_id
+    state = IngestState(run=run, loop=LoopInput(), head=loaded[-1][0] if loaded else 0)
+    for _sequence, type_, step_id, event_id, data in loaded:
+        marker = marker_of_id(run_id, event_id)
         if marker is not None:  # every type of event counts (opaque, checkpoint, policy…)
-            state.recorded[marker.sequence] = marker.digest
-        if event.type not in _READ:
+            state.note(marker.sequence, marker.digest)
+        if type_ not in _READ:
             continue
         payload = json.loads(data or b"null")
-        if event.type is E.RUN_STARTED:
+        if type_ is E.RUN_STARTED:
             state.loop = LoopInput.from_json(payload.get("input"))
             state.conversation = LoopState(messages=list(state.loop.initial_messages))
             if state.loop.tools_ref:
@@ -142,21 +177,65 @@ async def load_ingest_state(
                 state.tool_classes = {t["name"]: t["side_effect_class"] for t in tools}
             if state.loop.system_prompt_ref:
                 state.system_prompt = (await artifacts.get(state.loop.system_prompt_ref)).decode()
-        elif event.type is E.PROMPT_COMPILED:
+        elif type_ is E.PROMPT_COMPILED:
             state.conversation.prompt_artifact_id = payload["artifact_id"]
-        elif event.type is E.STEP_STARTED:
-            state.begin_step(event.step_id)
-        elif event.type is E.MODEL_CALL:
+        elif type_ is E.STEP_STARTED:
+            state.begin_step(step_id)
+        elif type_ is E.MODEL_CALL:
             state.apply_model(ModelResponse.model_validate(payload["response"]))
-        elif event.type is E.TOOL_CALL:
+        elif type_ is E.TOOL_CALL:
             response = payload.get("sanitized_response")
             if is_user_reply(payload["capability_id"]):
                 reply = response if isinstance(response, dict) else {}
                 state.apply_user(reply.get("content"), bool(reply.get("done")))
             else:
                 state.apply_tool(payload.get("tool_call_id"), payload["capability_id"], response)
-        elif event.type in (E.RUN_COMPLETED, E.RUN_FAILED):
+        elif type_ in (E.RUN_COMPLETED, E.RUN_FAILED):
             state.ended = True
     if not state.recorded:
         raise InvalidInputError(f"run {run_id!r} was not created by ingestion")
     return state
+
+
+def is_read(type_: ExecutionEventType) -> bool:
+    """Whether ingestion's state is built from this type's payload."""
+    return type_ in _READ
+
+
+class IngestStates:
+    """The states of the runs a process ingested last, at most ``limit`` of them. A state is
+    taken out while a batch uses it (two batches of one run never share one) and put back
+    only after its batch was appended, at the new head; a batch that fails drops it."""
+
+    def __init__(self, limit: int = 1024) -> None:
+        self.limit = limit
+        self._states: OrderedDict[str, IngestState] = OrderedDict()
+
+    def take(self, run_id: str) -> IngestState | None:
+        return self._states.pop(run_id, None)
+
+    def keep(self, state: IngestState) -> None:
+        if state.ended:  # nothing more is appended to an ended run
+            return
+        run_id = state.run.run_id
+        held = self._states.get(run_id)
+        if held is not None and held.head > state.head:
+            return  # a later batch (of a concurrent caller) put a newer state back already
+        self._states[run_id] = state
+        self._states.move_to_end(run_id)
+        while len(self._states) > self.limit:
+            self._states.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._states)
+
+
+#: one cache per ledger object (an API process has one; tests open many)
+_CACHES: WeakKeyDictionary[object, IngestStates] = WeakKeyDictionary()
+
+
+def states_of(ledger: object) -> IngestStates:
+    states = _CACHES.get(ledger)
+    if states is None:
+        states = _CACHES[ledger] = IngestStates()
+    return states

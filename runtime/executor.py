@@ -98,7 +98,9 @@ async def execute_graph(
     except Exception as exc:
         recorder.step_id = "run"
         await recorder.record(
-            E.RUN_FAILED, payload={"error": type(exc).__name__, "message": str(exc), "steps": steps}
+            E.RUN_FAILED,
+            payload={"error": type(exc).__name__, "message": str(exc), "steps": steps},
+            durable=True,
         )
         await ledger.finish_run(
             recorder.run_id,
@@ -109,7 +111,10 @@ async def execute_graph(
         raise
     recorder.step_id = "run"
     outcome = normalize_json(output)
-    await recorder.record(E.RUN_COMPLETED, payload={"outcome": outcome, "steps": steps})
+    # durable before the run reports its end (the write-ahead rule)
+    await recorder.record(
+        E.RUN_COMPLETED, payload={"outcome": outcome, "steps": steps}, durable=True
+    )
     # the run header holds the sanitized outcome, like the RUN_COMPLETED event (rule 17)
     await ledger.finish_run(recorder.run_id, RunStatus.COMPLETED, recorder.hashing_view(outcome))
     log.info("run completed", run_id=recorder.run_id, graph=graph.key, steps=steps)

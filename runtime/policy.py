@@ -63,6 +63,10 @@ class RecordingPolicyEngine:
         for decision in decisions:
             self._by_input_hash[decision.input_hash] = decision
 
+    def decisions(self) -> list[PolicyDecisionRecord]:
+        """Every decision known in this run (remembered and taken here)."""
+        return list(self._by_input_hash.values())
+
     def decision_for(self, input_hash: str) -> PolicyDecisionRecord | None:
         """The decision already taken in this run on an input with this hash (for a write:
         its action hash), so the tool gateway does not decide the same action twice."""

@@ -12,6 +12,7 @@ key replay lookups (fixture request hash, action hash, policy input hash) are ta
 
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime
 from typing import Any
 
@@ -50,6 +51,7 @@ class RunRecorder:
         deferred: bool = False,
         redaction: RedactionPolicy | None = None,
         subject_id: str | None = None,
+        write_behind: bool = False,
     ) -> None:
         self.ledger = ledger
         self.artifacts = artifacts
@@ -65,6 +67,16 @@ class RunRecorder:
         #: None: payloads are recorded as given, with no raw/sanitized metadata (as before 0003)
         self.redaction = redaction
         self.subject_id = subject_id
+        #: write-behind (the recording path): ``record`` hands its events to the ledger's
+        #: group-commit writer and returns; they are made durable where it matters — before
+        #: a side effect's provider is called (``record(durable=True)``) and before the run
+        #: reports its end (``flush``). Each hand-off names the sequence it must land at, so a
+        #: head moved by anyone else fails it instead of interleaving.
+        self._submit = getattr(ledger, "submit", None) if write_behind and not deferred else None
+        self._in_flight: list[asyncio.Future[list[ExecutionEvent]]] = []
+        #: the sequence of the last handed-off event known committed: after a failed
+        #: hand-off the recorder goes on from there (its RUN_FAILED lands after what is real)
+        self._committed = 0
 
     async def learn_people(self, capability: Capability, response: Any) -> None:
         """What a provider's result says about people (``Capability.person_records``): their
@@ -148,21 +160,71 @@ class RunRecorder:
         record: HashedRecord | None = None,
         payload: JsonValue = None,
         step_id: str | None = None,
+        durable: bool = False,
     ) -> ExecutionEvent | None:
         """Append one event (after any buffered ones) and return it once it is durable; in
-        deferred mode only buffer it (and return None)."""
+        deferred mode only buffer it (and return None). In write-behind mode hand it to the
+        writer and return None, unless ``durable``: then wait until it and everything before
+        it is committed."""
         event = self._event(step_id or self.step_id, type, record, payload)
         if self.deferred:
             self._pending.append(event)
             return None
         events = [*self._pending, event]
         self._pending.clear()
+        if self._submit is not None:
+            self._raise_failed()
+            expected = self.last_sequence + 1
+            if not self._in_flight:  # nothing pending: the head before this is what is real
+                self._committed = max(self._committed, self.last_sequence)
+            future = await self._submit(self.run_id, events, expected_sequence=expected)
+            future.add_done_callback(self._note_committed)
+            self._in_flight.append(future)
+            self.last_sequence += len(events)
+            if durable:
+                await self.flush()
+            return None
         appended = await self.ledger.append_many(self.run_id, events)
         self.last_sequence = appended[-1].sequence
         count_unknown_recorded(events)
         return appended[-1]
 
+    def _note_committed(self, future: asyncio.Future[list[ExecutionEvent]]) -> None:
+        if not future.cancelled() and future.exception() is None and future.result():
+            self._committed = max(self._committed, future.result()[-1].sequence)
+
+    def _raise_failed(self) -> None:
+        """A handed-off append that failed fails the run at its next event (its successors
+        would land at the wrong sequence anyway)."""
+        still = []
+        for future in self._in_flight:
+            if not future.done():
+                still.append(future)
+            elif future.exception() is not None:
+                self._give_up_in_flight()
+                raise future.exception()  # type: ignore[misc]
+        self._in_flight = still
+
+    def _give_up_in_flight(self) -> None:
+        """After a failed hand-off: what is still in flight fails too (it names sequences
+        after the failed one), and the recorder continues after the last committed event."""
+        for future in self._in_flight:
+            if future.done() and not future.cancelled():
+                future.exception()  # retrieved: the first failure is the one raised
+        self._in_flight = []
+        self.last_sequence = self._committed
+
     async def flush(self, *, expected_sequence: int | None = None) -> None:
+        """Write the buffered events (deferred mode) and wait until everything handed to the
+        writer is committed; raises what kept any of it from being committed."""
+        if self._in_flight:
+            await asyncio.wait(self._in_flight)
+            for future in self._in_flight:
+                if future.exception() is not None:
+                    failure = future.exception()
+                    self._give_up_in_flight()
+                    raise failure  # type: ignore[misc]
+            self._in_flight = []
         if self._pending:
             events = list(self._pending)
             appended = await self.ledger.append_many(

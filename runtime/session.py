@@ -69,6 +69,9 @@ async def record_run(
         run_id,
         redaction=recording_redaction(spec.redaction_policy_version, spec.capabilities),
         subject_id=subjects[0].subject_id if subjects else None,
+        # events are group-committed; durable where the write-ahead rule says (side-effect
+        # intents, the run's end): see ``RunRecorder``
+        write_behind=True,
     )
     policy = RecordingPolicyEngine(spec.policies, recorder, spec.sanitize)
     env = AgentEnvironment(

@@ -59,8 +59,10 @@ class SideEffectLedger:
 
     async def _transition(self, record: SideEffectRecord, **changes: Any) -> SideEffectRecord:
         updated = record.model_copy(update=changes)
+        # durable before anything else happens: the intent before the provider is called
+        # (the write-ahead rule), each outcome before the run goes on acting on it
         await self.recorder.record(
-            ExecutionEventType.SIDE_EFFECT, record=updated, step_id=record.step_id
+            ExecutionEventType.SIDE_EFFECT, record=updated, step_id=record.step_id, durable=True
         )
         return updated
 

@@ -73,6 +73,8 @@ class StepBroker:
             "tool.read": self._tool_read,
             "vault.record_artifact_raw": self._record_artifact_raw,
             "vault.add_subjects": self._add_subjects,
+            # the carried puts of a job's end (stored by ``handle`` before this answers)
+            "artifacts.flush": self._nothing,
         }
 
     @classmethod
@@ -92,7 +94,11 @@ class StepBroker:
     def written(self) -> int:
         return self.guard.written
 
-    async def handle(self, method: str, params: dict[str, Any]) -> Any:
+    async def handle(
+        self, method: str, params: dict[str, Any], puts: list[Any] | None = None
+    ) -> Any:
+        """Serve one call; ``puts`` (artifacts the child put since its last call, carried on
+        this call's frame) are stored first, each checked and counted as a put of its own."""
         if self.over_quota is not None:
             raise SandboxQuotaError(
                 f"{method} refused: the replay stopped ({self.over_quota})", retryable=False
@@ -104,6 +110,9 @@ class StepBroker:
             )
         handler = self._handlers.get(method)
         try:
+            for put in puts or ():
+                self.guard.count_call("artifacts.put")
+                await self._put_carried(put)
             self.guard.count_call(method)
             if handler is None:
                 raise Refused("unknown", f"{method!r} is not something a replay step may do")
@@ -232,6 +241,20 @@ class StepBroker:
     async def _get(self, p: dict[str, Any]) -> Any:
         # content-addressed: a digest is only known from evidence the step may read
         return codec.b64(await self.engine.artifacts.get(str(p["digest"])))
+
+    async def _put_carried(self, p: dict[str, Any]) -> None:
+        """A put the child already named by its digest: stored only as it is (the child's
+        recorder puts sanitized views, which sanitizing leaves alone) and under that digest."""
+        data = codec.unb64(p["data"]) or b""
+        if self.guard.sanitized_artifact(data) != data:
+            raise Refused("artifacts.put", "a carried artifact that sanitizing would change")
+        self.guard.write("artifacts.put", len(data))
+        digest = await self.engine.artifacts.put(data)
+        if digest != p["digest"]:
+            raise Refused("artifacts.put", f"a carried artifact named {p['digest']!r} is {digest}")
+
+    async def _nothing(self, p: dict[str, Any]) -> Any:
+        return None
 
     async def _exists(self, p: dict[str, Any]) -> Any:
         return await self.engine.artifacts.exists(str(p["digest"]))

@@ -41,8 +41,15 @@ def main() -> None:
     # imported only now: nothing of ours runs before the protocol channel is set aside
     from activities.sandbox import codec, rpc
 
+    #: artifacts put since the last frame: they ride on the next one (one message a step)
+    unsent: list[dict[str, Any]] = []
+
     def call(method: str, params: dict[str, Any]) -> Any:
-        rpc.write_frame(rpc_out, {"call": method, "params": params})
+        frame: dict[str, Any] = {"call": method, "params": params}
+        if unsent:
+            frame["puts"] = list(unsent)
+            unsent.clear()
+        rpc.write_frame(rpc_out, frame)
         answer = rpc.read_frame(rpc_in)
         if "error" in answer:
             raise codec.load_error(answer["error"])
@@ -59,15 +66,18 @@ def main() -> None:
                 prime = job["prime"]
                 models = prime.get("models") or {}
                 key = _engine_key(prime, models)
-                engines[key] = _engine(key[0], key[1], call, models)
+                engines[key] = _engine(key[0], key[1], call, models, unsent)
             except BaseException as exc:
                 rpc.write_frame(rpc_out, {"failed": _describe(exc)})
             else:
                 rpc.write_frame(rpc_out, {"primed": True})
             continue
         try:
-            output = asyncio.run(_run(job, call, engines))
-        except BaseException as exc:  # every failure is reported to the worker
+            output = asyncio.run(_run(job, call, engines, unsent))
+            if unsent:  # puts after the job's last call: stored before the job answers
+                call("artifacts.flush", {})
+        except BaseException as exc:
+            unsent.clear()  # every failure is reported to the worker
             rpc.write_frame(rpc_out, {"failed": _describe(exc)})
         else:
             rpc.write_frame(rpc_out, {"done": output, "cpu_seconds": _cpu_seconds()})
@@ -125,13 +135,18 @@ def _describe(exc: BaseException) -> dict[str, Any]:
     }
 
 
-async def _run(job: dict[str, Any], call: Any, engines: dict[tuple[str, str, str], Any]) -> Any:
+async def _run(
+    job: dict[str, Any],
+    call: Any,
+    engines: dict[tuple[str, str, str], Any],
+    unsent: list[dict[str, Any]],
+) -> Any:
     from models.replay_flow import StepInput
 
     models = job.get("models") or {}
     key = _engine_key(job, models)
     if key not in engines:
-        engines[key] = _engine(key[0], key[1], call, models)
+        engines[key] = _engine(key[0], key[1], call, models, unsent)
     output = await engines[key].run_steps(StepInput.model_validate(job["step"]))
     return output.model_dump(mode="json")
 
@@ -142,7 +157,13 @@ def _engine_key(job: dict[str, Any], models: dict[str, Any]) -> tuple[str, str, 
     return (str(job["catalogs"]), str(job["isolation"]), json.dumps(models, sort_keys=True))
 
 
-def _engine(catalogs: str, isolation: str, call: Any, models: dict[str, Any]) -> Any:
+def _engine(
+    catalogs: str,
+    isolation: str,
+    call: Any,
+    models: dict[str, Any],
+    unsent: list[dict[str, Any]],
+) -> Any:
     """An engine over the broker: its caches (the decoded source evidence, what the replay
     consumed up to its head) are all it keeps between jobs, and each is checked against the
     replay's head or keyed by an immutable source run."""
@@ -161,7 +182,7 @@ def _engine(catalogs: str, isolation: str, call: Any, models: dict[str, Any]) ->
     return ReplayEngine(
         ProxyLedger(call),
         ProxyEvidence(call),
-        ProxyArtifacts(call),
+        ProxyArtifacts(call, unsent),
         brokered,
         isolation=isolation,
     )

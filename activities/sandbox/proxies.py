@@ -15,6 +15,7 @@ from typing import Any
 from activities.sandbox import codec
 from models import ExecutionEvent, ExecutionEventType, HashedRecord, RunRecord, RunStatus
 from models.chain import ChainVerification
+from models.digest import sha256_digest
 from models.errors import SandboxViolationError
 from models.model_call import ModelRequest, ModelResponse
 from models.privacy import RunSubject
@@ -141,19 +142,29 @@ class ProxyEvidence:
 class ProxyArtifacts:
     """Content-addressed artifacts over the pipe. What this process stored itself (a step's
     checkpointed state and random state, read back by the next step) is kept in a small
-    cache: a digest names its bytes, so the cache cannot answer differently from the store."""
+    cache: a digest names its bytes, so the cache cannot answer differently from the store.
+
+    With ``unsent`` (the child's outgoing puts), a put costs no message of its own: the digest
+    is computed here and the bytes ride on the next call's frame (a step's append), which the
+    broker stores before it serves that call — so an artifact is stored before any event that
+    names it. The broker refuses such a put if its stored form would differ (sanitizing)."""
 
     location = "sandbox-broker"
     #: bytes of recently stored artifacts kept for the next step's reads
     CACHE_BYTES = 16 * 1024**2
 
-    def __init__(self, call: Call) -> None:
+    def __init__(self, call: Call, unsent: list[dict[str, Any]] | None = None) -> None:
         self._call = call
+        self._unsent = unsent
         self._recent: OrderedDict[str, bytes] = OrderedDict()
         self._recent_bytes = 0
 
     async def put(self, data: bytes) -> str:
-        digest = str(self._call("artifacts.put", {"data": codec.b64(data)}))
+        if self._unsent is not None:
+            digest = sha256_digest(data)
+            self._unsent.append({"data": codec.b64(data), "digest": digest})
+        else:
+            digest = str(self._call("artifacts.put", {"data": codec.b64(data)}))
         if digest not in self._recent and len(data) <= self.CACHE_BYTES // 4:
             self._recent[digest] = data
             self._recent_bytes += len(data)
@@ -167,6 +178,8 @@ class ProxyArtifacts:
         return codec.unb64(self._call("artifacts.get", {"digest": digest})) or b""
 
     async def exists(self, digest: str) -> bool:
+        if digest in self._recent:  # put here (carried or answered): stored or about to be
+            return True
         return bool(self._call("artifacts.exists", {"digest": digest}))
 
     async def delete(self, digest: str) -> None:

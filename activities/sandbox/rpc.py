@@ -1,7 +1,9 @@
 """The pipe protocol between a replay worker and its sandboxed step process.
 
 One frame = 4-byte big-endian length + UTF-8 JSON. The worker sends a job; the child sends
-``{"call": method, "params": {...}}`` and waits for ``{"ok": value}`` or ``{"error": {...}}``;
+``{"call": method, "params": {...}}`` (with ``"puts": [{"data", "digest"}, ...]``: artifacts
+it put since its last call, stored by the worker before the call is served — so a step costs
+one message) and waits for ``{"ok": value}`` or ``{"error": {...}}``;
 it ends the job with ``{"done": output, "cpu_seconds": used}`` or ``{"failed": {...}}`` and
 waits for the next job (end of input then ends the child). Requests are strictly sequential (the child's
 step code is one coroutine chain), so no request ids are needed.

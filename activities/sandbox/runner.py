@@ -325,7 +325,10 @@ async def _answer(broker: StepBroker, message: dict[str, Any]) -> dict[str, Any]
         params = message.get("params") or {}
         if not isinstance(params, dict):
             raise TypeError("params is not an object")
-        return {"ok": await broker.handle(str(message["call"]), params)}
+        puts = message.get("puts") or []
+        if not isinstance(puts, list):
+            raise TypeError("puts is not a list")
+        return {"ok": await broker.handle(str(message["call"]), params, puts)}
     except ReplaybookError as exc:
         return {"error": codec.dump_error(exc)}
     except (KeyError, TypeError, ValueError) as exc:  # malformed frame from the child

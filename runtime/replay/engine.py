@@ -89,6 +89,9 @@ class ReplayEngine:
         self._cache: OrderedDict[str, SourceEvidence] = OrderedDict()
         #: replay id -> (head, consumed fixtures, consumed retrievals) after its last step here
         self._consumption: dict[str, tuple[int, dict[str, int], dict[str, int]]] = {}
+        #: replay id -> (head, the policy decisions the replay took) after its last step here:
+        #: the next step at that head starts from them instead of reading them all again
+        self._decisions: dict[str, tuple[int, list[PolicyDecisionRecord]]] = {}
         self._cache_size = cache_size
         #: the cache is bounded by the evidence bytes it holds, not only by run count: one
         #: long run can weigh more than a hundred short ones (the newest source always stays)
@@ -307,11 +310,15 @@ class ReplayEngine:
 
     async def run_step(self, step: StepInput) -> StepOutput:
         """Execute one step of the replay; idempotent across retries (see module docstring)."""
-        recorded = await self._already_recorded(step)
+        plan = step.plan
+        # this engine recorded the replay up to ``head`` itself: an earlier attempt of this
+        # step elsewhere is still possible, and the conditional append below finds it out
+        # (then ``_already_recorded`` answers); else look before running anything
+        ours = self._consumption.get(plan.replay_id, (None,))[0] == step.head
+        recorded = None if ours else await self._already_recorded(step)
         if recorded is not None:
             await self._close_if_finished(step.plan, recorded)
             return recorded
-        plan = step.plan
         source = await self.source(plan.source_run_id)
         catalog = self.catalog(source.run.graph_id)
         graph = catalog.graphs.get(source.run.graph_id, source.run.graph_version)
@@ -324,7 +331,7 @@ class ReplayEngine:
         )
         recorder = self._step_recorder(step, source, catalog, positions)
         env = await self._environment(
-            plan, source, catalog, recorder, positions, step.usage, step.cursors
+            plan, source, catalog, recorder, positions, step.usage, step.cursors, step.head
         )
         state = await self._step_state(step, source, graph, recorder)
 
@@ -367,8 +374,10 @@ class ReplayEngine:
             positions.fixtures,
             positions.retrievals,
         )
+        self._decisions[plan.replay_id] = (recorder.last_sequence, env.policy.decisions())
         if finished:
             self._consumption.pop(plan.replay_id, None)
+            self._decisions.pop(plan.replay_id, None)
             status = RunStatus.FAILED if stopped else RunStatus.COMPLETED
             await self.ledger.finish_run(
                 plan.replay_id, status, outcome if not stopped else {"stopped": stopped}
@@ -522,6 +531,7 @@ class ReplayEngine:
         positions: StepLedger,
         used: BudgetUsage,
         cursors: ReplayCursorsView,
+        head: int,
     ) -> AgentEnvironment:
         run = source.run
         if plan.mode is ReplayMode.RECORDED:
@@ -545,8 +555,14 @@ class ReplayEngine:
         policy = RecordingPolicyEngine(
             catalog.policy_set(plan.policy_version or run.pinned.policy_version or ""), recorder
         )
-        # decisions the replay took in its earlier steps (each step is a fresh process)
-        policy.remember(await self.evidence.records(PolicyDecisionRecord, plan.replay_id))
+        # decisions the replay took in its earlier steps: kept here when this engine ran them
+        # up to ``head``, else read (the step before ran in another process)
+        cached = self._decisions.get(plan.replay_id)
+        policy.remember(
+            cached[1]
+            if cached is not None and cached[0] == head
+            else await self.evidence.records(PolicyDecisionRecord, plan.replay_id)
+        )
         rng = (
             await load_random_state(self.artifacts, cursors.random_state_ref)
             if cursors.random_state_ref

@@ -219,14 +219,21 @@ async def record_context(
     tools: Sequence[ToolSchema],
     model: str,
     stored: dict[bytes, str] | None = None,
+    known: list[tuple[ChatMessage, str]] | None = None,
 ) -> tuple[ModelRequest, ContextSnapshot]:
-    """The request the model saw and its CONTEXT_SNAPSHOT (each message stored once)."""
+    """The request the model saw and its CONTEXT_SNAPSHOT (each message stored once).
+    ``known``: (message, ref) by position from earlier calls of this conversation; a message
+    that is the very object at its position there is not serialized again (a conversation
+    only grows, so a call costs the new messages, not the whole conversation)."""
     full = (
         *((ChatMessage(role="system", content=system_prompt),) if system_prompt else ()),
         *messages,
     )
     refs = []
-    for message in full:
+    for index, message in enumerate(full):
+        if known is not None and index < len(known) and known[index][0] is message:
+            refs.append(known[index][1])
+            continue
         data = canonicalize(message.model_dump(mode="json"))
         ref = stored.get(data) if stored is not None else None
         if ref is None:
@@ -234,6 +241,11 @@ async def record_context(
             if stored is not None:
                 stored[data] = ref
         refs.append(ref)
+        if known is not None:
+            if index < len(known):
+                known[index] = (message, ref)
+            else:
+                known.append((message, ref))
     request = ModelRequest(model=model, messages=full, tools=tuple(tools))
     request_hash = canonical_hash(request.model_dump(mode="json"))
     snapshot = ContextSnapshot(

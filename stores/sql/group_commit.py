@@ -20,14 +20,27 @@ class GroupCommitter(Generic[R, T]):
         self._write_batch = write_batch
         self._max_batch = max_batch
         self._pending: list[tuple[R, asyncio.Future[T]]] = []
+        #: the batch being written now
+        self._writing: list[tuple[R, asyncio.Future[T]]] = []
         self._flusher: asyncio.Task[None] | None = None
 
     async def submit(self, request: R) -> T:
+        return await self.enqueue(request)
+
+    def enqueue(self, request: R) -> asyncio.Future[T]:
+        """Queue ``request`` behind those queued before it and return at once; the future
+        resolves once its batch is committed (requests are written in queue order)."""
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
         self._pending.append((request, future))
         if self._flusher is None or self._flusher.done():
             self._flusher = asyncio.create_task(self._flush())
-        return await future
+        return future
+
+    async def drain(self) -> None:
+        """Wait until every request queued so far is written (or failed)."""
+        waiting = [future for _, future in (*self._writing, *self._pending)]
+        if waiting:
+            await asyncio.wait(waiting)
 
     async def _flush(self) -> None:
         while self._pending:
@@ -35,6 +48,7 @@ class GroupCommitter(Generic[R, T]):
                 self._pending[: self._max_batch],
                 self._pending[self._max_batch :],
             )
+            self._writing = batch
             try:
                 results = await self._write_batch([request for request, _ in batch])
             except Exception as exc:
@@ -47,6 +61,7 @@ class GroupCommitter(Generic[R, T]):
             for (_, future), result in zip(batch, results, strict=True):
                 if not future.done():
                     future.set_result(result)
+        self._writing = []
 
     async def _one_by_one(self, batch: list[tuple[R, asyncio.Future[T]]]) -> None:
         for request, future in batch:

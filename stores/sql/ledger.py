@@ -4,12 +4,17 @@ Appends are serialised per run: PostgreSQL locks the run row (``FOR UPDATE``), S
 its write lock at ``BEGIN IMMEDIATE``; the head is then moved with a compare-and-set and the
 ``(run_id, sequence)`` primary key refuses a second event at one sequence. Two writers can
 therefore never fork a chain.
+
+With group commit (the default) the writer keeps the heads of the runs it wrote and neither
+reads nor locks them again: the compare-and-set (and the key) check them, and a stale one —
+another process appended — sends the batch down the locked path once more.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -46,8 +51,9 @@ from stores.sql import schema
 from stores.sql.chain_read import verify_intact_chain
 from stores.sql.database import Database, utc
 from stores.sql.group_commit import GroupCommitter
+from stores.sql.heads import move_heads
 from stores.sql.privacy import SqlRawVault, event_raw_id
-from stores.sql.projections import write_projection
+from stores.sql.projections import ProjectedRecord, write_projections
 from stores.sql.run_check import check_headless, check_run
 
 __all__ = ["CAS_PREFIX", "INLINE_REF", "NewEvent", "RunSummary", "SqlLedger"]
@@ -106,6 +112,12 @@ class SqlLedger:
         self.anchors = anchors
         self.inline_limit = inline_limit
         self._committer = GroupCommitter(self._write_batch) if group_commit else None
+        #: the writer's cached run heads (group commit only: one batch is written at a time, so
+        #: the cache moves in commit order). A cached head is not re-selected: the batch's
+        #: compare-and-set on the run row checks it, and a head that moved elsewhere (another
+        #: process) fails the CAS, drops the entry and the batch is written again from the
+        #: locked, freshly read heads.
+        self._heads: dict[str, tuple[int, str]] = {}
 
     # runs -----------------------------------------------------------------------------------
 
@@ -127,6 +139,8 @@ class SqlLedger:
     async def finish_run(
         self, run_id: str, status: RunStatus, outcome: JsonValue = None
     ) -> RunRecord:
+        # the write-ahead rule: a run's evidence is committed before its header says it ended
+        await self.flush()
         run = await self.get_run(run_id)
         finished = run.model_copy(update={"status": status, "outcome": outcome})
         async with self.db.transaction() as conn:
@@ -218,42 +232,117 @@ class SqlLedger:
             return await self._committer.submit(request)
         return (await self._write_batch([request]))[0]
 
+    async def submit(
+        self, run_id: str, events: Sequence[NewEvent], *, expected_sequence: int | None = None
+    ) -> asyncio.Future[list[ExecutionEvent]]:
+        """Hand events to the group-commit writer and return at once: the future resolves
+        when they are committed (or fails with why they were not). Appends of one run are
+        committed in the order they were submitted. Without group commit the events are
+        written before this returns (an already resolved future)."""
+        prepared = [await self._prepare_payload(run_id, e) for e in events]
+        request = AppendRequest(run_id, list(events), prepared, expected_sequence)
+        if self._committer is not None:
+            return self._committer.enqueue(request)
+        future: asyncio.Future[list[ExecutionEvent]] = asyncio.get_running_loop().create_future()
+        try:
+            future.set_result((await self._write_batch([request]))[0])
+        except Exception as exc:  # handed to the submitter through the future
+            future.set_exception(exc)
+        return future
+
     async def _write_batch(self, requests: list[AppendRequest]) -> list[list[ExecutionEvent]]:
         """Write appends of one or more runs in one transaction; any failure fails them all
-        (the committer then retries them one by one)."""
+        (the committer then retries them one by one). With group commit the heads of runs
+        this writer wrote before are taken from its cache (no head read, no row lock): the
+        compare-and-set of the heads checks them, and on a conflict the batch is written once
+        more from freshly locked heads (the conflict was the cache's, or it is real)."""
         run_ids = sorted({r.run_id for r in requests})
+        cached = (
+            {run_id: self._heads[run_id] for run_id in run_ids if run_id in self._heads}
+            if self._committer is not None
+            else {}
+        )
+        try:
+            results = await self._write_once(run_ids, requests, cached)
+        except SequenceConflictError:
+            if not cached:
+                raise
+            self._forget_heads(run_ids)
+            results = await self._write_once(run_ids, requests, {})
+        except BaseException:
+            # the commit may or may not have happened (a dropped connection): read them again
+            self._forget_heads(run_ids)
+            raise
+        if self._committer is not None:
+            for request, appended in zip(requests, results, strict=True):
+                if appended:
+                    self._heads[request.run_id] = (appended[-1].sequence, appended[-1].hash)
+        return results
+
+    async def _write_once(
+        self,
+        run_ids: list[str],
+        requests: list[AppendRequest],
+        cached: dict[str, tuple[int, str]],
+    ) -> list[list[ExecutionEvent]]:
         with _conflicts_named(run_ids):
             async with self.db.transaction() as conn:
-                return await self.append_locked(conn, requests, self.clock())
+                return await self.append_locked(conn, requests, self.clock(), known_heads=cached)
+
+    def _forget_heads(self, run_ids: Iterable[str]) -> None:
+        for run_id in run_ids:
+            self._heads.pop(run_id, None)
+
+    async def flush(self) -> None:
+        """Wait until every append handed to the writer so far is committed or failed."""
+        if self._committer is not None:
+            await self._committer.drain()
 
     async def append_locked(
-        self, conn: AsyncConnection, requests: list[AppendRequest], recorded_at: datetime
+        self,
+        conn: AsyncConnection,
+        requests: list[AppendRequest],
+        recorded_at: datetime,
+        *,
+        known_heads: dict[str, tuple[int, str]] | None = None,
     ) -> list[list[ExecutionEvent]]:
         """THE append path, inside the caller's transaction: lock each run's head, check the
         expected sequence against it, link and insert the events, move the heads with a
         compare-and-set. Everything a batch writer needs to stay correct is here: the check
         and the insert happen under one lock (PostgreSQL: the run row ``FOR UPDATE``; SQLite:
         the write lock of ``BEGIN IMMEDIATE``), and the ``(run_id, sequence)`` key refuses a
-        second event at one sequence even if a caller bypassed the lock."""
+        second event at one sequence even if a caller bypassed the lock.
+
+        ``known_heads``: heads the caller vouches for (a writer's cache); they are neither read
+        nor locked, only checked by the compare-and-set, which fails the transaction with a
+        ``SequenceConflictError`` when one is stale. The statements are as few as the batch
+        allows: one multi-row insert of the events, one of the lookup rows per table, one
+        update of every head."""
         run_ids = sorted({r.run_id for r in requests})
-        heads = await self._locked_heads(conn, run_ids)
+        known = known_heads or {}
+        unknown = [run_id for run_id in run_ids if run_id not in known]
+        heads = {**known, **(await self._locked_heads(conn, unknown) if unknown else {})}
         start = dict(heads)
         batch = _link(requests, heads, recorded_at)
         await conn.execute(insert(schema.execution_events), batch.rows)
         if batch.raw_rows:
             await conn.execute(insert(schema.raw_payloads), batch.raw_rows)
-        await _move_heads(conn, run_ids, start, heads)
-        for event, record, appended in batch.projections:
-            await write_projection(
-                conn,
-                record,
-                run_id=appended.run_id,
-                step_id=event.step_id,
-                event_id=event.event_id,
-                sequence=appended.sequence,
-                content_hash=appended.payload_hash,
-                now=recorded_at,
-            )
+        await move_heads(conn, run_ids, start, heads)
+        await write_projections(
+            conn,
+            [
+                ProjectedRecord(
+                    record,
+                    run_id=appended.run_id,
+                    step_id=event.step_id,
+                    event_id=event.event_id,
+                    sequence=appended.sequence,
+                    content_hash=appended.payload_hash,
+                )
+                for event, record, appended in batch.projections
+            ],
+            recorded_at,
+        )
         return batch.results
 
     async def start_run(self, run: RunRecord, events: Sequence[NewEvent]) -> bool:
@@ -520,28 +609,6 @@ def _link(
         heads[request.run_id] = (sequence, previous)
         batch.results.append(out)
     return batch
-
-
-async def _move_heads(
-    conn: AsyncConnection,
-    run_ids: list[str],
-    start: dict[str, tuple[int, str]],
-    heads: dict[str, tuple[int, str]],
-) -> None:
-    """Move each run's head from ``start`` to ``heads`` with a compare-and-set: a head that
-    moved meanwhile is a sequence conflict."""
-    runs = schema.runs
-    for run_id in run_ids:
-        (old, _), (new, new_hash) = start[run_id], heads[run_id]
-        if new == old:
-            continue
-        moved = await conn.execute(
-            update(runs)
-            .where(runs.c.run_id == run_id, runs.c.head_sequence == old)
-            .values(head_sequence=new, head_hash=new_hash)
-        )
-        if moved.rowcount != 1:
-            raise SequenceConflictError(f"run {run_id!r}: the chain head moved during append")
 
 
 def _event_row(row: ChainRow, link: str, inline: bytes | None) -> dict[str, Any]:

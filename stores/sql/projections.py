@@ -102,6 +102,81 @@ PROJECTIONS: dict[type[HashedRecord], Projection] = {
 }
 
 
+@dataclass(frozen=True)
+class ProjectedRecord:
+    """A record to project and the event that carries it."""
+
+    record: HashedRecord
+    run_id: str
+    step_id: str
+    event_id: str
+    sequence: int
+    content_hash: str
+
+
+async def write_projections(
+    conn: AsyncConnection, projected: list[ProjectedRecord], now: datetime
+) -> None:
+    """Project a batch of records: the first record of each key goes in with one multi-row
+    ``INSERT … ON CONFLICT DO NOTHING RETURNING key`` per table; only what that did not insert
+    (a key already recorded, a side effect's next status in the same batch) takes the
+    one-by-one path of ``write_projection``, in recording order."""
+    first: dict[Table, dict[str, tuple[int, dict[str, Any]]]] = {}
+    later: list[int] = []
+    for index, item in enumerate(projected):
+        projection = PROJECTIONS.get(type(item.record))
+        if projection is None:
+            continue
+        row = _row(projection, item, now)
+        rows = first.setdefault(projection.table, {})
+        key = row[projection.key_column]
+        if key in rows:
+            later.append(index)
+        else:
+            rows[key] = (index, row)
+    for table, rows in first.items():
+        key_column = table.c[_key_column(table)]
+        inserted = await conn.execute(
+            _insert_if_absent(conn, table, key_column.name).returning(key_column),
+            [row for _, row in rows.values()],
+        )
+        done = set(inserted.scalars().all())
+        later.extend(index for key, (index, _) in rows.items() if key not in done)
+    for index in sorted(later):
+        item = projected[index]
+        await write_projection(
+            conn,
+            item.record,
+            run_id=item.run_id,
+            step_id=item.step_id,
+            event_id=item.event_id,
+            sequence=item.sequence,
+            content_hash=item.content_hash,
+            now=now,
+        )
+
+
+def _key_column(table: Table) -> str:
+    return next(p.key_column for p in PROJECTIONS.values() if p.table is table)
+
+
+def _row(projection: Projection, item: ProjectedRecord, now: datetime) -> dict[str, Any]:
+    record = item.record
+    key = projection.natural_key(record) if projection.natural_key else item.event_id
+    row: dict[str, Any] = {
+        projection.key_column: key,
+        "run_id": item.run_id,
+        "step_id": item.step_id,
+        "content_hash": item.content_hash,
+        "sequence": item.sequence,
+        "record": record.model_dump(mode="json"),
+        **projection.columns(record),
+    }
+    if "updated_at" in projection.table.c:
+        row["updated_at"] = now
+    return row
+
+
 async def write_projection(
     conn: AsyncConnection,
     record: HashedRecord,
@@ -118,18 +193,12 @@ async def write_projection(
     if projection is None:
         return
     table = projection.table
-    key = projection.natural_key(record) if projection.natural_key else event_id
-    row: dict[str, Any] = {
-        projection.key_column: key,
-        "run_id": run_id,
-        "step_id": step_id,
-        "content_hash": content_hash,
-        "sequence": sequence,
-        "record": record.model_dump(mode="json"),
-        **projection.columns(record),
-    }
-    if "updated_at" in table.c:
-        row["updated_at"] = now
+    row = _row(
+        projection,
+        ProjectedRecord(record, run_id, step_id, event_id, sequence, content_hash),
+        now,
+    )
+    key = row[projection.key_column]
     key_col = table.c[projection.key_column]
     # the usual case is a new key: one INSERT that does nothing on a conflict, then look only
     # when it did nothing (a repeated record, or a side effect's next status)

@@ -1,0 +1,227 @@
+"""Benchmark: HTTP ingestion, ``python -m bench.bench_ingest``.
+
+Two servers run side by side on this machine, each a uvicorn process: the API (``python -m
+api``, over SQLite in a temporary home) and a trivial FastAPI app with the same two routes
+that stores nothing (``bench.trivial_ingest_app``). 8 clients each send a run's header and a
+batch of 4 events, again and again, in interleaved rounds against one server then the other;
+the figure is the median request rate (and the p99 latency) of the rounds. A second row sends
+300 batches of 4 events to ONE run and compares the latency of the last 30 batches with the
+first 30: ingestion keeps the run's state, so the ratio stays about 1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bench.common import Row, emit, machine_load
+
+CLIENTS = 8
+TOKEN = "bench-token"
+START = datetime(2026, 1, 1, tzinfo=UTC)
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.asynccontextmanager
+async def _server(argv: list[str], env: dict[str, str], port: int) -> AsyncIterator[str]:
+    process = await asyncio.create_subprocess_exec(
+        *argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        async with httpx.AsyncClient() as client:
+            while True:
+                try:
+                    await client.post(f"{url}/api/runs", content=b"{}")
+                    break
+                except httpx.TransportError:
+                    if time.monotonic() > deadline or process.returncode is not None:
+                        raise RuntimeError(f"{argv} did not start serving") from None
+                    await asyncio.sleep(0.2)
+        yield url
+    finally:
+        process.terminate()
+        try:
+            await asyncio.wait_for(process.wait(), 20)
+        except TimeoutError:
+            process.kill()
+            await process.wait()
+
+
+def _header(run_id: str) -> dict[str, Any]:
+    return {"run_id": run_id, "started_at": START.isoformat(), "labels": {"bench": "ingest"}}
+
+
+def _events(first: int, count: int = 4) -> dict[str, Any]:
+    events = []
+    for sequence in range(first, first + count):
+        at = (START + timedelta(seconds=sequence)).isoformat()
+        if sequence % 2:
+            events.append(
+                {"type": "user_message", "content": f"line {sequence}", "done": False}
+                | {"sequence": sequence, "at": at}
+            )
+        else:
+            events.append(
+                {
+                    "type": "model_call",
+                    "model": "m-1",
+                    "content": f"answer {sequence}",
+                    "tool_calls": [],
+                    "usage": {"prompt_tokens": 3, "completion_tokens": 2},
+                    "sequence": sequence,
+                    "at": at,
+                }
+            )
+    return {"events": events}
+
+
+async def _round(url: str, runs_per_client: int) -> tuple[float, list[float]]:
+    """Requests per second of ``CLIENTS`` clients, each sending header + 4 events per run."""
+    latencies: list[float] = []
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+
+    async def client_loop(client: httpx.AsyncClient) -> None:
+        for _ in range(runs_per_client):
+            run_id = f"bench-{uuid.uuid4().hex[:12]}"
+            for path, body in (
+                (f"{url}/api/runs", _header(run_id)),
+                (f"{url}/api/runs/{run_id}/events", _events(1)),
+            ):
+                started = time.perf_counter()
+                answer = await client.post(path, json=body, headers=headers)
+                latencies.append(time.perf_counter() - started)
+                if answer.status_code not in (200, 201):
+                    raise RuntimeError(f"{path}: {answer.status_code} {answer.text[:200]}")
+
+    limits = httpx.Limits(max_connections=CLIENTS)
+    async with httpx.AsyncClient(limits=limits, timeout=60) as client:
+        started = time.perf_counter()
+        await asyncio.gather(*(client_loop(client) for _ in range(CLIENTS)))
+        elapsed = time.perf_counter() - started
+    return len(latencies) / elapsed, latencies
+
+
+async def _long_run(url: str, batches: int) -> list[float]:
+    """Latency of each of ``batches`` batches of 4 events sent to one run."""
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    run_id = f"bench-long-{uuid.uuid4().hex[:8]}"
+    out = []
+    async with httpx.AsyncClient(timeout=60) as client:
+        answer = await client.post(f"{url}/api/runs", json=_header(run_id), headers=headers)
+        answer.raise_for_status()
+        for b in range(batches):
+            started = time.perf_counter()
+            answer = await client.post(
+                f"{url}/api/runs/{run_id}/events", json=_events(1 + 4 * b), headers=headers
+            )
+            out.append(time.perf_counter() - started)
+            answer.raise_for_status()
+    return out
+
+
+def _p99(values: list[float]) -> float:
+    return sorted(values)[max(0, int(len(values) * 0.99) - 1)]
+
+
+async def _run(rounds: int, runs_per_client: int, batches: int) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as home:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("REPLAYBOOK_")}
+        env |= {
+            "REPLAYBOOK_HOME": home,
+            "REPLAYBOOK_API_TOKENS": f"{TOKEN}=engineer@bench",
+            "REPLAYBOOK_LOG_FORMAT": "json",
+        }
+        ours_port, trivial_port = _free_port(), _free_port()
+        ours_argv = [sys.executable, "-m", "api", "--port", str(ours_port)]
+        trivial_argv = [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "bench.trivial_ingest_app:app",
+            "--port",
+            str(trivial_port),
+            "--log-level",
+            "warning",
+            "--no-access-log",
+        ]
+        async with (
+            _server(ours_argv, env, ours_port) as ours,
+            _server(trivial_argv, env, trivial_port) as trivial,
+        ):
+            samples: dict[str, list[float]] = {"ours": [], "trivial": []}
+            latencies: dict[str, list[float]] = {"ours": [], "trivial": []}
+            await _round(ours, 1)  # warm up both (stores opened, imports done)
+            await _round(trivial, 1)
+            for r in range(rounds):
+                order = [("ours", ours), ("trivial", trivial)]
+                for name, url in order if r % 2 == 0 else reversed(order):
+                    rate, lat = await _round(url, runs_per_client)
+                    samples[name].append(rate)
+                    latencies[name].extend(lat)
+            long_run = await _long_run(ours, batches)
+    return {
+        "ours": statistics.median(samples["ours"]),
+        "trivial": statistics.median(samples["trivial"]),
+        "ours_p99": _p99(latencies["ours"]),
+        "trivial_p99": _p99(latencies["trivial"]),
+        "first_batches": statistics.median(long_run[:30]),
+        "last_batches": statistics.median(long_run[-30:]),
+        "batches": batches,
+    }
+
+
+def main(rounds: int = 5, runs_per_client: int = 10, batches: int = 300) -> dict[str, Any]:
+    r = asyncio.run(_run(rounds, runs_per_client, batches))
+    load = machine_load()
+    emit(
+        Row(
+            figure=f"HTTP ingestion (header + 4 events, {CLIENTS} clients, SQLite)",
+            value=f"{r['ours']:,.0f} req/s, p99 {r['ours_p99'] * 1000:,.0f} ms",
+            baseline=(
+                f"trivial FastAPI app with the same routes {r['trivial']:,.0f} req/s, "
+                f"p99 {r['trivial_p99'] * 1000:,.0f} ms"
+            ),
+            ratio=r["ours"] / r["trivial"],
+            goal=">= 50% of the trivial app",
+            met=r["ours"] >= 0.5 * r["trivial"],
+            load=load,
+        )
+    )
+    emit(
+        Row(
+            figure=f"HTTP ingestion: batch of 4 events at events {4 * (r['batches'] - 30)}+ of one run",
+            value=f"{r['last_batches'] * 1000:,.1f} ms (median of the last 30 batches)",
+            baseline=f"the first 30 batches {r['first_batches'] * 1000:,.1f} ms",
+            ratio=r["last_batches"] / r["first_batches"],
+            goal="per-batch cost independent of run length (ratio ~1)",
+            met=r["last_batches"] <= 1.5 * r["first_batches"],
+            load=load,
+        )
+    )
+    return r
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,293 @@
+"""Group commit with cached heads and write-behind recording, on SQLite and PostgreSQL:
+per-run order, many runs per transaction, the cached head checked by compare-and-set (and
+re-read only on a conflict), the write-ahead points, and a crash that loses only what was
+never acknowledged."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+import uuid
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import event, select
+
+from models import ExecutionEventType, RunRecord, SideEffectRecord, SideEffectStatus
+from models.canonical import canonical_hash
+from models.errors import ConflictError, SequenceConflictError
+from runtime.recorder import RunRecorder
+from runtime.side_effects import SideEffectLedger
+from stores.artifacts import LocalArtifactStore
+from stores.sql import schema
+from stores.sql.database import Database
+from stores.sql.evidence import SqlEvidenceReader
+from stores.sql.ledger import NewEvent, SqlLedger
+from tests.stores.write_behind_child import ACKED
+
+T0 = datetime(2026, 8, 20, 10, 15, tzinfo=UTC)
+E = ExecutionEventType
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def event_(i: int) -> NewEvent:
+    return NewEvent(f"s-{i}", E.MODEL_CALL, T0 + timedelta(seconds=i), payload={"i": i})
+
+
+async def new_run(ledger: SqlLedger) -> str:
+    run_id = f"wb-{uuid.uuid4().hex[:12]}"
+    await ledger.create_run(
+        RunRecord(run_id=run_id, graph_id="g", graph_version="1", created_at=T0)
+    )
+    return run_id
+
+
+async def payload_numbers(ledger: SqlLedger, run_id: str) -> list[int]:
+    import json
+
+    return [json.loads(data or b"{}")["i"] for _, data in await ledger.events_with_payloads(run_id)]
+
+
+class Statements:
+    """The SQL statements and commits the engine sends while active."""
+
+    def __init__(self, db: Database) -> None:
+        self.sql: list[str] = []
+        self.commits = 0
+        self._engine = db.engine.sync_engine
+        event.listen(self._engine, "before_cursor_execute", self._on_sql)
+        event.listen(self._engine, "commit", self._on_commit)
+
+    def _on_sql(self, _conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        self.sql.append(statement)
+
+    def _on_commit(self, _conn: Any) -> None:
+        self.commits += 1
+
+    def close(self) -> None:
+        event.remove(self._engine, "before_cursor_execute", self._on_sql)
+        event.remove(self._engine, "commit", self._on_commit)
+
+    def head_reads(self) -> int:
+        return sum(
+            1
+            for s in self.sql
+            if s.lstrip().upper().startswith("SELECT") and "head_sequence" in s and "runs" in s
+        )
+
+
+@pytest.fixture
+def ledger(database: Database, tmp_path: Path) -> SqlLedger:
+    return SqlLedger(database, LocalArtifactStore(tmp_path / "artifacts"))
+
+
+async def test_submitted_events_keep_per_run_order_and_share_transactions(
+    ledger: SqlLedger, database: Database
+) -> None:
+    runs = [await new_run(ledger) for _ in range(12)]
+    watch = Statements(database)
+    try:
+        futures = []
+        for i in range(10):  # interleaved: run 0 event 0, run 1 event 0, ...
+            for run_id in runs:
+                futures.append(await ledger.submit(run_id, [event_(i)], expected_sequence=i + 1))
+        await ledger.flush()
+    finally:
+        watch.close()
+    assert all(f.done() and f.exception() is None for f in futures)
+    for run_id in runs:
+        assert await payload_numbers(ledger, run_id) == list(range(10))
+        verified = await ledger.verify(run_id)
+        assert verified.intact and verified.head_sequence == 10
+    # 120 appends of 12 runs: far fewer transactions than appends (many runs per commit)
+    assert 1 <= watch.commits <= 40
+
+
+async def test_a_cached_head_is_not_read_again(ledger: SqlLedger, database: Database) -> None:
+    run_id = await new_run(ledger)
+    await ledger.append(run_id, event_(0))  # the writer reads the head once, then caches it
+    watch = Statements(database)
+    try:
+        for i in range(1, 6):
+            await ledger.append(run_id, event_(i), expected_sequence=i + 1)
+    finally:
+        watch.close()
+    assert watch.head_reads() == 0
+    assert (await ledger.verify(run_id)).head_sequence == 6
+
+
+async def test_a_head_moved_by_another_writer_fails_the_cas_and_is_read_again(
+    ledger: SqlLedger, database: Database, tmp_path: Path
+) -> None:
+    run_id = await new_run(ledger)
+    await ledger.append(run_id, event_(0))
+    other = SqlLedger(database, LocalArtifactStore(tmp_path / "other"), group_commit=False)
+    await other.append(run_id, event_(1))  # the first ledger's cached head is now stale
+    # unconditional: written after the other writer's event, from the re-read head
+    appended = await ledger.append(run_id, event_(2))
+    assert appended.sequence == 3
+    # conditional on what the stale cache believed: refused, nothing written
+    with pytest.raises(SequenceConflictError):
+        await ledger.append(run_id, event_(9), expected_sequence=3)
+    assert await payload_numbers(ledger, run_id) == [0, 1, 2]
+    assert (await ledger.verify(run_id)).intact
+
+
+async def test_write_behind_is_durable_at_the_marked_points(
+    ledger: SqlLedger, database: Database, tmp_path: Path
+) -> None:
+    run_id = await new_run(ledger)
+    recorder = RunRecorder(ledger, ledger.artifacts, run_id, write_behind=True)  # type: ignore[arg-type]
+    recorder.step_id = "act"
+    for i in range(3):
+        assert await recorder.record(E.MODEL_CALL, payload={"i": i}) is None
+    assert recorder.last_sequence == 3
+    reader = SqlEvidenceReader(database)
+    seen_at_call: list[SideEffectStatus] = []
+
+    async def provider(key: str, preq: str) -> dict[str, Any]:
+        # the write-ahead rule: the intent (and all before it) is committed before this runs
+        effects = await reader.records(SideEffectRecord, run_id)
+        seen_at_call.extend(e.status for e in effects)
+        committed = await database_events(database, run_id)
+        assert committed == list(range(1, recorder.last_sequence + 1))
+        return {"refund_id": "r-1"}
+
+    final, receipt = await SideEffectLedger(recorder).execute(
+        capability_id="payment.refund",
+        step_id="act",
+        action_hash=canonical_hash({"order": 1}),
+        call=provider,
+    )
+    assert seen_at_call[-1] is SideEffectStatus.EXECUTING
+    assert final.status is SideEffectStatus.CONFIRMED and receipt == {"refund_id": "r-1"}
+    await recorder.record(E.MODEL_CALL, payload={"i": 99})
+    await recorder.flush()
+    assert await database_events(database, run_id) == list(range(1, recorder.last_sequence + 1))
+    assert (await ledger.verify(run_id)).intact
+
+
+async def database_events(database: Database, run_id: str) -> list[int]:
+    e = schema.execution_events.c
+    async with database.read() as conn:
+        rows = await conn.execute(select(e.sequence).where(e.run_id == run_id).order_by(e.sequence))
+        return [row.sequence for row in rows]
+
+
+async def test_a_failed_batch_loses_only_the_unacknowledged_events(
+    ledger: SqlLedger, database: Database
+) -> None:
+    from models import PromptArtifact
+
+    run_id, other_run = await new_run(ledger), await new_run(ledger)
+    prompt = PromptArtifact(
+        artifact_id=f"pa-{uuid.uuid4().hex[:8]}",
+        template_version="t1",
+        compiled_hash=canonical_hash("a"),
+        content_ref=canonical_hash("a").removeprefix("sha256:"),
+        token_count=1,
+        compiled_at=T0,
+    )
+    await ledger.append(other_run, NewEvent("s", E.PROMPT_COMPILED, T0, record=prompt))
+    recorder = RunRecorder(ledger, ledger.artifacts, run_id, write_behind=True)  # type: ignore[arg-type]
+    for i in range(4):
+        await recorder.record(E.MODEL_CALL, payload={"i": i}, durable=i == 3)
+    acknowledged = recorder.last_sequence
+    # handed to the writer, never acknowledged: the prompt's id belongs to the other run, so
+    # its transaction fails after the event rows were inserted, and rolls back whole; the
+    # append before it is written on its own (a failing append never takes others down)
+    await recorder.record(E.MODEL_CALL, payload={"i": 4})
+    await recorder.record(E.PROMPT_COMPILED, record=prompt)
+    with pytest.raises(ConflictError):
+        await recorder.flush()
+    assert await database_events(database, run_id) == list(range(1, acknowledged + 2))
+    assert await payload_numbers(ledger, run_id) == [0, 1, 2, 3, 4]
+    verified = await ledger.verify(run_id)
+    assert verified.intact and verified.head_sequence == acknowledged + 1
+    # the writer forgot the head it could not move: the next append starts from the truth
+    assert (await ledger.append(run_id, event_(7))).sequence == acknowledged + 2
+
+
+async def test_a_killed_recorder_loses_only_unacknowledged_events(
+    database: Database, tmp_path: Path
+) -> None:
+    url = database.engine.url.render_as_string(hide_password=False)
+    run_id = f"wb-kill-{uuid.uuid4().hex[:8]}"
+    child = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "tests.stores.write_behind_child",
+        url,
+        run_id,
+        str(tmp_path / "a"),
+        cwd=ROOT,
+        env=os.environ.copy(),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    try:
+        assert child.stdout is not None
+        first = (await asyncio.wait_for(child.stdout.readline(), 120)).split()
+        assert first == [b"ACKED", str(ACKED).encode()]
+        for _ in range(3):  # more events handed to the writer, some of them committed
+            assert (await asyncio.wait_for(child.stdout.readline(), 120)).strip() == b"MORE"
+    finally:
+        child.send_signal(signal.SIGKILL)
+        await asyncio.wait_for(child.wait(), 30)
+    ledger = SqlLedger(database)
+    committed = await database_events(database, run_id)
+    # every acknowledged event is there; whatever else is there is the prefix after it
+    assert committed[:ACKED] == list(range(1, ACKED + 1))
+    assert committed == list(range(1, len(committed) + 1))
+    assert await payload_numbers(ledger, run_id) == list(range(len(committed)))
+    verified = await ledger.verify(run_id)
+    assert verified.intact and verified.head_sequence == len(committed)
+
+
+async def test_one_statement_moves_every_head_of_a_batch(
+    ledger: SqlLedger, database: Database
+) -> None:
+    runs = [await new_run(ledger) for _ in range(5)]
+    for run_id in runs:  # heads cached
+        await ledger.append(run_id, event_(0))
+    watch = Statements(database)
+    try:
+        futures = [await ledger.submit(r, [event_(1), event_(2)]) for r in runs]
+        await asyncio.gather(*futures)
+    finally:
+        watch.close()
+    updates = [s for s in watch.sql if s.lstrip().upper().startswith("UPDATE RUNS")]
+    assert len(updates) == 1  # one statement (one executemany on SQLite) for five heads
+    for run_id in runs:
+        assert (await ledger.verify(run_id)).head_sequence == 3
+
+
+async def test_after_a_failed_hand_off_the_run_still_records_its_failure(
+    ledger: SqlLedger, database: Database
+) -> None:
+    from models import PromptArtifact
+
+    run_id, other_run = await new_run(ledger), await new_run(ledger)
+    prompt = PromptArtifact(
+        artifact_id=f"pa-{uuid.uuid4().hex[:8]}",
+        template_version="t1",
+        compiled_hash=canonical_hash("b"),
+        content_ref=canonical_hash("b").removeprefix("sha256:"),
+        token_count=1,
+        compiled_at=T0,
+    )
+    await ledger.append(other_run, NewEvent("s", E.PROMPT_COMPILED, T0, record=prompt))
+    recorder = RunRecorder(ledger, ledger.artifacts, run_id, write_behind=True)  # type: ignore[arg-type]
+    await recorder.record(E.MODEL_CALL, payload={"i": 0}, durable=True)
+    await recorder.record(E.PROMPT_COMPILED, record=prompt)  # refused in the background
+    await recorder.record(E.MODEL_CALL, payload={"i": 1})  # names the sequence after it
+    with pytest.raises(ConflictError):
+        await recorder.flush()
+    # the recorder goes on after what is committed: its failure event lands, in order
+    await recorder.record(E.RUN_FAILED, payload={"i": 2}, durable=True)
+    assert await payload_numbers(ledger, run_id) == [0, 2]
+    assert (await ledger.verify(run_id)).intact
