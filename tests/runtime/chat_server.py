@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import sys
 import threading
 import time
 from collections import deque
@@ -80,6 +81,15 @@ def error_answer(status: int, message: str, *, type_: str = "invalid_request_err
     )
 
 
+class _QuietServer(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # a client that gave up on a trickled answer (the deadline tests) resets the connection:
+        # expected there, so not printed as a traceback in the suite's output
+        if isinstance(sys.exc_info()[1], (ConnectionResetError, BrokenPipeError)):
+            return
+        super().handle_error(request, client_address)
+
+
 class ChatServer:
     """``with ChatServer() as server:`` serves on a free port of 127.0.0.1 in a background thread."""
 
@@ -88,7 +98,7 @@ class ChatServer:
         self._script: deque[Scripted] = deque()
         self._lock = threading.Lock()
         self._stopping = threading.Event()
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler_class(self))
+        self._httpd = _QuietServer(("127.0.0.1", 0), _handler_class(self))
         self._httpd.daemon_threads = True
         # a short poll interval: shutdown() waits up to one interval for the serving loop
         self._thread = threading.Thread(
