@@ -117,6 +117,10 @@ class StepOutput(Record):
 class ComparisonResult(Record):
     comparison: ReplayComparison
     reproduced: bool
+    #: an imported tau-bench run replayed live: the benchmark's reward for the replayed
+    #: conversation (0/1) and why; None otherwise
+    counterfactual_reward: int | None = None
+    counterfactual_reason: str | None = None
 
 
 class ChildResult(Record):
@@ -129,6 +133,8 @@ class ChildResult(Record):
     verdict_reason: str | None = None
     reproduced: bool | None = None
     budget_used: BudgetUsage = BudgetUsage()
+    counterfactual_reward: int | None = None
+    counterfactual_reason: str | None = None
 
 
 class ReplayOutcome(Record):
@@ -162,6 +168,10 @@ class ReplayOutcome(Record):
     child_results: tuple[ChildResult, ...] = ()
     #: the replay's manifest (a --repeat parent: its first child's)
     manifest: ReplayManifest | None = None
+    #: an imported tau-bench run replayed live: would this model have passed the task (the
+    #: benchmark's reward 0/1 on the replayed conversation) and why
+    counterfactual_reward: int | None = None
+    counterfactual_reason: str | None = None
 
 
 class ResumePoint(Record):

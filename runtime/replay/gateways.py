@@ -207,6 +207,14 @@ def model_price(provider: object) -> Decimal | None:
     return price if isinstance(price, Decimal) else None
 
 
+def reads_of(
+    registry: CapabilityRegistry, providers: Mapping[str, ToolProvider]
+) -> dict[str, ToolProvider]:
+    """The providers of ``registry``'s READ capabilities (unknown names are left out)."""
+    known = {c.capability_id: c for c in registry}
+    return {k: v for k, v in providers.items() if k in known and not known[k].is_write}
+
+
 class ReplayToolGateway:
     """Same interface as the recording gateway; answers from fixtures, never executes a WRITE."""
 
@@ -223,9 +231,8 @@ class ReplayToolGateway:
     ) -> None:
         self.registry = registry
         # only READ providers are ever handed to a replay: no write credential is held here
-        self.read_providers = {
-            k: v for k, v in read_providers.items() if not registry.get(k).is_write
-        }
+        self.offered_reads = read_providers
+        self.read_providers = reads_of(registry, read_providers)
         self.recorder = recorder
         self.policy = policy
         self.write_policy_id = write_policy_id

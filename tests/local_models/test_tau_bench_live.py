@@ -1,0 +1,102 @@
+"""An imported tau-bench run replayed against a real local model (issue 18, item 6): the
+model-swap replay runs through the tool-calling loop with the recorded system prompt, tools and
+user turns, tool calls the source did not record are answered by our world tools on a private
+copy (``sandbox-live``), and the replay ends with the benchmark's counterfactual verdict. The
+shared database never changes and no write is executed."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from pathlib import Path
+
+from activities.observe import replay_run_facts
+from app.local_replay import run_prepared
+from integrations.tau_bench.importer import import_tau_bench
+from integrations.tau_bench.world.live import TauWorlds, replay_counterfactual
+from models import FixtureMissPolicy, ReplayMode
+from models.replay import ReplayBudget
+from models.replay_flow import ReplayPlan
+from runtime.replay.engine import ReplayEngine
+from tests.local_models.conftest import ModelStack
+from tests.testdata import unpacked_testdata
+from worker.catalogs import catalogs
+
+DATA = unpacked_testdata() / "tau-bench"
+ENV_DATA = DATA / "env-data"
+VERSION = "7362a17"  # the databases the airline runs were recorded against
+
+
+def _files_digest(folder: Path) -> str:
+    digest = hashlib.sha256()
+    for path in sorted(folder.rglob("*.json")):
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+async def _import_shortest(stack: ModelStack, tmp_path: Path) -> str:
+    """The shortest scored airline conversation, imported alone (keeps the test short)."""
+    records = json.loads((DATA / "airline" / "gpt-4o-airline.json").read_text())
+    shortest = min(records, key=lambda r: len(r["traj"]))
+    path = tmp_path / "shortest-airline.json"
+    path.write_text(json.dumps([shortest]))
+    stores = stack.stores
+    report = await import_tau_bench(
+        stores.ledger,
+        stores.artifacts,
+        stores.evidence,
+        path,
+        "airline",
+        DATA / "tools_info.json",
+        env_version=VERSION,
+    )
+    return report.run_ids[0]
+
+
+async def test_a_tau_bench_model_swap_ends_with_the_benchmarks_verdict(
+    model_stack: ModelStack, tmp_path: Path
+) -> None:
+    stores = model_stack.stores
+    run_id = await _import_shortest(model_stack, tmp_path)
+    worlds = TauWorlds(stores.ledger, stores.artifacts, stores.evidence, ENV_DATA)
+    files_before = _files_digest(ENV_DATA / VERSION / "airline")
+    base = worlds.base(VERSION, "airline")
+    base_hash = base.initial_hash
+
+    agents = catalogs(None, None, model_stack.settings.model_registry, worlds)
+    for catalog in agents.values():  # each registry model's provider, closed after the test
+        model_stack.closing.extend(getattr(m, "inner", m) for m in catalog.models.values())
+    engine = ReplayEngine(stores.ledger, stores.evidence, stores.artifacts, agents)
+    plan = ReplayPlan(
+        replay_id=f"replay-{uuid.uuid4().hex[:12]}",
+        source_run_id=run_id,
+        mode=ReplayMode.MODEL_SWAP,
+        model_name="gemma3-270m",
+        sampling_seed=3,
+        miss_policy=FixtureMissPolicy.SANDBOX_LIVE,
+        # bounded: a model that keeps calling tools is stopped (the verdict then says the
+        # episode did not reach its end)
+        budget=ReplayBudget(max_model_calls=6),
+    )
+    prepared = await engine.prepare(plan)
+    assert prepared.ok, prepared.problems
+    totals = await run_prepared(engine, plan, prepared)
+    assert totals.model_calls >= 1 and totals.usage.tokens > 0
+
+    verdict = await replay_counterfactual(worlds, plan.replay_id, run_id)
+    assert verdict is not None
+    assert verdict.counterfactual_reward in (0, 1) and verdict.reason
+    assert verdict.db_version == VERSION and verdict.expected_hash
+    print(f"\ncounterfactual_reward={verdict.counterfactual_reward}: {verdict.reason}")
+
+    # no write left the private copy: none executed (as ``replay status`` counts them), the
+    # shared base and its files unchanged
+    facts = await replay_run_facts(stores.ledger, plan.replay_id)
+    assert facts.writes_executed == []
+    assert worlds.base(VERSION, "airline") is base and base.initial_hash == base_hash
+    assert base.tables == type(base.tables)(
+        (t, json.loads((ENV_DATA / VERSION / "airline" / f"{t}.json").read_text()))
+        for t in base.tables
+    )
+    assert _files_digest(ENV_DATA / VERSION / "airline") == files_before
