@@ -26,6 +26,10 @@ from worker.catalogs import catalogs
 DATA = unpacked_testdata() / "tau-bench"
 ENV_DATA = DATA / "env-data"
 VERSION = "7362a17"  # the databases the airline runs were recorded against
+#: seconds one model call may take here: the first call evaluates the recorded system prompt
+#: and tools (about 4,000 tokens), which took 100 s on two cores busy with other work
+#: (~40 prompt tokens/s); later calls reuse the server's cached prefix
+FIRST_CALL_TIMEOUT = 480
 
 
 def _files_digest(folder: Path) -> str:
@@ -64,7 +68,10 @@ async def test_a_tau_bench_model_swap_ends_with_the_benchmarks_verdict(
     base = worlds.base(VERSION, "airline")
     base_hash = base.initial_hash
 
-    agents = catalogs(None, None, model_stack.settings.model_registry, worlds)
+    registry = model_stack.settings.model_registry.model_copy(
+        update={"timeout": FIRST_CALL_TIMEOUT}
+    )
+    agents = catalogs(None, None, registry, worlds)
     for catalog in agents.values():  # each registry model's provider, closed after the test
         model_stack.closing.extend(getattr(m, "inner", m) for m in catalog.models.values())
     engine = ReplayEngine(stores.ledger, stores.evidence, stores.artifacts, agents)
@@ -77,7 +84,7 @@ async def test_a_tau_bench_model_swap_ends_with_the_benchmarks_verdict(
         miss_policy=FixtureMissPolicy.SANDBOX_LIVE,
         # bounded: a model that keeps calling tools is stopped (the verdict then says the
         # episode did not reach its end)
-        budget=ReplayBudget(max_model_calls=6),
+        budget=ReplayBudget(max_model_calls=3),
     )
     prepared = await engine.prepare(plan)
     assert prepared.ok, prepared.problems
