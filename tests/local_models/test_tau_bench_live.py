@@ -9,16 +9,21 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
+from datetime import UTC, datetime
 from pathlib import Path
+
+import pytest
 
 from activities.observe import replay_run_facts
 from app.local_replay import run_prepared
 from integrations.tau_bench.importer import import_tau_bench
 from integrations.tau_bench.world.live import TauWorlds, replay_counterfactual
 from models import FixtureMissPolicy, ReplayMode
+from models.errors import InvalidInputError
 from models.replay import ReplayBudget
 from models.replay_flow import ReplayPlan
 from runtime.replay.engine import ReplayEngine
+from runtime.tools import ToolCallContext
 from tests.local_models.conftest import ModelStack
 from tests.testdata import unpacked_testdata
 from worker.catalogs import catalogs
@@ -96,6 +101,15 @@ async def test_a_tau_bench_model_swap_ends_with_the_benchmarks_verdict(
     assert verdict.counterfactual_reward in (0, 1) and verdict.reason
     assert verdict.db_version == VERSION and verdict.expected_hash
     print(f"\ncounterfactual_reward={verdict.counterfactual_reward}: {verdict.reason}")
+
+    # the live READ the sandbox-live policy allows: the world's answer on the private copy of
+    # the replay's source version; a WRITE is never answered live
+    readers = await worlds.read_providers()
+    context = ToolCallContext(run_id=plan.replay_id, logical_time=datetime.now(UTC))
+    answer = await readers["get_user_details"]({"user_id": "anya_garcia_5901"}, context)
+    assert json.loads(answer["output"]) == base.tables["users"]["anya_garcia_5901"]
+    with pytest.raises(InvalidInputError, match="WRITE tool"):
+        await readers["cancel_reservation"]({"reservation_id": "JMO1MG"}, context)
 
     # no write left the private copy: none executed (as ``replay status`` counts them), the
     # shared base and its files unchanged
