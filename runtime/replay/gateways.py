@@ -33,6 +33,7 @@ from models.errors import (
     FixtureMissError,
     InvalidInputError,
     PolicyDeniedError,
+    UnknownCapabilityError,
 )
 from models.model_call import ModelRequest, ModelResponse
 from models.replay import ReplayBudget
@@ -211,8 +212,14 @@ def reads_of(
     registry: CapabilityRegistry, providers: Mapping[str, ToolProvider]
 ) -> dict[str, ToolProvider]:
     """The providers of ``registry``'s READ capabilities (unknown names are left out)."""
-    known = {c.capability_id: c for c in registry}
-    return {k: v for k, v in providers.items() if k in known and not known[k].is_write}
+    reads: dict[str, ToolProvider] = {}
+    for name, provider in providers.items():
+        try:
+            if not registry.get(name).is_write:
+                reads[name] = provider
+        except UnknownCapabilityError:  # a tool of another run (the generic tool loop)
+            continue
+    return reads
 
 
 class ReplayToolGateway:

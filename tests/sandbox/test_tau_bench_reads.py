@@ -40,12 +40,12 @@ QUOTAS = Quotas(write_bytes=1 << 20, calls_per_batch=50, message_bytes=1 << 20)
 
 
 @pytest.fixture
-async def stores(tmp_path: Path):  # type: ignore[no-untyped-def]
+async def stores(tmp_path: Path):
     async with open_stores(stack_settings(tmp_path, "unused").stores) as opened:
         yield opened
 
 
-async def _broker(stores, tmp_path: Path, miss: FixtureMissPolicy):  # type: ignore[no-untyped-def]
+async def _broker(stores, tmp_path: Path, miss: FixtureMissPolicy):
     records = json.loads((DATA / "airline" / "gpt-4o-airline.json").read_text())
     path = tmp_path / "one.json"
     path.write_text(json.dumps([min(records, key=lambda r: len(r["traj"]))]))
@@ -85,7 +85,7 @@ async def _broker(stores, tmp_path: Path, miss: FixtureMissPolicy):  # type: ign
     return broker, worlds, source.start_time.isoformat()
 
 
-def _read(name: str, arguments: dict, at: str) -> dict:  # type: ignore[type-arg]
+def _read(name: str, arguments: dict, at: str) -> dict:
     return {
         "graph_id": "tool-loop",
         "capability_id": name,
@@ -94,7 +94,7 @@ def _read(name: str, arguments: dict, at: str) -> dict:  # type: ignore[type-arg
     }
 
 
-async def test_a_read_is_answered_by_the_world_and_a_write_refused(stores, tmp_path) -> None:  # type: ignore[no-untyped-def]
+async def test_a_read_is_answered_by_the_world_and_a_write_refused(stores, tmp_path) -> None:
     broker, worlds, at = await _broker(stores, tmp_path, FixtureMissPolicy.SANDBOX_LIVE)
     answer = await broker.handle(
         "tool.read", _read("get_user_details", {"user_id": "anya_garcia_5901"}, at)
@@ -107,7 +107,7 @@ async def test_a_read_is_answered_by_the_world_and_a_write_refused(stores, tmp_p
         )
 
 
-async def test_the_default_policy_reads_nothing_live(stores, tmp_path) -> None:  # type: ignore[no-untyped-def]
+async def test_the_default_policy_reads_nothing_live(stores, tmp_path) -> None:
     broker, _, at = await _broker(stores, tmp_path, FixtureMissPolicy.FAIL)
     with pytest.raises(SandboxViolationError, match="miss policy is FAIL"):
         await broker.handle(
