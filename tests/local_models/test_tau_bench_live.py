@@ -32,8 +32,9 @@ DATA = unpacked_testdata() / "tau-bench"
 ENV_DATA = DATA / "env-data"
 VERSION = "7362a17"  # the databases the airline runs were recorded against
 #: seconds one model call may take here: the first call evaluates the recorded system prompt
-#: and tools (about 4,000 tokens), which took 100 s on two cores busy with other work
-#: (~40 prompt tokens/s); later calls reuse the server's cached prefix
+#: (about 1,300 tokens; 3,800 on an endpoint that renders the tools) and may write up to 256
+#: tokens; at a load average of 12 on two cores that took more than 120 s (40 prompt tokens/s);
+#: later calls reuse the server's cached prefix
 FIRST_CALL_TIMEOUT = 480
 
 
