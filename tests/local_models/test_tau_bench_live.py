@@ -16,7 +16,6 @@ import pytest
 
 from activities.observe import replay_run_facts
 from app.local_replay import run_prepared
-from integrations.tau_bench.importer import import_tau_bench
 from integrations.tau_bench.world.live import TauWorlds, replay_counterfactual
 from models import FixtureMissPolicy, ReplayMode
 from models.errors import InvalidInputError
@@ -24,13 +23,11 @@ from models.replay import ReplayBudget
 from models.replay_flow import ReplayPlan
 from runtime.replay.engine import ReplayEngine
 from runtime.tools import ToolCallContext
+from tests.fixtures_tau import AIRLINE_VERSION, ENV_DATA, import_shortest_airline_run
 from tests.local_models.conftest import ModelStack
-from tests.testdata import unpacked_testdata
 from worker.catalogs import catalogs
 
-DATA = unpacked_testdata() / "tau-bench"
-ENV_DATA = DATA / "env-data"
-VERSION = "7362a17"  # the databases the airline runs were recorded against
+VERSION = AIRLINE_VERSION
 #: seconds one model call may take here: the first call evaluates the recorded system prompt
 #: (about 1,300 tokens; 3,800 on an endpoint that renders the tools) and may write up to 256
 #: tokens; at a load average of 12 on two cores that took more than 120 s (40 prompt tokens/s);
@@ -45,30 +42,11 @@ def _files_digest(folder: Path) -> str:
     return digest.hexdigest()
 
 
-async def _import_shortest(stack: ModelStack, tmp_path: Path) -> str:
-    """The shortest scored airline conversation, imported alone (keeps the test short)."""
-    records = json.loads((DATA / "airline" / "gpt-4o-airline.json").read_text())
-    shortest = min(records, key=lambda r: len(r["traj"]))
-    path = tmp_path / "shortest-airline.json"
-    path.write_text(json.dumps([shortest]))
-    stores = stack.stores
-    report = await import_tau_bench(
-        stores.ledger,
-        stores.artifacts,
-        stores.evidence,
-        path,
-        "airline",
-        DATA / "tools_info.json",
-        env_version=VERSION,
-    )
-    return report.run_ids[0]
-
-
 async def test_a_tau_bench_model_swap_ends_with_the_benchmarks_verdict(
     model_stack: ModelStack, tmp_path: Path
 ) -> None:
     stores = model_stack.stores
-    run_id = await _import_shortest(model_stack, tmp_path)
+    run_id = await import_shortest_airline_run(stores, tmp_path)
     worlds = TauWorlds(stores.ledger, stores.artifacts, stores.evidence, ENV_DATA)
     files_before = _files_digest(ENV_DATA / VERSION / "airline")
     base = worlds.base(VERSION, "airline")

@@ -14,7 +14,6 @@ import pytest
 
 from activities.sandbox.broker import StepBroker
 from activities.sandbox.guard import Quotas
-from integrations.tau_bench.importer import import_tau_bench
 from integrations.tau_bench.world.live import TauWorlds
 from models import FixtureMissPolicy, ReplayMode
 from models.errors import SandboxViolationError
@@ -23,10 +22,8 @@ from models.replay_flow import ReplayCursorsView, ReplayPlan, StepInput
 from runtime.replay.engine import ReplayEngine
 from stores.bundle import open_stores
 from tests.fixtures_replay import stack_settings
-from tests.testdata import unpacked_testdata
+from tests.fixtures_tau import ENV_DATA, import_shortest_airline_run
 from worker.catalogs import catalogs
-
-DATA = unpacked_testdata() / "tau-bench"
 
 
 class NeverCalled:
@@ -46,19 +43,8 @@ async def stores(tmp_path: Path):
 
 
 async def _broker(stores, tmp_path: Path, miss: FixtureMissPolicy):
-    records = json.loads((DATA / "airline" / "gpt-4o-airline.json").read_text())
-    path = tmp_path / "one.json"
-    path.write_text(json.dumps([min(records, key=lambda r: len(r["traj"]))]))
-    report = await import_tau_bench(
-        stores.ledger,
-        stores.artifacts,
-        stores.evidence,
-        path,
-        "airline",
-        DATA / "tools_info.json",
-        env_version="7362a17",
-    )
-    worlds = TauWorlds(stores.ledger, stores.artifacts, stores.evidence, DATA / "env-data")
+    run_id = await import_shortest_airline_run(stores, tmp_path)
+    worlds = TauWorlds(stores.ledger, stores.artifacts, stores.evidence, ENV_DATA)
     # the tool loop with a model that is never called here (only the broker's reads are)
     loop = dataclasses.replace(
         catalogs(None, None, None, worlds)["tool-loop"], models={"none": NeverCalled()}
@@ -66,7 +52,7 @@ async def _broker(stores, tmp_path: Path, miss: FixtureMissPolicy):
     engine = ReplayEngine(stores.ledger, stores.evidence, stores.artifacts, {"tool-loop": loop})
     plan = ReplayPlan(
         replay_id=f"replay-tau-{uuid.uuid4().hex[:8]}",
-        source_run_id=report.run_ids[0],
+        source_run_id=run_id,
         mode=ReplayMode.MODEL_SWAP,
         model_name="none",
         miss_policy=miss,
