@@ -11,7 +11,8 @@ from temporalio.exceptions import ApplicationError
 from activities import observe
 from activities.heartbeat import heartbeating
 from activities.sandbox.runner import SandboxedSteps
-from models import RunStatus
+from integrations.tau_bench.world.live import TauWorlds, replay_counterfactual
+from models import ReplayMode, RunStatus
 from models.comparison import compare_trajectories, reproduces
 from models.errors import ReplaybookError, SandboxError
 from models.replay_flow import ComparisonResult, PreparedReplay, ReplayPlan, StepInput, StepOutput
@@ -30,7 +31,14 @@ async def _heartbeat(detail: str, every: float = 1.0) -> None:
 class ReplayActivities:
     """Activity methods; the engine (and through it every store) is injected by the worker."""
 
-    def __init__(self, engine: ReplayEngine, sandboxed: SandboxedSteps | None = None) -> None:
+    def __init__(
+        self,
+        engine: ReplayEngine,
+        sandboxed: SandboxedSteps | None = None,
+        tau_worlds: TauWorlds | None = None,
+    ) -> None:
+        #: the private worlds of imported tau-bench runs (the counterfactual verdict)
+        self.tau_worlds = tau_worlds
         self.engine = engine
         #: runs the steps under bubblewrap; None only with the development flag (the engine
         #: then records the isolation ``none (dev flag)``)
@@ -121,6 +129,22 @@ class ReplayActivities:
             # from the replay's own run as this worker reads it, never from the steps' word
             writes_executed=writes_executed(replay),
         )
+        if self.tau_worlds is not None and plan.mode is not ReplayMode.RECORDED:
+            # an imported tau-bench run: would this model have passed the task?
+            try:
+                verdict = await replay_counterfactual(
+                    self.tau_worlds, plan.replay_id, plan.source_run_id
+                )
+            except ReplaybookError as exc:  # e.g. the databases are not where the setting says
+                result = result.model_copy(update={"counterfactual_reason": str(exc)})
+                verdict = None
+            if verdict is not None:
+                result = result.model_copy(
+                    update={
+                        "counterfactual_reward": verdict.counterfactual_reward,
+                        "counterfactual_reason": verdict.reason,
+                    }
+                )
         await observe.replay_compared(self.engine.ledger, plan, result)
         return result
 

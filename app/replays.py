@@ -228,6 +228,10 @@ def outcome_view(outcome: ReplayOutcome) -> dict[str, Any]:
         # --substitute-model, the prompt bundle and versions (null before manifests were kept)
         "manifest": outcome.manifest.model_dump(mode="json") if outcome.manifest else None,
     }
+    if outcome.counterfactual_reward is not None or outcome.counterfactual_reason is not None:
+        # an imported tau-bench run replayed live: the benchmark's reward 0/1 and why
+        view["counterfactual_reward"] = outcome.counterfactual_reward
+        view["counterfactual_reason"] = outcome.counterfactual_reason
     if outcome.summary is not None:
         view["summary"] = outcome.summary
         # each child with its verdict and what it drew from the request's one budget

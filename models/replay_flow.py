@@ -119,6 +119,10 @@ class ComparisonResult(Record):
     reproduced: bool
     #: writes of the replay that really reached a provider (``runtime.trajectory``)
     writes_executed: int = 0
+    #: an imported tau-bench run replayed live: the benchmark's reward for the replayed
+    #: conversation (0/1) and why; None otherwise
+    counterfactual_reward: int | None = None
+    counterfactual_reason: str | None = None
 
 
 class ChildResult(Record):
@@ -131,6 +135,8 @@ class ChildResult(Record):
     verdict_reason: str | None = None
     reproduced: bool | None = None
     budget_used: BudgetUsage = BudgetUsage()
+    counterfactual_reward: int | None = None
+    counterfactual_reason: str | None = None
 
 
 class ReplayOutcome(Record):
@@ -164,6 +170,10 @@ class ReplayOutcome(Record):
     child_results: tuple[ChildResult, ...] = ()
     #: the replay's manifest (a --repeat parent: its first child's)
     manifest: ReplayManifest | None = None
+    #: an imported tau-bench run replayed live: would this model have passed the task (the
+    #: benchmark's reward 0/1 on the replayed conversation) and why
+    counterfactual_reward: int | None = None
+    counterfactual_reason: str | None = None
 
 
 class ResumePoint(Record):

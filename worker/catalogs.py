@@ -18,6 +18,7 @@ from examples.support_desk.catalog import support_desk_catalog
 from examples.support_desk.real_model import SupportDeskJsonModel
 from examples.synthetic import GRAPH_ID as SYNTHETIC
 from examples.synthetic import synthetic_catalog
+from integrations.tau_bench.world.live import world_tool_names
 from models.errors import ConfigurationError
 from models.ingest import TOOL_LOOP_GRAPH_ID
 from runtime.replay.catalog import AgentCatalog
@@ -25,6 +26,7 @@ from runtime.tool_loop.catalog import tool_loop_catalog
 
 if TYPE_CHECKING:
     from examples.support_desk.world_store import WorldStore
+    from integrations.tau_bench.world.live import TauWorlds
     from runtime.providers.endpoint import ModelEndpointSettings
     from runtime.providers.openai_compat import OpenAICompatibleProvider
     from runtime.providers.registry import ModelRegistrySettings
@@ -50,11 +52,14 @@ def catalogs(
     world: WorldStore | None,
     endpoint: ModelEndpointSettings | None = None,
     registry: ModelRegistrySettings | None = None,
+    tau_worlds: TauWorlds | None = None,
 ) -> Mapping[str, AgentCatalog]:
     """``world``: the simulated world the support desk's live READ providers use; ``endpoint``:
     the configured model endpoint (``Settings.models``) the tool loop offers; ``registry``: the
     named models (``Settings.model_registry``) the support desk and the tool loop offer. All
-    ``None`` in a sandboxed step's process (its models are the broker's)."""
+    ``None`` in a sandboxed step's process (its models are the broker's). ``tau_worlds``: the
+    private worlds answering live reads of imported tau-bench runs (the worker's; the tool
+    names are offered everywhere so the sandboxed child asks the broker for them)."""
     providers = registry_providers(registry)
     return {
         SUPPORT_DESK: support_desk_catalog(
@@ -62,5 +67,10 @@ def catalogs(
         ),
         SYNTHETIC: synthetic_catalog(),
         CODING_AGENT: coding_catalog(),
-        TOOL_LOOP_GRAPH_ID: tool_loop_catalog(endpoint, providers),
+        TOOL_LOOP_GRAPH_ID: tool_loop_catalog(
+            endpoint,
+            providers,
+            tau_worlds.read_providers if tau_worlds is not None else None,
+            world_tool_names(),
+        ),
     }

@@ -218,6 +218,9 @@ class Settings(BaseSettings):
     models: ModelEndpointSettings = ModelEndpointSettings()
     model_registry: ModelRegistrySettings = ModelRegistrySettings()
     metrics: MetricsSettings = MetricsSettings()
+    #: the tau-bench databases (``env-data``: ``<version>/<domain>/*.json``) live reads and the
+    #: counterfactual verdict of imported runs use; unset: the copy packed with the test data
+    tau_bench_data: Path | None = Field(None, validation_alias="REPLAYBOOK_TAU_BENCH_DATA")
 
     @field_validator("home")
     @classmethod

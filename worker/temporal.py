@@ -16,6 +16,7 @@ from activities.replay import ReplayActivities
 from activities.sandbox.setup import sandboxed_steps
 from activities.side_effects import SideEffectRetryActivities
 from examples.support_desk.world_store import WorldStore
+from integrations.tau_bench.world.live import TauWorlds
 from models.errors import StoreError
 from models.queues import CONTROL_QUEUE, REPLAY_QUEUE
 from runtime.providers.endpoint import ModelEndpointSettings
@@ -53,12 +54,13 @@ def catalogs(
     world: WorldStore,
     endpoint: ModelEndpointSettings | None = None,
     registry: ModelRegistrySettings | None = None,
+    tau_worlds: TauWorlds | None = None,
 ) -> Mapping[str, AgentCatalog]:
     """The agents whose code this worker can replay (``worker.catalogs``, which sandboxed
     steps import in their own process); ``world`` serves their live READ providers,
     ``endpoint`` is the configured model endpoint (``Settings.models``), ``registry`` the named
     models (``Settings.model_registry``)."""
-    return agent_catalogs(world, endpoint, registry)
+    return agent_catalogs(world, endpoint, registry, tau_worlds)
 
 
 @contextlib.asynccontextmanager
@@ -71,11 +73,14 @@ async def running_workers(
     client = client or await connect(settings)
     world = open_world(settings.stores.database_url)
     async with open_stores(settings.stores) as stores:
+        tau_worlds = TauWorlds(
+            stores.ledger, stores.artifacts, stores.evidence, settings.tau_bench_data
+        )
         engine = ReplayEngine(
             stores.ledger,
             stores.evidence,
             stores.artifacts,
-            catalogs(world, settings.models, settings.model_registry),
+            catalogs(world, settings.models, settings.model_registry, tau_worlds),
         )
         # a replay worker refuses to start when it cannot sandbox its steps (rule 16)
         steps = (
@@ -83,7 +88,7 @@ async def running_workers(
             if queues != "control"
             else None
         )
-        acts = ReplayActivities(engine, steps)
+        acts = ReplayActivities(engine, steps, tau_worlds)
         incident_acts = IncidentActivities(
             stores,
             SqlIncidentStore(stores.db),

@@ -307,6 +307,8 @@ class ReplayWorkflow:
                 "confidence": ReplayConfidence.LIMITED if drifted else outcome.confidence,
                 # counted by the worker from the replay's own run (what reached a provider)
                 "writes_executed": result.writes_executed,
+                "counterfactual_reward": result.counterfactual_reward,
+                "counterfactual_reason": result.counterfactual_reason,
             }
         )
         workflow.logger.info(
@@ -459,6 +461,13 @@ class ReplayWorkflow:
         self._set(ReplayStatus.COMPARING)
         verdicts = [outcome_verdict(o) for o in outcomes]
         summary = verdict_summary(verdicts)
+        rewards = [o.counterfactual_reward for o in outcomes if o.counterfactual_reward is not None]
+        if rewards:  # imported tau-bench runs: how many children would have passed the task
+            summary = {
+                **summary,
+                "counterfactual_passed": sum(rewards),
+                "counterfactual_scored": len(rewards),
+            }
         self._memo_verdicts(verdicts)
         ran = [o for o in outcomes if o.status is ReplayStatus.COMPLETED]
         conclusive = [o for o, v in zip(outcomes, verdicts, strict=True) if v.conclusive]
@@ -502,6 +511,8 @@ class ReplayWorkflow:
                     verdict_reason=v.reason,
                     reproduced=o.reproduced,
                     budget_used=o.budget_used,
+                    counterfactual_reward=o.counterfactual_reward,
+                    counterfactual_reason=o.counterfactual_reason,
                 )
                 for o, v in zip(outcomes, verdicts, strict=True)
             ),

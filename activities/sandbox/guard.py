@@ -176,6 +176,12 @@ class ReplayGuard:
         if graph_id != self.run.graph_id:
             raise refuse(f"graph {graph_id!r} is not the source run's ({self.run.graph_id!r})")
         registry = self.catalog.capabilities
+        if str(capability_id) in self.catalog.live_read_tools:
+            # the generic tool loop: the source run's own tool catalogue says READ or WRITE
+            from runtime.tool_loop.graph import source_registry
+
+            source = await self.engine.source(self.plan.source_run_id)
+            registry = await source_registry(self.engine.artifacts, source.agent_input)
         try:
             capability = registry.get(str(capability_id))
             registry.validate_arguments(str(capability_id), arguments)

@@ -263,6 +263,7 @@ def brokered_catalog(
         for name, profile in profiles.items()
     }
     readable = [c.capability_id for c in catalog.capabilities if not c.is_write]
+    readable += [t for t in catalog.live_read_tools if t not in readable]  # checked by the guard
 
     async def read_providers() -> Mapping[str, ToolProvider]:
         return {c: _read_tool(call, catalog.graph_id, c) for c in readable}

@@ -32,8 +32,10 @@ if TYPE_CHECKING:
 
 #: seconds per request to a registered model (``REPLAYBOOK_MODELS_TIMEOUT``)
 REGISTRY_TIMEOUT = 300.0
-#: the local server's context window per model (``devstack.model_server`` serves them so)
-LOCAL_CONTEXT_LENGTH = 4096
+#: the local server's context window per model (``devstack.model_server`` serves them so):
+#: both models are trained for at least 8k (SmolLM2 8k, Gemma 3 270M 32k), and an imported
+#: tau-bench conversation's system prompt and tools alone take about 4k tokens
+LOCAL_CONTEXT_LENGTH = 8192
 
 
 class RegisteredModel(BaseModel):

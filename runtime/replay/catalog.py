@@ -35,6 +35,9 @@ class AgentCatalog:
     read_providers: Callable[[], Awaitable[Mapping[str, ToolProvider]]]
     #: the agent's source checkout, whose manifest a replay compares with the recorded one
     source_root: Path | None = None
+    #: tools named by each recorded run (not in ``capabilities``: the generic tool loop) that
+    #: ``read_providers`` may answer; the run's own tool catalogue says which of them are READ
+    live_read_tools: tuple[str, ...] = ()
 
     def bundle_by_hash(self, bundle_hash: str | None) -> PromptBundle | None:
         return next(

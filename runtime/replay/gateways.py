@@ -33,6 +33,7 @@ from models.errors import (
     FixtureMissError,
     InvalidInputError,
     PolicyDeniedError,
+    UnknownCapabilityError,
 )
 from models.model_call import ModelRequest, ModelResponse
 from models.replay import ReplayBudget
@@ -207,6 +208,20 @@ def model_price(provider: object) -> Decimal | None:
     return price if isinstance(price, Decimal) else None
 
 
+def reads_of(
+    registry: CapabilityRegistry, providers: Mapping[str, ToolProvider]
+) -> dict[str, ToolProvider]:
+    """The providers of ``registry``'s READ capabilities (unknown names are left out)."""
+    reads: dict[str, ToolProvider] = {}
+    for name, provider in providers.items():
+        try:
+            if not registry.get(name).is_write:
+                reads[name] = provider
+        except UnknownCapabilityError:  # a tool of another run (the generic tool loop)
+            continue
+    return reads
+
+
 class ReplayToolGateway:
     """Same interface as the recording gateway; answers from fixtures, never executes a WRITE."""
 
@@ -223,9 +238,8 @@ class ReplayToolGateway:
     ) -> None:
         self.registry = registry
         # only READ providers are ever handed to a replay: no write credential is held here
-        self.read_providers = {
-            k: v for k, v in read_providers.items() if not registry.get(k).is_write
-        }
+        self.offered_reads = read_providers
+        self.read_providers = reads_of(registry, read_providers)
         self.recorder = recorder
         self.policy = policy
         self.write_policy_id = write_policy_id

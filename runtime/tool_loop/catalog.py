@@ -6,7 +6,7 @@ own; replay never executes a write anyway, rule 4)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -67,10 +67,14 @@ def _configured_models(endpoint: ModelEndpointSettings | None) -> dict[str, Mode
 def tool_loop_catalog(
     endpoint: ModelEndpointSettings | None = None,
     registered: Mapping[str, ModelProvider] | None = None,
+    live_reads: Callable[[], Awaitable[Mapping[str, ToolProvider]]] | None = None,
+    live_read_tools: tuple[str, ...] = (),
 ) -> ToolLoopCatalog:
     """``endpoint``: the configured model endpoint (``Settings.models``), offered under
     ``ENDPOINT_MODEL`` and its own name; ``None`` or unconfigured: no model. ``registered``:
-    the model registry's providers by name, offered as they are."""
+    the model registry's providers by name, offered as they are. ``live_reads``: READ
+    providers by tool name for the ``sandbox-live`` policy (imported tau-bench runs: the
+    world's tools on a private copy, ``TauWorlds.read_providers``)."""
 
     async def no_live_reads() -> dict[str, ToolProvider]:
         # an imported agent's tools are not deployed here: nothing can be called live
@@ -86,5 +90,6 @@ def tool_loop_catalog(
         models={**_configured_models(endpoint), **(registered or {})},
         default_model=ENDPOINT_MODEL,
         retrievers={},
-        read_providers=no_live_reads,
+        read_providers=live_reads or no_live_reads,
+        live_read_tools=live_read_tools,
     )

@@ -25,6 +25,7 @@ from runtime.capabilities import CapabilityRegistry
 from runtime.environment import AgentEnvironment
 from runtime.graph import GraphDefinition, GraphRegistry, State, StepResult
 from runtime.ports import ArtifactStore
+from runtime.replay.gateways import reads_of
 from runtime.tool_loop.conversation import (
     MODEL,
     START,
@@ -47,6 +48,8 @@ from runtime.tool_loop.conversation import (
 )
 
 _CACHE: OrderedDict[str, bytes] = OrderedDict()
+#: the most tokens one live model answer of a replayed tool loop may generate
+LIVE_ANSWER_TOKENS = 256
 
 
 async def _artifact(artifacts: ArtifactStore, ref: str) -> bytes:
@@ -73,6 +76,9 @@ def run_registry(tools_json: list[dict[str, Any]]) -> CapabilityRegistry:
             capability_id=t["name"],
             description=t.get("description") or "",
             side_effect_class=SideEffectClass(t.get("side_effect_class") or "WRITE"),
+            # a miss may be answered live only where the catalog offers a READ provider for
+            # the tool (imported tau-bench runs: the world's tools on a private copy)
+            sandbox_live_allowed=(t.get("side_effect_class") or "WRITE") == "READ",
         )
         for t in tools_json
         if t["name"] != USER_REPLY
@@ -84,6 +90,11 @@ def run_registry(tools_json: list[dict[str, Any]]) -> CapabilityRegistry:
         stub={"content": None, "done": True},
     )
     return CapabilityRegistry("imported", [*declared, user])
+
+
+async def source_registry(artifacts: ArtifactStore, agent_input: Any) -> CapabilityRegistry:
+    """The capabilities of a recorded run of the loop (its own tool catalogue)."""
+    return run_registry(await load_tools_json(artifacts, LoopInput.from_json(agent_input)))
 
 
 def _ended(state: LoopState, ended_by: str | None, nxt: str | None) -> StepResult:
@@ -120,6 +131,10 @@ async def _model(env: AgentEnvironment, state: State, agent_input: Any) -> StepR
     request, snapshot = await record_context(
         recorder, current.model_calls + 1, system, current.messages, tools, gateway.model
     )
+    if request.max_tokens is None:
+        # a live answer is one turn of the conversation: a model that rambles is cut there
+        # (a recorded replay answers from the recording and ignores it)
+        request = request.model_copy(update={"max_tokens": LIVE_ANSWER_TOKENS})
     response = await gateway.provider.complete(request)
     await record_model_response(
         recorder, gateway.provider.profile, current.prompt_artifact_id, snapshot, response
@@ -190,8 +205,11 @@ class _ForeignPolicy:
 def _run_gateway(env: AgentEnvironment, tools_json: list[dict[str, Any]]) -> Any:
     """The environment's tool gateway (recording or replay) bound to this run's tools; a
     shallow copy shares its recorder and positions, so fixtures are consumed in order."""
-    gateway = copy.copy(env.tools)
+    gateway: Any = copy.copy(env.tools)
     gateway.registry = run_registry(tools_json)
+    offered = getattr(gateway, "offered_reads", None)
+    if offered is not None:  # a replay: the live READ providers of this run's tools
+        gateway.read_providers = reads_of(gateway.registry, offered)
     gateway.policy = _ForeignPolicy(gateway.recorder)
     return gateway
 

@@ -1,0 +1,102 @@
+"""An imported tau-bench run replayed against a real local model (issue 18, item 6): the
+model-swap replay runs through the tool-calling loop with the recorded system prompt, tools and
+user turns, tool calls the source did not record are answered by our world tools on a private
+copy (``sandbox-live``), and the replay ends with the benchmark's counterfactual verdict. The
+shared database never changes and no write is executed."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from activities.observe import replay_run_facts
+from app.local_replay import run_prepared
+from integrations.tau_bench.world.live import TauWorlds, replay_counterfactual
+from models import FixtureMissPolicy, ReplayMode
+from models.errors import InvalidInputError
+from models.replay import ReplayBudget
+from models.replay_flow import ReplayPlan
+from runtime.replay.engine import ReplayEngine
+from runtime.tools import ToolCallContext
+from tests.fixtures_tau import AIRLINE_VERSION, ENV_DATA, import_shortest_airline_run
+from tests.local_models.conftest import ModelStack
+from worker.catalogs import catalogs
+
+VERSION = AIRLINE_VERSION
+#: seconds one model call may take here: the first call evaluates the recorded system prompt
+#: (about 1,300 tokens; 3,800 on an endpoint that renders the tools) and may write up to 256
+#: tokens; at a load average of 12 on two cores that took more than 120 s (40 prompt tokens/s);
+#: later calls reuse the server's cached prefix
+FIRST_CALL_TIMEOUT = 480
+
+
+def _files_digest(folder: Path) -> str:
+    digest = hashlib.sha256()
+    for path in sorted(folder.rglob("*.json")):
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+async def test_a_tau_bench_model_swap_ends_with_the_benchmarks_verdict(
+    model_stack: ModelStack, tmp_path: Path
+) -> None:
+    stores = model_stack.stores
+    run_id = await import_shortest_airline_run(stores, tmp_path)
+    worlds = TauWorlds(stores.ledger, stores.artifacts, stores.evidence, ENV_DATA)
+    files_before = _files_digest(ENV_DATA / VERSION / "airline")
+    base = worlds.base(VERSION, "airline")
+    base_hash = base.initial_hash
+
+    registry = model_stack.settings.model_registry.model_copy(
+        update={"timeout": FIRST_CALL_TIMEOUT}
+    )
+    agents = catalogs(None, None, registry, worlds)
+    for catalog in agents.values():  # each registry model's provider, closed after the test
+        model_stack.closing.extend(getattr(m, "inner", m) for m in catalog.models.values())
+    engine = ReplayEngine(stores.ledger, stores.evidence, stores.artifacts, agents)
+    plan = ReplayPlan(
+        replay_id=f"replay-{uuid.uuid4().hex[:12]}",
+        source_run_id=run_id,
+        mode=ReplayMode.MODEL_SWAP,
+        model_name="gemma3-270m",
+        sampling_seed=3,
+        miss_policy=FixtureMissPolicy.SANDBOX_LIVE,
+        # bounded: a model that keeps calling tools is stopped (the verdict then says the
+        # episode did not reach its end)
+        budget=ReplayBudget(max_model_calls=3),
+    )
+    prepared = await engine.prepare(plan)
+    assert prepared.ok, prepared.problems
+    totals = await run_prepared(engine, plan, prepared)
+    assert totals.model_calls >= 1 and totals.usage.tokens > 0
+
+    verdict = await replay_counterfactual(worlds, plan.replay_id, run_id)
+    assert verdict is not None
+    assert verdict.counterfactual_reward in (0, 1) and verdict.reason
+    assert verdict.db_version == VERSION and verdict.expected_hash
+    print(f"\ncounterfactual_reward={verdict.counterfactual_reward}: {verdict.reason}")
+
+    # the live READ the sandbox-live policy allows: the world's answer on the private copy of
+    # the replay's source version; a WRITE is never answered live
+    readers = await worlds.read_providers()
+    context = ToolCallContext(run_id=plan.replay_id, logical_time=datetime.now(UTC))
+    answer = await readers["get_user_details"]({"user_id": "anya_garcia_5901"}, context)
+    assert json.loads(answer["output"]) == base.tables["users"]["anya_garcia_5901"]
+    with pytest.raises(InvalidInputError, match="WRITE tool"):
+        await readers["cancel_reservation"]({"reservation_id": "JMO1MG"}, context)
+
+    # no write left the private copy: none executed (as ``replay status`` counts them), the
+    # shared base and its files unchanged
+    facts = await replay_run_facts(stores.ledger, plan.replay_id)
+    assert facts.writes_executed == []
+    assert worlds.base(VERSION, "airline") is base and base.initial_hash == base_hash
+    assert base.tables == type(base.tables)(
+        (t, json.loads((ENV_DATA / VERSION / "airline" / f"{t}.json").read_text()))
+        for t in base.tables
+    )
+    assert _files_digest(ENV_DATA / VERSION / "airline") == files_before
