@@ -232,7 +232,11 @@ class IncidentActivities:
         case = None
         if view.regression_case_id:
             case = await self.incidents.get_case(view.regression_case_id)
-        rows = await SqlRunViews(s.db).runs_of_graph_since(source.graph_id, counts.cursor)
+        # from the cursor, or from the watch's start on the first look: the query returns a
+        # bounded page oldest first, so starting at the graph's first run would judge only runs
+        # older than the watch once the graph has more runs than a page, and never advance
+        since = counts.cursor if counts.cursor is not None else counts.started_at
+        rows = await SqlRunViews(s.db).runs_of_graph_since(source.graph_id, since)
         judged: list[WatchedRun] = []
         for row in rows:
             run = RunRecord.model_validate(row)

@@ -10,6 +10,10 @@ from examples.support_desk.spec import run_scenario
 from models.incident_flow import IncidentPhase, IncidentView, RootCauseConfirmation
 from tests.workflows.test_incident_workflow import open_incident, wait_phase, wrong_customer_run
 
+#: seconds the watch may take to see the runs and complete (a watch that never advances fails
+#: the test instead of waiting for ever)
+WATCH_TIMEOUT = 180
+
 
 async def confirm(handle, view: IncidentView, fix_version: str) -> None:  # type: ignore[no-untyped-def]
     await handle.execute_update(
@@ -53,7 +57,7 @@ async def test_clean_runs_with_the_fix_complete_the_watch(replay_stack) -> None:
     for _ in range(2):
         await wrong_customer_with(stack, "v18", "carol@example.com")
         await handle.signal("run_recorded", "any")
-    final: IncidentView = await handle.result()
+    final: IncidentView = await asyncio.wait_for(handle.result(), WATCH_TIMEOUT)
     assert final.phase is IncidentPhase.COMPLETED
     assert final.watch is not None and final.watch.runs_with_fix >= 2
     assert final.watch.recurrences == 0 and final.watch.reopened_incident_id is None
@@ -72,7 +76,7 @@ async def test_a_recurrence_on_the_fix_version_reopens_a_linked_incident(replay_
     await confirm(handle, await wait_phase(handle, IncidentPhase.AWAITING_CONFIRMATION), "v17")
     await wait_phase(handle, IncidentPhase.WATCHING)
     recurring = await wrong_customer_with(stack, "v17", "bob@example.com")
-    final: IncidentView = await handle.result()
+    final: IncidentView = await asyncio.wait_for(handle.result(), WATCH_TIMEOUT)
     assert final.phase is IncidentPhase.COMPLETED
     assert final.watch is not None and final.watch.recurrences >= 1
     assert recurring in final.watch.recurred_run_ids
