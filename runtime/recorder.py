@@ -13,6 +13,7 @@ key replay lookups (fixture request hash, action hash, policy input hash) are ta
 from __future__ import annotations
 
 import asyncio
+import functools
 from datetime import datetime
 from typing import Any
 
@@ -178,7 +179,7 @@ class RunRecorder:
             if not self._in_flight:  # nothing pending: the head before this is what is real
                 self._committed = max(self._committed, self.last_sequence)
             future = await self._submit(self.run_id, events, expected_sequence=expected)
-            future.add_done_callback(self._note_committed)
+            future.add_done_callback(functools.partial(self._note_committed, events))
             self._in_flight.append(future)
             self.last_sequence += len(events)
             if durable:
@@ -189,9 +190,13 @@ class RunRecorder:
         count_unknown_recorded(events)
         return appended[-1]
 
-    def _note_committed(self, future: asyncio.Future[list[ExecutionEvent]]) -> None:
+    def _note_committed(
+        self, events: list[NewEvent], future: asyncio.Future[list[ExecutionEvent]]
+    ) -> None:
         if not future.cancelled() and future.exception() is None and future.result():
             self._committed = max(self._committed, future.result()[-1].sequence)
+            # an UNKNOWN is counted once it is durable, as on the direct path
+            count_unknown_recorded(events)
 
     def _raise_failed(self) -> None:
         """A handed-off append that failed fails the run at its next event (its successors

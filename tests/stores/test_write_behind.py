@@ -291,3 +291,33 @@ async def test_after_a_failed_hand_off_the_run_still_records_its_failure(
     await recorder.record(E.RUN_FAILED, payload={"i": 2}, durable=True)
     assert await payload_numbers(ledger, run_id) == [0, 2]
     assert (await ledger.verify(run_id)).intact
+
+
+async def test_an_unknown_outcome_is_counted_once_it_is_committed_behind(ledger: SqlLedger) -> None:
+    """Write-behind recording counts ``agent_unknown_side_effect_total`` as the direct path
+    does: once, when the UNKNOWN transition is committed (a builtin TimeoutError after the
+    provider was called leaves the outcome unknowable)."""
+    from prometheus_client import REGISTRY
+
+    def unknown_total() -> float:
+        labels = {"capability": "payment.refund"}
+        return REGISTRY.get_sample_value("agent_unknown_side_effect_total", labels) or 0.0
+
+    run_id = await new_run(ledger)
+    recorder = RunRecorder(ledger, ledger.artifacts, run_id, write_behind=True)  # type: ignore[arg-type]
+    recorder.step_id = "act"
+    before = unknown_total()
+
+    async def provider(key: str, preq: str) -> dict[str, Any]:
+        raise TimeoutError("the refund was sent; its answer was lost")
+
+    final, _ = await SideEffectLedger(recorder).execute(
+        capability_id="payment.refund",
+        step_id="act",
+        action_hash=canonical_hash({"order": 2}),
+        call=provider,
+    )
+    await recorder.flush()
+    assert final.status is SideEffectStatus.UNKNOWN
+    assert unknown_total() == before + 1
+    assert (await ledger.verify(run_id)).intact
