@@ -23,8 +23,10 @@ async def demo(
         typer.Option("--sample-only", help="Only record and verify one sample run (no Temporal)."),
     ] = False,
 ) -> None:
-    """The end-to-end demo on the embedded stack (what ``make demo`` runs): reference runs,
-    two incidents with replays and counterfactuals, confirmation, regression gate, reports."""
+    """The end-to-end demo on the embedded stack (what ``make demo`` runs).
+
+    Reference runs, two incidents with replays and counterfactuals, confirmation, regression
+    gate, reports."""
     if sample_only:
         from devstack.demo import run_demo
 

@@ -17,10 +17,11 @@ EXIT_SLO_FAILED = EXIT_BROKEN
 @app.command("slo")
 @run_async
 async def slo(json_: JsonOption = False) -> None:
-    """Report the SLOs — critical-run evidence completeness (100%), UNKNOWN auto-retries (0),
-    unreconciled critical side effects (0), replays that executed a write or used a write
-    credential (0), confirmed incidents with a regression case (100%) — each with its value,
-    goal and PASS/FAIL. Exit 0 when all pass, 1 when one fails."""
+    """Report the SLOs, each with its value, goal and PASS/FAIL (exit 1 when one fails).
+
+    Critical-run evidence completeness (100%), UNKNOWN auto-retries (0), unreconciled critical
+    side effects (0), replays that executed a write or used a write credential (0), confirmed
+    incidents with a regression case (100%). Exit 0 when all pass, 1 when one fails."""
     from app.slo import compute_slos, render_text
     from stores.bundle import open_stores
 
