@@ -76,9 +76,13 @@ def answer_schema(tools: tuple[ToolSchema, ...]) -> dict[str, Any]:
         "required": ["content"],
         "additionalProperties": False,
     }
+    schema = {"anyOf": [tool_call, content]}
+    # llama.cpp's server reads ``schema`` (and refuses the type ``json_schema``); OpenAI's API
+    # reads ``json_schema``: both are sent, as ``examples.support_desk.real_model`` does
     return {
-        "type": "json_schema",
-        "json_schema": {"name": "answer", "schema": {"anyOf": [tool_call, content]}},
+        "type": "json_object",
+        "schema": schema,
+        "json_schema": {"name": "answer", "schema": schema},
     }
 
 

@@ -69,7 +69,8 @@ async def test_the_request_carries_the_tools_in_the_system_message_and_a_schema(
     ]
     assert system["content"].endswith(INSTRUCTION)
     assert body["messages"][1] == {"role": "user", "content": "Hi, I am mia_li_3668."}
-    schema = body["response_format"]["json_schema"]["schema"]
+    schema = body["response_format"]["schema"]
+    assert body["response_format"]["json_schema"]["schema"] == schema
     call_form = schema["anyOf"][0]["properties"]["tool_call"]
     assert call_form["properties"]["name"]["enum"] == ["get_user_details", "think"]
     # exactly the two forms: a tool call naming an offered tool, or content
@@ -129,7 +130,9 @@ def test_the_local_models_are_registered_with_prompt_tool_calling() -> None:
     registry = ModelRegistrySettings.model_validate(
         {
             "REPLAYBOOK_LOCAL_MODELS_URL": "http://127.0.0.1:1/v1",
-            "REPLAYBOOK_MODELS": json.dumps({"remote": {"base_url": "http://x/v1", "model_id": "y"}}),
+            "REPLAYBOOK_MODELS": json.dumps(
+                {"remote": {"base_url": "http://x/v1", "model_id": "y"}}
+            ),
         }
     )
     entries = registry.entries()
