@@ -92,7 +92,7 @@ def compile_request(request: ModelRequest) -> tuple[ModelRequest, dict[str, Any]
     if not request.tools:
         return request, None
     block = render_tools(request.tools)
-    messages = list(request.messages)
+    messages = [_in_answer_form(m) for m in request.messages]
     if messages and messages[0].role == "system":
         first = messages[0]
         text = f"{first.content}\n\n{block}" if first.content else block
@@ -101,6 +101,25 @@ def compile_request(request: ModelRequest) -> tuple[ModelRequest, dict[str, Any]
         messages.insert(0, ChatMessage(role="system", content=block))
     compiled = request.model_copy(update={"messages": tuple(messages), "tools": ()})
     return compiled, answer_schema(request.tools)
+
+
+def _in_answer_form(message: ChatMessage) -> ChatMessage:
+    """The conversation's earlier tool calls and results, in the form the model answers in:
+    an assistant tool call as its ``{"tool_call": …}`` text, a tool result as a user message
+    ``{"tool_result": {"name": …, "content": …}}`` (these templates know neither, and some
+    require user and assistant turns to alternate; llama.cpp's server refuses an assistant
+    message without content)."""
+    if message.role == "assistant" and message.tool_calls:
+        calls = [
+            json.dumps({"tool_call": {"name": c.name, "arguments": c.arguments}}, sort_keys=True)
+            for c in message.tool_calls
+        ]
+        text = "\n".join(([message.content] if message.content else []) + calls)
+        return ChatMessage(role="assistant", content=text)
+    if message.role == "tool":
+        result = {"tool_result": {"name": message.name, "content": message.content or ""}}
+        return ChatMessage(role="user", content=json.dumps(result, ensure_ascii=False))
+    return message
 
 
 def decode_answer(

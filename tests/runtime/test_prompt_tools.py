@@ -10,7 +10,7 @@ from typing import Any
 import jsonschema
 import pytest
 
-from models.model_call import ChatMessage, ModelRequest, ToolSchema
+from models.model_call import ChatMessage, ModelRequest, ToolCallRequest, ToolSchema
 from runtime.providers.openai_compat import OpenAICompatibleProvider
 from runtime.providers.prompt_tools import INSTRUCTION, TOOLS_BEGIN, TOOLS_END
 from runtime.providers.registry import ModelRegistrySettings
@@ -124,6 +124,34 @@ async def test_native_mode_and_requests_without_tools_are_sent_unchanged(
     assert TOOLS_BEGIN not in with_tools["messages"][0]["content"]
     assert "response_format" not in without and "tools" not in without
     assert without["messages"][0]["content"] == "You are an airline agent."
+
+
+async def test_earlier_tool_calls_and_results_are_sent_in_the_answer_form(
+    server: ChatServer, provider: OpenAICompatibleProvider
+) -> None:
+    call = ToolCallRequest(id="call_1", name="get_user_details", arguments={"user_id": "u"})
+    conversation = REQUEST.model_copy(
+        update={
+            "messages": (
+                *REQUEST.messages,
+                ChatMessage(role="assistant", content=None, tool_calls=(call,)),
+                ChatMessage(
+                    role="tool", content='{"name": "Mia"}', tool_call_id="call_1", name=call.name
+                ),
+            )
+        }
+    )
+    server.script(text_answer('{"content": "Hello Mia"}'))
+    await provider.complete(conversation)
+    (body,) = server.bodies
+    assert body["messages"][2] == {
+        "role": "assistant",
+        "content": '{"tool_call": {"arguments": {"user_id": "u"}, "name": "get_user_details"}}',
+    }
+    assert body["messages"][3]["role"] == "user"
+    assert json.loads(body["messages"][3]["content"]) == {
+        "tool_result": {"name": "get_user_details", "content": '{"name": "Mia"}'}
+    }
 
 
 def test_the_local_models_are_registered_with_prompt_tool_calling() -> None:
