@@ -12,9 +12,11 @@ from typing import Any
 import openai
 from pydantic import ValidationError
 
+from models.canonical import canonical_hash
 from models.errors import ConfigurationError, ModelProviderError
 from models.model_call import ChatMessage, ModelRequest, ModelResponse, TokenUsage, ToolCallRequest
 from runtime.providers.endpoint import DEFAULT_TIMEOUT, ModelEndpointSettings
+from runtime.providers.prompt_tools import ToolCalling, compile_request, decode_answer
 
 #: Local servers ignore the key, but the SDK refuses to start without one; passing it explicitly
 #: also stops the SDK from silently picking up ``OPENAI_API_KEY`` on its own.
@@ -35,6 +37,7 @@ class OpenAICompatibleProvider:
         price_per_1k_prompt: Decimal | None = None,
         price_per_1k_completion: Decimal | None = None,
         default_headers: Mapping[str, str] | None = None,
+        tool_calling: ToolCalling = "native",
     ) -> None:
         # One spelling per endpoint, so that the profile recorded with every call is stable.
         self.base_url = base_url.rstrip("/")
@@ -42,6 +45,9 @@ class OpenAICompatibleProvider:
         self.timeout = timeout
         self.price_per_1k_prompt = price_per_1k_prompt
         self.price_per_1k_completion = price_per_1k_completion
+        #: how tools are offered: ``native`` (the request's ``tools``) or ``prompt`` (rendered
+        #: into the system message, answer JSON-schema-constrained: ``prompt_tools``)
+        self.tool_calling: ToolCalling = tool_calling
         self.profile = f"openai-compatible:{model}@{self.base_url}"
         self._client = openai.AsyncOpenAI(
             base_url=self.base_url,
@@ -78,6 +84,46 @@ class OpenAICompatibleProvider:
     ) -> ModelResponse:
         """``response_format``: the OpenAI ``response_format`` (e.g. a JSON schema the server
         constrains the answer to), passed as given."""
+        offered = request.tools
+        kwargs, prompted = self.compile(request, response_format=response_format)
+        try:
+            # The SDK's (httpx's) timeout bounds each read, not the call: a server that trickles
+            # bytes, or a connection that never closes, would keep a replay step waiting. The
+            # whole call gets the same deadline.
+            async with asyncio.timeout(self.timeout):
+                completion = await self._client.chat.completions.create(**kwargs)
+        except TimeoutError as exc:
+            raise self._error(f"timed out after {self.timeout:g}s", retryable=True) from exc
+        except openai.APITimeoutError as exc:  # before APIConnectionError: it is a subclass
+            raise self._error(f"timed out after {self.timeout:g}s", retryable=True) from exc
+        except openai.APIConnectionError as exc:
+            cause = exc.__cause__ or exc
+            raise self._error(f"cannot connect: {cause}", retryable=True) from exc
+        except openai.APIStatusError as exc:
+            status = exc.status_code
+            raise self._error(
+                f"HTTP {status}: {_server_message(exc)}",
+                status=status,
+                retryable=status == 429 or status >= 500,
+            ) from exc
+        except openai.OpenAIError as exc:
+            raise self._error(f"unusable answer: {exc}") from exc
+        response = self._response(completion)
+        if not prompted:
+            return response
+        content, calls = decode_answer(
+            response.content, offered, response.response_id or canonical_hash(kwargs)
+        )
+        return response.model_copy(update={"content": content, "tool_calls": calls})
+
+    def compile(
+        self, request: ModelRequest, *, response_format: Mapping[str, Any] | None = None
+    ) -> tuple[dict[str, Any], bool]:
+        """The body sent for ``request`` (what gets recorded as sent), and whether the tools
+        were offered in the prompt (its answer is then decoded by ``decode_answer``)."""
+        prompted = self.tool_calling == "prompt" and bool(request.tools) and response_format is None
+        if prompted:
+            request, response_format = compile_request(request)
         # The configured model is sent, not ``request.model``: a replay against another endpoint
         # keeps the agent's requests unchanged, and the profile names what actually answered.
         kwargs: dict[str, Any] = {
@@ -101,29 +147,7 @@ class OpenAICompatibleProvider:
                 kwargs[name] = value
         if response_format is not None:
             kwargs["response_format"] = dict(response_format)
-        try:
-            # The SDK's (httpx's) timeout bounds each read, not the call: a server that trickles
-            # bytes, or a connection that never closes, would keep a replay step waiting. The
-            # whole call gets the same deadline.
-            async with asyncio.timeout(self.timeout):
-                completion = await self._client.chat.completions.create(**kwargs)
-        except TimeoutError as exc:
-            raise self._error(f"timed out after {self.timeout:g}s", retryable=True) from exc
-        except openai.APITimeoutError as exc:  # before APIConnectionError: it is a subclass
-            raise self._error(f"timed out after {self.timeout:g}s", retryable=True) from exc
-        except openai.APIConnectionError as exc:
-            cause = exc.__cause__ or exc
-            raise self._error(f"cannot connect: {cause}", retryable=True) from exc
-        except openai.APIStatusError as exc:
-            status = exc.status_code
-            raise self._error(
-                f"HTTP {status}: {_server_message(exc)}",
-                status=status,
-                retryable=status == 429 or status >= 500,
-            ) from exc
-        except openai.OpenAIError as exc:
-            raise self._error(f"unusable answer: {exc}") from exc
-        return self._response(completion)
+        return kwargs, prompted
 
     def _response(self, completion: Any) -> ModelResponse:
         # Lenient SDK parsing builds objects without validation, so absent fields are possible.

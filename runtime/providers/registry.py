@@ -7,7 +7,7 @@ Two sources, merged by name (configuration wins):
   ``REPLAYBOOK_LOCAL_MODELS_URL`` names the server ``replaybook dev up`` started (the stack
   writes that variable into its env file and the worker's environment);
 * ``REPLAYBOOK_MODELS``, a JSON object ``{"name": {"base_url": …, "model_id": …,
-  "api_key_env": …, "price_per_1k_input": …, "price_per_1k_output": …, "context_length": …}}``
+  "api_key_env": …, "price_per_1k_input": …, "price_per_1k_output": …, "context_length": …, "tool_calling": "native" | "prompt"}}``
   for any other endpoint (OpenAI, vLLM, Ollama, a LiteLLM proxy).
 
 A clean lookup: ``entry(name)`` gives the endpoint and prices, ``provider(name)`` builds the
@@ -26,6 +26,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, SecretStr
 
 from models.errors import ConfigurationError, InvalidInputError
 from runtime.env_values import Seconds
+from runtime.providers.prompt_tools import ToolCalling
 
 if TYPE_CHECKING:
     from runtime.providers.openai_compat import OpenAICompatibleProvider
@@ -52,6 +53,10 @@ class RegisteredModel(BaseModel):
     price_per_1k_input: Decimal = Field(Decimal(0), ge=0)
     price_per_1k_output: Decimal = Field(Decimal(0), ge=0)
     context_length: int | None = Field(None, ge=1)
+    #: how tools are offered: ``native`` (the request's ``tools``, for endpoints whose chat
+    #: template renders them) or ``prompt`` (rendered into the system message, the answer
+    #: JSON-schema-constrained: ``runtime.providers.prompt_tools``)
+    tool_calling: ToolCalling = "native"
     #: ``local`` (the embedded stack's server) or ``configured`` (``REPLAYBOOK_MODELS``)
     source: str = "configured"
 
@@ -64,6 +69,7 @@ class RegisteredModel(BaseModel):
             "price_per_1k_input": str(self.price_per_1k_input),
             "price_per_1k_output": str(self.price_per_1k_output),
             "context_length": self.context_length,
+            "tool_calling": self.tool_calling,
             "source": self.source,
         }
 
@@ -131,6 +137,8 @@ class ModelRegistrySettings(BaseModel):
                     base_url=self.local_url,
                     model_id=name,
                     context_length=LOCAL_CONTEXT_LENGTH,
+                    # measured: their chat templates drop ``tools`` (same prompt_tokens)
+                    tool_calling="prompt",
                     source="local",
                 )
         return out | dict(self.configured)
@@ -169,4 +177,5 @@ class ModelRegistrySettings(BaseModel):
             timeout=self.timeout,
             price_per_1k_prompt=entry.price_per_1k_input,
             price_per_1k_completion=entry.price_per_1k_output,
+            tool_calling=entry.tool_calling,
         )

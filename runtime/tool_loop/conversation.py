@@ -8,7 +8,7 @@ step for step: the same step ids, the same evidence records, the same outcome.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -267,8 +267,10 @@ async def record_model_response(
     prompt_artifact_id: str | None,
     snapshot: ContextSnapshot,
     response: ModelResponse,
+    sent: Mapping[str, str] | None = None,
 ) -> None:
-    """The MODEL_CALL event, in the shape of ``runtime.model_gateway``'s."""
+    """The MODEL_CALL event, in the shape of ``runtime.model_gateway``'s; ``sent``: the body
+    actually sent when the provider compiled the request (``record_sent_request``)."""
     await recorder.record(
         ExecutionEventType.MODEL_CALL,
         payload={
@@ -283,8 +285,30 @@ async def record_model_response(
                 "completion_tokens": response.usage.completion_tokens,
             },
             "cost": str(response.cost),
+            **(dict(sent) if sent is not None else {}),
         },
     )
+
+
+async def record_sent_request(
+    recorder: RunRecorder, provider: Any, request: ModelRequest
+) -> dict[str, str] | None:
+    """The body a provider that offers the tools in the prompt (``tool_calling: "prompt"``)
+    sends for ``request``: stored, with its hash, for the MODEL_CALL event (``None`` for any
+    other provider, whose request is the snapshot's). Wrappers (budget, replay) are looked
+    through by their ``inner``."""
+    while provider is not None and not hasattr(provider, "compile"):
+        provider = getattr(provider, "inner", None)
+    if provider is None:
+        return None
+    body, prompted = provider.compile(request)
+    if not prompted:
+        return None
+    data = canonicalize(body)
+    return {
+        "sent_request_ref": await recorder.artifacts.put(data),
+        "sent_request_hash": canonical_hash(body),
+    }
 
 
 def is_user_reply(capability_id: str) -> bool:

@@ -42,6 +42,7 @@ from runtime.tool_loop.conversation import (
     record_context,
     record_model_response,
     record_prompt,
+    record_sent_request,
     tool_message_content,
     tool_schemas,
     user_reply_request,
@@ -135,9 +136,10 @@ async def _model(env: AgentEnvironment, state: State, agent_input: Any) -> StepR
         # a live answer is one turn of the conversation: a model that rambles is cut there
         # (a recorded replay answers from the recording and ignores it)
         request = request.model_copy(update={"max_tokens": LIVE_ANSWER_TOKENS})
+    sent = await record_sent_request(recorder, gateway.provider, request)
     response = await gateway.provider.complete(request)
     await record_model_response(
-        recorder, gateway.provider.profile, current.prompt_artifact_id, snapshot, response
+        recorder, gateway.provider.profile, current.prompt_artifact_id, snapshot, response, sent
     )
     current.model_calls += 1
     current.messages.append(assistant_message(response))

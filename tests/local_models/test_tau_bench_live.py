@@ -17,10 +17,12 @@ import pytest
 from activities.observe import replay_run_facts
 from app.local_replay import run_prepared
 from integrations.tau_bench.world.live import TauWorlds, replay_counterfactual
-from models import FixtureMissPolicy, ReplayMode
+from models import ExecutionEventType, FixtureMissPolicy, ReplayMode
 from models.errors import InvalidInputError
+from models.model_call import ChatMessage, ModelRequest
 from models.replay import ReplayBudget
 from models.replay_flow import ReplayPlan
+from runtime.providers.prompt_tools import TOOLS_BEGIN
 from runtime.replay.engine import ReplayEngine
 from runtime.tools import ToolCallContext
 from tests.fixtures_tau import AIRLINE_VERSION, ENV_DATA, import_shortest_airline_run
@@ -80,6 +82,54 @@ async def test_a_tau_bench_model_swap_ends_with_the_benchmarks_verdict(
     assert verdict.counterfactual_reward in (0, 1) and verdict.reason
     assert verdict.db_version == VERSION and verdict.expected_hash
     print(f"\ncounterfactual_reward={verdict.counterfactual_reward}: {verdict.reason}")
+
+    # the local models are registered with ``tool_calling: "prompt"``: the body sent carries
+    # the recorded system prompt with the tools rendered, and the server counted them
+    events = await stores.ledger.events(plan.replay_id)
+    calls = [
+        json.loads(await stores.ledger.payload(e))
+        for e in events
+        if e.type is ExecutionEventType.MODEL_CALL
+    ]
+    assert calls and all("sent_request_ref" in c for c in calls)
+    sent = json.loads(await stores.artifacts.get(calls[0]["sent_request_ref"]))
+    system = sent["messages"][0]["content"]
+    assert sent["messages"][0]["role"] == "system" and TOOLS_BEGIN in system
+    assert '"name": "get_user_details"' in system
+    assert (
+        "get_user_details"
+        in sent["response_format"]["schema"]["anyOf"][0]["properties"]["tool_call"]["properties"][
+            "name"
+        ]["enum"]
+    )
+    # the same conversation without the tools block, one token: fewer prompt tokens
+    provider = registry.provider("gemma3-270m")
+    model_stack.closing.append(provider)
+    bare = ModelRequest(
+        model="gemma3-270m",
+        messages=(
+            ChatMessage(role="system", content=system.split(TOOLS_BEGIN)[0].rstrip()),
+            *(ChatMessage(role=m["role"], content=m["content"]) for m in sent["messages"][1:]),
+        ),
+        max_tokens=1,
+    )
+    without = (await provider.complete(bare)).usage.prompt_tokens
+    with_tools = calls[0]["usage"]["prompt_tokens"]
+    assert with_tools > without
+    # reported, not asserted (whatever the model does): its tool calls, and what answered them
+    asked = [t["name"] for c in calls for t in c["response"]["tool_calls"]]
+    tools = [
+        (e.type.value, json.loads(await stores.ledger.payload(e)).get("capability_id"))
+        for e in events
+        if e.type
+        in (
+            ExecutionEventType.TOOL_CALL,
+            ExecutionEventType.FIXTURE_MISS,
+            ExecutionEventType.WRITE_BLOCKED,
+        )
+    ]
+    print(f"prompt_tokens with tools {with_tools}, without {without}")
+    print(f"model calls {len(calls)}, tool calls asked {asked}, tool events {tools}")
 
     # the live READ the sandbox-live policy allows: the world's answer on the private copy of
     # the replay's source version; a WRITE is never answered live
