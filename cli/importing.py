@@ -22,6 +22,12 @@ class ImportReport(Protocol):
 
 app = typer.Typer()
 
+#: ``--write-tools`` of the span importers (OTel, OpenInference)
+WriteToolsOption = Annotated[
+    str | None,
+    typer.Option(help="Comma-separated tools that are writes (the others are reads)."),
+]
+
 import_app = typer.Typer(
     help="Import runs recorded by other agent frameworks.", no_args_is_help=True
 )
@@ -142,10 +148,7 @@ async def import_tau2_bench_command(
 @run_async
 async def import_otel_command(
     file: Annotated[Path, typer.Argument(help='Spans: {"spans": [...]}, a list, or OTLP JSON.')],
-    write_tools: Annotated[
-        str | None,
-        typer.Option(help="Comma-separated tools that are writes (the others are reads)."),
-    ] = None,
+    write_tools: WriteToolsOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """One run per trace: gen_ai model calls, tool executions; unknown spans kept as opaque."""
@@ -163,10 +166,7 @@ async def import_otel_command(
 @run_async
 async def import_openinference_command(
     file: Annotated[Path, typer.Argument(help='Spans: {"spans": [...]}, a list, or OTLP JSON.')],
-    write_tools: Annotated[
-        str | None,
-        typer.Option(help="Comma-separated tools that are writes (the others are reads)."),
-    ] = None,
+    write_tools: WriteToolsOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """One run per trace of OpenInference spans (Arize Phoenix): LLM, TOOL, AGENT/CHAIN spans."""

@@ -46,6 +46,24 @@ async def new_run(ledger: SqlLedger) -> str:
     return run_id
 
 
+async def prompt_of_another_run(ledger: SqlLedger, text: str) -> Any:
+    """A prompt artifact recorded by another run: appending it again to a run fails that
+    run's transaction after its event rows were inserted (the artifact id is taken)."""
+    from models import PromptArtifact
+
+    prompt = PromptArtifact(
+        artifact_id=f"pa-{uuid.uuid4().hex[:8]}",
+        template_version="t1",
+        compiled_hash=canonical_hash(text),
+        content_ref=canonical_hash(text).removeprefix("sha256:"),
+        token_count=1,
+        compiled_at=T0,
+    )
+    other_run = await new_run(ledger)
+    await ledger.append(other_run, NewEvent("s", E.PROMPT_COMPILED, T0, record=prompt))
+    return prompt
+
+
 async def payload_numbers(ledger: SqlLedger, run_id: str) -> list[int]:
     import json
 
@@ -181,18 +199,8 @@ async def database_events(database: Database, run_id: str) -> list[int]:
 async def test_a_failed_batch_loses_only_the_unacknowledged_events(
     ledger: SqlLedger, database: Database
 ) -> None:
-    from models import PromptArtifact
-
-    run_id, other_run = await new_run(ledger), await new_run(ledger)
-    prompt = PromptArtifact(
-        artifact_id=f"pa-{uuid.uuid4().hex[:8]}",
-        template_version="t1",
-        compiled_hash=canonical_hash("a"),
-        content_ref=canonical_hash("a").removeprefix("sha256:"),
-        token_count=1,
-        compiled_at=T0,
-    )
-    await ledger.append(other_run, NewEvent("s", E.PROMPT_COMPILED, T0, record=prompt))
+    run_id = await new_run(ledger)
+    prompt = await prompt_of_another_run(ledger, "a")
     recorder = RunRecorder(ledger, ledger.artifacts, run_id, write_behind=True)  # type: ignore[arg-type]
     for i in range(4):
         await recorder.record(E.MODEL_CALL, payload={"i": i}, durable=i == 3)
@@ -269,18 +277,8 @@ async def test_one_statement_moves_every_head_of_a_batch(
 async def test_after_a_failed_hand_off_the_run_still_records_its_failure(
     ledger: SqlLedger, database: Database
 ) -> None:
-    from models import PromptArtifact
-
-    run_id, other_run = await new_run(ledger), await new_run(ledger)
-    prompt = PromptArtifact(
-        artifact_id=f"pa-{uuid.uuid4().hex[:8]}",
-        template_version="t1",
-        compiled_hash=canonical_hash("b"),
-        content_ref=canonical_hash("b").removeprefix("sha256:"),
-        token_count=1,
-        compiled_at=T0,
-    )
-    await ledger.append(other_run, NewEvent("s", E.PROMPT_COMPILED, T0, record=prompt))
+    run_id = await new_run(ledger)
+    prompt = await prompt_of_another_run(ledger, "b")
     recorder = RunRecorder(ledger, ledger.artifacts, run_id, write_behind=True)  # type: ignore[arg-type]
     await recorder.record(E.MODEL_CALL, payload={"i": 0}, durable=True)
     await recorder.record(E.PROMPT_COMPILED, record=prompt)  # refused in the background
