@@ -543,6 +543,10 @@ class SqlLedger:
         return await check_run(self.db, self.artifacts, self.anchors, run_id, chain_rows, chain)
 
 
+#: the sealing columns of a ``raw_payloads`` row whose raw form equals its sanitized one
+_UNSEALED: dict[str, Any] = {"key_id": None, "ciphertext": None, "ciphertext_ref": None}
+
+
 @dataclass
 class _LinkedBatch:
     """A batch of appends chained onto their runs' heads, ready to insert."""
@@ -595,6 +599,10 @@ def _link(
             if raw_columns is not None:
                 batch.raw_rows.append(
                     {
+                        # every row names every column: a multi-row INSERT takes its columns
+                        # from the first row and silently drops keys that only later rows
+                        # have (a sealed row after an unsealed one lost its ciphertext)
+                        **_UNSEALED,
                         **raw_columns,
                         "raw_id": event_raw_id(request.run_id, sequence),
                         "sequence": sequence,

@@ -160,6 +160,7 @@ class _Found:
             "artifacts": 0,
             "projections": 0,
             "anchors": 0,
+            "raw_payloads": 0,
         }
     )
 
@@ -199,7 +200,49 @@ async def check_run(
     unread = {row.sequence for row in rows if row.sequence not in payloads}
     await _check_projections(db, run_id, events, unread, found)
     await _check_heads(db, anchors, run_id, [row.hash for row in rows], found)
+    await _check_raw_rows(db, run_id, {row.sequence: row.payload_hash for row in rows}, found)
     return with_problems(chain, found.problems, found.checked)
+
+
+async def _check_raw_rows(
+    db: Database, run_id: str, sanitized: Mapping[int, str], found: _Found
+) -> None:
+    """Each event's raw-payload row (rule 17) must belong to a chained event with the
+    sanitized hash it names, and hold its encrypted raw form unless a request destroyed it:
+    a raw row without ciphertext that nobody destroyed is raw evidence lost. The content is
+    not decrypted here (that is an audited read with the KEK)."""
+    r = schema.raw_payloads.c
+    query = select(
+        r.sequence,
+        r.raw_hash,
+        r.sanitized_hash,
+        r.key_id,
+        r.ciphertext_ref,
+        r.destroyed_at,
+        r.ciphertext.is_not(None).label("inline"),
+    ).where(r.run_id == run_id, r.sequence.is_not(None))
+    async with db.read() as conn:
+        raw_rows = (await conn.execute(query)).all()
+    for row in raw_rows:
+        found.checked["raw_payloads"] += 1
+        what = f"raw payload of sequence {row.sequence}"
+        if sanitized.get(row.sequence) != row.sanitized_hash:
+            found.add(
+                row.sequence,
+                "raw_payloads",
+                f"{what} names sanitized hash {row.sanitized_hash}, not the chained event's",
+            )
+        elif (
+            row.raw_hash != row.sanitized_hash
+            and row.destroyed_at is None
+            and (row.key_id is None or not (row.inline or row.ciphertext_ref))
+        ):
+            found.add(
+                row.sequence,
+                "raw_payloads",
+                f"{what} has no encrypted raw content and was destroyed by no request "
+                "(raw evidence lost)",
+            )
 
 
 _REFERENCING_TYPES = frozenset(str(t) for t in REFERENCING)
