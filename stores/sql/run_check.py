@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import inspect, select
 
 from models import ExecutionEventType
 from models.anchor import Anchor, check_head
@@ -204,6 +204,13 @@ async def check_run(
     return with_problems(chain, found.problems, found.checked)
 
 
+async def _keeps_raw_payloads(db: Database) -> bool:
+    """Whether the schema has ``raw_payloads`` (not before migration 0003, nor after a
+    downgrade: a database opened without migrating is verified on what it has)."""
+    async with db.read() as conn:
+        return bool(await conn.run_sync(lambda c: inspect(c).has_table("raw_payloads")))
+
+
 async def _check_raw_rows(
     db: Database, run_id: str, sanitized: Mapping[int, str], found: _Found
 ) -> None:
@@ -211,6 +218,8 @@ async def _check_raw_rows(
     sanitized hash it names, and hold its encrypted raw form unless a request destroyed it:
     a raw row without ciphertext that nobody destroyed is raw evidence lost. The content is
     not decrypted here (that is an audited read with the KEK)."""
+    if not await _keeps_raw_payloads(db):
+        return
     r = schema.raw_payloads.c
     query = select(
         r.sequence,
