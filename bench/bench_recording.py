@@ -66,6 +66,8 @@ class CallTimes:
     cpu_ns: int
     provider_wall_ns: int = 0
     provider_cpu_ns: int = 0
+    #: the template, capability or query the call was made with
+    what: str = ""
 
     @property
     def overhead_ms(self) -> float:
@@ -105,7 +107,8 @@ class CallTimer:
         self, method: Callable[..., Awaitable[Any]], kind: str
     ) -> Callable[..., Awaitable[Any]]:
         async def timed(gateway: Any, *args: Any, **kwargs: Any) -> Any:
-            outer, call = self._current, CallTimes(kind, 0, 0)
+            what = args[0] if args and isinstance(args[0], str) else ""
+            outer, call = self._current, CallTimes(kind, 0, 0, what=what[:40])
             self._current = call
             wall, cpu = _clocks()
             try:

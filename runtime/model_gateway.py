@@ -48,7 +48,7 @@ class RecordingModelGateway:
         compiled = compile_prompt(self.bundle.template(template_name), injections)
         compiled, drift = await self.prompt_to_send(template_name, compiled)
         text = compiled.encode()
-        content_ref = await self.recorder.artifacts.put(text)
+        content_ref = await self.recorder.put_artifact(text)
         self.calls += 1
         prompt = PromptArtifact(
             artifact_id=f"prompt-{uuid.uuid4().hex[:16]}",
