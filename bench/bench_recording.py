@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import dataclasses
 import math
+import os
 import sys
 import tempfile
 import time
@@ -47,7 +48,7 @@ from stores.sql.scratch import create_scratch_database, drop_scratch_database
 from stores.sql.support_desk_world import SqlWorldStore
 from worker.settings import Settings
 
-PG_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/test"
+PG_ADMIN_URL = os.environ.get("REPLAYBOOK_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
 SYNTHETIC_STEPS = 1000
 GOAL_P50_MS, GOAL_P99_MS = 1.0, 5.0
 

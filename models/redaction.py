@@ -183,6 +183,11 @@ class RedactionPolicy:
         return self._token(kind, value)
 
     def _text(self, text: str) -> str:
+        if len(text) > _MEMO_TEXT_LIMIT:
+            return self._text_uncached(text)
+        return _sanitized_text(self, text)
+
+    def _text_uncached(self, text: str) -> str:
         parts = _TOKEN.split(text)
         tokens = _TOKEN.findall(text)
         out = [self._plain(parts[0])]
@@ -225,6 +230,17 @@ class RedactionPolicy:
 
 
 KNOWN_POLICY_VERSIONS = frozenset({NO_REDACTION, REDACT_V1, REDACT_V2})
+
+#: texts up to this length have their sanitized form remembered (``_sanitized_text``)
+_MEMO_TEXT_LIMIT = 4096
+
+
+@lru_cache(maxsize=4096)
+def _sanitized_text(policy: RedactionPolicy, text: str) -> str:
+    """``policy``'s sanitized form of ``text``, remembered: a policy is a pure function of its
+    version, fields and names, and a run sanitizes the same texts again and again (its system
+    prompt at every model call, ids and names in every record)."""
+    return policy._text_uncached(text)
 
 _WORD = re.compile(r"[^\W\d_]+(?:['’-][^\W\d_]+)*")
 

@@ -150,7 +150,9 @@ class RunRecorder:
             return NewEvent(step_id, type, logical_time, record=record, payload=payload)
         raw = record.canonical_payload() if record is not None else payload
         sanitized = self.redaction.sanitize(raw)
-        if record is not None and sanitized != raw:
+        # nothing redacted: the record is what it was, its dump the one just made
+        record_json = raw if record is not None and sanitized == raw else None
+        if record is not None and record_json is None:
             try:
                 record = type_of(record).model_validate(sanitized)
             except ValueError as exc:
@@ -167,6 +169,7 @@ class RunRecorder:
             raw=canonicalize(raw),
             redaction_policy_version=self.redaction.version,
             subject_id=self.subject_id,
+            record_json=record_json,
         )
 
     def logical_time(self) -> datetime:
