@@ -242,6 +242,7 @@ def _sanitized_text(policy: RedactionPolicy, text: str) -> str:
     prompt at every model call, ids and names in every record)."""
     return policy._text_uncached(text)
 
+
 _WORD = re.compile(r"[^\W\d_]+(?:['’-][^\W\d_]+)*")
 
 
