@@ -19,6 +19,7 @@ from bench import (
     bench_ingest,
     bench_ledger,
     bench_pool,
+    bench_recording,
     bench_replay,
     bench_source,
     bench_verify,
@@ -57,6 +58,9 @@ def main() -> None:
         "ingest": _part("HTTP ingestion", bench_ingest.main),
         # chain only from raw rows vs the full check, SQLite and PostgreSQL
         "verify": _part("verification", lambda: asyncio.run(bench_verify.main(pg=True))),
+        # gateway time − provider time per call: support-desk runs (SQLite, PostgreSQL) and a
+        # 1,000-step synthetic run
+        "recording": _part("recording overhead per call", bench_recording.main),
         "source": _part("10,000-step recording and source load", bench_source.main),
         "pool": _part("child replay start-up", bench_pool.main),
         "replay": _part("replay through Temporal", bench_replay.main),

@@ -112,6 +112,12 @@ class RedactionPolicy:
     personal_fields: frozenset[str] = field(default_factory=frozenset)
     #: words of people's names known to the run (lower case); only ``redact-v2`` uses them
     names: frozenset[str] = field(default_factory=frozenset)
+    #: sanitized texts already made by this policy: a run sanitizes the same texts again and
+    #: again (its system prompt at every model call, ids and names in every record). Kept
+    #: with the policy, so raw text is not held past the run that uses it.
+    _memo: dict[str, str] = field(
+        default_factory=dict, init=False, repr=False, compare=False, hash=False
+    )
 
     def __post_init__(self) -> None:
         if self.version not in KNOWN_POLICY_VERSIONS:
@@ -183,6 +189,16 @@ class RedactionPolicy:
         return self._token(kind, value)
 
     def _text(self, text: str) -> str:
+        sanitized = self._memo.get(text)
+        if sanitized is None:
+            sanitized = self._text_uncached(text)
+            if len(text) <= _MEMO_TEXT_LIMIT:
+                if len(self._memo) >= _MEMO_ENTRIES:
+                    self._memo.clear()
+                self._memo[text] = sanitized
+        return sanitized
+
+    def _text_uncached(self, text: str) -> str:
         parts = _TOKEN.split(text)
         tokens = _TOKEN.findall(text)
         out = [self._plain(parts[0])]
@@ -225,6 +241,12 @@ class RedactionPolicy:
 
 
 KNOWN_POLICY_VERSIONS = frozenset({NO_REDACTION, REDACT_V1, REDACT_V2})
+
+#: texts up to this length have their sanitized form remembered (``RedactionPolicy._memo``),
+#: at most this many of them
+_MEMO_TEXT_LIMIT = 4096
+_MEMO_ENTRIES = 4096
+
 
 _WORD = re.compile(r"[^\W\d_]+(?:['’-][^\W\d_]+)*")
 

@@ -42,7 +42,7 @@ class RecordingKnowledgeGateway:
         evidence = []
         for rank, chunk in enumerate(chunks):
             data = chunk.text.encode()
-            await self.recorder.artifacts.put(data)
+            await self.recorder.put_artifact(data)
             evidence.append(
                 RetrievedEvidence(
                     document_id=chunk.document_id,

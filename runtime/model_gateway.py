@@ -48,7 +48,7 @@ class RecordingModelGateway:
         compiled = compile_prompt(self.bundle.template(template_name), injections)
         compiled, drift = await self.prompt_to_send(template_name, compiled)
         text = compiled.encode()
-        content_ref = await self.recorder.artifacts.put(text)
+        content_ref = await self.recorder.put_artifact(text)
         self.calls += 1
         prompt = PromptArtifact(
             artifact_id=f"prompt-{uuid.uuid4().hex[:16]}",
@@ -61,12 +61,14 @@ class RecordingModelGateway:
         await self.recorder.record(ExecutionEventType.PROMPT_COMPILED, record=prompt)
 
         full = (ChatMessage(role="system", content=compiled), *messages)
-        message_refs = [await self.recorder.store_json(m.model_dump(mode="json")) for m in full]
         tools: tuple[ToolSchema, ...] = injections.tool_schemas
         request = ModelRequest(
             model=self.model, messages=full, tools=tools, temperature=self.temperature, seed=seed
         )
-        request_hash = canonical_hash(request.model_dump(mode="json"))
+        # dumped once: its messages and tools are the dumps of each message and tool
+        dumped = request.model_dump(mode="json")
+        message_refs = [await self.recorder.store_json(m) for m in dumped["messages"]]
+        request_hash = canonical_hash(dumped)
         snapshot = ContextSnapshot(
             snapshot_id=f"ctx-{uuid.uuid4().hex[:16]}",
             run_id=self.recorder.run_id,
@@ -74,7 +76,7 @@ class RecordingModelGateway:
             message_refs=tuple(message_refs),
             evidence_refs=tuple(evidence_refs),
             memory_refs=tuple(memory_refs),
-            tool_catalog_hash=canonical_hash([t.model_dump(mode="json") for t in tools]),
+            tool_catalog_hash=canonical_hash(dumped["tools"]),
             state_hash=canonical_hash(dict(state or {})),
             content_hash=request_hash,
         )

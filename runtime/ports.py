@@ -88,9 +88,15 @@ class NewEvent:
     raw: bytes | None = None
     redaction_policy_version: str | None = None
     subject_id: str | None = None
+    #: ``record.canonical_payload()`` when the maker has it already (not dumped again)
+    record_json: Any = field(default=None, repr=False, compare=False)
 
     def payload_json(self) -> Any:
-        return self.record.canonical_payload() if self.record is not None else self.payload
+        if self.record is None:
+            return self.payload
+        if self.record_json is not None:
+            return self.record_json
+        return self.record.canonical_payload()
 
 
 @runtime_checkable

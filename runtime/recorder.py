@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
+from collections import deque
+from collections.abc import Coroutine
 from datetime import datetime
 from typing import Any
 
@@ -30,12 +32,13 @@ from models import (
 from models.canonical import canonicalize
 from models.capability import Capability
 from models.digest import sha256_digest
-from models.errors import InvalidInputError
+from models.errors import InvalidInputError, StoreError
 from models.privacy import people_in, person_subjects
 from models.redaction import RedactionPolicy
 from runtime.clock import RecordingClock, SystemAgentClock
 from runtime.ports import ArtifactStore, EventLedger, NewEvent
 from runtime.unknown_outcomes import count_unknown_recorded
+from runtime.write_behind import HandOff
 
 log = structlog.get_logger(__name__)
 E = ExecutionEventType
@@ -73,8 +76,16 @@ class RunRecorder:
         #: a side effect's provider is called (``record(durable=True)``) and before the run
         #: reports its end (``flush``). Each hand-off names the sequence it must land at, so a
         #: head moved by anyone else fails it instead of interleaving.
-        self._submit = getattr(ledger, "submit", None) if write_behind and not deferred else None
-        self._in_flight: list[asyncio.Future[list[ExecutionEvent]]] = []
+        submit = getattr(ledger, "submit", None) if write_behind and not deferred else None
+        #: the evidence writes (artifacts, sealed raw artifacts, subjects) go behind too, and
+        #: the events after them reach the ledger once they are durable: ``HandOff``
+        self._behind = HandOff(submit, run_id) if submit is not None else None
+        #: artifacts put (or being put) by this recorder: the same bytes are not put again
+        self._put: set[str] = set()
+        #: write-behind: raw forms of sanitized artifacts waiting for their vault write
+        self._raw_artifacts: list[tuple[bytes, str]] = []
+        self._raw_artifacts_scheduled = False
+        self._in_flight: deque[asyncio.Future[list[ExecutionEvent]]] = deque()
         #: the sequence of the last handed-off event known committed: after a failed
         #: hand-off the recorder goes on from there (its RUN_FAILED lands after what is real)
         self._committed = 0
@@ -94,9 +105,33 @@ class RunRecorder:
         # a ledger that keeps no raw content has no vault (nor subjects) to tell
         add_subjects = getattr(getattr(self.ledger, "vault", None), "add_subjects", None)
         if add_subjects is not None:
-            await add_subjects(
-                self.run_id, person_subjects((s for s, _ in people), capability.capability_id)
-            )
+            subjects = person_subjects((s for s, _ in people), capability.capability_id)
+            # write-behind: the raw content recorded after this waits for it to be durable
+            await self._evidence_write(add_subjects(self.run_id, subjects))
+
+    async def _evidence_write(self, work: Coroutine[Any, Any, Any]) -> None:
+        """Run an evidence write the events recorded after it depend on: now, or (write-behind)
+        in the background, those events handed to the ledger once it is durable."""
+        if self._behind is None:
+            await work
+        else:
+            await self._behind.write(work)
+
+    async def put_artifact(self, data: bytes) -> str:
+        """Put ``data`` into the artifact store and return its digest (write-behind: in the
+        background, the events recorded after it waiting for it; each digest once)."""
+        if self._behind is None:
+            return await self.artifacts.put(data)
+        digest = sha256_digest(data)
+        if digest not in self._put:
+            self._put.add(digest)
+            await self._behind.write(self._checked_put(data, digest))
+        return digest
+
+    async def _checked_put(self, data: bytes, digest: str) -> None:
+        stored = await self.artifacts.put(data)
+        if stored != digest:  # a content-addressed store names bytes by their sha256
+            raise StoreError(f"artifact store {self.artifacts.location} put {digest} as {stored}")
 
     def hashing_view(self, value: Any) -> Any:
         """The view lookup hashes are computed over: sanitized, so raw and sanitized inputs
@@ -115,7 +150,9 @@ class RunRecorder:
             return NewEvent(step_id, type, logical_time, record=record, payload=payload)
         raw = record.canonical_payload() if record is not None else payload
         sanitized = self.redaction.sanitize(raw)
-        if record is not None and sanitized != raw:
+        # nothing redacted: the record is what it was, its dump the one just made
+        record_json = raw if record is not None and sanitized == raw else None
+        if record is not None and record_json is None:
             try:
                 record = type_of(record).model_validate(sanitized)
             except ValueError as exc:
@@ -132,6 +169,7 @@ class RunRecorder:
             raw=canonicalize(raw),
             redaction_policy_version=self.redaction.version,
             subject_id=self.subject_id,
+            record_json=record_json,
         )
 
     def logical_time(self) -> datetime:
@@ -173,12 +211,12 @@ class RunRecorder:
             return None
         events = [*self._pending, event]
         self._pending.clear()
-        if self._submit is not None:
+        if self._behind is not None:
             self._raise_failed()
             expected = self.last_sequence + 1
             if not self._in_flight:  # nothing pending: the head before this is what is real
                 self._committed = max(self._committed, self.last_sequence)
-            future = await self._submit(self.run_id, events, expected_sequence=expected)
+            future = await self._behind.append(events, expected)
             future.add_done_callback(functools.partial(self._note_committed, events))
             self._in_flight.append(future)
             self.last_sequence += len(events)
@@ -200,15 +238,15 @@ class RunRecorder:
 
     def _raise_failed(self) -> None:
         """A handed-off append that failed fails the run at its next event (its successors
-        would land at the wrong sequence anyway)."""
-        still = []
-        for future in self._in_flight:
-            if not future.done():
-                still.append(future)
-            elif future.exception() is not None:
+        would land at the wrong sequence anyway). Appends are committed in order, so the done
+        ones are at the front: checked and dropped there (constant work per event, however
+        far behind the writer is; ``flush`` checks them all)."""
+        in_flight = self._in_flight
+        while in_flight and in_flight[0].done():
+            failure = in_flight.popleft().exception()
+            if failure is not None:
                 self._give_up_in_flight()
-                raise future.exception()  # type: ignore[misc]
-        self._in_flight = still
+                raise failure
 
     def _give_up_in_flight(self) -> None:
         """After a failed hand-off: what is still in flight fails too (it names sequences
@@ -216,12 +254,17 @@ class RunRecorder:
         for future in self._in_flight:
             if future.done() and not future.cancelled():
                 future.exception()  # retrieved: the first failure is the one raised
-        self._in_flight = []
+        self._in_flight = deque()
+        if self._behind is not None:
+            self._behind.give_up()
         self.last_sequence = self._committed
 
     async def flush(self, *, expected_sequence: int | None = None) -> None:
         """Write the buffered events (deferred mode) and wait until everything handed to the
-        writer is committed; raises what kept any of it from being committed."""
+        writer is committed (and every evidence write started, write-behind); raises what kept
+        any of it from being committed."""
+        if self._behind is not None:
+            await self._behind.wait_writes()
         if self._in_flight:
             await asyncio.wait(self._in_flight)
             for future in self._in_flight:
@@ -229,7 +272,7 @@ class RunRecorder:
                     failure = future.exception()
                     self._give_up_in_flight()
                     raise failure  # type: ignore[misc]
-            self._in_flight = []
+            self._in_flight = deque()
         if self._pending:
             events = list(self._pending)
             appended = await self.ledger.append_many(
@@ -246,16 +289,41 @@ class RunRecorder:
     async def _store_sanitized(self, value: Any) -> tuple[str, bytes]:
         if self.redaction is None:
             data = canonicalize(value)
-            return await self.artifacts.put(data), data
+            return await self.put_artifact(data), data
         raw = canonicalize(value)
-        data = canonicalize(self.redaction.sanitize(value))
-        digest = await self.artifacts.put(data)
+        sanitized = self.redaction.sanitize(value)
+        # most values hold nothing to redact: the same bytes, not canonicalized twice
+        data = raw if sanitized == value else canonicalize(sanitized)
+        digest = await self.put_artifact(data)
         vault = getattr(self.ledger, "vault", None)
         if data != raw and vault is not None:
-            await vault.record_artifact_raw(
-                self.run_id, raw, digest, self.redaction.version, self.subject_id
-            )
+            if self._behind is None:
+                await vault.record_artifact_raw(
+                    self.run_id, raw, digest, self.redaction.version, self.subject_id
+                )
+            else:
+                await self._raw_artifact_behind(raw, digest)
         return digest, data
+
+    async def _raw_artifact_behind(self, raw: bytes, digest: str) -> None:
+        """Write-behind: the raw forms of the artifacts stored until the write starts (those of
+        one model call's messages…) are kept in one vault transaction."""
+        self._raw_artifacts.append((raw, digest))
+        if not self._raw_artifacts_scheduled:
+            self._raw_artifacts_scheduled = True
+            await self._evidence_write(self._write_raw_artifacts())
+
+    async def _write_raw_artifacts(self) -> None:
+        assert self.redaction is not None  # only sanitized artifacts have a raw form apart
+        artifacts, self._raw_artifacts = self._raw_artifacts, []
+        self._raw_artifacts_scheduled = False
+        vault = self.ledger.vault  # type: ignore[attr-defined]
+        version, subject = self.redaction.version, self.subject_id
+        if hasattr(vault, "record_artifact_raws"):
+            await vault.record_artifact_raws(self.run_id, artifacts, version, subject)
+        else:
+            for raw, digest in artifacts:
+                await vault.record_artifact_raw(self.run_id, raw, digest, version, subject)
 
     async def checkpoint(
         self,

@@ -57,12 +57,19 @@ class SideEffectLedger:
     def __init__(self, recorder: RunRecorder) -> None:
         self.recorder = recorder
 
-    async def _transition(self, record: SideEffectRecord, **changes: Any) -> SideEffectRecord:
+    async def _transition(
+        self, record: SideEffectRecord, *, durable: bool = True, **changes: Any
+    ) -> SideEffectRecord:
+        """Record ``record`` changed by ``changes``; ``durable``: wait until it (and all before
+        it) is committed. The intent is durable before the provider is called (the write-ahead
+        rule: EXECUTING, with the PLANNED before it). A CONFIRMED or FAILED outcome is handed
+        to the writer and made durable at the run's next durable point — the next write's
+        intent or the run's end — so nothing the run does outside learns of the outcome before
+        it is durable; a crash before that leaves the write EXECUTING, which the lease sweep
+        turns UNKNOWN (reconciled, never retried on a guess)."""
         updated = record.model_copy(update=changes)
-        # durable before anything else happens: the intent before the provider is called
-        # (the write-ahead rule), each outcome before the run goes on acting on it
         await self.recorder.record(
-            ExecutionEventType.SIDE_EFFECT, record=updated, step_id=record.step_id, durable=True
+            ExecutionEventType.SIDE_EFFECT, record=updated, step_id=record.step_id, durable=durable
         )
         return updated
 
@@ -82,7 +89,8 @@ class SideEffectLedger:
             status=SideEffectStatus.PLANNED,
             provider_request_id=provider_request_id(key),
         )
-        await self._transition(planned)
+        # durable with the EXECUTING right after it (one commit, before the provider is called)
+        await self._transition(planned, durable=False)
         return await self._attempt(planned, call)
 
     async def _attempt(
@@ -93,7 +101,10 @@ class SideEffectLedger:
             receipt = await call(executing.idempotency_key, executing.provider_request_id or "")
         except definitive_errors(call) as exc:
             failed = await self._transition(
-                executing, status=SideEffectStatus.FAILED, provider_receipt=f"rejected: {exc}"
+                executing,
+                durable=False,
+                status=SideEffectStatus.FAILED,
+                provider_receipt=f"rejected: {exc}",
             )
             return failed, None
         except BaseException as exc:
@@ -108,6 +119,7 @@ class SideEffectLedger:
             return unknown, None
         confirmed = await self._transition(
             executing,
+            durable=False,
             status=SideEffectStatus.CONFIRMED,
             provider_receipt=str(
                 receipt.get("receipt") or receipt.get("id") or canonical_hash(receipt)

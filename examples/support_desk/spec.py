@@ -63,6 +63,33 @@ def support_desk_spec(
     )
 
 
+def scenario_run_input(
+    world: SimulatedWorld, scenario: str
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """The agent input (the ticket, made unique to this run) and the labels of one run of
+    ``scenario``; arranges the world for it (the refund whose response is lost)."""
+    if scenario not in SCENARIOS:
+        raise InvalidInputError(f"unknown scenario {scenario!r} (known: {', '.join(SCENARIOS)})")
+    ticket: dict[str, Any] = dict(SCENARIOS[scenario])
+    if scenario == "refund-timeout":
+        world.drop_refund_response_for.add(ticket["order_id"])
+    # each run gets its own ticket id and order so that idempotency keys never collide
+    suffix = uuid.uuid4().hex[:6]
+    ticket["ticket_id"] = f"{ticket['ticket_id']}-{suffix}"
+    if "order_id" in ticket:
+        ticket["order_id"] = f"{ticket['order_id']}-{suffix}"
+        if scenario == "refund-timeout":
+            world.drop_refund_response_for.add(ticket["order_id"])
+    # the data subjects: the customer the ticket is about, and the tenant
+    labels = {
+        "scenario": scenario,
+        "agent": "support-desk",
+        "subject": f"customer:{ticket['customer_id']}",
+        "tenant": "acme",
+    }
+    return ticket, labels
+
+
 async def run_scenario(
     world: SimulatedWorld,
     ledger: EventLedger,
@@ -77,18 +104,7 @@ async def run_scenario(
 ) -> RunResult:
     """Record one live run of ``scenario`` against the simulated providers; ``model`` (named
     ``model_name``) decides, the scripted stand-in by default."""
-    if scenario not in SCENARIOS:
-        raise InvalidInputError(f"unknown scenario {scenario!r} (known: {', '.join(SCENARIOS)})")
-    ticket: dict[str, Any] = dict(SCENARIOS[scenario])
-    if scenario == "refund-timeout":
-        world.drop_refund_response_for.add(ticket["order_id"])
-    # each run gets its own ticket id and order so that idempotency keys never collide
-    suffix = uuid.uuid4().hex[:6]
-    ticket["ticket_id"] = f"{ticket['ticket_id']}-{suffix}"
-    if "order_id" in ticket:
-        ticket["order_id"] = f"{ticket['order_id']}-{suffix}"
-        if scenario == "refund-timeout":
-            world.drop_refund_response_for.add(ticket["order_id"])
+    ticket, labels = scenario_run_input(world, scenario)
     await world.ensure()
     return await record_run(
         support_desk_spec(world, prompt_version, model=model, model_name=model_name),
@@ -97,11 +113,5 @@ async def run_scenario(
         run_id=run_id or f"run-{uuid.uuid4().hex[:12]}",
         agent_input=ticket,
         seed=seed,
-        # the data subjects: the customer the ticket is about, and the tenant
-        labels={
-            "scenario": scenario,
-            "agent": "support-desk",
-            "subject": f"customer:{ticket['customer_id']}",
-            "tenant": "acme",
-        },
+        labels=labels,
     )

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import weakref
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -54,9 +56,20 @@ def utc(value: datetime) -> datetime:
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
+#: how long a SQLite write transaction waits for the write lock (``PRAGMA busy_timeout``)
+SQLITE_BUSY_SECONDS = 10.0
+
+
 @dataclass
 class Database:
     engine: AsyncEngine
+    #: SQLite admits one writer at a time: this process's write transactions queue for it
+    #: here (first come, first served) instead of polling the file lock with the busy
+    #: handler's growing sleeps (1, 2, 5 … 100 ms) while another of them holds it. One lock
+    #: per event loop; other processes are still waited for by the busy handler.
+    _write_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = field(
+        default_factory=weakref.WeakKeyDictionary, repr=False, compare=False
+    )
 
     @property
     def dialect(self) -> str:
@@ -69,11 +82,35 @@ class Database:
     @contextlib.asynccontextmanager
     async def transaction(self) -> AsyncIterator[AsyncConnection]:
         """A write transaction; driver errors leave as ``StoreError``."""
+        async with self._writer():
+            try:
+                async with self.engine.begin() as conn:
+                    yield conn
+            except _UNAVAILABLE as exc:
+                raise _store_error(exc) from exc
+
+    @contextlib.asynccontextmanager
+    async def _writer(self) -> AsyncIterator[None]:
+        """SQLite: hold this process's write lock (see ``_write_locks``); else nothing."""
+        if self.is_postgresql:
+            yield
+            return
+        loop = asyncio.get_running_loop()
+        lock = self._write_locks.get(loop)
+        if lock is None:
+            lock = self._write_locks[loop] = asyncio.Lock()
         try:
-            async with self.engine.begin() as conn:
-                yield conn
-        except _UNAVAILABLE as exc:
-            raise _store_error(exc) from exc
+            async with asyncio.timeout(SQLITE_BUSY_SECONDS):
+                await lock.acquire()
+        except TimeoutError:
+            raise StoreError(
+                f"database error: the write lock was held by this process for more than "
+                f"{SQLITE_BUSY_SECONDS:g} s (database is locked)"
+            ) from None
+        try:
+            yield
+        finally:
+            lock.release()
 
     @contextlib.asynccontextmanager
     async def read(self) -> AsyncIterator[AsyncConnection]:
@@ -109,7 +146,7 @@ def install_sqlite_pragmas(engine: AsyncEngine, *, foreign_keys: bool = True) ->
         cursor.execute("PRAGMA synchronous=NORMAL")
         if foreign_keys:
             cursor.execute("PRAGMA foreign_keys=ON")
-        cursor.execute("PRAGMA busy_timeout=10000")
+        cursor.execute(f"PRAGMA busy_timeout={int(SQLITE_BUSY_SECONDS * 1000)}")
         cursor.close()
 
     @event.listens_for(engine.sync_engine, "begin")

@@ -425,6 +425,11 @@ class SqlLedger:
             "raw_hash": raw_hash,
             "redaction_policy_version": event.redaction_policy_version,
             "subject_id": event.subject_id,
+            # every row of a batch has the same columns (one multi-row insert): a row whose
+            # raw equals its sanitized view has no ciphertext
+            "key_id": None,
+            "ciphertext": None,
+            "ciphertext_ref": None,
         }
         if raw is not None and raw_hash != sanitized_hash:
             columns |= await self.vault.seal_raw(

@@ -8,6 +8,7 @@ event, or a swapped raw_hash, fails to authenticate. Crypto-shredding NULLs the 
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
@@ -34,6 +35,10 @@ from stores.sql.privacy_subjects import CAS_PREFIX, RawVaultQueries
 
 #: ciphertexts above this size go to the artifact store as encrypted objects
 INLINE_CIPHERTEXT_LIMIT = 64 * 1024
+#: how long a subject's active data key is sealed with without reading it again: a run seals
+#: many payloads under one key; a key crypto-shredded by another process is seen at most this
+#: late (by this process: at once)
+ACTIVE_KEY_SECONDS = 30.0
 NO_SUBJECT = "subject:none"
 
 
@@ -68,6 +73,9 @@ class SqlRawVault(RawVaultQueries):
         self.artifacts = artifacts
         self._kek = kek
         self.clock = clock
+        #: (subject, KEK id) -> (key id, data key, read at (monotonic)): the active keys sealed
+        #: with lately
+        self._active: dict[tuple[str, str], tuple[str, bytes, float]] = {}
 
     @property
     def kek(self) -> KeyEncryptionKey:
@@ -86,6 +94,15 @@ class SqlRawVault(RawVaultQueries):
     ) -> tuple[str, bytes] | None: ...
 
     async def _active_key(self, subject_id: str, *, create: bool) -> tuple[str, bytes] | None:
+        cached = self._active.get((subject_id, self.kek.key_id))
+        if cached is not None and time.monotonic() - cached[2] < ACTIVE_KEY_SECONDS:
+            return cached[0], cached[1]
+        found = await self._read_active_key(subject_id, create=create)
+        if found is not None:
+            self._active[(subject_id, self.kek.key_id)] = (*found, time.monotonic())
+        return found
+
+    async def _read_active_key(self, subject_id: str, *, create: bool) -> tuple[str, bytes] | None:
         k = schema.data_keys.c
         query = (
             select(k.key_id, k.wrapped_key)
@@ -116,7 +133,7 @@ class SqlRawVault(RawVaultQueries):
                 )
             )
         # two processes may both have created one: everyone uses the oldest active key
-        return await self._active_key(subject_id, create=False) or (key_id, key)
+        return await self._read_active_key(subject_id, create=False) or (key_id, key)
 
     async def _key(self, key_id: str, subject_id: str) -> bytes | None:
         k = schema.data_keys.c
@@ -133,11 +150,15 @@ class SqlRawVault(RawVaultQueries):
             )
         return self.kek.unwrap(bytes(row.wrapped_key), subject_id)
 
+    def _forget_active(self, subject_id: str) -> None:
+        self._active = {key: v for key, v in self._active.items() if key[0] != subject_id}
+
     async def destroy_keys(
         self, conn: AsyncConnection, subject_id: str, request_id: str, at: datetime | None = None
     ) -> int:
         """Crypto-shred every data key of ``subject_id`` (inside the caller's transaction)."""
         k = schema.data_keys.c
+        self._forget_active(subject_id)
         result = await conn.execute(
             update(schema.data_keys)
             .where(k.subject_id == subject_id, k.wrapped_key.is_not(None))
@@ -183,30 +204,46 @@ class SqlRawVault(RawVaultQueries):
         subject_id: str | None,
     ) -> None:
         """Keep the encrypted raw form of a sanitized artifact (messages, checkpoint state)."""
-        raw_hash = sha256_digest(raw)
-        columns = await self.seal_raw(run_id, raw, raw_hash, sanitized_hash, subject_id)
-        raw_id = artifact_raw_id(run_id, sanitized_hash)
+        await self.record_artifact_raws(run_id, [(raw, sanitized_hash)], policy_version, subject_id)
+
+    async def record_artifact_raws(
+        self,
+        run_id: str,
+        artifacts: Sequence[tuple[bytes, str]],
+        policy_version: str,
+        subject_id: str | None,
+    ) -> None:
+        """``record_artifact_raw`` of several (raw bytes, sanitized hash) pairs, in one
+        transaction: one read of those already kept, one insert of the others."""
+        rows: dict[str, dict[str, Any]] = {}
+        for raw, sanitized_hash in artifacts:
+            raw_id = artifact_raw_id(run_id, sanitized_hash)
+            if raw_id in rows:
+                continue
+            raw_hash = sha256_digest(raw)
+            rows[raw_id] = {
+                "raw_id": raw_id,
+                "run_id": run_id,
+                "sequence": None,
+                "sanitized_hash": sanitized_hash,
+                "raw_hash": raw_hash,
+                "redaction_policy_version": policy_version,
+                "created_at": self.clock(),
+                **await self.seal_raw(run_id, raw, raw_hash, sanitized_hash, subject_id),
+            }
+        if not rows:
+            return
+        r = schema.raw_payloads.c
         async with self.db.transaction() as conn:
-            exists = (
-                await conn.execute(
-                    select(schema.raw_payloads.c.raw_id).where(
-                        schema.raw_payloads.c.raw_id == raw_id
-                    )
-                )
-            ).first()
-            if exists is None:
-                await conn.execute(
-                    insert(schema.raw_payloads).values(
-                        raw_id=raw_id,
-                        run_id=run_id,
-                        sequence=None,
-                        sanitized_hash=sanitized_hash,
-                        raw_hash=raw_hash,
-                        redaction_policy_version=policy_version,
-                        created_at=self.clock(),
-                        **columns,
-                    )
-                )
+            kept = {
+                row.raw_id
+                for row in (
+                    await conn.execute(select(r.raw_id).where(r.raw_id.in_(list(rows))))
+                ).all()
+            }
+            missing = [row for raw_id, row in rows.items() if raw_id not in kept]
+            if missing:
+                await conn.execute(insert(schema.raw_payloads), missing)
 
     # reading ----------------------------------------------------------------------------------
 
@@ -315,6 +352,7 @@ class SqlRawVault(RawVaultQueries):
         async with self.db.transaction() as conn:
             count, refs = await self.destroy_raw(conn, run_ids, subject_id, request_id, at)
             keys = await self.destroy_keys(conn, subject_id, request_id, at)
+        self._forget_active(subject_id)  # again: a seal may have read the key meanwhile
         return count, refs, keys
 
     async def destroy_run_raw(self, run_id: str, request_id: str) -> tuple[int, list[str]]:

@@ -1,0 +1,349 @@
+"""Benchmark: recording overhead per model/tool call (issue 21: gateway time − provider time).
+
+Run with ``.venv/bin/python -m bench.bench_recording [--pg] [RUNS]`` (``python -m bench`` runs
+it with PostgreSQL). Every call an agent makes through a recording gateway — a model call
+(``RecordingModelGateway.complete``), a tool call (``RecordingToolGateway.call``, a write's
+policy decision and side-effect transitions included) and a retrieval
+(``RecordingKnowledgeGateway.search``) — is timed from the agent's side, and the time its
+provider took inside it is subtracted: what remains is what recording costs the agent on that
+call, durable waits included (a write's intent committed before its provider is called).
+Recording is write-behind (``record_run``): the events are committed by the ledger's writer,
+on the same event loop, so writer work that runs while a call waits is in that call's figure.
+
+Two workloads: support-desk runs (the reference agent, its scenarios in turn, redaction
+``redact-v2``, simulated providers on their own SQL store) and a 1,000-step synthetic run (one
+READ tool call a step, a provider that does nothing). Reported as p50 and p99 over every call,
+wall time and the event loop thread's CPU time, with the provider's own p50 as the baseline;
+the synthetic row also gives the mean recording time per step outside the calls (its
+STEP_STARTED, checkpoint and STEP_COMPLETED).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import math
+import os
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from bench.common import Row, emit, machine_load
+from examples.support_desk.providers import SimulatedWorld
+from examples.support_desk.spec import SCENARIOS, scenario_run_input, support_desk_spec
+from examples.synthetic import synthetic_spec
+from models.model_call import ModelRequest, ModelResponse
+from runtime.knowledge import RecordingKnowledgeGateway, RetrievedChunk, Retriever
+from runtime.model_gateway import RecordingModelGateway
+from runtime.ports import ModelProvider
+from runtime.session import AgentSpec, record_run
+from runtime.tools import RecordingToolGateway, ToolCallContext, ToolProvider
+from stores.bundle import open_stores
+from stores.sql.scratch import create_scratch_database, drop_scratch_database
+from stores.sql.support_desk_world import SqlWorldStore
+from worker.settings import Settings
+
+PG_ADMIN_URL = os.environ.get("REPLAYBOOK_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
+SYNTHETIC_STEPS = 1000
+GOAL_P50_MS, GOAL_P99_MS = 1.0, 5.0
+
+
+def _clocks() -> tuple[int, int]:
+    """(wall, this thread's CPU) in nanoseconds."""
+    return time.perf_counter_ns(), time.thread_time_ns()
+
+
+@dataclasses.dataclass
+class CallTimes:
+    """What one gateway call cost: its wall and CPU time, and its provider's."""
+
+    kind: str
+    wall_ns: int
+    cpu_ns: int
+    provider_wall_ns: int = 0
+    provider_cpu_ns: int = 0
+    #: the template, capability or query the call was made with
+    what: str = ""
+
+    @property
+    def overhead_ms(self) -> float:
+        return (self.wall_ns - self.provider_wall_ns) / 1e6
+
+    @property
+    def overhead_cpu_ms(self) -> float:
+        return (self.cpu_ns - self.provider_cpu_ns) / 1e6
+
+
+class CallTimer:
+    """Times every recording gateway call and the provider time inside it (one run at a time:
+    calls do not overlap, so the provider time goes to the call in progress)."""
+
+    def __init__(self) -> None:
+        self.calls: list[CallTimes] = []
+        self._current: CallTimes | None = None
+
+    @contextlib.contextmanager
+    def gateways_timed(self) -> Iterator[None]:
+        """The recording gateways' call methods wrapped with the timer while the block runs."""
+        methods = [
+            (RecordingModelGateway, "complete", "model"),
+            (RecordingToolGateway, "call", "tool"),
+            (RecordingKnowledgeGateway, "search", "retrieval"),
+        ]
+        originals = [(cls, name, getattr(cls, name)) for cls, name, _ in methods]
+        for cls, name, kind in methods:
+            setattr(cls, name, self._timed_gateway(getattr(cls, name), kind))
+        try:
+            yield
+        finally:
+            for cls, name, original in originals:
+                setattr(cls, name, original)
+
+    def _timed_gateway(
+        self, method: Callable[..., Awaitable[Any]], kind: str
+    ) -> Callable[..., Awaitable[Any]]:
+        async def timed(gateway: Any, *args: Any, **kwargs: Any) -> Any:
+            what = args[0] if args and isinstance(args[0], str) else ""
+            outer, call = self._current, CallTimes(kind, 0, 0, what=what[:40])
+            self._current = call
+            wall, cpu = _clocks()
+            try:
+                return await method(gateway, *args, **kwargs)
+            finally:
+                wall_end, cpu_end = _clocks()
+                call.wall_ns, call.cpu_ns = wall_end - wall, cpu_end - cpu
+                self._current = outer
+                self.calls.append(call)
+
+        return timed
+
+    async def provider(self, call: Awaitable[Any]) -> Any:
+        """Await a provider's answer, its time counted as the current call's provider time."""
+        wall, cpu = _clocks()
+        try:
+            return await call
+        finally:
+            wall_end, cpu_end = _clocks()
+            if self._current is not None:
+                self._current.provider_wall_ns += wall_end - wall
+                self._current.provider_cpu_ns += cpu_end - cpu
+
+    def timed_spec(self, spec: AgentSpec) -> AgentSpec:
+        """``spec`` with its model, tool providers and retriever timed (same names, profile and
+        versions, so the recorded evidence is the same)."""
+        return dataclasses.replace(
+            spec,
+            model=_TimedModel(spec.model, self),
+            tool_providers={
+                name: self._timed_tool(provider) for name, provider in spec.tool_providers.items()
+            },
+            retriever=_TimedRetriever(spec.retriever, self),
+        )
+
+    def _timed_tool(self, provider: ToolProvider) -> ToolProvider:
+        async def timed(arguments: dict[str, Any], context: ToolCallContext) -> dict[str, Any]:
+            answer: dict[str, Any] = await self.provider(provider(arguments, context))
+            return answer
+
+        return timed
+
+    def since(self, start: int) -> list[CallTimes]:
+        return self.calls[start:]
+
+
+class _TimedModel:
+    def __init__(self, inner: ModelProvider, timer: CallTimer) -> None:
+        self._inner = inner
+        self._timer = timer
+        self.profile = inner.profile
+
+    def __getattr__(self, name: str) -> Any:  # price, version…: the model's own
+        return getattr(self._inner, name)
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        response: ModelResponse = await self._timer.provider(self._inner.complete(request))
+        return response
+
+
+class _TimedRetriever:
+    def __init__(self, inner: Retriever, timer: CallTimer) -> None:
+        self._inner = inner
+        self._timer = timer
+        self.version = inner.version
+        self.snapshot = inner.snapshot
+
+    async def search(self, query: str, k: int) -> list[RetrievedChunk]:
+        chunks: list[RetrievedChunk] = await self._timer.provider(self._inner.search(query, k))
+        return chunks
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The nearest-rank percentile ``q`` (0–100) of ``values``."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
+
+
+def summary(calls: list[CallTimes]) -> dict[str, float]:
+    overhead = [c.overhead_ms for c in calls]
+    cpu = [c.overhead_cpu_ms for c in calls]
+    provider = [c.provider_wall_ns / 1e6 for c in calls]
+    return {
+        "calls": len(calls),
+        "p50_ms": percentile(overhead, 50),
+        "p99_ms": percentile(overhead, 99),
+        "max_ms": max(overhead),
+        "cpu_p50_ms": percentile(cpu, 50),
+        "cpu_p99_ms": percentile(cpu, 99),
+        "provider_p50_ms": percentile(provider, 50),
+        **{
+            f"{kind}_p50_ms": percentile([c.overhead_ms for c in calls if c.kind == kind], 50)
+            for kind in sorted({c.kind for c in calls})
+        },
+    }
+
+
+def _settings(home: Path, database_url: str) -> Settings:
+    return Settings.from_env(
+        {
+            "REPLAYBOOK_HOME": str(home),
+            "REPLAYBOOK_DATABASE_URL": database_url,
+            "REPLAYBOOK_LOG_FORMAT": "json",
+        }
+    )
+
+
+async def support_desk_calls(database_url: str, home: Path, runs: int) -> dict[str, float]:
+    """Record ``runs`` support-desk runs (scenarios in turn, after one warm-up run of each)."""
+    timer = CallTimer()
+    async with open_stores(_settings(home, database_url).stores) as stores:
+        world = SimulatedWorld(SqlWorldStore.beside(stores.db.engine.url))
+        await world.ensure()
+        scenarios = list(SCENARIOS)
+
+        async def one(i: int) -> None:
+            scenario = scenarios[i % len(scenarios)]
+            ticket, labels = scenario_run_input(world, scenario)
+            await record_run(
+                timer.timed_spec(support_desk_spec(world)),
+                stores.ledger,
+                stores.artifacts,
+                run_id=f"run-bench-{uuid.uuid4().hex[:12]}",
+                agent_input=ticket,
+                seed=i,
+                labels=labels,
+            )
+
+        with timer.gateways_timed():
+            for i in range(len(scenarios)):  # warm up: imports, statements, the manifest
+                await one(i)
+            start = len(timer.calls)
+            for i in range(runs):
+                await one(i)
+        return {"runs": runs, **summary(timer.since(start))}
+
+
+async def _nothing(arguments: dict[str, Any], context: ToolCallContext) -> dict[str, Any]:
+    return {"value": arguments["i"] % 7}
+
+
+async def synthetic_calls(home: Path, steps: int = SYNTHETIC_STEPS) -> dict[str, float]:
+    """Record one ``steps``-step synthetic run (after a 10-step warm-up run)."""
+    timer = CallTimer()
+    database_url = f"sqlite+aiosqlite:///{home / 'synthetic.db'}"
+    async with open_stores(_settings(home, database_url).stores) as stores:
+
+        async def one(total: int) -> float:
+            spec = timer.timed_spec(synthetic_spec(total))
+            started = time.perf_counter()
+            await record_run(
+                spec,
+                stores.ledger,
+                stores.artifacts,
+                run_id=f"run-synthetic-{uuid.uuid4().hex[:10]}",
+                agent_input={"steps": total},
+                seed=0,
+                labels={"agent": "synthetic-chain"},
+            )
+            return time.perf_counter() - started
+
+        with timer.gateways_timed():
+            await one(10)
+            start = len(timer.calls)
+            run_s = await one(steps)
+        calls = timer.since(start)
+        in_calls_s = sum(c.wall_ns for c in calls) / 1e9
+        return {
+            "steps": steps,
+            "run_s": run_s,
+            "outside_calls_ms_per_step": (run_s - in_calls_s) / steps * 1e3,
+            **summary(calls),
+        }
+
+
+def _row(figure: str, r: dict[str, float], load: str, extra: str = "") -> Row:
+    return emit(
+        Row(
+            figure=figure,
+            value=f"p50 {r['p50_ms']:.2f} ms, p99 {r['p99_ms']:.2f} ms (CPU p50 "
+            f"{r['cpu_p50_ms']:.2f} ms, p99 {r['cpu_p99_ms']:.2f} ms){extra}",
+            baseline=f"provider p50 {r['provider_p50_ms']:.3f} ms a call",
+            ratio=None,
+            goal=f"p50 <= {GOAL_P50_MS:g} ms, p99 <= {GOAL_P99_MS:g} ms",
+            met=r["p50_ms"] <= GOAL_P50_MS and r["p99_ms"] <= GOAL_P99_MS,
+            load=load,
+        )
+    )
+
+
+async def _main(pg: bool, runs: int) -> dict[str, Any]:
+    results: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        home = Path(tmp)
+        backends = {"sqlite": f"sqlite+aiosqlite:///{home / 'rb.db'}"}
+        pg_url = await create_scratch_database(PG_ADMIN_URL, "rb_bench_rec") if pg else None
+        if pg_url is not None:
+            backends["postgresql"] = pg_url
+        try:
+            for name, url in backends.items():
+                r = await support_desk_calls(url, home / name, runs)
+                results[f"support-desk {name}"] = r
+                kinds = ", ".join(
+                    f"{k.removesuffix('_p50_ms')} {v:.2f}"
+                    for k, v in r.items()
+                    if k.endswith("_p50_ms") and k.split("_")[0] in ("model", "tool", "retrieval")
+                )
+                _row(
+                    f"recording overhead per model/tool call, support-desk runs ({name}; gateway "
+                    f"time − provider time; {r['calls']:.0f} calls of {runs} runs)",
+                    r,
+                    machine_load(),
+                    f"; p50 by kind (ms): {kinds}",
+                )
+        finally:
+            if pg_url is not None:
+                await drop_scratch_database(PG_ADMIN_URL, pg_url)
+        r = await synthetic_calls(home / "synthetic")
+        results["synthetic"] = r
+        _row(
+            f"recording overhead per tool call, synthetic {r['steps']:,.0f}-step run (sqlite; "
+            "gateway time − provider time)",
+            r,
+            machine_load(),
+            f"; outside the calls {r['outside_calls_ms_per_step']:.2f} ms a step "
+            "(STEP_STARTED, checkpoint, STEP_COMPLETED)",
+        )
+    return results
+
+
+def main(pg: bool = True, runs: int = 30) -> dict[str, Any]:
+    return asyncio.run(_main(pg, runs))
+
+
+if __name__ == "__main__":
+    numbers = [int(a) for a in sys.argv[1:] if a.isdigit()]
+    main("--pg" in sys.argv, numbers[0] if numbers else 30)

@@ -1,0 +1,217 @@
+"""Write-behind recording of the evidence an event depends on (``runtime.write_behind``):
+artifacts, sealed raw artifacts and subjects are written in the background, an event reaches
+the ledger only once what it references is durable, a failed write fails the run at its next
+durable point; the vault's cached data key and its batched raw artifacts, on both backends."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+
+from models import ExecutionEventType, RunRecord, SideEffectRecord, SideEffectStatus
+from models.canonical import canonical_hash, canonicalize
+from models.errors import StoreError
+from models.redaction import REDACT_V1, redaction_policy
+from runtime.recorder import RunRecorder
+from runtime.side_effects import SideEffectLedger
+from stores.artifacts import LocalArtifactStore
+from stores.encryption import LocalKeyEncryptionKey
+from stores.sql import schema
+from stores.sql.database import Database
+from stores.sql.ledger import SqlLedger
+from stores.sql.privacy import SqlRawVault, artifact_raw_id
+
+T0 = datetime(2026, 12, 1, 20, 0, tzinfo=UTC)
+E = ExecutionEventType
+KEK = LocalKeyEncryptionKey(b"k" * 32)
+
+
+class GatedArtifacts(LocalArtifactStore):
+    """A local store whose puts wait until ``gate`` is set (or fail with ``failure``)."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.gate = asyncio.Event()
+        self.failure: Exception | None = None
+        self.puts = 0
+
+    async def put(self, data: bytes) -> str:
+        self.puts += 1
+        await self.gate.wait()
+        if self.failure is not None:
+            raise self.failure
+        return await super().put(data)
+
+
+async def new_run(ledger: SqlLedger) -> str:
+    run_id = f"wbe-{uuid.uuid4().hex[:12]}"
+    await ledger.create_run(
+        RunRecord(run_id=run_id, graph_id="g", graph_version="1", created_at=T0)
+    )
+    return run_id
+
+
+async def committed(database: Database, run_id: str) -> list[str]:
+    e = schema.execution_events.c
+    async with database.read() as conn:
+        rows = await conn.execute(select(e.type).where(e.run_id == run_id).order_by(e.sequence))
+        return [row.type for row in rows]
+
+
+@pytest.fixture
+def artifacts(tmp_path: Path) -> GatedArtifacts:
+    return GatedArtifacts(tmp_path / "artifacts")
+
+
+async def test_an_event_reaches_the_ledger_only_once_its_artifact_is_durable(
+    database: Database, artifacts: GatedArtifacts
+) -> None:
+    ledger = SqlLedger(database, artifacts)
+    run_id = await new_run(ledger)
+    recorder = RunRecorder(ledger, artifacts, run_id, write_behind=True)
+    await recorder.record(E.STEP_STARTED, payload={"step": "a"})
+    state = {"count": 1}
+    # the digest is known at once; the put is held back by the gate
+    ref = await recorder.store_json(state)
+    assert ref == canonical_hash(state)
+    await recorder.record(E.STEP_COMPLETED, payload={"state_ref": ref})
+    await recorder.record(E.STEP_STARTED, payload={"step": "b"})
+    await ledger.flush()  # everything the writer was handed is committed
+    assert await committed(database, run_id) == [str(E.STEP_STARTED)]
+    assert not await LocalArtifactStore(artifacts.root).exists(ref)
+
+    artifacts.gate.set()
+    await recorder.flush()
+    assert await committed(database, run_id) == [
+        str(E.STEP_STARTED),
+        str(E.STEP_COMPLETED),
+        str(E.STEP_STARTED),
+    ]
+    assert await artifacts.get(ref) == canonicalize(state)
+    assert (await ledger.verify(run_id)).intact
+
+
+async def test_the_same_bytes_are_put_once_per_recorder(
+    database: Database, artifacts: GatedArtifacts
+) -> None:
+    ledger = SqlLedger(database, artifacts)
+    recorder = RunRecorder(ledger, artifacts, await new_run(ledger), write_behind=True)
+    artifacts.gate.set()
+    refs = {await recorder.store_json({"system": "the same prompt"}) for _ in range(5)}
+    await recorder.flush()
+    assert len(refs) == 1 and artifacts.puts == 1
+
+
+async def test_a_failed_artifact_write_fails_the_run_at_its_next_durable_point(
+    database: Database, artifacts: GatedArtifacts
+) -> None:
+    ledger = SqlLedger(database, artifacts)
+    run_id = await new_run(ledger)
+    recorder = RunRecorder(ledger, artifacts, run_id, write_behind=True)
+    await recorder.record(E.STEP_STARTED, payload={"step": "a"}, durable=True)
+    artifacts.failure = StoreError("the artifact store is gone")
+    ref = await recorder.store_json({"count": 2})
+    await recorder.record(E.CHECKPOINT, payload={"state_ref": ref})
+    await recorder.record(E.STEP_COMPLETED, payload={"next": None})
+    artifacts.gate.set()
+    with pytest.raises(StoreError, match="the artifact store is gone"):
+        await recorder.flush()
+    # nothing that depended on the lost artifact (nor anything after it) was committed, and
+    # the run's failure lands right after what was
+    assert recorder.last_sequence == 1
+    await recorder.record(E.RUN_FAILED, payload={"error": "StoreError"}, durable=True)
+    assert await committed(database, run_id) == [str(E.STEP_STARTED), str(E.RUN_FAILED)]
+    assert (await ledger.verify(run_id)).intact
+
+
+async def test_a_write_is_durable_with_its_intent_and_its_outcome_at_the_next_durable_point(
+    database: Database, artifacts: GatedArtifacts
+) -> None:
+    ledger = SqlLedger(database, artifacts)
+    run_id = await new_run(ledger)
+    artifacts.gate.set()
+    recorder = RunRecorder(ledger, artifacts, run_id, write_behind=True)
+    recorder.step_id = "act"
+    # an artifact the intent is recorded after: durable before the provider is called too
+    ref = await recorder.store_json({"draft": "hello"})
+    seen: list[list[str]] = []
+
+    async def provider(key: str, preq: str) -> dict[str, str]:
+        seen.append(await committed(database, run_id))
+        assert await LocalArtifactStore(artifacts.root).exists(ref)
+        return {"receipt": "r-1"}
+
+    final, _ = await SideEffectLedger(recorder).execute(
+        capability_id="email.send",
+        step_id="act",
+        action_hash=canonical_hash({"to": "someone"}),
+        call=provider,
+    )
+    assert seen == [[str(E.SIDE_EFFECT), str(E.SIDE_EFFECT)]]  # PLANNED and EXECUTING
+    assert final.status is SideEffectStatus.CONFIRMED
+    await recorder.record(E.RUN_COMPLETED, payload={"outcome": None}, durable=True)
+    assert await committed(database, run_id) == [str(E.SIDE_EFFECT)] * 3 + [str(E.RUN_COMPLETED)]
+    statuses = [
+        SideEffectRecord.model_validate_json(data or b"{}").status
+        for event, data in await ledger.events_with_payloads(run_id)
+        if event.type is E.SIDE_EFFECT
+    ]
+    assert statuses == [
+        SideEffectStatus.PLANNED,
+        SideEffectStatus.EXECUTING,
+        SideEffectStatus.CONFIRMED,
+    ]
+
+
+async def test_sanitized_artifacts_keep_their_raw_form_in_one_vault_write(
+    database: Database, tmp_path: Path
+) -> None:
+    artifacts = LocalArtifactStore(tmp_path / "artifacts")
+    vault = SqlRawVault(database, artifacts, KEK)
+    ledger = SqlLedger(database, artifacts, vault=vault)
+    run_id = await new_run(ledger)
+    recorder = RunRecorder(
+        ledger,
+        artifacts,
+        run_id,
+        redaction=redaction_policy(REDACT_V1),
+        subject_id="customer:C-1",
+        write_behind=True,
+    )
+    messages = [{"content": f"write to ada{i}@example.com"} for i in range(3)]
+    refs = [await recorder.store_json(m) for m in messages]
+    refs.append(await recorder.store_json(messages[0]))  # the same message again
+    await recorder.flush()
+    r = schema.raw_payloads.c
+    async with database.read() as conn:
+        rows = (await conn.execute(select(r.raw_id, r.raw_hash).where(r.run_id == run_id))).all()
+    assert sorted(row.raw_id for row in rows) == sorted(
+        artifact_raw_id(run_id, ref) for ref in set(refs)
+    )
+    # the sanitized artifact is what was stored; the raw one opens from the vault
+    assert b"ada0@example.com" not in await artifacts.get(refs[0])
+    assert {row.raw_hash for row in rows} == {canonical_hash(m) for m in messages}
+
+
+async def test_a_shredded_data_key_is_not_sealed_with_again(
+    database: Database, tmp_path: Path
+) -> None:
+    vault = SqlRawVault(database, LocalArtifactStore(tmp_path / "a"), KEK)
+    subject = f"customer:{uuid.uuid4().hex[:8]}"
+    first = await vault.seal_raw(
+        "run-1", b"raw", "sha256:" + "1" * 64, "sha256:" + "2" * 64, subject
+    )
+    again = await vault.seal_raw(
+        "run-1", b"raw", "sha256:" + "1" * 64, "sha256:" + "2" * 64, subject
+    )
+    assert again["key_id"] == first["key_id"]  # the active key, sealed with again
+    await vault.shred_subject(["run-1"], subject, "req-1")
+    after = await vault.seal_raw(
+        "run-2", b"raw", "sha256:" + "3" * 64, "sha256:" + "4" * 64, subject
+    )
+    assert after["key_id"] != first["key_id"]
