@@ -14,8 +14,9 @@ import asyncio
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
+import orjson
 from sqlalchemy import select
 
 from models import ExecutionEventType
@@ -151,6 +152,26 @@ _PARSED_TYPES = frozenset(t for rule in PROJECTION_RULES for t in rule.event_typ
 )
 
 
+class CheckedEvent(Protocol):
+    """What the checks beyond the chain read of each chained event (a ``ChainRow`` of the
+    general path, a ``StoredEvent`` of the raw read)."""
+
+    @property
+    def sequence(self) -> int: ...
+    @property
+    def event_id(self) -> str: ...
+    @property
+    def type(self) -> str: ...
+    @property
+    def payload_ref(self) -> str: ...
+    @property
+    def payload_hash(self) -> str: ...
+    @property
+    def hash(self) -> str: ...
+    @property
+    def payload(self) -> bytes | None: ...
+
+
 @dataclass
 class _Found:
     problems: list[VerificationProblem] = field(default_factory=list)
@@ -172,7 +193,7 @@ async def check_run(
     artifacts: ArtifactStore | None,
     anchors: AnchorLog | None,
     run_id: str,
-    rows: Sequence[ChainRow],
+    rows: Sequence[CheckedEvent],
     chain: ChainVerification,
 ) -> ChainVerification:
     """``chain`` (the verification of ``rows``) with every problem found beyond the chain."""
@@ -187,7 +208,7 @@ async def check_run(
         if data is None:
             continue
         try:
-            payload = json.loads(data)
+            payload = _loads(data)
         except ValueError:
             continue
         events.append((row.sequence, row.event_id, row.type, row.payload_hash, payload))
@@ -205,13 +226,22 @@ async def check_run(
 _REFERENCING_TYPES = frozenset(str(t) for t in REFERENCING)
 
 
+def _loads(data: bytes) -> Any:
+    """``json.loads``, natively for what orjson reads (every canonical payload); the rest
+    (integers beyond 64 bits, NaN, UTF-16 text) as ``json`` reads it."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return json.loads(data)
+
+
 async def _payloads(
-    artifacts: ArtifactStore | None, rows: Sequence[ChainRow], found: _Found
+    artifacts: ArtifactStore | None, rows: Sequence[CheckedEvent], found: _Found
 ) -> dict[int, bytes]:
     """Every payload, read back and checked: inline ones against their (chained) payload hash,
     artifact-stored ones from the store."""
     out: dict[int, bytes] = {}
-    stored: list[ChainRow] = []
+    stored: list[CheckedEvent] = []
     for row in rows:
         if row.payload_ref.startswith(CAS_PREFIX):
             stored.append(row)
@@ -222,7 +252,7 @@ async def _payloads(
             found.add(row.sequence, "payload", f"payload of sequence {row.sequence} is missing")
     semaphore = asyncio.Semaphore(_CONCURRENCY)
 
-    async def read(row: ChainRow) -> None:
+    async def read(row: CheckedEvent) -> None:
         digest = row.payload_ref[len(CAS_PREFIX) :]
         what = f"the payload of sequence {row.sequence}"
         if artifacts is None:
