@@ -28,7 +28,7 @@ from models.chain import (
     verify_chain_columns,
 )
 
-__all__ = ["StoredEvent", "read_intact_chain", "verify_intact_chain"]
+__all__ = ["StoredEvent", "fetch_run_rows", "read_intact_chain", "verify_intact_chain"]
 
 
 class StoredEvent(NamedTuple):
@@ -90,6 +90,25 @@ async def _fetch(conn: AsyncConnection, sql: str, run_id: str) -> list[Any]:
     if conn.dialect.name == "sqlite":
         return list(await driver.execute_fetchall(sql, (run_id,)))
     return list(await driver.fetch(sql, run_id))
+
+
+async def fetch_run_rows(conn: AsyncConnection, table: str, run_id: str) -> list[dict[str, Any]]:
+    """Every row of ``table`` (a name from the schema, never input) for ``run_id``, as column
+    name to the driver's value, read through the driver's own cursor."""
+    raw = await conn.get_raw_connection()
+    driver: Any = raw.driver_connection
+    if conn.dialect.name == "sqlite":
+        cursor = await driver.execute(f"SELECT * FROM {table} WHERE run_id = ?", (run_id,))
+        try:
+            rows = await cursor.fetchall()
+            names = [d[0] for d in cursor.description]
+        finally:
+            await cursor.close()
+        return [dict(zip(names, row, strict=True)) for row in rows]
+    return [
+        dict(record.items())
+        for record in await driver.fetch(f"SELECT * FROM {table} WHERE run_id = $1", run_id)
+    ]
 
 
 async def read_intact_chain(
