@@ -70,9 +70,8 @@ _POINT_ZERO = re.compile(rb"\.0(?=[,\]}]|\Z)")
 _OTHER_ENDS = tuple(
     re.compile(pattern + rb"(?=[,\]}]|\Z)") for pattern in (rb"e\+(?:1[6-9]|20)", rb"e-6")
 )
-#: the same text inside a string (``.0`` then a delimiter of a number token): when no string has
-#: it, every ``<integer>.0`` token of the output is a number and one native substitution fixes all
-_POINT_ZERO_IN_TEXT = re.compile(rb"\.0[,\]}]")
+#: ``.0`` then a delimiter of a number token: when no string has it, every ``<integer>.0`` token
+#: of the output is a number, and one native substitution fixes all
 #: the IEEE bytes of -0.0 as marshal writes them (little-endian): where they are found (or
 #: happen to be in other bytes), the careful path writes "-0.0" as "0"
 _NEGATIVE_ZERO = bytes(7) + b"\x80"
@@ -83,6 +82,8 @@ _FIXED_MAX = 4096
 #: a number token at the end of a window; outside strings, whatever precedes it is a delimiter
 _TOKEN_TAIL = re.compile(rb"-?[0-9][0-9.e+-]*\Z")
 _ASCII = bytes(range(128))
+#: the characters that sort after every character above U+FFFF by code point, before by UTF-16
+_E000_FFFF = frozenset(map(chr, range(0xE000, 0x10000)))
 
 #: non-ASCII characters known to have combining class 0 and NFC_Quick_Check=Yes ("stable");
 #: filled as they are met (bounded: at most every assigned character once)
@@ -137,7 +138,7 @@ def emit_fast(value: Any, format_number: Callable[[float], str]) -> bytes | None
     if not out.isascii():
         # the non-ASCII bytes are whole UTF-8 sequences, so they decode to those characters
         chars = set(out.translate(None, _ASCII).decode())
-        if max(chars) > "\uffff" and any("\ue000" <= c <= "\uffff" for c in chars):
+        if max(chars) > "\uffff" and not chars.isdisjoint(_E000_FFFF):
             return None
         if not _all_stable(chars) and not is_normalized("NFC", out.decode()):
             return None
@@ -146,7 +147,9 @@ def emit_fast(value: Any, format_number: Callable[[float], str]) -> bytes | None
         point_zero
         and _NEGATIVE_ZERO not in census
         and not out.endswith(b".0")
-        and not _POINT_ZERO_IN_TEXT.search(census)
+        and b".0," not in census
+        and b".0]" not in census
+        and b".0}" not in census
     ):
         # marshal holds every string (and key) as its UTF-8 bytes, and escaping neither makes
         # nor breaks ".0" followed by a delimiter, so no string of the output has one either
