@@ -19,25 +19,31 @@ def machine_load() -> str:
 
 
 def interleaved(
-    candidates: dict[str, Callable[[], object]], *, rounds: int = 7, round_s: float = 0.1
+    candidates: dict[str, Callable[[], object]],
+    *,
+    rounds: int = 7,
+    round_s: float = 0.1,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> dict[str, float]:
     """Median seconds per call of each candidate over ``rounds`` rounds; in each round every
-    candidate runs about ``round_s`` seconds, the order alternating from round to round."""
+    candidate runs about ``round_s`` seconds, the order alternating from round to round.
+    ``clock=time.process_time`` measures CPU seconds of single-threaded work instead, which
+    the other processes of a loaded machine disturb far less than wall time."""
     numbers = {}
     for name, fn in candidates.items():
-        started = time.perf_counter()
+        started = clock()
         fn()  # warm up, and size the batches
-        once = max(time.perf_counter() - started, 1e-7)
+        once = max(clock() - started, 1e-7)
         numbers[name] = max(1, int(round_s / once))
     samples: dict[str, list[float]] = {name: [] for name in candidates}
     order = list(candidates)
     for r in range(rounds):
         for name in order if r % 2 == 0 else reversed(order):
             fn, number = candidates[name], numbers[name]
-            started = time.perf_counter()
+            started = clock()
             for _ in range(number):
                 fn()
-            samples[name].append((time.perf_counter() - started) / number)
+            samples[name].append((clock() - started) / number)
     return {name: statistics.median(values) for name, values in samples.items()}
 
 

@@ -48,7 +48,7 @@ from models.errors import (
 from runtime.ports import ArtifactStore, NewEvent
 from stores.anchors import AnchorLog
 from stores.sql import schema
-from stores.sql.chain_read import verify_intact_chain
+from stores.sql.chain_read import read_intact_chain
 from stores.sql.database import Database, utc
 from stores.sql.group_commit import GroupCommitter
 from stores.sql.heads import move_heads
@@ -523,11 +523,15 @@ class SqlLedger:
         """Verify the run: its chain from the stored columns and inline payloads and, unless
         ``full`` is False, everything later read as its evidence (``stores.sql.run_check``):
         artifact-stored payloads, referenced artifacts, lookup rows, freeze records, anchor."""
-        if not full:  # an intact chain verifies from raw columns; a broken one is diagnosed below
-            async with self.db.read() as conn:
-                intact = await verify_intact_chain(conn, run_id)
-            if intact is not None:
-                return intact
+        # an intact chain verifies from raw columns (read once, also for the full check); a
+        # broken one is diagnosed below
+        async with self.db.read() as conn:
+            intact = await read_intact_chain(conn, run_id, with_events=full)
+        if intact is not None:
+            chain, stored = intact
+            if not full:
+                return chain
+            return await check_run(self.db, self.artifacts, self.anchors, run_id, stored, chain)
         r = schema.runs.c
         e = schema.execution_events.c
         async with self.db.read() as conn:

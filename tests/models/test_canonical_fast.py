@@ -15,7 +15,7 @@ import orjson
 import pytest
 import rfc8785
 
-from models import canonical
+from models import canonical, canonical_fast
 from models.canonical import canonicalize, canonicalize_text, format_number
 from models.canonical_fast import emit_fast
 from models.errors import CanonicalizationError
@@ -151,3 +151,53 @@ def test_fast_path_self_check_passes() -> None:
     # if orjson ever writes differently, the module falls back (slower, same bytes); this test
     # tells us that happened
     assert canonical._FAST_OK
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "\u0b47\u0b3e",  # two starters that compose (U+0B4B): U+0B3E is NFC_Quick_Check=Maybe
+        "\u1100\u1161",  # Hangul L + V jamo compose to U+AC00
+        "\uac00\u11a8",  # Hangul LV syllable + T jamo compose to U+AC01
+        "e\u0301",  # a combining mark after an ASCII letter
+        "\u0f73",  # combining class 0 but NFC_Quick_Check=No
+        "\u212b",  # a singleton decomposition (ANGSTROM SIGN, NFC is U+00C5)
+        "\u0061\u0323\u0302",  # marks that compose in the other order of their classes
+    ],
+)
+def test_text_not_in_nfc_is_never_answered_by_the_fast_path(text: str) -> None:
+    doc = {"a": [text, 1.0], text: "x"}
+    fast = emit_fast(doc, format_number)
+    assert fast is None or fast == canonical._emit(doc, rust=False)
+    assert canonicalize(doc) == rfc8785.dumps(_nfc(doc))
+
+
+def test_stable_characters_are_answered_without_the_whole_text_check() -> None:
+    doc = {"k": "café Zürich 日本語 €42 🙂 Ωmega", "n": [1.0, 2.5]}
+    fast = emit_fast(doc, format_number)
+    assert fast == rfc8785.dumps(doc)
+    assert set("éü日本語€🙂Ω") <= canonical_fast._STABLE
+
+
+def test_characters_that_may_compose_with_the_one_before_are_known() -> None:
+    # NFC_Quick_Check=Maybe with combining class 0 (Unicode's DerivedNormalizationProps)
+    maybe = "\u09be\u09d7\u0b3e\u0b56\u0b57\u0bbe\u0bd7\u0cc2\u0cd5\u0cd6\u0d3e\u0d57\u0dcf"
+    maybe += "\u0ddf\u102e\u1161\u1175\u11a8\u11c2\u1b35\U0001133e\U00011357"
+    assert set(maybe) <= canonical_fast._composing()
+    assert not canonical_fast._all_stable({"\u0b3e"})
+
+
+@pytest.mark.parametrize(
+    "doc",
+    [
+        {"s": "v1.0, then 2.0]", "n": [1.0, 2.0]},  # ".0," in a string: the careful path
+        {"s": "x", "n": [-0.0, 0.0, -3.0]},  # -0.0 is written 0
+        3.0,  # a bare number: ".0" at the end of the text
+        -0.0,
+        {"s": 'quote \\" and 1.0,', "t": ["\\", 4.0]},
+        {"n": [1e16, 2e20, 5e-6, 1.0], "s": "e+16, e-6]"},
+        {"deep": [[[{"x": 10.0}]]], "y": {"z": 1234567890123456.0}},
+    ],
+)
+def test_integral_doubles_lose_their_point_zero_outside_strings_only(doc: Any) -> None:
+    assert emit_fast(doc, format_number) == rfc8785.dumps(doc)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import random
 import struct
-import time
 import unicodedata
 from typing import Any
 
@@ -87,10 +86,8 @@ def test_rfc8785_reference_behaviour_assumed_here() -> None:
 
 def test_byte_identical_to_rfc8785_on_random_documents() -> None:
     rng = random.Random(8785)
-    started = time.perf_counter()
     for i in range(DOCUMENTS):
         doc = _value(rng, 0)
         ours = canonicalize(doc)
         reference = rfc8785.dumps(doc)
         assert ours == reference, (i, doc)
-    assert time.perf_counter() - started < 60  # meant to take a few seconds

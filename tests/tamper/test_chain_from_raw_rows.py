@@ -10,7 +10,8 @@ from datetime import timedelta
 import pytest
 
 from models import ExecutionEventType as E
-from models.chain import BreakReason
+from models.base import format_instant
+from models.chain import CHAIN_SCHEMA_VERSION, BreakReason, link_hash
 from stores.sql.chain_read import verify_intact_chain
 from stores.sql.ledger import NewEvent
 from tests.tamper.conftest import T0, Recorded
@@ -76,3 +77,37 @@ async def test_an_edited_instant_is_left_to_the_general_path(recorded: Recorded)
     assert await _fast(recorded) is None
     result = await recorded.ledger.verify(recorded.run_id, full=False)
     assert result.reason is BreakReason.HASH_MISMATCH and result.broken_at == 3
+
+
+async def test_a_hash_forged_over_an_unwritable_instant_is_left_to_the_general_path(
+    recorded: Recorded,
+) -> None:
+    # The database writes NULL (or an instant not in the stored form) into the text as a
+    # backslash, never as nothing: a hash forged over an empty instant must not verify.
+    if recorded.database.is_postgresql:
+        pytest.skip("PostgreSQL stores instants typed; only SQLite can hold another form")
+    events = await recorded.ledger.events(recorded.run_id)
+    last = events[-1]
+    metadata: dict[str, str | int] = {
+        "event_id": last.event_id,
+        "logical_time": "",
+        "payload_ref": last.payload_ref,
+        "recorded_at": format_instant(last.recorded_at),
+        "run_id": last.run_id,
+        "schema_version": CHAIN_SCHEMA_VERSION,
+        "sequence": last.sequence,
+        "step_id": last.step_id,
+        "type": str(last.type),
+    }
+    forged = link_hash(last.previous_hash, metadata, last.payload_hash)
+    await recorded.sql(
+        f"UPDATE {EVENTS} SET logical_time='2026-11-03 09:00:00', hash=:h "
+        "WHERE run_id=:r AND sequence=:s",
+        h=forged,
+        r=recorded.run_id,
+        s=last.sequence,
+    )
+    await recorded.sql("UPDATE runs SET head_hash=:h WHERE run_id=:r", h=forged, r=recorded.run_id)
+    assert await _fast(recorded) is None
+    result = await recorded.ledger.verify(recorded.run_id, full=False)
+    assert not result.intact and result.broken_at == last.sequence
