@@ -50,6 +50,11 @@ def _peak_mb(who: int) -> float:
     return resource.getrusage(who).ru_maxrss / 1024
 
 
+def _cpu_s(who: int) -> float:
+    usage = resource.getrusage(who)
+    return usage.ru_utime + usage.ru_stime
+
+
 async def replay(home: Path, run_id: str, *, sandboxed: bool, batch: int) -> dict[str, Any]:
     settings = settings_for(home)
     timings: dict[str, float] = {}
@@ -105,6 +110,9 @@ async def replay(home: Path, run_id: str, *, sandboxed: bool, batch: int) -> dic
         "processes": runner.started,
         "worker_peak_mb": _peak_mb(resource.RUSAGE_SELF),
         "child_peak_mb": _peak_mb(resource.RUSAGE_CHILDREN),
+        # CPU seconds (robust to the machine's load, unlike the wall-clock timings)
+        "worker_cpu_s": _cpu_s(resource.RUSAGE_SELF),
+        "children_cpu_s": _cpu_s(resource.RUSAGE_CHILDREN),
         **timings,
     }
 
