@@ -4,17 +4,21 @@ worker does, in a fresh process, and print what it cost as one JSON line.
 The process does only what a worker does for one replay: prepare (chain verification,
 completeness, the replay's header), every batch of steps through the sandbox runner (bubblewrap
 unless ``--unsandboxed``), then the comparison of the two trajectories. Its peak RSS is the
-worker's for that replay alone (``bench.bench_source`` records the run in another process);
-the sandbox children's peak is the largest reaped child's (``RUSAGE_CHILDREN``), read after
-every child is closed.
+worker's for that replay alone (``bench.bench_source`` records the run in another process).
+The sandboxed processes' peak is read from ``/proc`` (their ``VmHWM``, sampled while they
+live): ``RUSAGE_CHILDREN`` would not do, a child forked from the worker counts the worker's
+pages as its own until it execs, and bubblewrap does not pass its children's usage up.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
+import os
 import resource
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -48,6 +52,51 @@ def settings_for(home: Path) -> Settings:
 
 def _peak_mb(who: int) -> float:
     return resource.getrusage(who).ru_maxrss / 1024
+
+
+class SandboxPeak(threading.Thread):
+    """The largest ``VmHWM`` (peak RSS) of this process's sandboxed descendants, sampled from
+    ``/proc`` every ``every`` seconds (a high-water mark: only growth in a process's last
+    interval can be missed)."""
+
+    MARK = b"activities.sandbox.child"
+
+    def __init__(self, every: float = 0.2) -> None:
+        super().__init__(daemon=True)
+        self.every = every
+        self.peak_kb = 0
+        self.processes: set[int] = set()
+        self._stop = threading.Event()
+
+    def run(self) -> None:
+        while not self._stop.wait(self.every):
+            self.sample()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.join()
+
+    def sample(self) -> None:
+        parents: dict[int, int] = {}
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                with contextlib.suppress(OSError, IndexError, ValueError):
+                    stat = (entry / "stat").read_text()
+                    parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+        mine = {os.getpid()}
+        grew = True
+        while grew:
+            found = {pid for pid, parent in parents.items() if parent in mine} - mine
+            grew = bool(found)
+            mine |= found
+        for pid in mine - {os.getpid()}:
+            with contextlib.suppress(OSError, ValueError):
+                if self.MARK not in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    continue
+                for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                    if line.startswith("VmHWM:"):
+                        self.peak_kb = max(self.peak_kb, int(line.split()[1]))
+                        self.processes.add(pid)
 
 
 def _cpu_s(who: int) -> float:
@@ -87,6 +136,8 @@ async def replay(home: Path, run_id: str, *, sandboxed: bool, batch: int) -> dic
             head=prepared.head,
         )
         steps = 0
+        sandboxes = SandboxPeak()
+        sandboxes.start()
         started = time.perf_counter()
         try:
             while True:
@@ -98,6 +149,7 @@ async def replay(home: Path, run_id: str, *, sandboxed: bool, batch: int) -> dic
                 step = next_batch(step, out)
         finally:
             await runner.aclose()
+            sandboxes.stop()
         timings["steps_s"] = time.perf_counter() - started
         started = time.perf_counter()
         source = await load_trajectory(engine.ledger, run_id)
@@ -109,10 +161,9 @@ async def replay(home: Path, run_id: str, *, sandboxed: bool, batch: int) -> dic
         "reproduced": reproduced,
         "processes": runner.started,
         "worker_peak_mb": _peak_mb(resource.RUSAGE_SELF),
-        "child_peak_mb": _peak_mb(resource.RUSAGE_CHILDREN),
-        # CPU seconds (robust to the machine's load, unlike the wall-clock timings)
+        "child_peak_mb": sandboxes.peak_kb / 1024,
+        # CPU seconds of the worker (robust to the machine's load, unlike wall-clock timings)
         "worker_cpu_s": _cpu_s(resource.RUSAGE_SELF),
-        "children_cpu_s": _cpu_s(resource.RUSAGE_CHILDREN),
         **timings,
     }
 
