@@ -66,14 +66,14 @@ class SandboxPeak(threading.Thread):
         self.every = every
         self.peak_kb = 0
         self.processes: set[int] = set()
-        self._stop = threading.Event()
+        self._done = threading.Event()
 
     def run(self) -> None:
-        while not self._stop.wait(self.every):
+        while not self._done.wait(self.every):
             self.sample()
 
     def stop(self) -> None:
-        self._stop.set()
+        self._done.set()
         self.join()
 
     def sample(self) -> None:

@@ -74,7 +74,7 @@ class BrokeredSource:
             )
             start, items = index, [_parse(stream, item) for item in answer]
             self._windows[stream] = (start, items)
-        return items[index - start]
+        return items[index - start] if index - start < len(items) else None
 
     def model_call_count(self) -> int:
         return self._counts["model_responses"]
