@@ -21,6 +21,7 @@ from typing import Any
 
 from activities.sandbox import codec
 from activities.sandbox.guard import OverQuota, Quotas, Refused, ReplayGuard
+from activities.sandbox.source_windows import SourceServer
 from models import ExecutionEvent, ExecutionEventType, RunStatus
 from models.budget import BudgetUsage
 from models.errors import (
@@ -57,7 +58,14 @@ class StepBroker:
         self.over_quota: str | None = None
         #: STEP_COMPLETED events appended for this batch
         self.completed_steps = 0
+        source = SourceServer(engine, plan.source_run_id)
         self._handlers: dict[str, Handler] = {
+            # the source's decoded evidence, a window at a time (the child never loads it all)
+            "source.header": source.header,
+            "source.items": source.items,
+            "source.fixtures": source.fixtures,
+            "source.lookup": source.lookup,
+            "source.fork": source.fork,
             "ledger.get_run": self._get_run,
             "ledger.events": self._events,
             "ledger.events_with_payloads": self._events_with_payloads,

@@ -4,7 +4,7 @@ The worker writes job frames (the step input, the catalog factory, the isolation
 stdin, one at a time; every store access is a frame to the worker and back; each job's answer
 is its last frame. The process lives for one replay's batches on this worker (the worker keeps
 it while the replay runs and closes stdin, kills it or lets it idle out afterwards): it keeps
-only caches between jobs (the decoded source evidence, the agent catalogs), so a fresh
+only caches between jobs (windows of the source's evidence, the agent catalogs), so a fresh
 process computes the same outputs. End of input between jobs ends the process.
 
 stdout is the protocol channel only: the step's own prints go to stderr (kept by the worker
@@ -164,27 +164,28 @@ def _engine(
     models: dict[str, Any],
     unsent: list[dict[str, Any]],
 ) -> Any:
-    """An engine over the broker: its caches (the decoded source evidence, what the replay
-    consumed up to its head) are all it keeps between jobs, and each is checked against the
-    replay's head or keyed by an immutable source run."""
+    """An engine over the broker: its caches (windows of the source's evidence, what the
+    replay consumed up to its head) are all it keeps between jobs, and each is checked against
+    the replay's head or keyed by an immutable source run."""
     from activities.sandbox.proxies import (
         ProxyArtifacts,
         ProxyEvidence,
         ProxyLedger,
         brokered_catalog,
     )
-    from runtime.replay.engine import ReplayEngine
+    from activities.sandbox.source_windows import BrokeredEngine
 
     module_name, _, attribute = catalogs.partition(":")
     factory = getattr(importlib.import_module(module_name), attribute)
     # the factory gets no database: whatever would use one is served by the broker
     brokered = {gid: brokered_catalog(c, call, models.get(gid)) for gid, c in factory(None).items()}
-    return ReplayEngine(
+    return BrokeredEngine(
         ProxyLedger(call),
         ProxyEvidence(call),
         ProxyArtifacts(call, unsent),
         brokered,
         isolation=isolation,
+        call=call,
     )
 
 

@@ -7,7 +7,7 @@ killed when the replay finishes, fails, is canceled or closed, after ``idle_seco
 a batch, when it has used a quarter of its CPU limit (RLIMIT_CPU counts a process's whole
 life), after ``jobs_per_process`` batches, and with the worker. A batch that lands on another
 worker, or after a crash, simply starts a new process: the process holds only caches (the
-decoded source evidence, the catalogs), so the outputs are the same either way. Between
+windows of the source evidence, the catalogs), so the outputs are the same either way. Between
 batches the child kills whatever the step's code left running and empties its /tmp.
 """
 

@@ -60,7 +60,7 @@ from runtime.replay.gateways import (
     StepLedger,
 )
 from runtime.replay.prompt_drift import RecordedPromptModelGateway
-from runtime.replay.source import SourceEvidence, load_source_evidence
+from runtime.replay.source import ReplaySource, SourceEvidence, load_source_evidence
 
 E = ExecutionEventType
 #: errors that end a replay with a (partial) result instead of failing it
@@ -115,6 +115,11 @@ class ReplayEngine:
             _, dropped = self._cache.popitem(last=False)
             held -= dropped.loaded_bytes
         return source
+
+    async def step_source(self, run_id: str) -> ReplaySource:
+        """The source as a step reads it (one recorded item at a time): the cached evidence
+        here; a sandboxed process's engine asks the worker instead of loading it again."""
+        return await self.source(run_id)
 
     async def _environment_drift(self, run: RunRecord, catalog: AgentCatalog) -> list[str]:
         """The recorded environment and source manifests compared with this worker's. The
@@ -319,7 +324,7 @@ class ReplayEngine:
         if recorded is not None:
             await self._close_if_finished(step.plan, recorded)
             return recorded
-        source = await self.source(plan.source_run_id)
+        source = await self.step_source(plan.source_run_id)
         catalog = self.catalog(source.run.graph_id)
         graph = catalog.graphs.get(source.run.graph_id, source.run.graph_version)
         fixtures, retrievals = await self._consumed(plan, source, step.head)
@@ -387,7 +392,7 @@ class ReplayEngine:
     def _step_recorder(
         self,
         step: StepInput,
-        source: SourceEvidence,
+        source: ReplaySource,
         catalog: AgentCatalog,
         positions: StepLedger,
     ) -> RunRecorder:
@@ -408,7 +413,7 @@ class ReplayEngine:
         return recorder
 
     async def _step_state(
-        self, step: StepInput, source: SourceEvidence, graph: GraphDefinition, recorder: RunRecorder
+        self, step: StepInput, source: ReplaySource, graph: GraphDefinition, recorder: RunRecorder
     ) -> dict[str, Any]:
         """The state the step starts from: empty, the previous step's, or (the first step of a
         fork) the source's checkpoint migrated to the deployed graph's schema."""
@@ -417,8 +422,10 @@ class ReplayEngine:
             json.loads(await self.artifacts.get(step.state_ref)) if step.state_ref else {}
         )
         if step.state_ref and step.step_index == 0 and plan.from_step:
-            recorded_version = source.checkpoints[plan.from_step].state_schema_version
-            state = await migrate_recorded_state(graph, recorder, state, recorded_version)
+            fork = source.fork_point(plan.from_step)
+            if fork is None or fork.state_schema_version is None:  # prepare refuses such a fork
+                raise ReplaybookError(f"step {plan.from_step!r} has no checkpoint to fork from")
+            state = await migrate_recorded_state(graph, recorder, state, fork.state_schema_version)
         return state
 
     async def run_steps(self, step: StepInput) -> StepOutput:
@@ -457,7 +464,7 @@ class ReplayEngine:
         return total
 
     async def _consumed(
-        self, plan: ReplayPlan, source: SourceEvidence, head: int
+        self, plan: ReplayPlan, source: ReplaySource, head: int
     ) -> tuple[dict[str, int], dict[str, int]]:
         """How often each recorded request was already answered in this replay: the fork's
         position in the source plus the replay's own TOOL_CALL and RETRIEVAL events (kept per
@@ -467,9 +474,9 @@ class ReplayEngine:
             return dict(cached[1]), dict(cached[2])
         fixtures: dict[str, int] = {}
         retrievals: dict[str, int] = {}
-        if plan.from_step and plan.from_step in source.marks:
-            fixtures = dict(source.marks[plan.from_step].fixtures)
-            retrievals = dict(source.marks[plan.from_step].retrievals)
+        fork = source.fork_point(plan.from_step) if plan.from_step else None
+        if fork is not None:
+            fixtures, retrievals = dict(fork.fixtures), dict(fork.retrievals)
         loaded = await self.ledger.events_with_payloads(
             plan.replay_id, types=frozenset({E.TOOL_CALL, E.RETRIEVAL})
         )
@@ -525,7 +532,7 @@ class ReplayEngine:
     async def _environment(
         self,
         plan: ReplayPlan,
-        source: SourceEvidence,
+        source: ReplaySource,
         catalog: AgentCatalog,
         recorder: RunRecorder,
         positions: StepLedger,
@@ -604,7 +611,7 @@ class ReplayEngine:
 def _model_gateway(
     plan: ReplayPlan,
     catalog: AgentCatalog,
-    source: SourceEvidence,
+    source: ReplaySource,
     provider: Any,
     bundle: PromptBundle,
     recorder: RunRecorder,
@@ -685,7 +692,7 @@ async def _execute_step(
     graph: GraphDefinition,
     env: AgentEnvironment,
     state: dict[str, Any],
-    source: SourceEvidence,
+    source: ReplaySource,
     recorder: RunRecorder,
 ) -> tuple[str | None, str | None, Any, str | None]:
     """Run the step's code: (why it stopped the replay, the next step, its output, the state

@@ -14,7 +14,7 @@ from runtime.knowledge import RetrievedChunk, Retriever, query_hash
 from runtime.ports import ArtifactStore
 from runtime.recorder import RunRecorder
 from runtime.replay.gateways import StepLedger
-from runtime.replay.source import SourceEvidence
+from runtime.replay.source import ReplaySource
 
 E = ExecutionEventType
 
@@ -22,7 +22,7 @@ E = ExecutionEventType
 class ReplayKnowledgeGateway:
     def __init__(
         self,
-        source: SourceEvidence,
+        source: ReplaySource,
         artifacts: ArtifactStore,
         recorder: RunRecorder,
         positions: StepLedger,
@@ -42,9 +42,9 @@ class ReplayKnowledgeGateway:
         if self.retriever is not None:  # a retriever counterfactual queries the candidate retriever
             return await RecordingKnowledgeGateway(self.retriever, self.recorder).search(query, k)
         qhash = query_hash(query, k)
-        recorded = self.source.retrievals.get(qhash, [])
         used = self.positions.retrievals.get(qhash, 0)
-        if used >= len(recorded):  # never recorded, or every recorded answer consumed
+        fixture = self.source.retrieval(qhash, used)
+        if fixture is None:  # never recorded, or every recorded answer consumed
             self.positions.fixture_misses += 1
             await self.recorder.record(
                 E.FIXTURE_MISS,
@@ -59,7 +59,6 @@ class ReplayKnowledgeGateway:
                     f"no recorded retrieval for query {qhash}", capability_id="knowledge.search"
                 )
             return []
-        fixture = recorded[used]
         self.positions.retrievals[qhash] = used + 1
         chunks = []
         for item in fixture.evidence:
@@ -82,7 +81,7 @@ class ReplayApprovalGateway:
     """Recorded approvals by action hash; ``deny`` replays "what if the approver had refused"."""
 
     def __init__(
-        self, source: SourceEvidence, recorder: RunRecorder, deny: tuple[str, ...] = ()
+        self, source: ReplaySource, recorder: RunRecorder, deny: tuple[str, ...] = ()
     ) -> None:
         self.source = source
         self.recorder = recorder
@@ -90,7 +89,7 @@ class ReplayApprovalGateway:
 
     async def request(self, capability_id: str, arguments: Mapping[str, Any]) -> ApprovalRecord:
         ahash = action_hash(capability_id, self.recorder.hashing_view(dict(arguments)))
-        recorded = self.source.approvals.get(ahash)
+        recorded = self.source.approval(ahash)
         now = self.recorder.logical_time()
         if capability_id in self.deny:
             approval = ApprovalRecord(

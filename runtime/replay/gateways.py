@@ -42,7 +42,7 @@ from runtime.capabilities import CapabilityRegistry
 from runtime.policy import WritePolicy
 from runtime.ports import ModelProvider
 from runtime.recorder import RunRecorder
-from runtime.replay.source import SourceEvidence
+from runtime.replay.source import ReplaySource
 from runtime.tools import ToolCallContext, ToolProvider, ToolResult, record_tool_call, request_hash
 
 E = ExecutionEventType
@@ -71,24 +71,19 @@ class FixedAgentClock:
     """Returns the recorded clock readings in order (rule 6); past the last one it stays there."""
 
     def __init__(
-        self, source: SourceEvidence, positions: StepLedger, recorder: RunRecorder | None = None
+        self, source: ReplaySource, positions: StepLedger, recorder: RunRecorder | None = None
     ) -> None:
         self.source = source
         self.positions = positions
         self.recorder = recorder
-        reads = source.clock_reads
         self.current = (
-            reads[positions.clock_reads - 1]
-            if positions.clock_reads and reads
+            source.clock_at(positions.clock_reads - 1)
+            if positions.clock_reads
             else source.start_time
         )
 
     def now(self) -> datetime:
-        reads = self.source.clock_reads
-        index = self.positions.clock_reads
-        value = (
-            reads[index] if index < len(reads) else (reads[-1] if reads else self.source.start_time)
-        )
+        value = self.source.clock_at(self.positions.clock_reads)
         self.positions.clock_reads += 1
         self.current = value
         if self.recorder is not None:
@@ -102,21 +97,22 @@ class FixedAgentClock:
 class RecordedModelProvider:
     """Zero model calls: the source run's responses, in order (the ``recorded`` mode)."""
 
-    def __init__(self, source: SourceEvidence, positions: StepLedger) -> None:
+    def __init__(self, source: ReplaySource, positions: StepLedger) -> None:
         self.source = source
         self.positions = positions
         self.profile = f"recorded:{source.run.pinned.model_profile}"
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         index = self.positions.model_calls
-        if index >= len(self.source.model_responses):
+        response = self.source.model_response(index)
+        if response is None:
             raise FixtureMissError(
-                f"the source run recorded {len(self.source.model_responses)} model calls; the replay "
+                f"the source run recorded {self.source.model_call_count()} model calls; the replay "
                 f"asked for call {index + 1}",
                 capability_id="model",
             )
         self.positions.model_calls += 1
-        return self.source.model_responses[index]
+        return response
 
 
 class LiveModelProvider:
@@ -232,7 +228,7 @@ class ReplayToolGateway:
         recorder: RunRecorder,
         policy: WritePolicy,
         write_policy_id: str,
-        source: SourceEvidence,
+        source: ReplaySource,
         positions: StepLedger,
         miss_policy: FixtureMissPolicy,
     ) -> None:
@@ -248,11 +244,11 @@ class ReplayToolGateway:
         self.miss_policy = miss_policy
 
     def _next_fixture(self, rhash: str) -> ToolFixture | None:
-        recorded = self.source.fixtures.get(rhash, [])
         used = self.positions.fixtures.get(rhash, 0)
-        if used < len(recorded):
+        fixture = self.source.fixture(rhash, used)
+        if fixture is not None:
             self.positions.fixtures[rhash] = used + 1
-            return recorded[used]
+            return fixture
         # consumed, not reused: the (k+1)-th identical request when k were recorded is a miss
         # (the miss policy decides), never the last recorded answer again
         return None
@@ -354,16 +350,8 @@ class ReplayToolGateway:
     ) -> ToolResult:
         ahash = action_hash(capability_id, self.recorder.hashing_view(arguments))
         await self._refuse_unless_allowed(capability_id, arguments, ahash, approval)
-        recorded = self.source.side_effects.get(ahash)
-        fixture = next(
-            (
-                f
-                for fs in self.source.fixtures.values()
-                for f in fs
-                if recorded and f.provider_request_id == recorded.provider_request_id
-            ),
-            None,
-        )
+        recorded = self.source.side_effect(ahash)
+        fixture = self.source.provider_fixture(recorded.provider_request_id) if recorded else None
         self.positions.writes_blocked += 1
         await self.recorder.record(
             E.WRITE_BLOCKED,

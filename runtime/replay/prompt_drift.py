@@ -20,7 +20,7 @@ from runtime.ports import ModelProvider
 from runtime.prompts import PromptBundle
 from runtime.recorder import RunRecorder
 from runtime.replay.gateways import StepLedger
-from runtime.replay.source import SourceEvidence
+from runtime.replay.source import ReplaySource
 
 #: the unified diff kept in the evidence (and carried in the comparison) is cut here; the two
 #: full texts stay retrievable by their artifact references
@@ -55,7 +55,7 @@ class RecordedPromptModelGateway(RecordingModelGateway):
         recorder: RunRecorder,
         *,
         model: str,
-        source: SourceEvidence,
+        source: ReplaySource,
         positions: StepLedger,
     ) -> None:
         super().__init__(provider, bundle, recorder, model=model)
@@ -67,8 +67,7 @@ class RecordedPromptModelGateway(RecordingModelGateway):
     ) -> tuple[str, dict[str, Any] | None]:
         # the provider counts the call after this: the position is this call's index
         index = self.positions.model_calls
-        prompts = self.source.model_prompts
-        recorded = prompts[index] if index < len(prompts) else None
+        recorded = self.source.model_prompt(index)
         if recorded is None:
             return compiled, None
         today = sha256_digest(compiled.encode())

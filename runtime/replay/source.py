@@ -6,7 +6,7 @@ import json
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from pydantic import TypeAdapter
 
@@ -26,6 +26,7 @@ from models.model_call import ModelResponse
 from runtime.ports import ArtifactStore, EventLedger, EvidenceReader
 
 E = ExecutionEventType
+T = TypeVar("T")
 
 
 @dataclass
@@ -60,6 +61,75 @@ class StepMarks:
         return dict(Counter(self.retrieval_order[: self.retrieval_calls]))
 
 
+@dataclass(frozen=True)
+class ForkPoint:
+    """Where a fork resumes in its source: the fixtures and retrievals the source had used up
+    to the end of the step (per request / query hash) and its checkpoint's schema version
+    (None: the step has no checkpoint)."""
+
+    fixtures: dict[str, int]
+    retrievals: dict[str, int]
+    state_schema_version: int | None
+
+
+class ReplaySource(Protocol):
+    """What a replay step reads of its source run, one item at a time: ``SourceEvidence``
+    answers from memory; a sandboxed step's source asks the worker for what its batch needs
+    (``activities.sandbox.source_windows``) instead of decoding the whole run again."""
+
+    @property
+    def run(self) -> RunRecord: ...
+    @property
+    def agent_input(self) -> Any: ...
+    @property
+    def seed(self) -> int: ...
+    @property
+    def start_time(self) -> datetime: ...
+
+    def model_call_count(self) -> int: ...
+    def model_response(self, index: int) -> ModelResponse | None: ...
+    def model_prompt(self, index: int) -> PromptArtifact | None: ...
+    def clock_at(self, index: int) -> datetime: ...
+    def fixture(self, request_hash: str, used: int) -> ToolFixture | None: ...
+    def retrieval(self, query_hash: str, used: int) -> RetrievalFixture | None: ...
+    def approval(self, action_hash: str) -> ApprovalRecord | None: ...
+    def side_effect(self, action_hash: str) -> SideEffectRecord | None: ...
+    def provider_fixture(self, provider_request_id: str | None) -> ToolFixture | None: ...
+    def fork_point(self, step_id: str) -> ForkPoint | None: ...
+
+
+_OrderIndex = tuple[dict[str, list[int]], list[int]]
+
+
+def _order_index(order: list[str]) -> _OrderIndex:
+    positions: dict[str, list[int]] = {}
+    repeats: list[int] = []
+    for position, key in enumerate(order):
+        seen = positions.setdefault(key, [])
+        repeats.append(len(seen))
+        seen.append(position)
+    return positions, repeats
+
+
+def _read_ahead(
+    order: list[str],
+    recorded: dict[str, list[T]],
+    index: _OrderIndex,
+    key: str,
+    used: int,
+    limit: int,
+) -> list[tuple[str, int, T]]:
+    positions, repeats = index
+    seen = positions.get(key, ())
+    if not 0 <= used < len(seen):
+        return []
+    start = seen[used]
+    return [
+        (order[p], repeats[p], recorded[order[p]][repeats[p]])
+        for p in range(start, min(start + max(limit, 1), len(order)))
+    ]
+
+
 @dataclass
 class SourceEvidence:
     run: RunRecord
@@ -83,6 +153,91 @@ class SourceEvidence:
     event_count: int
     #: the bytes of evidence payloads loaded: what the engine's cache is bounded by
     loaded_bytes: int = 0
+    #: the run's tool request hashes and retrieval query hashes in recorded order
+    fixture_order: list[str] = field(default_factory=list, repr=False)
+    retrieval_order: list[str] = field(default_factory=list, repr=False)
+    #: per hash its positions in the order, and per position its repeat index (built on the
+    #: first read-ahead: only a worker serving sandboxed steps needs them)
+    _tool_index: _OrderIndex | None = field(default=None, init=False, repr=False, compare=False)
+    _retrieval_index: _OrderIndex | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
+
+    # what a replay step reads (``ReplaySource``) ----------------------------------------------
+
+    def model_call_count(self) -> int:
+        return len(self.model_responses)
+
+    def model_response(self, index: int) -> ModelResponse | None:
+        return self.model_responses[index] if 0 <= index < len(self.model_responses) else None
+
+    def model_prompt(self, index: int) -> PromptArtifact | None:
+        return self.model_prompts[index] if 0 <= index < len(self.model_prompts) else None
+
+    def clock_at(self, index: int) -> datetime:
+        """The ``index``-th clock reading; past the last one the last (rule 6: time never
+        runs on in a replay), the run's start when it read none."""
+        reads = self.clock_reads
+        if not reads:
+            return self.start_time
+        return reads[index] if 0 <= index < len(reads) else reads[-1]
+
+    def fixture(self, request_hash: str, used: int) -> ToolFixture | None:
+        """The recorded answer to the ``used``-th repeat of a request (from 0), if recorded."""
+        recorded = self.fixtures.get(request_hash, ())
+        return recorded[used] if 0 <= used < len(recorded) else None
+
+    def retrieval(self, query_hash: str, used: int) -> RetrievalFixture | None:
+        recorded = self.retrievals.get(query_hash, ())
+        return recorded[used] if 0 <= used < len(recorded) else None
+
+    def approval(self, action_hash: str) -> ApprovalRecord | None:
+        return self.approvals.get(action_hash)
+
+    def side_effect(self, action_hash: str) -> SideEffectRecord | None:
+        return self.side_effects.get(action_hash)
+
+    def provider_fixture(self, provider_request_id: str | None) -> ToolFixture | None:
+        """The first recorded tool call the provider answered under ``provider_request_id``
+        (in the order of the request hashes' first use)."""
+        return next(
+            (
+                f
+                for fs in self.fixtures.values()
+                for f in fs
+                if f.provider_request_id == provider_request_id
+            ),
+            None,
+        )
+
+    def tool_fixtures_from(
+        self, request_hash: str, used: int, limit: int
+    ) -> list[tuple[str, int, ToolFixture]]:
+        """The ``used``-th recorded answer to ``request_hash`` and the answers recorded after
+        it, ``limit`` at most, each with its request hash and repeat index: what a replay
+        that follows its source asks next (empty when that answer was never recorded)."""
+        if self._tool_index is None:
+            self._tool_index = _order_index(self.fixture_order)
+        return _read_ahead(
+            self.fixture_order, self.fixtures, self._tool_index, request_hash, used, limit
+        )
+
+    def retrievals_from(
+        self, query_hash: str, used: int, limit: int
+    ) -> list[tuple[str, int, RetrievalFixture]]:
+        """``tool_fixtures_from`` for retrievals."""
+        if self._retrieval_index is None:
+            self._retrieval_index = _order_index(self.retrieval_order)
+        return _read_ahead(
+            self.retrieval_order, self.retrievals, self._retrieval_index, query_hash, used, limit
+        )
+
+    def fork_point(self, step_id: str) -> ForkPoint | None:
+        marks, checkpoint = self.marks.get(step_id), self.checkpoints.get(step_id)
+        if marks is None:
+            return None
+        version = checkpoint.state_schema_version if checkpoint is not None else None
+        return ForkPoint(marks.fixtures, marks.retrievals, version)
 
 
 async def load_source_evidence(
@@ -164,6 +319,8 @@ async def load_source_evidence(
         # the run's last event (RUN_COMPLETED/RUN_FAILED) is among those loaded
         event_count=loaded[-1][0].sequence if loaded else 0,
         loaded_bytes=loaded_bytes,
+        fixture_order=fixture_order,
+        retrieval_order=retrieval_order,
     )
 
 

@@ -19,10 +19,16 @@ def gateway(fixtures: dict[str, list[Any]], positions: StepLedger) -> ReplayTool
         None,  # type: ignore[arg-type]
         None,  # type: ignore[arg-type]
         "",
-        SimpleNamespace(fixtures=fixtures),  # type: ignore[arg-type]
+        SimpleNamespace(fixture=lambda key, used: _recorded(fixtures, key, used)),  # type: ignore[arg-type]
         positions,
         FixtureMissPolicy.FAIL,
     )
+
+
+def _recorded(fixtures: dict[str, list[Any]], key: str, used: int) -> Any:
+    """The source's answer to the ``used``-th repeat of ``key`` (``SourceEvidence.fixture``)."""
+    recorded = fixtures.get(key, [])
+    return recorded[used] if used < len(recorded) else None
 
 
 def test_each_recorded_answer_is_used_once_then_the_request_misses() -> None:
