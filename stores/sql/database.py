@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -57,6 +57,9 @@ def utc(value: datetime) -> datetime:
 @dataclass
 class Database:
     engine: AsyncEngine
+    #: connections kept beside the pool (the ledger's batch writer,
+    #: ``stores.sql.batch_writer``): each has an async ``close``, called by ``dispose``
+    owned: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
     def dialect(self) -> str:
@@ -84,6 +87,10 @@ class Database:
             raise _store_error(exc) from exc
 
     async def dispose(self) -> None:
+        owned = list(self.owned.values())
+        self.owned.clear()
+        for resource in owned:
+            await resource.close()
         await self.engine.dispose()
 
 

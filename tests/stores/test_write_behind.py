@@ -10,6 +10,7 @@ import os
 import signal
 import sys
 import uuid
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from runtime.recorder import RunRecorder
 from runtime.side_effects import SideEffectLedger
 from stores.artifacts import LocalArtifactStore
 from stores.sql import schema
+from stores.sql.batch_writer import POSTGRES_LANES, batch_writer
 from stores.sql.database import Database
 from stores.sql.evidence import SqlEvidenceReader
 from stores.sql.ledger import NewEvent, SqlLedger
@@ -71,24 +73,38 @@ async def payload_numbers(ledger: SqlLedger, run_id: str) -> list[int]:
 
 
 class Statements:
-    """The SQL statements and commits the engine sends while active."""
+    """The SQL statements and commits sent while active: the engine's, and the batch
+    writer's (a transaction per call)."""
 
     def __init__(self, db: Database) -> None:
         self.sql: list[str] = []
         self.commits = 0
+        #: the batch writer's transactions, each the list of its statements
+        self.batches: list[list[str]] = []
+        #: the statements sent through SQLAlchemy's pool
+        self.engine_sql: list[str] = []
         self._engine = db.engine.sync_engine
+        self._writer = batch_writer(db)
         event.listen(self._engine, "before_cursor_execute", self._on_sql)
         event.listen(self._engine, "commit", self._on_commit)
+        self._writer.observers.append(self._on_batch)
 
     def _on_sql(self, _conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
         self.sql.append(statement)
+        self.engine_sql.append(statement)
 
     def _on_commit(self, _conn: Any) -> None:
         self.commits += 1
 
+    def _on_batch(self, statements: Sequence[str], committed: bool) -> None:
+        self.batches.append(list(statements))
+        self.sql.extend(statements)
+        self.commits += committed
+
     def close(self) -> None:
         event.remove(self._engine, "before_cursor_execute", self._on_sql)
         event.remove(self._engine, "commit", self._on_commit)
+        self._writer.observers.remove(self._on_batch)
 
     def head_reads(self) -> int:
         return sum(
@@ -256,9 +272,11 @@ async def test_a_killed_recorder_loses_only_unacknowledged_events(
     assert verified.intact and verified.head_sequence == len(committed)
 
 
-async def test_one_statement_moves_every_head_of_a_batch(
+async def test_a_batch_of_cached_runs_is_one_round_trip(
     ledger: SqlLedger, database: Database
 ) -> None:
+    """Item 1 of issue 21: a transaction is one call on SQLite's writer thread (BEGIN …
+    COMMIT inside) or one statement on PostgreSQL; every head of it moves in one statement."""
     runs = [await new_run(ledger) for _ in range(5)]
     for run_id in runs:  # heads cached
         await ledger.append(run_id, event_(0))
@@ -268,8 +286,16 @@ async def test_one_statement_moves_every_head_of_a_batch(
         await asyncio.gather(*futures)
     finally:
         watch.close()
-    updates = [s for s in watch.sql if s.lstrip().upper().startswith("UPDATE RUNS")]
-    assert len(updates) == 1  # one statement (one executemany on SQLite) for five heads
+    assert watch.engine_sql == []  # nothing through the pool: no head read, no BEGIN
+    lanes = POSTGRES_LANES if database.is_postgresql else 1
+    assert 1 <= len(watch.batches) <= lanes
+    for statements in watch.batches:
+        assert sum(1 for s in statements if "UPDATE runs" in s) == 1
+        if database.is_postgresql:
+            assert len(statements) == 1 and statements[0].startswith("WITH moves")
+        else:
+            assert statements[0] == "BEGIN IMMEDIATE" and statements[-1] == "COMMIT"
+    assert watch.commits == len(watch.batches)
     for run_id in runs:
         assert (await ledger.verify(run_id)).head_sequence == 3
 
