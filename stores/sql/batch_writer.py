@@ -248,7 +248,10 @@ class PostgresBatchWriter(BatchWriter):
         except asyncpg.IntegrityConstraintViolationError as exc:
             await self._give_back(conn)
             raise NeedsGeneralPath(str(exc)) from exc
-        except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
+        except asyncpg.PostgresError as exc:  # the statement failed; the connection is fine
+            await self._give_back(conn)
+            raise StoreError(f"database error: {exc!r}") from exc
+        except (asyncpg.InterfaceError, OSError) as exc:
             await self._give_back(conn, broken=True)
             raise StoreError(f"database error: {exc!r}") from exc
         except BaseException:

@@ -171,6 +171,44 @@ async def test_a_head_moved_by_another_writer_fails_the_cas_and_is_read_again(
     assert (await ledger.verify(run_id)).intact
 
 
+async def test_a_batch_with_one_stale_head_writes_every_run_in_order(
+    ledger: SqlLedger, database: Database, tmp_path: Path
+) -> None:
+    """A batch of three cached runs, one of whose heads another writer moved: the batch
+    writer does not write that run (SQLite rolls the batch back, PostgreSQL writes the two
+    others); it is written from its re-read head, and a conditional append made on the stale
+    belief is refused alone."""
+    runs = [await new_run(ledger) for _ in range(3)]
+    for run_id in runs:
+        await ledger.append(run_id, event_(0))
+    other = SqlLedger(database, LocalArtifactStore(tmp_path / "other"), group_commit=False)
+    await other.append(runs[1], event_(1))  # runs[1]'s cached head is now stale
+    futures = [
+        await ledger.submit(runs[0], [event_(1)], expected_sequence=2),
+        await ledger.submit(runs[1], [event_(2)]),
+        await ledger.submit(runs[2], [event_(1)], expected_sequence=2),
+        await ledger.submit(runs[1], [event_(9)], expected_sequence=3),  # stale belief
+    ]
+    await asyncio.wait(futures)
+    assert [f.exception() is None for f in futures] == [True, True, True, False]
+    assert isinstance(futures[3].exception(), SequenceConflictError)
+    assert futures[1].result()[0].sequence == 3
+    assert await payload_numbers(ledger, runs[0]) == [0, 1]
+    assert await payload_numbers(ledger, runs[1]) == [0, 1, 2]
+    assert await payload_numbers(ledger, runs[2]) == [0, 1]
+    for run_id in runs:
+        assert (await ledger.verify(run_id)).intact
+    # after the refusal runs[1]'s head is read once more; then every head is cached again and
+    # the next appends of all three go through the batch writer alone
+    await ledger.append(runs[1], event_(4))
+    watch = Statements(database)
+    try:
+        await asyncio.gather(*(ledger.append(r, event_(5)) for r in runs))
+    finally:
+        watch.close()
+    assert watch.engine_sql == [] and 1 <= len(watch.batches) <= POSTGRES_LANES
+
+
 async def test_write_behind_is_durable_at_the_marked_points(
     ledger: SqlLedger, database: Database, tmp_path: Path
 ) -> None:
