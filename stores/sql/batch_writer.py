@@ -186,7 +186,7 @@ class SqliteBatchWriter(BatchWriter):
         self._executor.shutdown(wait=False)
 
 
-def _sqlite_insert(table: Table) -> tuple[str, Callable[[dict[str, Any]], tuple[Any, ...]]]:
+def _sqlite_insert(table: Table) -> tuple[str, Callable[[dict[str, Any]], list[Any]]]:
     """The INSERT of ``table`` and the function turning a row into its parameters, with the
     values stored as SQLAlchemy stores them (its SQLite date-time text, for one)."""
     dialect = sqlite_dialect.dialect()
@@ -197,13 +197,14 @@ def _sqlite_insert(table: Table) -> tuple[str, Callable[[dict[str, Any]], tuple[
     ]
     quoted = ", ".join(f'"{name}"' for name in names)
     sql = f'INSERT INTO "{table.name}" ({quoted}) VALUES ({", ".join("?" for _ in names)})'
-    pairs = list(zip(names, processors, strict=True))
+    processed = [(i, p) for i, p in enumerate(processors) if p is not None]
 
-    def to_params(row: dict[str, Any]) -> tuple[Any, ...]:
-        return tuple(
-            p(v) if p is not None and v is not None else v
-            for v, p in ((row.get(name), p) for name, p in pairs)
-        )
+    def to_params(row: dict[str, Any]) -> list[Any]:
+        values = [row.get(name) for name in names]
+        for i, process in processed:
+            if values[i] is not None:
+                values[i] = process(values[i])
+        return values
 
     return sql, to_params
 
