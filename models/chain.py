@@ -144,24 +144,29 @@ def link_hash(previous_hash: str, metadata: dict[str, str | int], payload_hash: 
     return DIGEST_PREFIX + h.hexdigest()
 
 
+def chained_hash(previous_hash: str, metadata: bytes, payload_hash: str) -> str:
+    """``SHA-256(previous_hash ‖ metadata ‖ payload_hash)`` as a digest, ``metadata`` being
+    the canonical metadata bytes (``metadata_bytes``)."""
+    h = hashlib.sha256(previous_hash.encode("ascii"))
+    h.update(metadata)
+    h.update(payload_hash.encode("ascii"))
+    return DIGEST_PREFIX + h.hexdigest()
+
+
 def row_hash(row: ChainRow, previous_hash: str) -> str:
     """The hash ``row`` must carry when it follows ``previous_hash``."""
-    h = hashlib.sha256(previous_hash.encode("ascii"))
-    h.update(
-        metadata_bytes(
-            row.event_id,
-            format_instant(row.logical_time),
-            row.payload_ref,
-            format_instant(row.recorded_at),
-            row.run_id,
-            row.schema_version,
-            row.sequence,
-            row.step_id,
-            str(row.type),
-        )
+    metadata = metadata_bytes(
+        row.event_id,
+        format_instant(row.logical_time),
+        row.payload_ref,
+        format_instant(row.recorded_at),
+        row.run_id,
+        row.schema_version,
+        row.sequence,
+        row.step_id,
+        str(row.type),
     )
-    h.update(row.payload_hash.encode("ascii"))
-    return DIGEST_PREFIX + h.hexdigest()
+    return chained_hash(previous_hash, metadata, row.payload_hash)
 
 
 #: the fields the template writes, in its order (the keys of ``chain_metadata``)

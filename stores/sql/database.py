@@ -70,6 +70,9 @@ class Database:
     _write_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = field(
         default_factory=weakref.WeakKeyDictionary, repr=False, compare=False
     )
+    #: connections kept beside the pool (the ledger's batch writer,
+    #: ``stores.sql.batch_writer``): each has an async ``close``, called by ``dispose``
+    owned: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
     def dialect(self) -> str:
@@ -121,6 +124,10 @@ class Database:
             raise _store_error(exc) from exc
 
     async def dispose(self) -> None:
+        owned = list(self.owned.values())
+        self.owned.clear()
+        for resource in owned:
+            await resource.close()
         await self.engine.dispose()
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -24,14 +24,13 @@ from sqlalchemy import insert, select, update
 from sqlalchemy.exc import IntegrityError as SAIntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from models import ExecutionEvent, ExecutionEventType, HashedRecord, RunRecord, RunStatus
+from models import ExecutionEvent, ExecutionEventType, RunRecord, RunStatus
 from models.anchor import Anchor, AnchorEntry
 from models.canonical import canonicalize
 from models.chain import (
     GENESIS_HASH,
     ChainRow,
     ChainVerification,
-    row_hash,
     verify_chain,
 )
 from models.digest import sha256_digest, verify_content
@@ -48,11 +47,13 @@ from models.errors import (
 from runtime.ports import ArtifactStore, NewEvent
 from stores.anchors import AnchorLog
 from stores.sql import schema
+from stores.sql.batch_writer import POSTGRES_LANES, FastBatch, NeedsGeneralPath, batch_writer
 from stores.sql.chain_read import read_intact_chain
 from stores.sql.database import Database, utc
 from stores.sql.group_commit import GroupCommitter
 from stores.sql.heads import move_heads
-from stores.sql.privacy import SqlRawVault, event_raw_id
+from stores.sql.linking import AppendRequest, fast_rows, link_batch
+from stores.sql.privacy import SqlRawVault
 from stores.sql.projections import ProjectedRecord, write_projections
 from stores.sql.run_check import check_headless, check_run
 
@@ -63,14 +64,8 @@ INLINE_REF = "inline"
 CAS_PREFIX = "cas:"
 
 
-@dataclass(frozen=True)
-class AppendRequest:
-    run_id: str
-    events: list[NewEvent]
-    #: (payload_ref, payload_hash, inline bytes, raw_payloads columns or None) per event,
-    #: prepared (and the raw payload encrypted) before any lock is taken
-    prepared: list[tuple[str, str, bytes | None, dict[str, Any] | None]]
-    expected_sequence: int | None
+#: what the writer hands back for one append: its events, or why it was not written
+Appended = list[ExecutionEvent] | Exception
 
 
 @dataclass(frozen=True)
@@ -111,7 +106,15 @@ class SqlLedger:
         #: where run heads are anchored outside the database (None: not anchored)
         self.anchors = anchors
         self.inline_limit = inline_limit
-        self._committer = GroupCommitter(self._write_batch) if group_commit else None
+        self._committer = (
+            GroupCommitter(
+                self._write_batch,
+                lanes=POSTGRES_LANES if db.is_postgresql else 1,  # SQLite has one writer
+                key=lambda request: request.run_id,
+            )
+            if group_commit
+            else None
+        )
         #: the writer's cached run heads (group commit only: one batch is written at a time, so
         #: the cache moves in commit order). A cached head is not re-selected: the batch's
         #: compare-and-set on the run row checks it, and a head that moved elsewhere (another
@@ -230,7 +233,7 @@ class SqlLedger:
         request = AppendRequest(run_id, list(events), prepared, expected_sequence)
         if self._committer is not None:
             return await self._committer.submit(request)
-        return (await self._write_batch([request]))[0]
+        return (await self._write_general([run_id], [request]))[0]
 
     async def submit(
         self, run_id: str, events: Sequence[NewEvent], *, expected_sequence: int | None = None
@@ -245,18 +248,32 @@ class SqlLedger:
             return self._committer.enqueue(request)
         future: asyncio.Future[list[ExecutionEvent]] = asyncio.get_running_loop().create_future()
         try:
-            future.set_result((await self._write_batch([request]))[0])
+            future.set_result((await self._write_general([run_id], [request]))[0])
         except Exception as exc:  # handed to the submitter through the future
             future.set_exception(exc)
         return future
 
-    async def _write_batch(self, requests: list[AppendRequest]) -> list[list[ExecutionEvent]]:
-        """Write appends of one or more runs in one transaction; any failure fails them all
-        (the committer then retries them one by one). With group commit the heads of runs
-        this writer wrote before are taken from its cache (no head read, no row lock): the
-        compare-and-set of the heads checks them, and on a conflict the batch is written once
-        more from freshly locked heads (the conflict was the cache's, or it is real)."""
+    async def _write_batch(self, requests: list[AppendRequest]) -> list[Appended]:
+        """Write appends of one or more runs in one transaction.
+
+        With group commit the heads of runs this writer wrote before are taken from its cache
+        (no head read, no row lock) and a batch of cached runs goes to the database's batch
+        writer (one round trip); whatever that cannot write (a head moved elsewhere, a key
+        already recorded) is written here, from freshly locked heads."""
         run_ids = sorted({r.run_id for r in requests})
+        if self._committer is not None and all(run_id in self._heads for run_id in run_ids):
+            written = await self._write_fast(run_ids, requests)
+            if written is not None:
+                return written
+        return list(await self._write_general(run_ids, requests))
+
+    async def _write_general(
+        self, run_ids: list[str], requests: list[AppendRequest]
+    ) -> list[list[ExecutionEvent]]:
+        """The general path: any failure fails every append of the batch (the committer then
+        retries them one by one); cached heads are checked by the heads' compare-and-set, and
+        on a conflict the batch is written once more from freshly locked heads (the conflict
+        was the cache's, or it is real)."""
         cached = (
             {run_id: self._heads[run_id] for run_id in run_ids if run_id in self._heads}
             if self._committer is not None
@@ -288,6 +305,57 @@ class SqlLedger:
         with _conflicts_named(run_ids):
             async with self.db.transaction() as conn:
                 return await self.append_locked(conn, requests, self.clock(), known_heads=cached)
+
+    async def _write_fast(
+        self, run_ids: list[str], requests: list[AppendRequest]
+    ) -> list[Appended] | None:
+        """Write the batch through the batch writer from the cached heads; None when nothing
+        was written and the whole batch belongs on the general path. Appends of runs the
+        writer could not move (their heads moved elsewhere) are written by the general path
+        here, each failing on its own."""
+        heads = {run_id: self._heads[run_id] for run_id in run_ids}
+        start = dict(heads)
+        recorded_at = self.clock()
+        try:
+            batch = link_batch(requests, heads, recorded_at)
+        except SequenceConflictError:
+            return None  # an expected sequence the cache disagrees with: read the heads
+        rows = fast_rows(batch, recorded_at)
+        if rows is None:
+            return None
+        moves = [(r, start[r][0], heads[r][0], heads[r][1]) for r in run_ids]
+        try:
+            stale = await batch_writer(self.db).write(FastBatch(moves, rows))
+        except NeedsGeneralPath:
+            return None
+        except BaseException:
+            self._forget_heads(run_ids)  # committed or not (a dropped connection): read again
+            raise
+        self._forget_heads(stale)
+        if len(stale) == len(run_ids):
+            return None
+        written: list[Appended] = []
+        rest = [request for request in requests if request.run_id in stale]
+        for request, appended in zip(requests, batch.results, strict=True):
+            if request.run_id not in stale:
+                self._heads[request.run_id] = (appended[-1].sequence, appended[-1].hash)
+            written.append(appended)
+        if rest:  # appends of runs moved elsewhere: each written (or refused) on its own
+            done = iter(await self._write_each(rest))
+            written = [
+                next(done) if r.run_id in stale else a
+                for r, a in zip(requests, written, strict=True)
+            ]
+        return written
+
+    async def _write_each(self, requests: list[AppendRequest]) -> list[Appended]:
+        out: list[Appended] = []
+        for request in requests:
+            try:
+                out.append((await self._write_general([request.run_id], [request]))[0])
+            except Exception as exc:  # handed to the appender that made this request
+                out.append(exc)
+        return out
 
     def _forget_heads(self, run_ids: Iterable[str]) -> None:
         for run_id in run_ids:
@@ -323,7 +391,7 @@ class SqlLedger:
         unknown = [run_id for run_id in run_ids if run_id not in known]
         heads = {**known, **(await self._locked_heads(conn, unknown) if unknown else {})}
         start = dict(heads)
-        batch = _link(requests, heads, recorded_at)
+        batch = link_batch(requests, heads, recorded_at)
         await conn.execute(insert(schema.execution_events), batch.rows)
         if batch.raw_rows:
             await conn.execute(insert(schema.raw_payloads), batch.raw_rows)
@@ -339,7 +407,7 @@ class SqlLedger:
                     sequence=appended.sequence,
                     content_hash=appended.payload_hash,
                 )
-                for event, record, appended in batch.projections
+                for event, record, appended, _ in batch.projections
             ],
             recorded_at,
         )
@@ -360,8 +428,10 @@ class SqlLedger:
                     if await _existing_header(conn, run.run_id) is not None:
                         raise _RunExists
                     await conn.execute(insert(schema.runs).values(**_run_row(run, body)))
+                    head = (0, GENESIS_HASH)
                     if events:
-                        await self.append_locked(conn, [request], self.clock())
+                        (appended,) = await self.append_locked(conn, [request], self.clock())
+                        head = (appended[-1].sequence, appended[-1].hash)
         except (_RunExists, SequenceConflictError):
             # already there (or a concurrent start won the race): the same header is fine
             async with self.db.read() as conn:
@@ -373,6 +443,10 @@ class SqlLedger:
                     f"run {run.run_id!r} already exists with another header"
                 ) from None
             return False
+        if self._committer is not None:
+            # the writer starts from the head it created (checked by the compare-and-set
+            # like any cached head): a new run's first append is one round trip too
+            self._heads.setdefault(run.run_id, head)
         return True
 
     async def _locked_heads(
@@ -550,100 +624,6 @@ class SqlLedger:
         if not full:
             return chain
         return await check_run(self.db, self.artifacts, self.anchors, run_id, chain_rows, chain)
-
-
-#: the sealing columns of a ``raw_payloads`` row whose raw form equals its sanitized one
-_UNSEALED: dict[str, Any] = {"key_id": None, "ciphertext": None, "ciphertext_ref": None}
-
-
-@dataclass
-class _LinkedBatch:
-    """A batch of appends chained onto their runs' heads, ready to insert."""
-
-    rows: list[dict[str, Any]] = field(default_factory=list)
-    raw_rows: list[dict[str, Any]] = field(default_factory=list)
-    #: the appended events, per request
-    results: list[list[ExecutionEvent]] = field(default_factory=list)
-    #: the events carrying a record, to project
-    projections: list[tuple[NewEvent, HashedRecord, ExecutionEvent]] = field(default_factory=list)
-
-
-def _link(
-    requests: list[AppendRequest], heads: dict[str, tuple[int, str]], recorded_at: datetime
-) -> _LinkedBatch:
-    """The rows of ``requests``, each event linked to the one before it; ``heads`` is moved
-    to each run's new head. Refuses a run that does not exist or an expected sequence that
-    is not the next one."""
-    batch = _LinkedBatch()
-    for request in requests:
-        if request.run_id not in heads:
-            raise RunNotFoundError(f"run not found: {request.run_id!r}")
-        sequence, previous = heads[request.run_id]
-        expected = request.expected_sequence
-        if expected is not None and expected != sequence + 1:
-            raise SequenceConflictError(
-                f"run {request.run_id!r}: append expected sequence {expected} but "
-                f"the next sequence is {sequence + 1}"
-            )
-        out = []
-        for event, (payload_ref, payload_hash, inline, raw_columns) in zip(
-            request.events, request.prepared, strict=True
-        ):
-            sequence += 1
-            chain_row = ChainRow(
-                run_id=request.run_id,
-                sequence=sequence,
-                event_id=event.event_id,
-                step_id=event.step_id,
-                type=str(event.type),
-                payload_ref=payload_ref,
-                payload_hash=payload_hash,
-                previous_hash=previous,
-                hash="",
-                logical_time=event.logical_time,
-                recorded_at=recorded_at,
-            )
-            link = row_hash(chain_row, previous)
-            batch.rows.append(_event_row(chain_row, link, inline))
-            if raw_columns is not None:
-                batch.raw_rows.append(
-                    {
-                        # every row names every column: a multi-row INSERT takes its columns
-                        # from the first row and silently drops keys that only later rows
-                        # have (a sealed row after an unsealed one lost its ciphertext)
-                        **_UNSEALED,
-                        **raw_columns,
-                        "raw_id": event_raw_id(request.run_id, sequence),
-                        "sequence": sequence,
-                        "created_at": recorded_at,
-                    }
-                )
-            appended = _event_model(chain_row, link)
-            out.append(appended)
-            if event.record is not None:
-                batch.projections.append((event, event.record, appended))
-            previous = link
-        heads[request.run_id] = (sequence, previous)
-        batch.results.append(out)
-    return batch
-
-
-def _event_row(row: ChainRow, link: str, inline: bytes | None) -> dict[str, Any]:
-    return {
-        "run_id": row.run_id,
-        "sequence": row.sequence,
-        "event_id": row.event_id,
-        "step_id": row.step_id,
-        "type": row.type,
-        "payload_ref": row.payload_ref,
-        "payload_hash": row.payload_hash,
-        "previous_hash": row.previous_hash,
-        "hash": link,
-        "logical_time": row.logical_time,
-        "recorded_at": row.recorded_at,
-        "schema_version": row.schema_version,
-        "payload": inline,
-    }
 
 
 def _chain_row(row: Any) -> ChainRow:

@@ -160,17 +160,37 @@ def _key_column(table: Table) -> str:
     return next(p.key_column for p in PROJECTIONS.values() if p.table is table)
 
 
-def _row(projection: Projection, item: ProjectedRecord, now: datetime) -> dict[str, Any]:
-    record = item.record
-    key = projection.natural_key(record) if projection.natural_key else item.event_id
+def plain_insert_rows(
+    projected: list[tuple[ProjectedRecord, str]], now: datetime
+) -> dict[Table, list[dict[str, Any]]] | None:
+    """The lookup rows of a batch for a writer that only inserts (``stores.sql.batch_writer``),
+    each record given with its JSON text (its canonical payload); None when a record may
+    update a row (a side effect's status), which only ``write_projections`` does."""
+    rows: dict[Table, list[dict[str, Any]]] = {}
+    for item, text in projected:
+        projection = PROJECTIONS.get(type(item.record))
+        if projection is None:
+            continue
+        if projection.mutable:
+            return None
+        rows.setdefault(projection.table, []).append(_row(projection, item, now, record=text))
+    return rows
+
+
+def _row(
+    projection: Projection, item: ProjectedRecord, now: datetime, *, record: Any = None
+) -> dict[str, Any]:
+    """The lookup row of ``item``; ``record``: the record column's value when already at hand
+    (else the record as JSON data)."""
+    key = projection.natural_key(item.record) if projection.natural_key else item.event_id
     row: dict[str, Any] = {
         projection.key_column: key,
         "run_id": item.run_id,
         "step_id": item.step_id,
         "content_hash": item.content_hash,
         "sequence": item.sequence,
-        "record": record.model_dump(mode="json"),
-        **projection.columns(record),
+        "record": item.record.model_dump(mode="json") if record is None else record,
+        **projection.columns(item.record),
     }
     if "updated_at" in projection.table.c:
         row["updated_at"] = now

@@ -10,6 +10,7 @@ import os
 import signal
 import sys
 import uuid
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from runtime.recorder import RunRecorder
 from runtime.side_effects import SideEffectLedger
 from stores.artifacts import LocalArtifactStore
 from stores.sql import schema
+from stores.sql.batch_writer import POSTGRES_LANES, batch_writer
 from stores.sql.database import Database
 from stores.sql.evidence import SqlEvidenceReader
 from stores.sql.ledger import NewEvent, SqlLedger
@@ -71,24 +73,38 @@ async def payload_numbers(ledger: SqlLedger, run_id: str) -> list[int]:
 
 
 class Statements:
-    """The SQL statements and commits the engine sends while active."""
+    """The SQL statements and commits sent while active: the engine's, and the batch
+    writer's (a transaction per call)."""
 
     def __init__(self, db: Database) -> None:
         self.sql: list[str] = []
         self.commits = 0
+        #: the batch writer's transactions, each the list of its statements
+        self.batches: list[list[str]] = []
+        #: the statements sent through SQLAlchemy's pool
+        self.engine_sql: list[str] = []
         self._engine = db.engine.sync_engine
+        self._writer = batch_writer(db)
         event.listen(self._engine, "before_cursor_execute", self._on_sql)
         event.listen(self._engine, "commit", self._on_commit)
+        self._writer.observers.append(self._on_batch)
 
     def _on_sql(self, _conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
         self.sql.append(statement)
+        self.engine_sql.append(statement)
 
     def _on_commit(self, _conn: Any) -> None:
         self.commits += 1
 
+    def _on_batch(self, statements: Sequence[str], committed: bool) -> None:
+        self.batches.append(list(statements))
+        self.sql.extend(statements)
+        self.commits += committed
+
     def close(self) -> None:
         event.remove(self._engine, "before_cursor_execute", self._on_sql)
         event.remove(self._engine, "commit", self._on_commit)
+        self._writer.observers.remove(self._on_batch)
 
     def head_reads(self) -> int:
         return sum(
@@ -153,6 +169,44 @@ async def test_a_head_moved_by_another_writer_fails_the_cas_and_is_read_again(
         await ledger.append(run_id, event_(9), expected_sequence=3)
     assert await payload_numbers(ledger, run_id) == [0, 1, 2]
     assert (await ledger.verify(run_id)).intact
+
+
+async def test_a_batch_with_one_stale_head_writes_every_run_in_order(
+    ledger: SqlLedger, database: Database, tmp_path: Path
+) -> None:
+    """A batch of three cached runs, one of whose heads another writer moved: the batch
+    writer does not write that run (SQLite rolls the batch back, PostgreSQL writes the two
+    others); it is written from its re-read head, and a conditional append made on the stale
+    belief is refused alone."""
+    runs = [await new_run(ledger) for _ in range(3)]
+    for run_id in runs:
+        await ledger.append(run_id, event_(0))
+    other = SqlLedger(database, LocalArtifactStore(tmp_path / "other"), group_commit=False)
+    await other.append(runs[1], event_(1))  # runs[1]'s cached head is now stale
+    futures = [
+        await ledger.submit(runs[0], [event_(1)], expected_sequence=2),
+        await ledger.submit(runs[1], [event_(2)]),
+        await ledger.submit(runs[2], [event_(1)], expected_sequence=2),
+        await ledger.submit(runs[1], [event_(9)], expected_sequence=3),  # stale belief
+    ]
+    await asyncio.wait(futures)
+    assert [f.exception() is None for f in futures] == [True, True, True, False]
+    assert isinstance(futures[3].exception(), SequenceConflictError)
+    assert futures[1].result()[0].sequence == 3
+    assert await payload_numbers(ledger, runs[0]) == [0, 1]
+    assert await payload_numbers(ledger, runs[1]) == [0, 1, 2]
+    assert await payload_numbers(ledger, runs[2]) == [0, 1]
+    for run_id in runs:
+        assert (await ledger.verify(run_id)).intact
+    # after the refusal runs[1]'s head is read once more; then every head is cached again and
+    # the next appends of all three go through the batch writer alone
+    await ledger.append(runs[1], event_(4))
+    watch = Statements(database)
+    try:
+        await asyncio.gather(*(ledger.append(r, event_(5)) for r in runs))
+    finally:
+        watch.close()
+    assert watch.engine_sql == [] and 1 <= len(watch.batches) <= POSTGRES_LANES
 
 
 async def test_write_behind_is_durable_at_the_marked_points(
@@ -256,9 +310,11 @@ async def test_a_killed_recorder_loses_only_unacknowledged_events(
     assert verified.intact and verified.head_sequence == len(committed)
 
 
-async def test_one_statement_moves_every_head_of_a_batch(
+async def test_a_batch_of_cached_runs_is_one_round_trip(
     ledger: SqlLedger, database: Database
 ) -> None:
+    """Item 1 of issue 21: a transaction is one call on SQLite's writer thread (BEGIN …
+    COMMIT inside) or one statement on PostgreSQL; every head of it moves in one statement."""
     runs = [await new_run(ledger) for _ in range(5)]
     for run_id in runs:  # heads cached
         await ledger.append(run_id, event_(0))
@@ -268,8 +324,16 @@ async def test_one_statement_moves_every_head_of_a_batch(
         await asyncio.gather(*futures)
     finally:
         watch.close()
-    updates = [s for s in watch.sql if s.lstrip().upper().startswith("UPDATE RUNS")]
-    assert len(updates) == 1  # one statement (one executemany on SQLite) for five heads
+    assert watch.engine_sql == []  # nothing through the pool: no head read, no BEGIN
+    lanes = POSTGRES_LANES if database.is_postgresql else 1
+    assert 1 <= len(watch.batches) <= lanes
+    for statements in watch.batches:
+        assert sum(1 for s in statements if "UPDATE runs" in s) == 1
+        if database.is_postgresql:
+            assert len(statements) == 1 and statements[0].startswith("WITH moves")
+        else:
+            assert statements[0] == "BEGIN IMMEDIATE" and statements[-1] == "COMMIT"
+    assert watch.commits == len(watch.batches)
     for run_id in runs:
         assert (await ledger.verify(run_id)).head_sequence == 3
 

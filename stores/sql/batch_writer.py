@@ -1,0 +1,371 @@
+"""One database round trip per group-commit transaction, beside SQLAlchemy's pool.
+
+The ledger's writer hands a linked batch (its heads to move by compare-and-set, and the rows
+of every table it writes) to the database's batch writer:
+
+* SQLite: the whole transaction (``BEGIN IMMEDIATE``, every ``executemany``, ``COMMIT``) is one
+  function run on the writer connection's own thread — one hand-off, instead of several
+  thread hops per statement through the async driver.
+* PostgreSQL: one prepared statement on a dedicated connection, in its own implicit
+  transaction: the heads move in a data-modifying CTE (``UPDATE … FROM unnest(…)``, the
+  compare-and-set) and every table's rows go in with ``INSERT … SELECT FROM unnest(…)`` for the
+  runs whose head moved. Arrays keep the statement text fixed, so it is prepared once.
+
+Both write only plain inserts: a row whose key is taken (a record already recorded, a side
+effect's next status, a stale head's sequence) fails the transaction with ``NeedsGeneralPath``
+and nothing is written; the ledger then writes the batch down its general path, which reads
+the locked heads and decides record by record. A run whose head moved elsewhere is returned:
+nothing of it is written (PostgreSQL writes the other runs of the batch; SQLite none).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import JSON, BigInteger, Boolean, DateTime, Integer, LargeBinary, String, Table
+from sqlalchemy.dialects import sqlite as sqlite_dialect
+
+from models.errors import StoreError
+from stores.sql import schema
+from stores.sql.database import CONNECT_TIMEOUT_SECONDS, Database
+
+__all__ = ["POSTGRES_LANES", "BatchWriter", "FastBatch", "NeedsGeneralPath", "batch_writer"]
+
+#: what a database connection waits for SQLite's write lock (as the pooled connections)
+_SQLITE_BUSY_MS = 10_000
+#: PostgreSQL transactions a batch writer keeps in flight at once (its connections); the
+#: ledger's group commit splits runs over as many lanes
+POSTGRES_LANES = 2
+
+
+class NeedsGeneralPath(Exception):
+    """A row of the batch conflicts with what is stored (nothing was written): the batch must
+    be written by the general path, which looks at what is there."""
+
+
+@dataclass
+class FastBatch:
+    """One transaction's writes: ``moves`` are (run_id, head sequence expected, new head
+    sequence, new head hash); ``rows`` the rows of each table (columns absent from a row are
+    NULL; JSON columns hold JSON text)."""
+
+    moves: list[tuple[str, int, int, str]]
+    rows: dict[Table, list[dict[str, Any]]] = field(default_factory=dict)
+
+
+#: what a batch writer may write: the events, the raw payload metadata and the lookup tables
+FAST_TABLES: tuple[Table, ...] = (
+    schema.execution_events,
+    schema.raw_payloads,
+    schema.tool_fixtures,
+    schema.prompt_artifacts,
+    schema.context_snapshots,
+    schema.retrieval_fixtures,
+    schema.policy_decisions,
+    schema.approvals,
+    schema.side_effects,
+    schema.checkpoints,
+)
+
+#: observers of the statements a writer sends, one call per transaction: the statements
+#: and whether it committed (tests count them)
+Observer = Callable[[Sequence[str], bool], None]
+
+
+class BatchWriter:
+    """A database's batch writer (``batch_writer(db)``); ``write`` returns the runs whose head
+    had moved (nothing of them written)."""
+
+    def __init__(self) -> None:
+        self.observers: list[Observer] = []
+
+    async def write(self, batch: FastBatch) -> set[str]:
+        raise NotImplementedError
+
+    async def close(self) -> None:
+        raise NotImplementedError
+
+    def _notify(self, statements: Sequence[str], committed: bool) -> None:
+        for observer in self.observers:
+            observer(statements, committed)
+
+
+def batch_writer(db: Database) -> BatchWriter:
+    """The batch writer of ``db`` (made on first use, closed by ``db.dispose()``)."""
+    writer = db.owned.get("batch_writer")
+    if writer is None:
+        writer = PostgresBatchWriter(db) if db.is_postgresql else SqliteBatchWriter(db)
+        db.owned["batch_writer"] = writer
+    assert isinstance(writer, BatchWriter)
+    return writer
+
+
+# SQLite --------------------------------------------------------------------------------------
+
+
+class SqliteBatchWriter(BatchWriter):
+    """A dedicated ``sqlite3`` connection used by one thread only: a batch is one call."""
+
+    _MOVE = (
+        "UPDATE runs SET head_sequence = ?, head_hash = ? WHERE run_id = ? AND head_sequence = ?"
+    )
+
+    def __init__(self, db: Database) -> None:
+        super().__init__()
+        path = db.engine.url.database
+        assert path is not None
+        self._path = path
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="replaybook-sqlite-writer")
+        self._conn: sqlite3.Connection | None = None
+        self._inserts = {table: _sqlite_insert(table) for table in FAST_TABLES}
+
+    async def write(self, batch: FastBatch) -> set[str]:
+        loop = asyncio.get_running_loop()
+        moved_elsewhere, statements = await loop.run_in_executor(
+            self._executor, self._write_in_thread, batch
+        )
+        self._notify(statements, not moved_elsewhere)
+        return moved_elsewhere
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._conn is None:
+            # the pragmas of every pooled connection (stores.sql.database.install_sqlite_pragmas)
+            conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute("PRAGMA foreign_keys=ON")
+            conn.execute(f"PRAGMA busy_timeout={_SQLITE_BUSY_MS}")
+            self._conn = conn
+        return self._conn
+
+    def _write_in_thread(self, batch: FastBatch) -> tuple[set[str], list[str]]:
+        conn = self._connection()
+        statements = ["BEGIN IMMEDIATE", self._MOVE]
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            raise StoreError(f"database error: {exc!r}") from exc
+        try:
+            moved = conn.executemany(
+                self._MOVE, [(new, head, run_id, old) for run_id, old, new, head in batch.moves]
+            ).rowcount
+            if moved != len(batch.moves):
+                conn.execute("ROLLBACK")
+                return {run_id for run_id, *_ in batch.moves}, [*statements, "ROLLBACK"]
+            for table, rows in batch.rows.items():
+                if rows:
+                    sql, to_params = self._inserts[table]
+                    conn.executemany(sql, map(to_params, rows))
+                    statements.append(sql)
+            conn.execute("COMMIT")
+        except sqlite3.IntegrityError as exc:
+            conn.execute("ROLLBACK")
+            raise NeedsGeneralPath(str(exc)) from exc
+        except sqlite3.Error as exc:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise StoreError(f"database error: {exc!r}") from exc
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        return set(), [*statements, "COMMIT"]
+
+    async def close(self) -> None:
+        def close_in_thread() -> None:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+        await asyncio.get_running_loop().run_in_executor(self._executor, close_in_thread)
+        self._executor.shutdown(wait=False)
+
+
+def _sqlite_insert(table: Table) -> tuple[str, Callable[[dict[str, Any]], list[Any]]]:
+    """The INSERT of ``table`` and the function turning a row into its parameters, with the
+    values stored as SQLAlchemy stores them (its SQLite date-time text, for one)."""
+    dialect = sqlite_dialect.dialect()
+    names = [column.name for column in table.columns]
+    processors = [
+        None if isinstance(column.type, JSON) else column.type._cached_bind_processor(dialect)
+        for column in table.columns
+    ]
+    quoted = ", ".join(f'"{name}"' for name in names)
+    sql = f'INSERT INTO "{table.name}" ({quoted}) VALUES ({", ".join("?" for _ in names)})'
+    processed = [(i, p) for i, p in enumerate(processors) if p is not None]
+
+    def to_params(row: dict[str, Any]) -> list[Any]:
+        values = [row.get(name) for name in names]
+        for i, process in processed:
+            if values[i] is not None:
+                values[i] = process(values[i])
+        return values
+
+    return sql, to_params
+
+
+# PostgreSQL ----------------------------------------------------------------------------------
+
+
+class PostgresBatchWriter(BatchWriter):
+    """Dedicated asyncpg connections (detached from the pool, up to ``POSTGRES_LANES``: one
+    per transaction in flight); a batch is one statement on one of them."""
+
+    def __init__(self, db: Database) -> None:
+        super().__init__()
+        self._db = db
+        self._idle: list[Any] = []
+        self._opened = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._free: asyncio.Condition | None = None
+        #: the statement of each set of tables a batch writes (each prepared once a connection)
+        self._statements: dict[tuple[Table, ...], tuple[str, list[tuple[Table, list[str]]]]] = {}
+
+    async def write(self, batch: FastBatch) -> set[str]:
+        import asyncpg
+
+        runs = [run_id for run_id, *_ in batch.moves]
+        args: list[Any] = [
+            runs,
+            [m[1] for m in batch.moves],
+            [m[2] for m in batch.moves],
+            [m[3] for m in batch.moves],
+        ]
+        tables = tuple(table for table in FAST_TABLES if batch.rows.get(table))
+        if tables not in self._statements:
+            self._statements[tables] = _postgres_statement(tables)
+        sql, layout = self._statements[tables]
+        for table, names in layout:
+            rows = batch.rows[table]
+            args.extend([row.get(name) for row in rows] for name in names)
+        conn = await self._take()
+        try:
+            moved = {row[0] for row in await conn.fetch(sql, *args)}
+        except asyncpg.IntegrityConstraintViolationError as exc:
+            await self._give_back(conn)
+            raise NeedsGeneralPath(str(exc)) from exc
+        except asyncpg.PostgresError as exc:  # the statement failed; the connection is fine
+            await self._give_back(conn)
+            raise StoreError(f"database error: {exc!r}") from exc
+        except (asyncpg.InterfaceError, OSError) as exc:
+            await self._give_back(conn, broken=True)
+            raise StoreError(f"database error: {exc!r}") from exc
+        except BaseException:
+            # cancelled mid-statement: the connection's state is unknown
+            await self._give_back(conn, broken=True)
+            raise
+        await self._give_back(conn)
+        self._notify([sql], True)
+        return set(runs) - moved
+
+    async def _take(self) -> Any:
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop:  # connections of another event loop are unusable here
+            self._idle, self._opened, self._loop = [], 0, loop
+            self._free = asyncio.Condition()
+        assert self._free is not None
+        async with self._free:
+            while not self._idle and self._opened >= POSTGRES_LANES:
+                await self._free.wait()
+            if self._idle:
+                return self._idle.pop()
+            self._opened += 1
+        try:
+            pooled = await asyncio.wait_for(
+                self._db.engine.raw_connection(), CONNECT_TIMEOUT_SECONDS * 2
+            )
+        except BaseException:
+            await self._give_back(None, broken=True)
+            raise
+        driver = pooled.driver_connection
+        pooled.detach()  # ours for as long as the database is open
+        return driver
+
+    async def _give_back(self, conn: Any, *, broken: bool = False) -> None:
+        if self._free is None or self._loop is not asyncio.get_running_loop():
+            return
+        if broken:
+            if conn is not None and not conn.is_closed():
+                conn.terminate()
+            self._opened -= 1
+        elif conn.is_closed():
+            self._opened -= 1
+        else:
+            self._idle.append(conn)
+        async with self._free:
+            self._free.notify()
+
+    async def close(self) -> None:
+        idle, self._idle, self._opened = self._idle, [], 0
+        same_loop = self._loop is asyncio.get_running_loop()
+        for conn in idle:
+            if conn.is_closed():
+                continue
+            if same_loop:
+                await conn.close(timeout=CONNECT_TIMEOUT_SECONDS)
+            else:
+                conn.terminate()
+
+
+_PG_ARRAY_TYPES: tuple[tuple[type, str], ...] = (
+    (JSON, "text"),  # JSON travels as its text and is cast to the column's type
+    (BigInteger, "bigint"),
+    (Integer, "integer"),
+    (Boolean, "boolean"),
+    (DateTime, "timestamptz"),
+    (LargeBinary, "bytea"),
+    (String, "text"),
+)
+
+
+def _pg_array_type(column: Any) -> str:
+    for sa_type, pg_type in _PG_ARRAY_TYPES:
+        if isinstance(column.type, sa_type):
+            return pg_type
+    raise TypeError(f"no array type for {column.table.name}.{column.name}: {column.type!r}")
+
+
+def _postgres_statement(tables: Iterable[Table]) -> tuple[str, list[tuple[Table, list[str]]]]:
+    """The one statement of a batch and, per table, the columns its arrays are bound in."""
+    parts = [
+        "moves AS (SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::text[])"
+        " AS m(run_id, old_sequence, new_sequence, new_hash))",
+        "moved AS (UPDATE runs SET head_sequence = moves.new_sequence,"
+        " head_hash = moves.new_hash FROM moves WHERE runs.run_id = moves.run_id"
+        " AND runs.head_sequence = moves.old_sequence RETURNING runs.run_id)",
+    ]
+    layout: list[tuple[Table, list[str]]] = []
+    n = 4
+    for table in tables:
+        columns = list(table.columns)
+        names = [c.name for c in columns]
+        arrays = []
+        for column in columns:
+            n += 1
+            arrays.append(f"${n}::{_pg_array_type(column)}[]")
+        selected = [
+            f'r."{c.name}"::{"jsonb" if _is_jsonb(c) else "json"}'
+            if isinstance(c.type, JSON)
+            else f'r."{c.name}"'
+            for c in columns
+        ]
+        quoted = ", ".join(f'"{name}"' for name in names)
+        parts.append(
+            f"w_{table.name} AS (INSERT INTO {table.name} ({quoted}) SELECT {', '.join(selected)}"
+            f" FROM unnest({', '.join(arrays)}) AS r({quoted})"
+            " WHERE r.run_id IN (SELECT run_id FROM moved))"
+        )
+        layout.append((table, names))
+    return "WITH " + ",\n".join(parts) + "\nSELECT run_id FROM moved", layout
+
+
+def _is_jsonb(column: Any) -> bool:
+    from sqlalchemy.dialects import postgresql
+
+    impl = column.type.dialect_impl(postgresql.dialect())
+    return isinstance(impl, postgresql.JSONB)
