@@ -17,8 +17,9 @@ from models.enums import (
 from models.ingest import TOOL_LOOP_GRAPH_ID
 from models.replay import ReplayBudget, ReplayComparison, ReplayManifest
 
-#: the default of ``ReplayPlan.max_loop_calls``: about 1–3 minutes of a 270M model on two
-#: loaded cores for one replay of an imported tau-bench conversation (README, "Real models")
+#: the default of ``ReplayPlan.max_loop_calls``: a few turns of an imported tau-bench
+#: conversation (its recorded runs allow 30 model calls); what it costs on a small local model
+#: is measured in the README ("Imported tau-bench runs replayed against a model")
 DEFAULT_MAX_LOOP_CALLS = 6
 
 
