@@ -28,6 +28,7 @@ API_FIELDS = PlanFields(
     from_step="startFromStep",
     repeat="repeat",
     candidate="candidate",
+    max_loop_calls="maxLoopCalls",
     mode_names={mode: mode.value for mode in ReplayMode},
 )
 
@@ -54,6 +55,7 @@ async def create_replay(body: ReplayCreate, state: State, caller: Operator) -> R
         simulation=body.simulation,
         fields=API_FIELDS,
         substitute_model=body.substitute_model,
+        max_loop_calls=body.max_loop_calls,
     )
     ledger = (await state.stores()).ledger
     await start_replay(state.client, ledger, plan, source_field="sourceRunId")

@@ -75,6 +75,9 @@ class ReplayCreate(Body):
     repeat: int = Field(default=1, ge=1, le=1000)
     fixture_miss_policy: FixtureMissPolicy = FixtureMissPolicy.FAIL
     simulation: bool = False
+    #: live model calls one replay of a tool-loop run may make (each repeat on its own);
+    #: absent: 6, 0: no cap but the recorded run's own limit
+    max_loop_calls: int | None = Field(default=None, ge=0, le=10_000)
 
     model_config = ConfigDict(
         json_schema_extra={

@@ -49,6 +49,7 @@ def new_plan(
     simulation: bool = False,
     fields: PlanFields = PLAN_FIELDS,
     substitute_model: str | None = None,
+    max_loop_calls: int | None = None,
 ) -> ReplayPlan:
     """A plan for a new replay: ``build_replay_plan`` with a fresh id and sampling seed
     unless the caller chose them."""
@@ -69,6 +70,7 @@ def new_plan(
         simulation=simulation,
         fields=fields,
         substitute_model=substitute_model,
+        max_loop_calls=max_loop_calls,
     )
 
 

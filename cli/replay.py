@@ -69,6 +69,7 @@ def cli_fields() -> PlanFields:
         from_step="--from-step",
         repeat="--repeat",
         candidate="--candidate",
+        max_loop_calls="--max-loop-calls",
         mode_names={mode: cli.value for cli, mode in MODES.items()},
     )
 
@@ -88,6 +89,15 @@ MaxCost = Annotated[
     typer.Option("--max-cost", help="Stop cleanly once the model calls cost this much (a number)."),
 ]
 MaxDuration = Annotated[float | None, typer.Option("--max-duration", help="Seconds in all.")]
+#: per replay (each child of --repeat on its own), for tool loops only (imported agents)
+MaxLoopCalls = Annotated[
+    int | None,
+    typer.Option(
+        "--max-loop-calls",
+        help="A replayed tool loop (imported/ingested agent) stops after N live model calls, "
+        "each --repeat child on its own (INCONCLUSIVE, BUDGET); default 6, 0 = no cap.",
+    ),
+]
 
 
 @replay_app.command("start")
@@ -122,6 +132,7 @@ async def replay_start(
     max_tokens: MaxTokens = None,
     max_cost: MaxCost = None,
     max_duration: MaxDuration = None,
+    max_loop_calls: MaxLoopCalls = None,
     on_fixture_miss: Annotated[
         Miss,
         typer.Option(
@@ -165,6 +176,7 @@ async def replay_start(
         simulation=simulation,
         fields=cli_fields(),
         substitute_model=substitute_model,
+        max_loop_calls=max_loop_calls,
     )
     await _start(plan, deny_approval or [], wait=wait, as_json=as_json)
 

@@ -69,6 +69,11 @@ def server_config(port: int, paths: Mapping[str, Path]) -> dict[str, Any]:
                 "n_ctx": LOCAL_CONTEXT_LENGTH,
                 "n_threads": THREADS,
                 "n_threads_batch": THREADS,
+                # the server's default (True) computes and keeps the logits of every prompt
+                # token: for Gemma 3's 262k-token vocabulary and a 3,800-token tau-bench prompt
+                # that is about 4 GB copied per request and most of its CPU; no caller here
+                # asks for prompt logprobs
+                "logits_all": False,
                 "verbose": False,
             }
             for alias, path in paths.items()

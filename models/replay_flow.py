@@ -14,7 +14,13 @@ from models.enums import (
     ReplayStatus,
     ReplayVerdict,
 )
+from models.ingest import TOOL_LOOP_GRAPH_ID
 from models.replay import ReplayBudget, ReplayComparison, ReplayManifest
+
+#: the default of ``ReplayPlan.max_loop_calls``: a few turns of an imported tau-bench
+#: conversation (its recorded runs allow 30 model calls); what it costs on a small local model
+#: is measured in the README ("Imported tau-bench runs replayed against a model")
+DEFAULT_MAX_LOOP_CALLS = 6
 
 
 class ReplayCursorsView(Record):
@@ -46,12 +52,21 @@ class ReplayPlan(Record):
     simulation: bool = False
     #: varies the live model's sampling between repeats
     sampling_seed: int = 0
+    #: the most live model calls one replay of a tool-loop run (an imported or ingested agent)
+    #: may make, each child of a ``--repeat`` on its own; past it the replay stops, INCONCLUSIVE
+    #: (BUDGET). None: only the recorded run's own limit (``--max-loop-calls 0``)
+    max_loop_calls: int | None = Field(default=DEFAULT_MAX_LOOP_CALLS, ge=1)
     #: steps one activity may run, each still recorded atomically; 0 = automatic: 25, or 1 when
     #: a duration budget must be checked between steps (model, token and cost budgets are
     #: enforced inside a step)
     steps_per_activity: int = Field(default=0, ge=0, le=1000)
     #: steps per workflow run before it continues as new (history stays far below its limits)
     steps_per_run: int = Field(default=250, ge=1, le=5000)
+
+    def loop_call_cap(self, graph_id: str) -> int | None:
+        """The cap on live model calls of this replay when it replays ``graph_id``: the tool
+        loop's (whose length is the model's choice), no other graph's (theirs is fixed)."""
+        return self.max_loop_calls if graph_id == TOOL_LOOP_GRAPH_ID else None
 
     def activity_batch(self) -> int:
         if self.steps_per_activity:

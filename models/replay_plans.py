@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from models.enums import FixtureMissPolicy, ReplayMode
 from models.errors import InvalidInputError
 from models.replay import ReplayBudget
-from models.replay_flow import ReplayPlan
+from models.replay_flow import DEFAULT_MAX_LOOP_CALLS, ReplayPlan
 
 #: what a counterfactual or a regression candidate may swap
 CANDIDATE_KINDS = ("prompt", "model", "policy", "retriever")
@@ -34,6 +34,7 @@ class PlanFields:
     from_step: str = "from_step"
     repeat: str = "repeat"
     candidate: str = "candidate"
+    max_loop_calls: str = "max_loop_calls"
     mode_names: Mapping[ReplayMode, str] = field(
         default_factory=lambda: {mode: mode.value for mode in ReplayMode}
     )
@@ -87,14 +88,20 @@ def build_replay_plan(
     simulation: bool = False,
     fields: PlanFields = PLAN_FIELDS,
     substitute_model: str | None = None,
+    max_loop_calls: int | None = None,
 ) -> ReplayPlan:
     """Check that the inputs fit the mode (each mismatch named in the caller's ``fields``
-    vocabulary) and build the plan; ``InvalidInputError`` with ``field`` set otherwise."""
+    vocabulary) and build the plan; ``InvalidInputError`` with ``field`` set otherwise.
+    ``max_loop_calls``: the per-replay cap on a tool loop's live model calls (None: the
+    default, ``DEFAULT_MAX_LOOP_CALLS``; 0: no cap but the recorded run's own limit)."""
     _check_mode_inputs(fields, mode, prompt, model, from_step)
     if repeat < 1 or repeat > MAX_REPEAT:
         raise _invalid(
             fields.repeat, f"{fields.repeat} must be between 1 and {MAX_REPEAT}, not {repeat}"
         )
+    if max_loop_calls is not None and max_loop_calls < 0:
+        raise _invalid(fields.max_loop_calls, f"{fields.max_loop_calls} must not be negative")
+    cap = DEFAULT_MAX_LOOP_CALLS if max_loop_calls is None else (max_loop_calls or None)
     return ReplayPlan(
         replay_id=replay_id,
         source_run_id=run_id,
@@ -111,6 +118,7 @@ def build_replay_plan(
         repeat=repeat,
         simulation=simulation,
         sampling_seed=sampling_seed,
+        max_loop_calls=cap,
     )
 
 

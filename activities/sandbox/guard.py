@@ -148,6 +148,12 @@ class ReplayGuard:
                 f"model.complete past the budget: max_model_calls {budget.max_model_calls} "
                 f"reached (counted by the worker)",
             )
+        cap = self.plan.loop_call_cap(self.run.graph_id)
+        if cap is not None and used.model_calls >= cap:
+            raise Refused(
+                "model.complete",
+                f"model.complete past the replay's max_loop_calls {cap} (counted by the worker)",
+            )
         # the gateway stops after the call that goes over; a further call is not the gateway's
         if budget.max_tokens is not None and used.tokens > budget.max_tokens:
             raise Refused("model.complete", f"model.complete past max_tokens {budget.max_tokens}")

@@ -20,6 +20,7 @@ from models.errors import SandboxViolationError
 from models.model_call import ModelRequest, ModelResponse
 from models.privacy import RunSubject
 from runtime.ports import NewEvent
+from runtime.providers.wire import request_body
 from runtime.replay.catalog import AgentCatalog
 from runtime.replay.gateways import model_price
 from runtime.tools import ToolCallContext, ToolProvider
@@ -211,10 +212,25 @@ class ProxyModel:
         name: str,
         profile: str,
         price_per_1k_tokens: Decimal | None = None,
+        wire: Mapping[str, str] | None = None,
     ) -> None:
         self._call, self.graph_id, self.name, self.profile = call, graph_id, name, profile
         #: the worker's model price, so a call's worst case is refused here before it is made
         self.price_per_1k_tokens = price_per_1k_tokens
+        #: the worker's provider's model id and ``tool_calling`` (an OpenAI-compatible
+        #: endpoint), so the body it sends is recorded here as sent; None: no such body
+        self.wire = dict(wire) if wire is not None else None
+
+    def compile(self, request: ModelRequest) -> tuple[dict[str, Any], bool]:
+        """The body the worker's provider sends for ``request`` (``runtime.providers.wire``),
+        and whether its tools are offered in the prompt (not prompted: nothing to record)."""
+        if self.wire is None:
+            return {}, False
+        return request_body(
+            request,
+            model=self.wire["model_id"],
+            tool_calling="prompt" if self.wire["tool_calling"] == "prompt" else "native",
+        )
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         answer = self._call(
@@ -244,23 +260,29 @@ def _read_tool(call: Call, graph_id: str, capability_id: str) -> ToolProvider:
 
 
 def brokered_catalog(
-    catalog: AgentCatalog, call: Call, worker_models: Mapping[str, str] | None = None
+    catalog: AgentCatalog,
+    call: Call,
+    worker_models: Mapping[str, Mapping[str, str]] | None = None,
 ) -> AgentCatalog:
     """The catalog with its models and READ providers replaced by broker calls: graph code,
     prompts and policies run here, anything that would reach out goes through the worker.
-    ``worker_models`` (name → profile): the worker's models of this graph, which include the
+    ``worker_models`` (name → ``{"profile", "model_id", "tool_calling"}``, the last two for an
+    OpenAI-compatible endpoint): the worker's models of this graph, which include the
     configured ones this process cannot know (it has no settings)."""
-    profiles = {name: model.profile for name, model in catalog.models.items()}
-    profiles |= dict(worker_models or {})
+    described: dict[str, Mapping[str, str]] = {
+        name: {"profile": model.profile} for name, model in catalog.models.items()
+    }
+    described |= dict(worker_models or {})
     models = {
         name: ProxyModel(
             call,
             catalog.graph_id,
             name,
-            profile,
+            str(about["profile"]),
             model_price(catalog.models[name]) if name in catalog.models else None,
+            about if "model_id" in about else None,
         )
-        for name, profile in profiles.items()
+        for name, about in described.items()
     }
     readable = [c.capability_id for c in catalog.capabilities if not c.is_write]
     readable += [t for t in catalog.live_read_tools if t not in readable]  # checked by the guard

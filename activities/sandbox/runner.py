@@ -32,6 +32,7 @@ from models.errors import (
     SandboxViolationError,
 )
 from models.replay_flow import StepInput, StepOutput
+from runtime.providers.wire import wire_settings
 from runtime.replay.engine import ReplayEngine
 
 log = structlog.get_logger(__name__)
@@ -258,10 +259,15 @@ class SandboxedSteps:
                 retryable=False,
             ) from None
 
-    def _models(self) -> dict[str, dict[str, str]]:
-        """Each catalog's models (name → profile), for the child's brokered catalogs."""
+    def _models(self) -> dict[str, dict[str, dict[str, str]]]:
+        """Each catalog's models (name → profile, and for an OpenAI-compatible endpoint its
+        model id and ``tool_calling``), for the child's brokered catalogs: the child records
+        the body the worker's provider sends (``runtime.providers.wire``)."""
         return {
-            graph_id: {name: model.profile for name, model in catalog.models.items()}
+            graph_id: {
+                name: {"profile": model.profile, **(wire_settings(model) or {})}
+                for name, model in catalog.models.items()
+            }
             for graph_id, catalog in self.engine.catalogs.items()
         }
 

@@ -14,9 +14,10 @@ from pydantic import ValidationError
 
 from models.canonical import canonical_hash
 from models.errors import ConfigurationError, ModelProviderError
-from models.model_call import ChatMessage, ModelRequest, ModelResponse, TokenUsage, ToolCallRequest
+from models.model_call import ModelRequest, ModelResponse, TokenUsage, ToolCallRequest
 from runtime.providers.endpoint import DEFAULT_TIMEOUT, ModelEndpointSettings
-from runtime.providers.prompt_tools import ToolCalling, compile_request, decode_answer
+from runtime.providers.prompt_tools import ToolCalling, decode_answer
+from runtime.providers.wire import request_body
 
 #: Local servers ignore the key, but the SDK refuses to start without one; passing it explicitly
 #: also stops the SDK from silently picking up ``OPENAI_API_KEY`` on its own.
@@ -121,33 +122,12 @@ class OpenAICompatibleProvider:
     ) -> tuple[dict[str, Any], bool]:
         """The body sent for ``request`` (what gets recorded as sent), and whether the tools
         were offered in the prompt (its answer is then decoded by ``decode_answer``)."""
-        prompted = self.tool_calling == "prompt" and bool(request.tools) and response_format is None
-        if prompted:
-            request, response_format = compile_request(request)
-        # The configured model is sent, not ``request.model``: a replay against another endpoint
-        # keeps the agent's requests unchanged, and the profile names what actually answered.
-        kwargs: dict[str, Any] = {
-            "model": self.model,
-            "messages": [_wire_message(m) for m in request.messages],
-        }
-        if request.tools:
-            kwargs["tools"] = [
-                {
-                    "type": "function",
-                    "function": {
-                        "name": t.name,
-                        "description": t.description,
-                        "parameters": t.parameters,
-                    },
-                }
-                for t in request.tools
-            ]
-        for name in ("temperature", "max_tokens", "seed"):
-            if (value := getattr(request, name)) is not None:
-                kwargs[name] = value
-        if response_format is not None:
-            kwargs["response_format"] = dict(response_format)
-        return kwargs, prompted
+        return request_body(
+            request,
+            model=self.model,
+            tool_calling=self.tool_calling,
+            response_format=response_format,
+        )
 
     def _response(self, completion: Any) -> ModelResponse:
         # Lenient SDK parsing builds objects without validation, so absent fields are possible.
@@ -198,25 +178,6 @@ class OpenAICompatibleProvider:
             status=status,
             retryable=retryable,
         )
-
-
-def _wire_message(message: ChatMessage) -> dict[str, Any]:
-    wire: dict[str, Any] = {"role": message.role, "content": message.content}
-    if message.tool_calls:
-        wire["tool_calls"] = [
-            {
-                "id": c.id,
-                "type": "function",
-                "function": {"name": c.name, "arguments": json.dumps(c.arguments)},
-            }
-            for c in message.tool_calls
-        ]
-    if message.role == "tool":
-        wire["tool_call_id"] = message.tool_call_id
-        wire["content"] = message.content or ""  # the API requires a string for tool results
-    if message.name is not None:
-        wire["name"] = message.name
-    return wire
 
 
 def _server_message(exc: openai.APIStatusError) -> str:

@@ -9,8 +9,9 @@ and without). In ``prompt`` mode the provider instead
   block between ``TOOLS_BEGIN`` and ``TOOLS_END`` with one neutral instruction on how to
   answer (``INSTRUCTION``, unchanged for any model or task: never tuned for a wanted result);
 * sends a ``response_format`` JSON schema allowing exactly ``{"tool_call": {"name": <one of
-  the tool names>, "arguments": {...}}}`` or ``{"content": "<text>"}`` (the server constrains
-  its output to it, so the answer is always well formed);
+  the tool names>, "arguments": <that tool's arguments>}}`` or ``{"content": "<text>"}`` (one
+  alternative per tool; the server constrains its output to it, so the answer is always well
+  formed for the tool the model picks);
 * converts the answer back into the usual content / tool_calls shape (``decode_answer``).
 
 Pure: no I/O.
@@ -53,30 +54,29 @@ def render_tools(tools: tuple[ToolSchema, ...]) -> str:
 
 
 def answer_schema(tools: tuple[ToolSchema, ...]) -> dict[str, Any]:
-    """The OpenAI ``response_format``: a tool call naming one of ``tools``, or content."""
-    tool_call = {
-        "type": "object",
-        "properties": {
-            "tool_call": {
-                "type": "object",
-                "properties": {
-                    "name": {"type": "string", "enum": [t.name for t in tools]},
-                    "arguments": {"type": "object"},
-                },
-                "required": ["name", "arguments"],
-                "additionalProperties": False,
+    """The OpenAI ``response_format``: a call of one of ``tools`` with that tool's own arguments
+    (one alternative per tool: its ``name`` a constant, its ``arguments`` the tool's parameter
+    schema), or content. llama.cpp turns it into a grammar, so the arguments of the tool the
+    model picks are well formed for that tool (required keys present, values of their type,
+    enums respected, no undeclared key)."""
+    definitions: dict[str, Any] = {}
+    calls = [
+        _closed(
+            {
+                "tool_call": _closed(
+                    {
+                        "name": {"const": tool.name},
+                        "arguments": _arguments_schema(tool, index, definitions),
+                    }
+                )
             }
-        },
-        "required": ["tool_call"],
-        "additionalProperties": False,
-    }
-    content = {
-        "type": "object",
-        "properties": {"content": {"type": "string"}},
-        "required": ["content"],
-        "additionalProperties": False,
-    }
-    schema = {"anyOf": [tool_call, content]}
+        )
+        for index, tool in enumerate(tools)
+    ]
+    content = _closed({"content": {"type": "string"}})
+    schema: dict[str, Any] = {"anyOf": [*calls, content]}
+    if definitions:
+        schema["$defs"] = definitions
     # llama.cpp's server reads ``schema`` (and refuses the type ``json_schema``); OpenAI's API
     # reads ``json_schema``: both are sent, as ``examples.support_desk.real_model`` does
     return {
@@ -84,6 +84,71 @@ def answer_schema(tools: tuple[ToolSchema, ...]) -> dict[str, Any]:
         "schema": schema,
         "json_schema": {"name": "answer", "schema": schema},
     }
+
+
+def _closed(properties: dict[str, Any]) -> dict[str, Any]:
+    """An object with exactly these keys (all required, none other)."""
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": list(properties),
+        "additionalProperties": False,
+    }
+
+
+def _arguments_schema(tool: ToolSchema, index: int, definitions: dict[str, Any]) -> Any:
+    """The tool's parameter schema, its local definitions (``#/$defs/…``, ``#/definitions/…``)
+    moved to the answer schema's ``$defs`` under names of their own (``t<index>_<name>``: two
+    tools may both define ``Passenger``), references rewritten. A schema that is not an object
+    schema, or that refers elsewhere, leaves the arguments any object (never a guess)."""
+    parameters: Any = tool.parameters
+    if not isinstance(parameters, dict) or parameters.get("type", "object") != "object":
+        return {"type": "object"}
+    prefix = f"t{index}_"
+    local: dict[str, Any] = {}
+    for key in ("definitions", "$defs"):
+        if isinstance(found := parameters.get(key), dict):
+            local.update(found)
+
+    def rewrite(node: Any) -> Any:
+        if isinstance(node, list):
+            return [rewrite(n) for n in node]
+        if not isinstance(node, dict):
+            return node
+        out: dict[str, Any] = {}
+        for key, value in node.items():
+            if key in ("$defs", "definitions"):
+                continue
+            if key == "$ref":
+                name = _local_name(value)
+                if name is None or name not in local:
+                    raise _Unsupported(value)
+                out[key] = f"#/$defs/{prefix}{name}"
+            else:
+                out[key] = rewrite(value)
+        return out
+
+    try:
+        arguments = rewrite(parameters)
+        moved = {f"{prefix}{name}": rewrite(value) for name, value in local.items()}
+    except _Unsupported:
+        return {"type": "object"}
+    definitions.update(moved)
+    # llama.cpp's grammar allows no undeclared key where a schema does not say; said here,
+    # so that the schema means what the grammar enforces (and a validator agrees with it)
+    arguments.setdefault("additionalProperties", False)
+    return arguments
+
+
+class _Unsupported(Exception):
+    """A reference that is not to one of the schema's own definitions."""
+
+
+def _local_name(ref: Any) -> str | None:
+    for root in ("#/$defs/", "#/definitions/"):
+        if isinstance(ref, str) and ref.startswith(root) and "/" not in ref[len(root) :]:
+            return ref[len(root) :]
+    return None
 
 
 def compile_request(request: ModelRequest) -> tuple[ModelRequest, dict[str, Any] | None]:

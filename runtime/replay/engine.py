@@ -430,7 +430,10 @@ class ReplayEngine:
 
     async def run_steps(self, step: StepInput) -> StepOutput:
         """Run up to ``plan.activity_batch()`` steps, each recorded atomically; their counters
-        are summed and the last step's position is returned."""
+        are summed and the last step's position is returned. A batch also ends after a step
+        that called a live model: each such call may take up to the model's timeout (minutes
+        for a small local model on busy cores), and a batch of several would outlast the step
+        activity's deadline and the sandbox's wall-clock limit (10 minutes each)."""
         total: StepOutput | None = None
         current = step
         for _ in range(step.plan.activity_batch()):
@@ -448,7 +451,7 @@ class ReplayEngine:
                     }
                 )
             )
-            if out.finished or out.next_step is None:
+            if out.finished or out.next_step is None or out.usage.model_calls:
                 break
             current = current.model_copy(
                 update={
@@ -552,6 +555,7 @@ class ReplayEngine:
                 used,
                 plan.sampling_seed,
                 recorded_seed=plan.mode is ReplayMode.EXACT,
+                max_loop_calls=plan.loop_call_cap(run.graph_id),
             )
         bundle = (
             catalog.bundle(plan.prompt_version)

@@ -127,10 +127,13 @@ class LiveModelProvider:
         sampling_seed: int,
         *,
         recorded_seed: bool = False,
+        max_loop_calls: int | None = None,
     ) -> None:
         self.inner = inner
         self.positions = positions
         self.budget = budget
+        #: the plan's per-replay cap on a tool loop's live model calls (``ReplayPlan``)
+        self.max_loop_calls = max_loop_calls
         self.used_before = used_before
         self.sampling_seed = sampling_seed
         #: EXACT keeps the seed the replayed code passes (the recorded one: its random state is
@@ -171,6 +174,8 @@ class LiveModelProvider:
         used = self.used_before.plus(self.positions.usage())
         if budget.max_model_calls is not None and used.model_calls >= budget.max_model_calls:
             raise BudgetExhaustedError(f"max_model_calls {budget.max_model_calls} reached")
+        if self.max_loop_calls is not None and used.model_calls >= self.max_loop_calls:
+            raise BudgetExhaustedError(loop_cap_reached(self.max_loop_calls))
         prompt = estimated_prompt_tokens(request)
         room: list[int] = [request.max_tokens] if request.max_tokens else []
         if budget.max_tokens is not None:
@@ -189,6 +194,11 @@ class LiveModelProvider:
                 f"{budget.max_cost}; used {used.tokens} tokens, {used.cost})"
             )
         return request.model_copy(update={"max_tokens": cap})
+
+
+def loop_cap_reached(cap: int) -> str:
+    """Why a tool loop's replay stopped at its per-replay cap (``ReplayPlan.max_loop_calls``)."""
+    return f"max_loop_calls {cap} reached (the per-replay cap on a tool loop's model calls)"
 
 
 def estimated_prompt_tokens(request: ModelRequest) -> int:

@@ -296,7 +296,8 @@ async def record_sent_request(
     """The body a provider that offers the tools in the prompt (``tool_calling: "prompt"``)
     sends for ``request``: stored, with its hash, for the MODEL_CALL event (``None`` for any
     other provider, whose request is the snapshot's). Wrappers (budget, replay) are looked
-    through by their ``inner``."""
+    through by their ``inner``; in a sandboxed step the provider is the broker's
+    ``ProxyModel``, which compiles the body as the worker's provider does."""
     while provider is not None and not hasattr(provider, "compile"):
         provider = getattr(provider, "inner", None)
     if provider is None:

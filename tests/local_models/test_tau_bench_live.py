@@ -6,23 +6,27 @@ shared database never changes and no write is executed."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
+import jsonschema
 import pytest
 
 from activities.observe import replay_run_facts
 from app.local_replay import run_prepared
 from integrations.tau_bench.world.live import TauWorlds, replay_counterfactual
 from models import ExecutionEventType, FixtureMissPolicy, ReplayMode
+from models.enums import InconclusiveReason
 from models.errors import InvalidInputError
-from models.model_call import ChatMessage, ModelRequest
-from models.replay import ReplayBudget
+from models.model_call import ChatMessage, ModelRequest, ModelResponse
 from models.replay_flow import ReplayPlan
-from runtime.providers.prompt_tools import TOOLS_BEGIN
+from models.verdicts import stop_verdict
+from runtime.providers.prompt_tools import TOOLS_BEGIN, TOOLS_END
 from runtime.replay.engine import ReplayEngine
 from runtime.tools import ToolCallContext
 from tests.fixtures_tau import AIRLINE_VERSION, ENV_DATA, import_shortest_airline_run
@@ -30,11 +34,31 @@ from tests.local_models.conftest import ModelStack
 from worker.catalogs import catalogs
 
 VERSION = AIRLINE_VERSION
+#: model calls the replay may make, and tokens per answer: the test stays short
+CAP = 1
+ANSWER_TOKENS = 48
 #: seconds one model call may take here: the first call evaluates the recorded system prompt
 #: (about 1,300 tokens; 3,800 on an endpoint that renders the tools) and may write up to 256
 #: tokens; at a load average of 12 on two cores that took more than 120 s (40 prompt tokens/s);
 #: later calls reuse the server's cached prefix
 FIRST_CALL_TIMEOUT = 480
+
+
+class ShortAnswers:
+    """The registry's provider with each answer cut at ``max_tokens`` (the tool loop asks for
+    256): what the test waits for is the server's generation."""
+
+    def __init__(self, inner: Any, max_tokens: int) -> None:
+        self.inner, self.max_tokens, self.profile = inner, max_tokens, inner.profile
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        return await self.inner.complete(request.model_copy(update={"max_tokens": self.max_tokens}))
+
+
+def _tools(system: str) -> list[dict[str, Any]]:
+    """The tools rendered in a system message (one JSON line each)."""
+    block = system.split(TOOLS_BEGIN)[1].split(TOOLS_END)[0]
+    return [json.loads(line) for line in block.strip().splitlines()]
 
 
 def _files_digest(folder: Path) -> str:
@@ -60,6 +84,10 @@ async def test_a_tau_bench_model_swap_ends_with_the_benchmarks_verdict(
     agents = catalogs(None, None, registry, worlds)
     for catalog in agents.values():  # each registry model's provider, closed after the test
         model_stack.closing.extend(getattr(m, "inner", m) for m in catalog.models.values())
+    loop = agents["tool-loop"]
+    # short answers: a tool call of the world fits in them (a cut one is kept as content)
+    short = ShortAnswers(loop.models["gemma3-270m"], ANSWER_TOKENS)
+    agents = {**agents, "tool-loop": dataclasses.replace(loop, models={"gemma3-270m": short})}
     engine = ReplayEngine(stores.ledger, stores.evidence, stores.artifacts, agents)
     plan = ReplayPlan(
         replay_id=f"replay-{uuid.uuid4().hex[:12]}",
@@ -68,19 +96,24 @@ async def test_a_tau_bench_model_swap_ends_with_the_benchmarks_verdict(
         model_name="gemma3-270m",
         sampling_seed=3,
         miss_policy=FixtureMissPolicy.SANDBOX_LIVE,
-        # bounded: a model that keeps calling tools is stopped (the verdict then says the
-        # episode did not reach its end)
-        budget=ReplayBudget(max_model_calls=3),
+        # the per-replay cap: one model call, then the replay stops (unless that call ended
+        # the episode), INCONCLUSIVE (BUDGET) and scored as an episode ended early
+        max_loop_calls=CAP,
     )
     prepared = await engine.prepare(plan)
     assert prepared.ok, prepared.problems
     totals = await run_prepared(engine, plan, prepared)
-    assert totals.model_calls >= 1 and totals.usage.tokens > 0
+    assert totals.model_calls == CAP and totals.usage.tokens > 0
 
     verdict = await replay_counterfactual(worlds, plan.replay_id, run_id)
     assert verdict is not None
     assert verdict.counterfactual_reward in (0, 1) and verdict.reason
     assert verdict.db_version == VERSION and verdict.expected_hash
+    if totals.stopped is not None:  # the cap stopped it (the model did not end the episode)
+        assert totals.stopped.startswith(f"BudgetExhaustedError: max_loop_calls {CAP}")
+        stopped = stop_verdict(totals.stopped, reproduced=False)
+        assert stopped.inconclusive_reason is InconclusiveReason.BUDGET
+        assert verdict.counterfactual_reward == 0 and "max_loop_calls" in verdict.reason
     print(f"\ncounterfactual_reward={verdict.counterfactual_reward}: {verdict.reason}")
 
     # the local models are registered with ``tool_calling: "prompt"``: the body sent carries
@@ -96,12 +129,16 @@ async def test_a_tau_bench_model_swap_ends_with_the_benchmarks_verdict(
     system = sent["messages"][0]["content"]
     assert sent["messages"][0]["role"] == "system" and TOOLS_BEGIN in system
     assert '"name": "get_user_details"' in system
-    assert (
-        "get_user_details"
-        in sent["response_format"]["schema"]["anyOf"][0]["properties"]["tool_call"]["properties"][
-            "name"
-        ]["enum"]
-    )
+    names = [
+        a["properties"]["tool_call"]["properties"]["name"]
+        for a in sent["response_format"]["schema"]["anyOf"][:-1]
+    ]
+    assert {"const": "get_user_details"} in names
+    # the grammar holds the model to the arguments of the tool it names
+    offered = {t["name"]: t["parameters"] for t in _tools(system)}
+    for call in calls:
+        for asked in call["response"]["tool_calls"]:
+            jsonschema.validate(asked["arguments"], offered[asked["name"]])
     # the same conversation without the tools block, one token: fewer prompt tokens
     provider = registry.provider("gemma3-270m")
     model_stack.closing.append(provider)

@@ -39,10 +39,17 @@ class CounterfactualVerdict(BaseModel):
 
 
 def counterfactual_verdict(
-    source: ForensicsRun, messages: list[dict[str, Any]], base: DomainData
+    source: ForensicsRun,
+    messages: list[dict[str, Any]],
+    base: DomainData,
+    *,
+    stopped: str | None = None,
 ) -> CounterfactualVerdict:
     """The verdict on ``messages`` (OpenAI chat messages of the replayed conversation, without
-    the system prompt) for ``source``'s task, on a private copy of ``base``."""
+    the system prompt) for ``source``'s task, on a private copy of ``base``. ``stopped``: why
+    the replay stopped before the episode's end (e.g. its cap on model calls): the episode is
+    then scored 0, as tau2-bench scores every episode that neither the agent nor the user
+    ended (``max_steps``, ``too_many_errors``…: "terminated prematurely")."""
     calls = tool_calls(messages, set(source.write_tools))
     replayed = source.model_copy(
         update={
@@ -56,9 +63,14 @@ def counterfactual_verdict(
     assert world.expected_hash is not None
     texts = [t for _, t in replayed.agent_texts]
     missing = [o for o in source.expected_outputs if not output_found(o, texts)]
-    finished = replayed.finished is not False
+    finished = replayed.finished is not False and stopped is None
     state_ok = world.final_hash == world.expected_hash
-    if not finished:
+    if stopped is not None:
+        reason = (
+            f"the replay stopped before the episode's end ({stopped}): reward 0, as the "
+            "benchmark scores an episode ended early (max steps)"
+        )
+    elif not finished:
         reason = "the episode did not reach its end (never scored)"
     elif not state_ok:
         reason = (

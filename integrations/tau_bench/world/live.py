@@ -160,14 +160,23 @@ async def replay_counterfactual(
     if header.labels.get("source") != "tau-bench":
         return None
     source = await worlds.source(source_run_id)
-    completed = await worlds.ledger.events_with_payloads(
-        replay_id, types=frozenset({E.STEP_COMPLETED}), missing_ok=True
+    loaded = await worlds.ledger.events_with_payloads(
+        replay_id, types=frozenset({E.STEP_COMPLETED, E.RUN_FAILED}), missing_ok=True
     )
     state: dict[str, Any] = {}
-    for _, payload in reversed(completed):
+    for event, payload in reversed(loaded):
         ref = (json.loads(payload or b"{}").get("replay_step") or {}).get("state_ref")
-        if ref:
+        if event.type is E.STEP_COMPLETED and ref:
             state = json.loads(await worlds.artifacts.get(ref))
             break
+    # why the replay's steps stopped before the episode's end (its budget, a fixture miss…)
+    stopped = next(
+        (
+            str(data.get("message") or data.get("error"))
+            for data in (json.loads(p or b"{}") for e, p in loaded if e.type is E.RUN_FAILED)
+            if data.get("partial")
+        ),
+        None,
+    )
     base = worlds.base(str(source.run.env_version), source.run.domain)
-    return counterfactual_verdict(source.run, _messages(state), base)
+    return counterfactual_verdict(source.run, _messages(state), base, stopped=stopped)
