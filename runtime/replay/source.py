@@ -297,9 +297,7 @@ async def load_source_evidence(
                 fixture_order=fixture_order,
                 retrieval_order=retrieval_order,
             )
-    approvals = {a.action_hash: a for a in await evidence.records(ApprovalRecord, run_id)}
-    decisions = {d.input_hash: d for d in await evidence.records(PolicyDecisionRecord, run_id)}
-    checkpoints = {c.step_id: c for c in await evidence.records(ReplayCheckpoint, run_id)}
+    approvals, decisions, checkpoints = await _looked_up(evidence, run_id)
     return SourceEvidence(
         run=run,
         agent_input=agent_input,
@@ -322,6 +320,16 @@ async def load_source_evidence(
         fixture_order=fixture_order,
         retrieval_order=retrieval_order,
     )
+
+
+async def _looked_up(
+    evidence: EvidenceReader, run_id: str
+) -> tuple[dict[str, ApprovalRecord], dict[str, PolicyDecisionRecord], dict[str, ReplayCheckpoint]]:
+    """The run's approvals by action, policy decisions by input and checkpoints by step."""
+    approvals = {a.action_hash: a for a in await evidence.records(ApprovalRecord, run_id)}
+    decisions = {d.input_hash: d for d in await evidence.records(PolicyDecisionRecord, run_id)}
+    checkpoints = {c.step_id: c for c in await evidence.records(ReplayCheckpoint, run_id)}
+    return approvals, decisions, checkpoints
 
 
 _INTERESTING = {

@@ -32,7 +32,7 @@ from sqlalchemy.dialects import sqlite as sqlite_dialect
 
 from models.errors import StoreError
 from stores.sql import schema
-from stores.sql.database import CONNECT_TIMEOUT_SECONDS, Database
+from stores.sql.database import _UNAVAILABLE, CONNECT_TIMEOUT_SECONDS, Database, _store_error
 
 __all__ = ["POSTGRES_LANES", "BatchWriter", "FastBatch", "NeedsGeneralPath", "batch_writer"]
 
@@ -279,6 +279,9 @@ class PostgresBatchWriter(BatchWriter):
             pooled = await asyncio.wait_for(
                 self._db.engine.raw_connection(), CONNECT_TIMEOUT_SECONDS * 2
             )
+        except _UNAVAILABLE as exc:  # a database down or restarting: unavailable, not a bug
+            await self._give_back(None, broken=True)
+            raise _store_error(exc) from exc
         except BaseException:
             await self._give_back(None, broken=True)
             raise

@@ -63,15 +63,7 @@ def link_batch(
     recorded_text = format_instant(recorded_at)
     for request in requests:
         run_id = request.run_id
-        if run_id not in heads:
-            raise RunNotFoundError(f"run not found: {run_id!r}")
-        sequence, previous = heads[run_id]
-        expected = request.expected_sequence
-        if expected is not None and expected != sequence + 1:
-            raise SequenceConflictError(
-                f"run {run_id!r}: append expected sequence {expected} but "
-                f"the next sequence is {sequence + 1}"
-            )
+        sequence, previous = _head_for(request, heads)
         out = []
         for event, (payload_ref, payload_hash, inline, raw_columns) in zip(
             request.events, request.prepared, strict=True
@@ -134,6 +126,21 @@ def link_batch(
         heads[run_id] = (sequence, previous)
         batch.results.append(out)
     return batch
+
+
+def _head_for(request: AppendRequest, heads: dict[str, tuple[int, str]]) -> tuple[int, str]:
+    """The head ``request`` links onto: refuses a run that does not exist or an expected
+    sequence that is not the next one."""
+    if request.run_id not in heads:
+        raise RunNotFoundError(f"run not found: {request.run_id!r}")
+    sequence, previous = heads[request.run_id]
+    expected = request.expected_sequence
+    if expected is not None and expected != sequence + 1:
+        raise SequenceConflictError(
+            f"run {request.run_id!r}: append expected sequence {expected} but "
+            f"the next sequence is {sequence + 1}"
+        )
+    return sequence, previous
 
 
 def appended_event(

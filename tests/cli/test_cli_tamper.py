@@ -36,7 +36,14 @@ def test_a_side_effect_edited_in_sql_is_named_and_not_retried(tmp_path: Path) ->
     )
     report = json.loads(run(["runs", "verify", view["run_id"], "--json"], home).stdout)
     assert report["intact"] is False and report["run_id"] == view["run_id"]
-    assert set(report["checked"]) == {"events", "payloads", "artifacts", "projections", "anchors"}
+    assert set(report["checked"]) == {
+        "events",
+        "payloads",
+        "artifacts",
+        "projections",
+        "anchors",
+        "raw_payloads",
+    }
     assert report["problems"][0]["kind"] == "side_effects"
 
     before = json.loads(run(["examples", "providers", "--json"], home).stdout)
