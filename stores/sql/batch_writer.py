@@ -33,6 +33,7 @@ from sqlalchemy.dialects import sqlite as sqlite_dialect
 from models.errors import StoreError
 from stores.sql import schema
 from stores.sql.database import _UNAVAILABLE, CONNECT_TIMEOUT_SECONDS, Database, _store_error
+from stores.sql.views import RUN_EVIDENCE_TABLES
 
 __all__ = ["POSTGRES_LANES", "BatchWriter", "FastBatch", "NeedsGeneralPath", "batch_writer"]
 
@@ -62,14 +63,7 @@ class FastBatch:
 FAST_TABLES: tuple[Table, ...] = (
     schema.execution_events,
     schema.raw_payloads,
-    schema.tool_fixtures,
-    schema.prompt_artifacts,
-    schema.context_snapshots,
-    schema.retrieval_fixtures,
-    schema.policy_decisions,
-    schema.approvals,
-    schema.side_effects,
-    schema.checkpoints,
+    *RUN_EVIDENCE_TABLES,
 )
 
 #: observers of the statements a writer sends, one call per transaction: the statements

@@ -52,9 +52,9 @@ from stores.sql.chain_read import read_intact_chain
 from stores.sql.database import Database, utc
 from stores.sql.group_commit import GroupCommitter
 from stores.sql.heads import move_heads
-from stores.sql.linking import AppendRequest, fast_rows, link_batch
+from stores.sql.linking import AppendRequest, fast_rows, link_batch, projected
 from stores.sql.privacy import SqlRawVault
-from stores.sql.projections import ProjectedRecord, write_projections
+from stores.sql.projections import write_projections
 from stores.sql.run_check import check_headless, check_run
 
 __all__ = ["CAS_PREFIX", "INLINE_REF", "NewEvent", "RunSummary", "SqlLedger"]
@@ -399,14 +399,7 @@ class SqlLedger:
         await write_projections(
             conn,
             [
-                ProjectedRecord(
-                    record,
-                    run_id=appended.run_id,
-                    step_id=event.step_id,
-                    event_id=event.event_id,
-                    sequence=appended.sequence,
-                    content_hash=appended.payload_hash,
-                )
+                projected(event, record, appended)
                 for event, record, appended, _ in batch.projections
             ],
             recorded_at,

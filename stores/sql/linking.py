@@ -228,6 +228,18 @@ def _is_utc(value: object) -> bool:
     return type(value) is datetime and value.tzinfo is UTC
 
 
+def projected(event: NewEvent, record: HashedRecord, appended: ExecutionEvent) -> ProjectedRecord:
+    """The lookup row to write for ``record``, carried by ``event`` appended as ``appended``."""
+    return ProjectedRecord(
+        record,
+        run_id=appended.run_id,
+        step_id=event.step_id,
+        event_id=event.event_id,
+        sequence=appended.sequence,
+        content_hash=appended.payload_hash,
+    )
+
+
 def fast_rows(
     batch: LinkedBatch, recorded_at: datetime
 ) -> dict[Table, list[dict[str, Any]]] | None:
@@ -236,14 +248,7 @@ def fast_rows(
     lookups = plain_insert_rows(
         [
             (
-                ProjectedRecord(
-                    record,
-                    run_id=appended.run_id,
-                    step_id=event.step_id,
-                    event_id=event.event_id,
-                    sequence=appended.sequence,
-                    content_hash=appended.payload_hash,
-                ),
+                projected(event, record, appended),
                 # the record's JSON is the event's canonical payload: reused, not dumped again
                 (
                     inline if inline is not None else canonicalize(record.canonical_payload())
