@@ -14,6 +14,7 @@ The same read gives ``run_check`` the events it needs for a full verification
 
 from __future__ import annotations
 
+import asyncio
 import functools
 from collections.abc import Sequence
 from typing import Any, NamedTuple
@@ -27,6 +28,7 @@ from models.chain import (
     ChainVerification,
     verify_chain_columns,
 )
+from models.chain_joined import ChainChunk, JoinedChainCheck
 
 __all__ = ["StoredEvent", "fetch_run_rows", "read_intact_chain", "verify_intact_chain"]
 
@@ -68,28 +70,32 @@ def _field_sql(name: str, sqlite: bool) -> str:
     return f"coalesce({name}, {_MISSING})"
 
 
-@functools.cache
-def _query(sqlite: bool, with_events: bool) -> str:
-    """The rows verification reads, each with its chained text written by one call of the
-    database's printf (SQLite) or format (PostgreSQL) from the template."""
+def _text_sql(sqlite: bool) -> str:
+    """SQL for an event's chained text, written by one call of the database's printf
+    (SQLite) or format (PostgreSQL) from the template."""
     template = "%s" + "%s".join(TEMPLATE_LITERALS) + "%s"
     fields = [_field_sql(name, sqlite) for name in ("previous_hash", *TEMPLATE_FIELDS)]
     arguments = ", ".join([*fields, _field_sql("payload_hash", sqlite)])
-    text = f"{'printf' if sqlite else 'format'}('{template.replace(chr(39), chr(39) * 2)}', {arguments})"
+    return f"{'printf' if sqlite else 'format'}('{template.replace(chr(39), chr(39) * 2)}', {arguments})"
+
+
+@functools.cache
+def _query(sqlite: bool, with_events: bool) -> str:
+    """The rows verification reads, each with its chained text."""
     return (
-        f"SELECT sequence, previous_hash, {text}, payload_hash, hash, payload"
+        f"SELECT sequence, previous_hash, {_text_sql(sqlite)}, payload_hash, hash, payload"
         f"{', event_id, type, payload_ref' if with_events else ''}"
         f" FROM execution_events WHERE run_id = {'?' if sqlite else '$1'} ORDER BY sequence"
     )
 
 
-async def _fetch(conn: AsyncConnection, sql: str, run_id: str) -> list[Any]:
+async def _fetch(conn: AsyncConnection, sql: str, arguments: tuple[Any, ...]) -> list[Any]:
     """All rows of ``sql`` from the driver's own connection (aiosqlite or asyncpg)."""
     raw = await conn.get_raw_connection()
     driver: Any = raw.driver_connection
     if conn.dialect.name == "sqlite":
-        return list(await driver.execute_fetchall(sql, (run_id,)))
-    return list(await driver.fetch(sql, run_id))
+        return list(await driver.execute_fetchall(sql, arguments))
+    return list(await driver.fetch(sql, *arguments))
 
 
 async def fetch_run_rows(conn: AsyncConnection, table: str, run_id: str) -> list[dict[str, Any]]:
@@ -111,19 +117,114 @@ async def fetch_run_rows(conn: AsyncConnection, table: str, run_id: str) -> list
     ]
 
 
+#: events per joined read: bounds the texts held at once (~0.5 KB an event); the next chunk is
+#: read while this one is hashed
+CHUNK_EVENTS = 2048
+
+
+@functools.cache
+def _joined_query(sqlite: bool) -> str:
+    """One chunk of a run's events (``lower < sequence <= upper``) as joined texts, in
+    ascending ``sequence`` order (``models.chain_joined.ChainChunk``), and how many of its
+    rows have the stored types (SQLite keeps any type in any column). PostgreSQL adds the
+    inline payloads as an array; SQLite reads them as rows (``_PAYLOADS``)."""
+    if sqlite:
+        typed = (
+            "sum(typeof(sequence) = 'integer' AND typeof(previous_hash) = 'text'"
+            " AND typeof(hash) = 'text' AND typeof(payload_hash) = 'text'"
+            " AND (payload IS NULL OR typeof(payload) = 'blob'))"
+        )
+        join, text_separator, payloads = "group_concat", "char(10)", ""
+    else:
+        typed = "count(*)"
+        join, text_separator = "string_agg", "E'\\n'"
+        payloads = ", array_agg(payload) FILTER (WHERE payload IS NOT NULL)"
+    # the aggregates read the rows in the order of the subquery; the joined sequences show
+    # it (any other order does not verify)
+    return (
+        f"SELECT count(*), {typed}, {join}({'sequence' if sqlite else 'CAST(sequence AS TEXT)'},"
+        f" ','), {join}(previous_hash, ','), {join}(hash, ','), {join}(text, {text_separator}),"
+        f" {join}(CASE WHEN payload IS NOT NULL THEN payload_hash END, ','){payloads}"
+        " FROM (SELECT sequence, previous_hash, hash, payload_hash, payload,"
+        f" {_text_sql(sqlite)} AS text FROM execution_events {_RANGE[sqlite]} ORDER BY sequence)"
+        " AS events"
+    )
+
+
+_RANGE = {
+    True: "WHERE run_id = ? AND sequence > ? AND sequence <= ?",
+    False: "WHERE run_id = $1 AND sequence > $2 AND sequence <= $3",
+}
+_PAYLOADS = f"SELECT payload FROM execution_events {_RANGE[True]} AND payload IS NOT NULL" + (
+    " ORDER BY sequence"
+)
+
+
+async def _read_chunk(
+    conn: AsyncConnection, sqlite: bool, arguments: tuple[str, int, int]
+) -> ChainChunk | None:
+    rows = await _fetch(conn, _joined_query(sqlite), arguments)
+    count, typed, sequences, previous, hashes, texts, inline_hashes, *rest = rows[0]
+    if count and typed != count:
+        return None
+    if sqlite:
+        payloads = [row[0] for row in await _fetch(conn, _PAYLOADS, arguments)]
+    else:
+        payloads = rest[0] or []
+    return ChainChunk(count, sequences, previous, hashes, texts, payloads, inline_hashes)
+
+
+async def _verify_joined(conn: AsyncConnection, run_id: str) -> ChainVerification | None:
+    """``verify_intact_chain`` from joined texts, one read per ``CHUNK_EVENTS`` events, the
+    next one under way while this one is checked."""
+    sqlite = conn.dialect.name == "sqlite"
+    heads = await _fetch(
+        conn,
+        "SELECT head_sequence, head_hash, (SELECT count(*) FROM execution_events"
+        f" WHERE run_id = runs.run_id) FROM runs WHERE run_id = {'?' if sqlite else '$1'}",
+        (run_id,),
+    )
+    if not heads:
+        return None
+    head_sequence, head_hash, total = heads[0]
+    # every row of the run is in one of the ranges read: any other row (a sequence out of
+    # range or of another type) is counted in ``total`` but in no chunk
+    if total != head_sequence or type(total) is not int:
+        return None
+    check = JoinedChainCheck()
+    lowers = range(0, max(total, 1), CHUNK_EVENTS)
+    pending = asyncio.ensure_future(_read_chunk(conn, sqlite, (run_id, 0, CHUNK_EVENTS)))
+    for lower in lowers:
+        chunk = await pending
+        upper = lower + 2 * CHUNK_EVENTS
+        if lower + CHUNK_EVENTS < lowers.stop:
+            pending = asyncio.ensure_future(
+                _read_chunk(conn, sqlite, (run_id, lower + CHUNK_EVENTS, upper))
+            )
+            await asyncio.sleep(0)  # the read is sent before this chunk is hashed
+        if chunk is None or not check.add(chunk):
+            if not pending.done():
+                await pending  # the connection is free again before it is returned
+            return None
+    return check.verification(run_id, expected_head=(head_sequence, head_hash))
+
+
 async def read_intact_chain(
     conn: AsyncConnection, run_id: str, *, with_events: bool = True
 ) -> tuple[ChainVerification, list[StoredEvent]] | None:
     """The run's chain verification and (``with_events``) its events, if its chain and header
     head are intact; else None."""
+    if not with_events:
+        chain = await _verify_joined(conn, run_id)
+        return None if chain is None else (chain, [])
     sqlite = conn.dialect.name == "sqlite"
     head_sql = "SELECT head_sequence, head_hash FROM runs WHERE run_id = " + (
         "?" if sqlite else "$1"
     )
-    heads = await _fetch(conn, head_sql, run_id)
+    heads = await _fetch(conn, head_sql, (run_id,))
     if not heads:
         return None
-    rows = await _fetch(conn, _query(sqlite, with_events), run_id)
+    rows = await _fetch(conn, _query(sqlite, with_events), (run_id,))
     width = 9 if with_events else 6
     columns: Sequence[Sequence[Any]] = list(zip(*rows, strict=True)) if rows else [()] * width
     sequences, previous, texts, payload_hashes, hashes, payloads = columns[:6]
@@ -146,5 +247,4 @@ async def read_intact_chain(
 
 async def verify_intact_chain(conn: AsyncConnection, run_id: str) -> ChainVerification | None:
     """The run's chain verification if its chain and header head are intact, else None."""
-    intact = await read_intact_chain(conn, run_id, with_events=False)
-    return None if intact is None else intact[0]
+    return await _verify_joined(conn, run_id)

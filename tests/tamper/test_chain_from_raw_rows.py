@@ -12,11 +12,20 @@ import pytest
 from models import ExecutionEventType as E
 from models.base import format_instant
 from models.chain import CHAIN_SCHEMA_VERSION, BreakReason, link_hash
+from stores.sql import chain_read
 from stores.sql.chain_read import verify_intact_chain
 from stores.sql.ledger import NewEvent
 from tests.tamper.conftest import T0, Recorded
 
 EVENTS = "execution_events"
+#: a copy of event 3 added at ``:s`` (the run header unchanged)
+_EXTRA_ROW = (
+    "INSERT INTO {t} (run_id, sequence, event_id, step_id, type, payload_ref, payload_hash,"
+    " previous_hash, hash, logical_time, recorded_at, schema_version, payload)"
+    " SELECT run_id, :s, event_id || '-copy', step_id, type, payload_ref, payload_hash,"
+    " previous_hash, hash, logical_time, recorded_at, schema_version, payload"
+    " FROM {t} WHERE run_id=:r AND sequence=3"
+)
 
 
 async def _fast(rec: Recorded) -> object:
@@ -24,7 +33,15 @@ async def _fast(rec: Recorded) -> object:
         return await verify_intact_chain(conn, rec.run_id)
 
 
-async def test_an_intact_chain_verifies_from_raw_rows(recorded: Recorded) -> None:
+@pytest.fixture(params=[2, chain_read.CHUNK_EVENTS], ids=["chunks-of-2", "one-chunk"])
+def chunk(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> int:
+    """Events per joined read: the run in several reads (the next read under way while one is
+    checked) or in one."""
+    monkeypatch.setattr(chain_read, "CHUNK_EVENTS", request.param)
+    return int(request.param)
+
+
+async def test_an_intact_chain_verifies_from_raw_rows(recorded: Recorded, chunk: int) -> None:
     fast = await _fast(recorded)
     general = await recorded.ledger.verify(recorded.run_id)
     assert fast is not None
@@ -54,11 +71,29 @@ async def test_texts_beyond_the_template_take_the_general_path(recorded: Recorde
         ("DELETE FROM {t} WHERE run_id=:r AND sequence=3", {}, "gap"),
         ("UPDATE {t} SET hash=:h WHERE run_id=:r AND sequence=6", {"h": "sha256:" + "2" * 64}, ""),
         ("UPDATE {t} SET payload=:p WHERE run_id=:r AND sequence=1", {"p": b"{}"}, "payload"),
-        ("UPDATE {t} SET event_id=:e WHERE run_id=:r AND sequence=2", {"e": 'x","a":"'}, "event"),
+        (
+            "UPDATE {t} SET event_id=event_id || :e WHERE run_id=:r AND sequence=2",
+            {"e": 'x","a":"'},
+            "event",
+        ),
+        # rows outside every range read: before the first, after the head
+        ("UPDATE {t} SET sequence=0 WHERE run_id=:r AND sequence=1", {}, "duplicate"),
+        ("UPDATE {t} SET sequence=-3 WHERE run_id=:r AND sequence=1", {}, "duplicate"),
+        ("UPDATE {t} SET sequence=100000 WHERE run_id=:r AND sequence=5", {}, "gap"),
+        (_EXTRA_ROW, {"s": 100000}, "gap"),
+        # a separator of the joined texts inside a value
+        ("UPDATE {t} SET hash=',' || substr(hash, 2) WHERE run_id=:r AND sequence=3", {}, ""),
+        (
+            "UPDATE {t} SET previous_hash=substr(previous_hash, 1, 70) || ','"
+            " WHERE run_id=:r AND sequence=4",
+            {},
+            "",
+        ),
+        ("UPDATE {t} SET step_id=step_id || :n WHERE run_id=:r AND sequence=5", {"n": "\n"}, ""),
     ],
 )
 async def test_tampering_is_left_to_the_general_path(
-    recorded: Recorded, statement: str, params: dict[str, object], reason: str
+    recorded: Recorded, chunk: int, statement: str, params: dict[str, object], reason: str
 ) -> None:
     await recorded.sql(statement.format(t=EVENTS), r=recorded.run_id, **params)
     assert await _fast(recorded) is None
@@ -111,3 +146,25 @@ async def test_a_hash_forged_over_an_unwritable_instant_is_left_to_the_general_p
     assert await _fast(recorded) is None
     result = await recorded.ledger.verify(recorded.run_id, full=False)
     assert not result.intact and result.broken_at == last.sequence
+
+
+# SQLite keeps any type in any column; PostgreSQL refuses another type
+@pytest.mark.parametrize("database", ["sqlite"], indirect=True)
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "UPDATE {t} SET hash=CAST(hash AS BLOB) WHERE run_id=:r AND sequence=3",
+        "UPDATE {t} SET previous_hash=CAST(previous_hash AS BLOB) WHERE run_id=:r AND sequence=3",
+        "UPDATE {t} SET payload_hash=CAST(payload_hash AS BLOB) WHERE run_id=:r AND sequence=1",
+        "UPDATE {t} SET payload=CAST(payload AS TEXT) WHERE run_id=:r AND sequence=1",
+        "UPDATE {t} SET sequence=CAST(sequence AS BLOB) WHERE run_id=:r AND sequence=9",
+        "UPDATE {t} SET sequence='x' WHERE run_id=:r AND sequence=9",
+        _EXTRA_ROW.replace(":s", "'x'"),
+    ],
+)
+async def test_values_of_another_type_are_left_to_the_general_path(
+    recorded: Recorded, chunk: int, statement: str
+) -> None:
+    # the joined texts would read these as the same text: the row's types are checked too
+    await recorded.sql(statement.format(t=EVENTS), r=recorded.run_id)
+    assert await _fast(recorded) is None
