@@ -163,14 +163,13 @@ _PAYLOADS = f"SELECT payload FROM execution_events {_RANGE[True]} AND payload IS
 async def _read_chunk(
     conn: AsyncConnection, sqlite: bool, arguments: tuple[str, int, int]
 ) -> ChainChunk | None:
+    # SQLite: both reads queued on aiosqlite's thread (the payloads one loop turn later)
+    payload_rows = asyncio.ensure_future(_fetch(conn, _PAYLOADS, arguments)) if sqlite else None
     rows = await _fetch(conn, _joined_query(sqlite), arguments)
     count, typed, sequences, previous, hashes, texts, inline_hashes, *rest = rows[0]
+    payloads = rest[0] or [] if payload_rows is None else [row[0] for row in await payload_rows]
     if count and typed != count:
         return None
-    if sqlite:
-        payloads = [row[0] for row in await _fetch(conn, _PAYLOADS, arguments)]
-    else:
-        payloads = rest[0] or []
     return ChainChunk(count, sequences, previous, hashes, texts, payloads, inline_hashes)
 
 
@@ -201,7 +200,9 @@ async def _verify_joined(conn: AsyncConnection, run_id: str) -> ChainVerificatio
             pending = asyncio.ensure_future(
                 _read_chunk(conn, sqlite, (run_id, lower + CHUNK_EVENTS, upper))
             )
-            await asyncio.sleep(0)  # the read is sent before this chunk is hashed
+            # the reads are sent before this chunk is hashed (a loop turn for each)
+            await asyncio.sleep(0)
+            await asyncio.sleep(0)
         if chunk is None or not check.add(chunk):
             if not pending.done():
                 await pending  # the connection is free again before it is returned
