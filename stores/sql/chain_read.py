@@ -2,14 +2,18 @@
 
 The database writes each event's chained text itself, from the fixed template of its canonical
 metadata (``models.chain.TEMPLATE_LITERALS`` around ``TEMPLATE_FIELDS``): ``previous_hash ‖
-metadata ‖ payload_hash`` as one text per row, the instants in ``format_instant`` form. The rows
-come from the driver's own cursor (no SQLAlchemy row or type processing, no object per event),
-and Python checks order, links, escapes and hashes over whole columns
-(``models.chain.verify_chain_columns``). Anything that does not verify answers None: the caller
-then takes the general path, which names what is broken and where.
+metadata ‖ payload_hash`` as one text per event, the instants in ``format_instant`` form. The
+rows come from the driver's own cursor (no SQLAlchemy row or type processing).
 
-The same read gives ``run_check`` the events it needs for a full verification
-(``StoredEvent``), so an intact run is read once.
+The chain-only check (``verify_intact_chain``) reads each chunk of ``CHUNK_EVENTS`` events as
+one row of joined texts (``string_agg`` / ``group_concat``; ``models.chain_joined``), the next
+chunk's read under way while this one is hashed: no object per event, every check but the
+hashing one comparison per chunk. The full check (``read_intact_chain`` with events) reads one
+row per event, which its checks beyond the chain (``run_check``) need as ``StoredEvent``s, and
+checks order, links, escapes and hashes over whole columns
+(``models.chain.verify_chain_columns``); an intact run is read once. Anything that does not
+verify answers None: the caller then takes the general path, which names what is broken and
+where.
 """
 
 from __future__ import annotations
@@ -163,11 +167,16 @@ _PAYLOADS = f"SELECT payload FROM execution_events {_RANGE[True]} AND payload IS
 async def _read_chunk(
     conn: AsyncConnection, sqlite: bool, arguments: tuple[str, int, int]
 ) -> ChainChunk | None:
-    # SQLite: both reads queued on aiosqlite's thread (the payloads one loop turn later)
-    payload_rows = asyncio.ensure_future(_fetch(conn, _PAYLOADS, arguments)) if sqlite else None
-    rows = await _fetch(conn, _joined_query(sqlite), arguments)
+    if sqlite:  # both reads queued on aiosqlite's thread (the payloads one loop turn later)
+        payload_read = asyncio.ensure_future(_fetch(conn, _PAYLOADS, arguments))
+        try:
+            rows = await _fetch(conn, _joined_query(sqlite), arguments)
+        finally:
+            payload_rows = await payload_read
+    else:
+        rows = await _fetch(conn, _joined_query(sqlite), arguments)
     count, typed, sequences, previous, hashes, texts, inline_hashes, *rest = rows[0]
-    payloads = rest[0] or [] if payload_rows is None else [row[0] for row in await payload_rows]
+    payloads = [row[0] for row in payload_rows] if sqlite else rest[0] or []
     if count and typed != count:
         return None
     return ChainChunk(count, sequences, previous, hashes, texts, payloads, inline_hashes)
@@ -204,8 +213,8 @@ async def _verify_joined(conn: AsyncConnection, run_id: str) -> ChainVerificatio
             await asyncio.sleep(0)
             await asyncio.sleep(0)
         if chunk is None or not check.add(chunk):
-            if not pending.done():
-                await pending  # the connection is free again before it is returned
+            # the connection is free again before it is returned (the general path reads next)
+            await asyncio.gather(pending, return_exceptions=True)
             return None
     return check.verification(run_id, expected_head=(head_sequence, head_hash))
 
