@@ -415,6 +415,8 @@ class SqlLedger:
         body = run.model_dump(mode="json")
         prepared = [await self._prepare_payload(run.run_id, e) for e in events]
         request = AppendRequest(run.run_id, list(events), prepared, 1)
+        if self._committer is not None and events and await self._start_fast(run, body, request):
+            return True
         try:
             with _conflicts_named([run.run_id]):
                 async with self.db.transaction() as conn:
@@ -440,6 +442,32 @@ class SqlLedger:
             # the writer starts from the head it created (checked by the compare-and-set
             # like any cached head): a new run's first append is one round trip too
             self._heads.setdefault(run.run_id, head)
+        return True
+
+    async def _start_fast(
+        self, run: RunRecord, body: dict[str, Any], request: AppendRequest
+    ) -> bool:
+        """Start the run through the batch writer: its row (with the head its first events
+        make) and those events in one round trip. False when nothing was written (the run
+        exists, or a record needs the general path): ``start_run`` then goes the general way,
+        which decides what an existing run means."""
+        heads = {run.run_id: (0, GENESIS_HASH)}
+        recorded_at = self.clock()
+        batch = link_batch([request], heads, recorded_at)
+        rows = fast_rows(batch, recorded_at)
+        if rows is None:
+            return False
+        sequence, head_hash = heads[run.run_id]
+        row = _run_row(run, body) | {
+            "head_sequence": sequence,
+            "head_hash": head_hash,
+            "record": canonicalize(body).decode(),
+        }
+        try:
+            await batch_writer(self.db).write(FastBatch([], rows, new_runs=[row]))
+        except NeedsGeneralPath:
+            return False
+        self._heads[run.run_id] = (sequence, head_hash)
         return True
 
     async def _locked_heads(
