@@ -229,7 +229,7 @@ class SqlLedger:
         succeeds or fails on its own."""
         if not events:
             return []
-        prepared = [await self._prepare_payload(run_id, e) for e in events]
+        prepared = await self._prepare_payloads(run_id, events)
         request = AppendRequest(run_id, list(events), prepared, expected_sequence)
         if self._committer is not None:
             return await self._committer.submit(request)
@@ -242,7 +242,7 @@ class SqlLedger:
         when they are committed (or fails with why they were not). Appends of one run are
         committed in the order they were submitted. Without group commit the events are
         written before this returns (an already resolved future)."""
-        prepared = [await self._prepare_payload(run_id, e) for e in events]
+        prepared = await self._prepare_payloads(run_id, events)
         request = AppendRequest(run_id, list(events), prepared, expected_sequence)
         if self._committer is not None:
             return self._committer.enqueue(request)
@@ -413,7 +413,7 @@ class SqlLedger:
         already with this header (nothing written; the caller compares its events); another
         header under the run id is a ``ConflictError``."""
         body = run.model_dump(mode="json")
-        prepared = [await self._prepare_payload(run.run_id, e) for e in events]
+        prepared = await self._prepare_payloads(run.run_id, events)
         request = AppendRequest(run.run_id, list(events), prepared, 1)
         if self._committer is not None and events and await self._start_fast(run, body, request):
             return True
@@ -488,9 +488,23 @@ class SqlLedger:
             for row in (await conn.execute(head_query)).all()
         }
 
+    async def _prepare_payloads(
+        self, run_id: str, events: Sequence[NewEvent]
+    ) -> list[tuple[str, str, bytes | None, dict[str, Any] | None]]:
+        """Each event's payload reference, hash, inline bytes and raw row; the payloads over
+        the inline limit are put into the artifact store side by side (their writes overlap)."""
+        stored: list[bytes] = []
+        prepared = [await self._prepare_payload(run_id, e, stored) for e in events]
+        if stored:
+            artifacts = self.artifacts
+            assert artifacts is not None  # checked by _prepare_payload
+            await asyncio.gather(*(artifacts.put(data) for data in stored))
+        return prepared
+
     async def _prepare_payload(
-        self, run_id: str, event: NewEvent
+        self, run_id: str, event: NewEvent, stored: list[bytes]
     ) -> tuple[str, str, bytes | None, dict[str, Any] | None]:
+        """``stored``: where a payload over the inline limit is added, for the caller to put."""
         data = canonicalize(event.payload_json())
         digest = sha256_digest(data)
         raw_columns = await self._prepare_raw(run_id, event, digest)
@@ -501,7 +515,7 @@ class SqlLedger:
                 f"payload of {len(data)} bytes exceeds the inline limit of {self.inline_limit} "
                 "and no artifact store is configured"
             )
-        await self.artifacts.put(data)
+        stored.append(data)
         return CAS_PREFIX + digest, digest, None, raw_columns
 
     async def _prepare_raw(
