@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import socket
 import statistics
@@ -42,8 +43,20 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process ``pid`` and its threads so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@dataclasses.dataclass
+class _Served:
+    url: str
+    pid: int
+
+
 @contextlib.asynccontextmanager
-async def _server(argv: list[str], env: dict[str, str], port: int) -> AsyncIterator[str]:
+async def _server(argv: list[str], env: dict[str, str], port: int) -> AsyncIterator[_Served]:
     process = await asyncio.create_subprocess_exec(
         *argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
@@ -59,7 +72,7 @@ async def _server(argv: list[str], env: dict[str, str], port: int) -> AsyncItera
                     if time.monotonic() > deadline or process.returncode is not None:
                         raise RuntimeError(f"{argv} did not start serving") from None
                     await asyncio.sleep(0.2)
-        yield url
+        yield _Served(url, process.pid)
     finally:
         process.terminate()
         try:
@@ -171,21 +184,26 @@ async def _run(rounds: int, runs_per_client: int, batches: int) -> dict[str, Any
             _server(trivial_argv, env, trivial_port) as trivial,
         ):
             samples: dict[str, list[float]] = {"ours": [], "trivial": []}
+            cpu: dict[str, list[float]] = {"ours": [], "trivial": []}
             latencies: dict[str, list[float]] = {"ours": [], "trivial": []}
-            await _round(ours, 1)  # warm up both (stores opened, imports done)
-            await _round(trivial, 1)
+            await _round(ours.url, 1)  # warm up both (stores opened, imports done)
+            await _round(trivial.url, 1)
             for r in range(rounds):
                 order = [("ours", ours), ("trivial", trivial)]
-                for name, url in order if r % 2 == 0 else reversed(order):
-                    rate, lat = await _round(url, runs_per_client)
+                for name, served in order if r % 2 == 0 else reversed(order):
+                    before = _cpu_seconds(served.pid)
+                    rate, lat = await _round(served.url, runs_per_client)
+                    cpu[name].append((_cpu_seconds(served.pid) - before) / len(lat))
                     samples[name].append(rate)
                     latencies[name].extend(lat)
-            long_run = await _long_run(ours, batches)
+            long_run = await _long_run(ours.url, batches)
     return {
         "ours": statistics.median(samples["ours"]),
         "trivial": statistics.median(samples["trivial"]),
         "ours_p99": _p99(latencies["ours"]),
         "trivial_p99": _p99(latencies["trivial"]),
+        "ours_cpu": statistics.median(cpu["ours"]),
+        "trivial_cpu": statistics.median(cpu["trivial"]),
         "first_batches": statistics.median(long_run[:30]),
         "last_batches": statistics.median(long_run[-30:]),
         "batches": batches,
@@ -206,6 +224,17 @@ def main(rounds: int = 5, runs_per_client: int = 10, batches: int = 300) -> dict
             ratio=r["ours"] / r["trivial"],
             goal=">= 50% of the trivial app",
             met=r["ours"] >= 0.5 * r["trivial"],
+            load=load,
+        )
+    )
+    emit(
+        Row(
+            figure="HTTP ingestion: server CPU per request (the same rounds)",
+            value=f"{r['ours_cpu'] * 1000:,.2f} ms",
+            baseline=f"trivial FastAPI app {r['trivial_cpu'] * 1000:,.2f} ms",
+            ratio=r["ours_cpu"] / r["trivial_cpu"],
+            goal="— (what the request rate costs; less noisy on a shared machine)",
+            met=None,
             load=load,
         )
     )

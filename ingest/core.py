@@ -22,6 +22,7 @@ from models.canonical import canonicalize
 from models.capability import side_effect_class_from_hints
 from models.errors import ConflictError, SequenceConflictError
 from models.ingest import IngestEvent, IngestResult, IngestRunHeader, RunEndEvent
+from runtime.concurrent_puts import ConcurrentPuts
 from runtime.ports import ArtifactStore, EventLedger, EvidenceReader, IngestLedger
 from runtime.tool_loop.conversation import START, LoopInput, loop_outcome, record_prompt
 
@@ -38,9 +39,10 @@ async def ingest_run(
     ``start`` step) in one transaction: the header is validated and every payload prepared
     before anything is written, so a refused header leaves no run. The same header again is
     a no-op; another one under the run id is a ``ConflictError``."""
-    loop = await _loop_input(artifacts, header)
+    puts = ConcurrentPuts(artifacts)  # settled before the run's first events are written
+    loop = await _loop_input(puts, header)
     digest = content_digest(header.model_dump(mode="json"))
-    recorder = IngestRecorder(ledger, artifacts, header.run_id, header.started_at, head=0)
+    recorder = IngestRecorder(ledger, puts, header.run_id, header.started_at, head=0)
     recorder.begin(0, digest, header.started_at)
     recorder.step_id = "run"
     await recorder.record(
@@ -58,6 +60,7 @@ async def ingest_run(
     await record_prompt(recorder, header.system_prompt)
     events = recorder.take_pending()
     run = _run_record(header, loop.system_prompt_ref)
+    await puts.settle()
     if await ledger.start_run(run, events):
         log.debug("run ingested", run_id=header.run_id, graph=header.graph_id)
         # the state of the run just written, for its first batch (not read back)
@@ -191,7 +194,8 @@ async def _record_batch(
     events: Sequence[IngestEvent],
 ) -> IngestResult:
     run_id = state.run.run_id
-    recorder = IngestRecorder(ledger, artifacts, run_id, state.run.created_at, head=state.head)
+    puts = ConcurrentPuts(artifacts)  # settled before the batch's events are written
+    recorder = IngestRecorder(ledger, puts, run_id, state.run.created_at, head=state.head)
     recorder.stored_messages = state.stored_messages
     recorder.step_id = state.step or "run"
     expected = state.next_sequence
@@ -222,6 +226,7 @@ async def _record_batch(
         if isinstance(event, RunEndEvent):
             end = event
             await _end(recorder, state, event)
+    await puts.settle()
     if recorder.pending:
         try:  # the ledger appends only if its head is still the snapshot's
             await recorder.flush(expected_sequence=state.head + 1)

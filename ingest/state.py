@@ -26,6 +26,7 @@ from runtime.tool_loop.conversation import (
     START,
     TOOLS,
     USER,
+    KnownMessage,
     LoopInput,
     LoopState,
     after_model,
@@ -77,8 +78,8 @@ class IngestState:
     #: canonical message bytes -> artifact digest of the conversation's messages stored so
     #: far: a model call's context snapshot stores only the messages that are new
     stored_messages: dict[bytes, str] = field(default_factory=dict)
-    #: (message, artifact digest) by position in the last context recorded (``record_context``)
-    context_refs: list[tuple[ChatMessage, str]] = field(default_factory=list)
+    #: the messages by position in the last context recorded (``record_context``)
+    context_refs: list[KnownMessage] = field(default_factory=list)
 
     @property
     def next_sequence(self) -> int:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from decimal import Decimal
 
 from pydantic import Field, JsonValue
 
 from models.base import Record, object_schema
+from models.canonical import canonicalize
 
 
 class ToolCallRequest(Record):
@@ -41,6 +43,30 @@ class ModelRequest(Record):
     max_tokens: int | None = Field(default=None, ge=1)
     #: sampling seed where the provider supports one
     seed: int | None = None
+
+    def canonical_bytes(self, messages: Sequence[bytes], tools: bytes) -> bytes:
+        """``canonicalize(self.model_dump(mode="json"))``, given the canonical bytes of each of
+        its messages and of its tools list (as ``canonical_tools``): a conversation serializes
+        each message once, not on every call it is sent again.
+
+        The request's other fields are canonicalized as usual around an empty messages list
+        and tools list, which are then filled in. ``"messages":[]`` and ``"tools":[]`` occur
+        there only as the keys: a quote inside a canonical string is always escaped."""
+        shell = canonicalize(
+            self.model_copy(update={"messages": (), "tools": ()}).model_dump(mode="json")
+        )
+        head, found, tail = shell.partition(b'"messages":[]')
+        before, found_tools, after = tail.partition(b'"tools":[]')
+        if not found or not found_tools:  # pragma: no cover - the shape above is fixed
+            raise ValueError("a model request's canonical form has no messages or tools list")
+        return b"".join(
+            (head, b'"messages":[', b",".join(messages), b"]", before, b'"tools":', tools, after)
+        )
+
+
+def canonical_tools(tools: Sequence[ToolSchema]) -> bytes:
+    """The canonical bytes of a request's tools list (its catalog hash is their digest)."""
+    return canonicalize([tool.model_dump(mode="json") for tool in tools])
 
 
 class TokenUsage(Record):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import JsonValue
 
@@ -19,7 +19,13 @@ from models.canonical import canonical_hash, canonicalize, parse_json
 from models.digest import digest_hex, sha256_digest
 from models.errors import InvalidInputError
 from models.ingest import USER_REPLY
-from models.model_call import ChatMessage, ModelRequest, ModelResponse, ToolSchema
+from models.model_call import (
+    ChatMessage,
+    ModelRequest,
+    ModelResponse,
+    ToolSchema,
+    canonical_tools,
+)
 from runtime.prompts import approximate_token_count
 from runtime.recorder import RunRecorder
 
@@ -211,6 +217,16 @@ async def record_prompt(recorder: RunRecorder, system_prompt: str | None) -> str
     return prompt.artifact_id
 
 
+class KnownMessage(NamedTuple):
+    """A message of a conversation as its context snapshots recorded it."""
+
+    message: ChatMessage
+    #: the artifact holding its canonical bytes
+    ref: str
+    #: its canonical bytes
+    data: bytes
+
+
 async def record_context(
     recorder: RunRecorder,
     call_index: int,
@@ -219,20 +235,19 @@ async def record_context(
     tools: Sequence[ToolSchema],
     model: str,
     stored: dict[bytes, str] | None = None,
-    known: list[tuple[ChatMessage, str]] | None = None,
+    known: list[KnownMessage] | None = None,
 ) -> tuple[ModelRequest, ContextSnapshot]:
     """The request the model saw and its CONTEXT_SNAPSHOT (each message stored once).
-    ``known``: (message, ref) by position from earlier calls of this conversation; a message
-    that is the very object at its position there is not serialized again (a conversation
-    only grows, so a call costs the new messages, not the whole conversation)."""
+    ``known``: what earlier calls of this conversation recorded, by position; a message that
+    is the very object at its position there is neither serialized nor hashed again (a
+    conversation only grows, so a call costs its new messages, not the whole conversation)."""
     full = (
         *((ChatMessage(role="system", content=system_prompt),) if system_prompt else ()),
         *messages,
     )
-    refs = []
+    known = [] if known is None else known
     for index, message in enumerate(full):
-        if known is not None and index < len(known) and known[index][0] is message:
-            refs.append(known[index][1])
+        if index < len(known) and known[index].message is message:
             continue
         data = canonicalize(message.model_dump(mode="json"))
         ref = stored.get(data) if stored is not None else None
@@ -240,22 +255,23 @@ async def record_context(
             ref = await recorder.artifacts.put(data)
             if stored is not None:
                 stored[data] = ref
-        refs.append(ref)
-        if known is not None:
-            if index < len(known):
-                known[index] = (message, ref)
-            else:
-                known.append((message, ref))
+        entry = KnownMessage(message, ref, data)
+        if index < len(known):
+            known[index] = entry
+        else:
+            known.append(entry)
+    used = known[: len(full)]
     request = ModelRequest(model=model, messages=full, tools=tuple(tools))
-    request_hash = canonical_hash(request.model_dump(mode="json"))
+    tools_bytes = canonical_tools(tools)
+    request_bytes = request.canonical_bytes([entry.data for entry in used], tools_bytes)
     snapshot = ContextSnapshot(
         snapshot_id=f"ctx-{run_key(recorder.run_id, 'context', call_index)}",
         run_id=recorder.run_id,
         step_id=recorder.step_id,
-        message_refs=tuple(refs),
-        tool_catalog_hash=canonical_hash([t.model_dump(mode="json") for t in tools]),
+        message_refs=tuple(entry.ref for entry in used),
+        tool_catalog_hash=sha256_digest(tools_bytes),
         state_hash=canonical_hash({"messages": len(messages)}),
-        content_hash=request_hash,
+        content_hash=sha256_digest(request_bytes),
     )
     await recorder.record(ExecutionEventType.CONTEXT_SNAPSHOT, record=snapshot)
     return request, snapshot

@@ -57,6 +57,9 @@ class FastBatch:
 
     moves: list[tuple[str, int, int, str]]
     rows: dict[Table, list[dict[str, Any]]] = field(default_factory=dict)
+    #: rows of runs started by this batch, with their heads after it (no move): a run that
+    #: exists already fails the batch with ``NeedsGeneralPath``
+    new_runs: list[dict[str, Any]] = field(default_factory=list)
 
 
 #: what a batch writer may write: the events, the raw payload metadata and the lookup tables
@@ -116,7 +119,7 @@ class SqliteBatchWriter(BatchWriter):
         self._path = path
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="replaybook-sqlite-writer")
         self._conn: sqlite3.Connection | None = None
-        self._inserts = {table: _sqlite_insert(table) for table in FAST_TABLES}
+        self._inserts = {table: _sqlite_insert(table) for table in (schema.runs, *FAST_TABLES)}
 
     async def write(self, batch: FastBatch) -> set[str]:
         loop = asyncio.get_running_loop()
@@ -139,23 +142,26 @@ class SqliteBatchWriter(BatchWriter):
 
     def _write_in_thread(self, batch: FastBatch) -> tuple[set[str], list[str]]:
         conn = self._connection()
-        statements = ["BEGIN IMMEDIATE", self._MOVE]
+        statements = ["BEGIN IMMEDIATE"]
         try:
             conn.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as exc:
             raise StoreError(f"database error: {exc!r}") from exc
         try:
-            moved = conn.executemany(
-                self._MOVE, [(new, head, run_id, old) for run_id, old, new, head in batch.moves]
-            ).rowcount
-            if moved != len(batch.moves):
-                conn.execute("ROLLBACK")
-                return {run_id for run_id, *_ in batch.moves}, [*statements, "ROLLBACK"]
+            if batch.new_runs:
+                statements.append(self._insert(conn, schema.runs, batch.new_runs))
+            if batch.moves:
+                statements.append(self._MOVE)
+                moved = conn.executemany(
+                    self._MOVE,
+                    [(new, head, run_id, old) for run_id, old, new, head in batch.moves],
+                ).rowcount
+                if moved != len(batch.moves):
+                    conn.execute("ROLLBACK")
+                    return {run_id for run_id, *_ in batch.moves}, [*statements, "ROLLBACK"]
             for table, rows in batch.rows.items():
                 if rows:
-                    sql, to_params = self._inserts[table]
-                    conn.executemany(sql, map(to_params, rows))
-                    statements.append(sql)
+                    statements.append(self._insert(conn, table, rows))
             conn.execute("COMMIT")
         except sqlite3.IntegrityError as exc:
             conn.execute("ROLLBACK")
@@ -169,6 +175,11 @@ class SqliteBatchWriter(BatchWriter):
                 conn.execute("ROLLBACK")
             raise
         return set(), [*statements, "COMMIT"]
+
+    def _insert(self, conn: sqlite3.Connection, table: Table, rows: list[dict[str, Any]]) -> str:
+        sql, to_params = self._inserts[table]
+        conn.executemany(sql, map(to_params, rows))
+        return sql
 
     async def close(self) -> None:
         def close_in_thread() -> None:
@@ -230,12 +241,13 @@ class PostgresBatchWriter(BatchWriter):
             [m[2] for m in batch.moves],
             [m[3] for m in batch.moves],
         ]
-        tables = tuple(table for table in FAST_TABLES if batch.rows.get(table))
+        rows_of = {schema.runs: batch.new_runs, **batch.rows}
+        tables = tuple(table for table in (schema.runs, *FAST_TABLES) if rows_of.get(table))
         if tables not in self._statements:
             self._statements[tables] = _postgres_statement(tables)
         sql, layout = self._statements[tables]
         for table, names in layout:
-            rows = batch.rows[table]
+            rows = rows_of[table]
             args.extend([row.get(name) for row in rows] for name in names)
         conn = await self._take()
         try:
@@ -328,7 +340,8 @@ def _pg_array_type(column: Any) -> str:
 
 
 def _postgres_statement(tables: Iterable[Table]) -> tuple[str, list[tuple[Table, list[str]]]]:
-    """The one statement of a batch and, per table, the columns its arrays are bound in."""
+    """The one statement of a batch and, per table, the columns its arrays are bound in. The
+    runs a batch starts (``runs`` rows) count as moved: their rows go in too."""
     parts = [
         "moves AS (SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::text[])"
         " AS m(run_id, old_sequence, new_sequence, new_hash))",
@@ -338,6 +351,7 @@ def _postgres_statement(tables: Iterable[Table]) -> tuple[str, list[tuple[Table,
     ]
     layout: list[tuple[Table, list[str]]] = []
     n = 4
+    written = "SELECT run_id FROM moved"
     for table in tables:
         columns = list(table.columns)
         names = [c.name for c in columns]
@@ -352,13 +366,17 @@ def _postgres_statement(tables: Iterable[Table]) -> tuple[str, list[tuple[Table,
             for c in columns
         ]
         quoted = ", ".join(f'"{name}"' for name in names)
-        parts.append(
+        insert = (
             f"w_{table.name} AS (INSERT INTO {table.name} ({quoted}) SELECT {', '.join(selected)}"
             f" FROM unnest({', '.join(arrays)}) AS r({quoted})"
-            " WHERE r.run_id IN (SELECT run_id FROM moved))"
         )
+        if table is schema.runs:  # new runs: written whole, then their rows below
+            parts.append(insert + " RETURNING run_id)")
+            written += " UNION ALL SELECT run_id FROM w_runs"
+        else:
+            parts.append(insert + f" WHERE r.run_id IN ({written}))")
         layout.append((table, names))
-    return "WITH " + ",\n".join(parts) + "\nSELECT run_id FROM moved", layout
+    return "WITH " + ",\n".join(parts) + f"\n{written}", layout
 
 
 def _is_jsonb(column: Any) -> bool:

@@ -229,7 +229,7 @@ class SqlLedger:
         succeeds or fails on its own."""
         if not events:
             return []
-        prepared = [await self._prepare_payload(run_id, e) for e in events]
+        prepared = await self._prepare_payloads(run_id, events)
         request = AppendRequest(run_id, list(events), prepared, expected_sequence)
         if self._committer is not None:
             return await self._committer.submit(request)
@@ -242,7 +242,7 @@ class SqlLedger:
         when they are committed (or fails with why they were not). Appends of one run are
         committed in the order they were submitted. Without group commit the events are
         written before this returns (an already resolved future)."""
-        prepared = [await self._prepare_payload(run_id, e) for e in events]
+        prepared = await self._prepare_payloads(run_id, events)
         request = AppendRequest(run_id, list(events), prepared, expected_sequence)
         if self._committer is not None:
             return self._committer.enqueue(request)
@@ -413,8 +413,10 @@ class SqlLedger:
         already with this header (nothing written; the caller compares its events); another
         header under the run id is a ``ConflictError``."""
         body = run.model_dump(mode="json")
-        prepared = [await self._prepare_payload(run.run_id, e) for e in events]
+        prepared = await self._prepare_payloads(run.run_id, events)
         request = AppendRequest(run.run_id, list(events), prepared, 1)
+        if self._committer is not None and events and await self._start_fast(run, body, request):
+            return True
         try:
             with _conflicts_named([run.run_id]):
                 async with self.db.transaction() as conn:
@@ -442,6 +444,32 @@ class SqlLedger:
             self._heads.setdefault(run.run_id, head)
         return True
 
+    async def _start_fast(
+        self, run: RunRecord, body: dict[str, Any], request: AppendRequest
+    ) -> bool:
+        """Start the run through the batch writer: its row (with the head its first events
+        make) and those events in one round trip. False when nothing was written (the run
+        exists, or a record needs the general path): ``start_run`` then goes the general way,
+        which decides what an existing run means."""
+        heads = {run.run_id: (0, GENESIS_HASH)}
+        recorded_at = self.clock()
+        batch = link_batch([request], heads, recorded_at)
+        rows = fast_rows(batch, recorded_at)
+        if rows is None:
+            return False
+        sequence, head_hash = heads[run.run_id]
+        row = _run_row(run, body) | {
+            "head_sequence": sequence,
+            "head_hash": head_hash,
+            "record": canonicalize(body).decode(),
+        }
+        try:
+            await batch_writer(self.db).write(FastBatch([], rows, new_runs=[row]))
+        except NeedsGeneralPath:
+            return False
+        self._heads[run.run_id] = (sequence, head_hash)
+        return True
+
     async def _locked_heads(
         self, conn: AsyncConnection, run_ids: list[str]
     ) -> dict[str, tuple[int, str]]:
@@ -460,9 +488,23 @@ class SqlLedger:
             for row in (await conn.execute(head_query)).all()
         }
 
+    async def _prepare_payloads(
+        self, run_id: str, events: Sequence[NewEvent]
+    ) -> list[tuple[str, str, bytes | None, dict[str, Any] | None]]:
+        """Each event's payload reference, hash, inline bytes and raw row; the payloads over
+        the inline limit are put into the artifact store side by side (their writes overlap)."""
+        stored: list[bytes] = []
+        prepared = [await self._prepare_payload(run_id, e, stored) for e in events]
+        if stored:
+            artifacts = self.artifacts
+            assert artifacts is not None  # checked by _prepare_payload
+            await asyncio.gather(*(artifacts.put(data) for data in stored))
+        return prepared
+
     async def _prepare_payload(
-        self, run_id: str, event: NewEvent
+        self, run_id: str, event: NewEvent, stored: list[bytes]
     ) -> tuple[str, str, bytes | None, dict[str, Any] | None]:
+        """``stored``: where a payload over the inline limit is added, for the caller to put."""
         data = canonicalize(event.payload_json())
         digest = sha256_digest(data)
         raw_columns = await self._prepare_raw(run_id, event, digest)
@@ -473,7 +515,7 @@ class SqlLedger:
                 f"payload of {len(data)} bytes exceeds the inline limit of {self.inline_limit} "
                 "and no artifact store is configured"
             )
-        await self.artifacts.put(data)
+        stored.append(data)
         return CAS_PREFIX + digest, digest, None, raw_columns
 
     async def _prepare_raw(

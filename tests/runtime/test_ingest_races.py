@@ -157,6 +157,7 @@ async def test_a_refused_header_leaves_no_run_and_the_corrected_one_is_accepted(
         raise StoreError("the database went away")
 
     ledger.append_locked = fail  # type: ignore[method-assign]
+    ledger._start_fast = fail  # type: ignore[method-assign]  # its own test: test_start_run_fast
     with pytest.raises(StoreError):
         await ingest_run(ledger, rec.artifacts, header(run_id, labels={"v": "bad"}))
     with pytest.raises(RunNotFoundError):
