@@ -85,6 +85,14 @@ class RunRecorder:
         #: write-behind: raw forms of sanitized artifacts waiting for their vault write
         self._raw_artifacts: list[tuple[bytes, str]] = []
         self._raw_artifacts_scheduled = False
+        #: write-behind, a ledger that keeps them with an append (``submits_artifact_raws``):
+        #: the raw forms go with the next append, in its transaction (the events after the
+        #: artifacts: those that reference them), each sanitized digest once
+        self._raws_with_appends = self._behind is not None and bool(
+            getattr(ledger, "submits_artifact_raws", False)
+        )
+        self._raws_for_append: list[tuple[bytes, str, str, str | None]] = []
+        self._raw_digests: set[str] = set()
         self._in_flight: deque[asyncio.Future[list[ExecutionEvent]]] = deque()
         #: the sequence of the last handed-off event known committed: after a failed
         #: hand-off the recorder goes on from there (its RUN_FAILED lands after what is real)
@@ -160,16 +168,20 @@ class RunRecorder:
                     f"the sanitized view of a {type_of(record).__name__} is not a valid record "
                     f"(redaction policy {self.redaction.version}): {exc}"
                 ) from exc
+        raw_bytes = canonicalize(raw)
         return NewEvent(
             step_id,
             type,
             logical_time,
             record=record,
             payload=sanitized if record is None else None,
-            raw=canonicalize(raw),
+            raw=raw_bytes,
             redaction_policy_version=self.redaction.version,
             subject_id=self.subject_id,
             record_json=record_json,
+            # nothing redacted: the payload is the raw value (strings replaced by equal ones),
+            # so its canonical bytes are those just made
+            payload_bytes=raw_bytes if sanitized == raw else None,
         )
 
     def logical_time(self) -> datetime:
@@ -216,7 +228,9 @@ class RunRecorder:
             expected = self.last_sequence + 1
             if not self._in_flight:  # nothing pending: the head before this is what is real
                 self._committed = max(self._committed, self.last_sequence)
-            future = await self._behind.append(events, expected)
+            raws, self._raws_for_append = self._raws_for_append, []
+            extra = {"artifact_raws": raws} if raws else {}
+            future = await self._behind.append(events, expected, **extra)
             future.add_done_callback(functools.partial(self._note_committed, events))
             self._in_flight.append(future)
             self.last_sequence += len(events)
@@ -265,6 +279,11 @@ class RunRecorder:
         any of it from being committed."""
         if self._behind is not None:
             await self._behind.wait_writes()
+            if self._raws_for_append:  # no event came after them: kept on their own
+                raws, self._raws_for_append = self._raws_for_append, []
+                await self.ledger.vault.record_artifact_raws(  # type: ignore[attr-defined]
+                    self.run_id, [(raw, digest) for raw, digest, *_ in raws], *raws[0][2:]
+                )
         if self._in_flight:
             await asyncio.wait(self._in_flight)
             for future in self._in_flight:
@@ -308,6 +327,12 @@ class RunRecorder:
     async def _raw_artifact_behind(self, raw: bytes, digest: str) -> None:
         """Write-behind: the raw forms of the artifacts stored until the write starts (those of
         one model call's messages…) are kept in one vault transaction."""
+        if self._raws_with_appends:
+            assert self.redaction is not None  # only sanitized artifacts have a raw form apart
+            if digest not in self._raw_digests:
+                self._raw_digests.add(digest)
+                self._raws_for_append.append((raw, digest, self.redaction.version, self.subject_id))
+            return
         self._raw_artifacts.append((raw, digest))
         if not self._raw_artifacts_scheduled:
             self._raw_artifacts_scheduled = True
