@@ -249,8 +249,8 @@ def projected(event: NewEvent, record: HashedRecord, appended: ExecutionEvent) -
 def fast_rows(
     batch: LinkedBatch, recorded_at: datetime
 ) -> dict[Table, list[dict[str, Any]]] | None:
-    """The rows of a linked batch for the batch writer, every table's (None: a record may
-    update a row, which only the general path does)."""
+    """The rows of a linked batch for the batch writer, every table's (None: only the general
+    path can write them, see ``projections.plain_insert_rows``)."""
     lookups = plain_insert_rows(
         [
             (
