@@ -33,7 +33,7 @@ from models.canonical import canonicalize
 from models.capability import Capability
 from models.digest import sha256_digest
 from models.errors import InvalidInputError, StoreError
-from models.privacy import people_in, person_subjects
+from models.privacy import RunSubject, people_in, person_subjects
 from models.redaction import RedactionPolicy
 from runtime.clock import RecordingClock, SystemAgentClock
 from runtime.ports import ArtifactStore, EventLedger, NewEvent
@@ -93,6 +93,9 @@ class RunRecorder:
         )
         self._raws_for_append: list[tuple[bytes, str, str, str | None]] = []
         self._raw_digests: set[str] = set()
+        #: likewise the people the run learns of (``learn_people``): with the next append
+        self._subjects_for_append: list[RunSubject] = []
+        self._subjects_learned: dict[str, RunSubject] = {}
         self._in_flight: deque[asyncio.Future[list[ExecutionEvent]]] = deque()
         #: the sequence of the last handed-off event known committed: after a failed
         #: hand-off the recorder goes on from there (its RUN_FAILED lands after what is real)
@@ -114,6 +117,12 @@ class RunRecorder:
         add_subjects = getattr(getattr(self.ledger, "vault", None), "add_subjects", None)
         if add_subjects is not None:
             subjects = person_subjects((s for s, _ in people), capability.capability_id)
+            if self._raws_with_appends:
+                # in the transaction of the next append: before the raw content after it
+                new = [s for s in subjects if s.subject_id not in self._subjects_learned]
+                self._subjects_learned.update((s.subject_id, s) for s in new)
+                self._subjects_for_append.extend(new)
+                return
             # write-behind: the raw content recorded after this waits for it to be durable
             await self._evidence_write(add_subjects(self.run_id, subjects))
 
@@ -228,9 +237,7 @@ class RunRecorder:
             expected = self.last_sequence + 1
             if not self._in_flight:  # nothing pending: the head before this is what is real
                 self._committed = max(self._committed, self.last_sequence)
-            raws, self._raws_for_append = self._raws_for_append, []
-            extra = {"artifact_raws": raws} if raws else {}
-            future = await self._behind.append(events, expected, **extra)
+            future = await self._behind.append(events, expected, **self._with_append())
             future.add_done_callback(functools.partial(self._note_committed, events))
             self._in_flight.append(future)
             self.last_sequence += len(events)
@@ -241,6 +248,15 @@ class RunRecorder:
         self.last_sequence = appended[-1].sequence
         count_unknown_recorded(events)
         return appended[-1]
+
+    def _with_append(self) -> dict[str, Any]:
+        """What waits for the next append to be written with it (``submits_artifact_raws``)."""
+        extra: dict[str, Any] = {}
+        if self._subjects_for_append:
+            extra["subjects"], self._subjects_for_append = self._subjects_for_append, []
+        if self._raws_for_append:
+            extra["artifact_raws"], self._raws_for_append = self._raws_for_append, []
+        return extra
 
     def _note_committed(
         self, events: list[NewEvent], future: asyncio.Future[list[ExecutionEvent]]
@@ -272,6 +288,8 @@ class RunRecorder:
         if self._behind is not None:
             self._behind.give_up()
         self.last_sequence = self._committed
+        # what went with the failed appends is not known to be there: the people again
+        self._subjects_for_append = list(self._subjects_learned.values())
 
     async def flush(self, *, expected_sequence: int | None = None) -> None:
         """Write the buffered events (deferred mode) and wait until everything handed to the
@@ -279,11 +297,7 @@ class RunRecorder:
         any of it from being committed."""
         if self._behind is not None:
             await self._behind.wait_writes()
-            if self._raws_for_append:  # no event came after them: kept on their own
-                raws, self._raws_for_append = self._raws_for_append, []
-                await self.ledger.vault.record_artifact_raws(  # type: ignore[attr-defined]
-                    self.run_id, [(raw, digest) for raw, digest, *_ in raws], *raws[0][2:]
-                )
+            await self._write_left_over()
         if self._in_flight:
             await asyncio.wait(self._in_flight)
             for future in self._in_flight:
@@ -300,6 +314,19 @@ class RunRecorder:
             self._pending.clear()
             self.last_sequence = appended[-1].sequence
             count_unknown_recorded(events)
+
+    async def _write_left_over(self) -> None:
+        """What was to go with the next append when none came: kept on its own (the
+        subjects first: raw content is never durable before them)."""
+        extra = self._with_append()
+        vault = getattr(self.ledger, "vault", None)
+        if extra.get("subjects"):
+            await vault.add_subjects(self.run_id, extra["subjects"])  # type: ignore[union-attr]
+        raws = extra.get("artifact_raws")
+        if raws:
+            await vault.record_artifact_raws(  # type: ignore[union-attr]
+                self.run_id, [(raw, digest) for raw, digest, *_ in raws], *raws[0][2:]
+            )
 
     async def store_json(self, value: Any) -> str:
         """Put canonical JSON (its sanitized view) into the artifact store; returns its digest."""

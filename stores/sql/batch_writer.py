@@ -67,7 +67,11 @@ FAST_TABLES: tuple[Table, ...] = (
     schema.execution_events,
     schema.raw_payloads,
     *RUN_EVIDENCE_TABLES,
+    schema.run_subjects,
 )
+#: tables whose rows are inserted unless their key is there already (a run's data subjects)
+IF_ABSENT_TABLES: tuple[Table, ...] = (schema.run_subjects,)
+_DO_NOTHING = " ON CONFLICT DO NOTHING"
 
 #: observers of the statements a writer sends, one call per transaction: the statements
 #: and whether it committed (tests count them)
@@ -119,7 +123,10 @@ class SqliteBatchWriter(BatchWriter):
         self._path = path
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="replaybook-sqlite-writer")
         self._conn: sqlite3.Connection | None = None
-        self._inserts = {table: _sqlite_insert(table) for table in FAST_TABLES}
+        self._inserts = {
+            table: _sqlite_insert(table, _DO_NOTHING if table in IF_ABSENT_TABLES else "")
+            for table in FAST_TABLES
+        }
         #: mutable tables: (upsert when the stored content differs, upsert whatever is stored)
         self._upserts = {
             table: (
@@ -417,6 +424,7 @@ def _postgres_statement(tables: Iterable[Table]) -> tuple[str, Layout]:
                 f" FROM unnest({', '.join(arrays)}) AS r({quoted})"
                 " WHERE r.run_id IN (SELECT run_id FROM moved)"
                 + ("" if changed is None else _upsert_clause(table, changed=changed))
+                + (_DO_NOTHING if table in IF_ABSENT_TABLES else "")
                 + ")"
             )
             layout.append((table, names, changed))

@@ -43,6 +43,7 @@ from models.errors import (
     SequenceConflictError,
     StoreError,
 )
+from models.privacy import RunSubject
 from runtime.ports import ArtifactStore, NewEvent
 from stores.anchors import AnchorLog
 from stores.sql import schema
@@ -53,6 +54,7 @@ from stores.sql.group_commit import GroupCommitter
 from stores.sql.heads import move_heads
 from stores.sql.linking import AppendRequest, fast_rows, link_batch, projected
 from stores.sql.privacy import SqlRawVault, insert_missing_raws
+from stores.sql.privacy_subjects import insert_subjects_if_absent, learned_subject_rows
 from stores.sql.projections import write_projections
 from stores.sql.run_check import check_headless, check_run
 
@@ -237,7 +239,8 @@ class SqlLedger:
             return await self._committer.submit(request)
         return (await self._write_general([run_id], [request]))[0]
 
-    #: ``submit`` takes the raw forms of sanitized artifacts (``artifact_raws``)
+    #: ``submit`` takes the raw forms of sanitized artifacts (``artifact_raws``) and the
+    #: people a run learned of (``subjects``)
     submits_artifact_raws = True
 
     async def submit(
@@ -247,20 +250,29 @@ class SqlLedger:
         *,
         expected_sequence: int | None = None,
         artifact_raws: Sequence[ArtifactRaw] = (),
+        subjects: Sequence[RunSubject] = (),
     ) -> asyncio.Future[list[ExecutionEvent]]:
         """Hand events to the group-commit writer and return at once: the future resolves
         when they are committed (or fails with why they were not). Appends of one run are
         committed in the order they were submitted. Without group commit the events are
         written before this returns (an already resolved future). ``artifact_raws``: raw
         forms of sanitized artifacts (raw bytes, sanitized hash, policy version, subject),
-        kept by the vault in the same transaction (unless kept already)."""
+        kept by the vault in the same transaction (unless kept already); ``subjects``: people
+        the run learned of (``SubjectKind.PERSON``), its subjects from this transaction on."""
         prepared = [await self._prepare_payload(run_id, e) for e in events]
         rows = [
             row
             for raw, digest, version, subject in artifact_raws
             for row in await self.vault.artifact_raw_rows(run_id, [(raw, digest)], version, subject)
         ]
-        request = AppendRequest(run_id, list(events), prepared, expected_sequence, rows)
+        request = AppendRequest(
+            run_id,
+            list(events),
+            prepared,
+            expected_sequence,
+            rows,
+            learned_subject_rows(run_id, subjects),
+        )
         if self._committer is not None:
             return self._committer.enqueue(request)
         future: asyncio.Future[list[ExecutionEvent]] = asyncio.get_running_loop().create_future()
@@ -412,6 +424,8 @@ class SqlLedger:
         await conn.execute(insert(schema.execution_events), batch.rows)
         if batch.raw_rows:
             await conn.execute(insert(schema.raw_payloads), batch.raw_rows)
+        if batch.subjects:
+            await insert_subjects_if_absent(conn, batch.subjects)
         if batch.artifact_raws:
             await insert_missing_raws(conn, batch.artifact_raws)
         await move_heads(conn, run_ids, start, heads)

@@ -40,6 +40,9 @@ class AppendRequest:
     #: ``raw_payloads`` rows of sanitized artifacts the events reference (raw content sealed),
     #: written in the same transaction when not kept already
     artifact_raws: list[dict[str, Any]] = field(default_factory=list)
+    #: ``run_subjects`` rows of people the run learned of (inserted unless there already), in
+    #: the same transaction: before any raw content recorded after it is durable
+    subjects: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -50,6 +53,8 @@ class LinkedBatch:
     raw_rows: list[dict[str, Any]] = field(default_factory=list)
     #: the requests' ``artifact_raws`` (inserted unless kept already)
     artifact_raws: list[dict[str, Any]] = field(default_factory=list)
+    #: the requests' ``subjects``
+    subjects: list[dict[str, Any]] = field(default_factory=list)
     #: the appended events, per request
     results: list[list[ExecutionEvent]] = field(default_factory=list)
     #: the events carrying a record, to project (with the record's canonical JSON when inline)
@@ -131,6 +136,7 @@ def link_batch(
         heads[run_id] = (sequence, previous)
         batch.results.append(out)
         batch.artifact_raws.extend(request.artifact_raws)
+        batch.subjects.extend(request.subjects)
     return batch
 
 
@@ -268,4 +274,9 @@ def fast_rows(
         return None
     # an artifact's raw row kept already (another process) fails the insert: the general path
     raw_rows = [*batch.raw_rows, *batch.artifact_raws]
-    return {schema.execution_events: batch.rows, schema.raw_payloads: raw_rows, **lookups}
+    return {
+        schema.execution_events: batch.rows,
+        schema.raw_payloads: raw_rows,
+        **lookups,
+        schema.run_subjects: batch.subjects,
+    }

@@ -288,3 +288,66 @@ async def test_raw_artifacts_are_kept_in_the_transaction_of_the_append_after_the
         kept = (await conn.execute(select(r.raw_id).where(r.run_id == run_id))).scalars().all()
     assert {artifact_raw_id(run_id, ref) for ref in more} <= set(kept)
     assert (await ledger.verify(run_id)).intact
+
+
+async def test_people_learned_become_subjects_in_the_transaction_of_the_append_after_them(
+    database: Database, tmp_path: Path
+) -> None:
+    """``learn_people`` (write-behind): the run's new subjects go with the next append, in its
+    transaction, through the batch writer; a subject the run has already keeps its row; people
+    learned with no append after them are kept at the durable point."""
+    from sqlalchemy import event
+
+    from models import SideEffectClass
+    from models.capability import Capability, PersonRecords
+    from models.privacy import RunSubject, SubjectKind
+
+    artifacts = LocalArtifactStore(tmp_path / "artifacts")
+    vault = SqlRawVault(database, artifacts, KEK)
+    ledger = SqlLedger(database, artifacts, vault=vault)
+    run_id = await new_run(ledger)
+    await ledger.append(run_id, NewEvent("s", E.MODEL_CALL, T0, payload={"i": 0}))
+    declared = RunSubject(subject_id="customer:C-1", kind=SubjectKind.END_USER, source="input")
+    await vault.add_subjects(run_id, [declared])  # the run's end user: primary
+    crm = Capability(
+        capability_id="crm.lookup",
+        side_effect_class=SideEffectClass.READ,
+        person_records=PersonRecords(id_field="customer_id", subject_prefix="customer"),
+    )
+    recorder = RunRecorder(
+        ledger,
+        artifacts,
+        run_id,
+        redaction=redaction_policy("redact-v2"),
+        subject_id="customer:C-1",
+        write_behind=True,
+    )
+    recorder.last_sequence = 1
+    statements: list[str] = []
+
+    def seen(_c: object, _cu: object, statement: str, *_: object) -> None:
+        statements.append(statement)
+
+    people = [{"customer_id": "C-1", "name": "Ada Lovelace"}, {"customer_id": "C-2", "name": "Bo"}]
+    event.listen(database.engine.sync_engine, "before_cursor_execute", seen)
+    try:
+        await recorder.learn_people(crm, people)
+        await recorder.record(E.TOOL_CALL, payload={"found": "Ada Lovelace and Bo"})
+        await recorder.flush()
+    finally:
+        event.remove(database.engine.sync_engine, "before_cursor_execute", seen)
+    assert not [s for s in statements if "run_subjects" in s]
+    assert await vault.subjects(run_id) == [
+        {"subject_id": "customer:C-1", "kind": "END_USER", "source": "input", "primary": True},
+        {
+            "subject_id": "customer:C-2",
+            "kind": "PERSON",
+            "source": "provider:crm.lookup",
+            "primary": False,
+        },
+    ]
+    await recorder.learn_people(crm, [{"customer_id": "C-3", "name": "Cy"}])
+    await recorder.flush()  # no append after it: kept at the durable point
+    assert "customer:C-3" in {s["subject_id"] for s in await vault.subjects(run_id)}
+    assert await committed(database, run_id) == ["MODEL_CALL", "TOOL_CALL"]
+    assert (await ledger.verify(run_id)).intact
