@@ -69,6 +69,13 @@ _PHONE = re.compile(
     r"|(?<![\w-])(?:\(\d{3}\)\s?|\d{3}[-. ])\d{3}[-. ]\d{4}(?![\w-])"
 )
 _CARD = re.compile(r"(?<![\w-])\d(?:[ -]?\d){12,18}(?![\w-])")
+_DIGIT = re.compile(r"\d")
+#: a sha256 digest with a digit in it: no rule changes it (no "@", "+", "<", separator or
+#: upper case; the only place a match may start is after the colon, where a card number would
+#: have to end the text within 19 digits and a name would have to be the 64 hex characters,
+#: and a name is letters only)
+_DIGEST = re.compile(r"sha256:(?=[a-f]*[0-9])[0-9a-f]{64}")
+_DIGEST_LENGTH = 71
 _SECRET = re.compile(
     r"\bBearer\s+[A-Za-z0-9._~+/=-]{8,}"
     r"|\bsk-[A-Za-z0-9_-]{16,}"
@@ -142,7 +149,18 @@ class RedactionPolicy:
         words = {w for n in names for w in name_words(n)} - self.names
         if not words:
             return self
-        return RedactionPolicy(self.version, self.personal_fields, self.names | words)
+        policy = RedactionPolicy(self.version, self.personal_fields, self.names | words)
+        if self._memo:
+            # a text in which no new word occurs, in any case, anywhere (not even across what
+            # the other rules replace: what they leave is pieces of the text) is sanitized by
+            # the new policy as by this one: the names pattern's new alternatives match nowhere
+            anywhere = _anywhere_pattern(frozenset(words))
+            policy._memo.update(
+                (text, sanitized)
+                for text, sanitized in self._memo.items()
+                if anywhere.search(text) is None
+            )
+        return policy
 
     def sanitize(self, value: Any) -> Any:
         """The sanitized view of a JSON value (a new value; the input is not changed)."""
@@ -191,6 +209,8 @@ class RedactionPolicy:
     def _text(self, text: str) -> str:
         sanitized = self._memo.get(text)
         if sanitized is None:
+            if len(text) == _DIGEST_LENGTH and _DIGEST.fullmatch(text):
+                return text  # a digest (each one new: not remembered)
             sanitized = self._text_uncached(text)
             if len(text) <= _MEMO_TEXT_LIMIT:
                 if len(self._memo) >= _MEMO_ENTRIES:
@@ -199,6 +219,8 @@ class RedactionPolicy:
         return sanitized
 
     def _text_uncached(self, text: str) -> str:
+        if "<" not in text:  # no token in it
+            return self._plain(text)
         parts = _TOKEN.split(text)
         tokens = _TOKEN.findall(text)
         out = [self._plain(parts[0])]
@@ -208,14 +230,20 @@ class RedactionPolicy:
 
     def _plain(self, text: str) -> str:
         text = _SECRET.sub(lambda m: self._token("secret", m.group(0)), text)
-        text = _EMAIL.sub(lambda m: self._token("email", m.group(0).lower()), text)
-        text = _CARD.sub(self._card, text)
-        text = _PHONE.sub(self._phone, text)
+        # each rule skipped only where it cannot match: no "@", no digit (in the text as the
+        # rules before have left it)
+        if "@" in text:
+            text = _EMAIL.sub(lambda m: self._token("email", m.group(0).lower()), text)
+        if _DIGIT.search(text) is not None:
+            text = _CARD.sub(self._card, text)
+            text = _PHONE.sub(self._phone, text)
         return self._names(text) if self.names else text
 
     def _names(self, text: str) -> str:
         # the tokens just made are left alone: a name word never matches inside a token
         pattern = _names_pattern(self.names)
+        if "<" not in text:
+            return pattern.sub(self._name, text)
         parts = _TOKEN.split(text)
         tokens = _TOKEN.findall(text)
         out = [pattern.sub(self._name, parts[0])]
@@ -264,6 +292,12 @@ def name_words(name: str) -> set[str]:
 def _names_pattern(names: frozenset[str]) -> re.Pattern[str]:
     alternatives = "|".join(re.escape(n) for n in sorted(names, key=lambda n: (-len(n), n)))
     return re.compile(rf"(?<!\w)(?:{alternatives})(?!\w)", re.IGNORECASE)
+
+
+@lru_cache(maxsize=256)
+def _anywhere_pattern(words: frozenset[str]) -> re.Pattern[str]:
+    """``words`` anywhere in a text, as the names pattern matches them (case), boundaries or not."""
+    return re.compile("|".join(re.escape(w) for w in sorted(words)), re.IGNORECASE)
 
 
 def redaction_policy(

@@ -14,6 +14,7 @@ from typing import Any, Protocol, runtime_checkable
 from pydantic import JsonValue
 
 from models import ExecutionEvent, ExecutionEventType, HashedRecord, RunRecord, RunStatus
+from models.canonical import canonicalize
 from models.chain import ChainVerification
 from models.model_call import ModelRequest, ModelResponse
 
@@ -90,6 +91,14 @@ class NewEvent:
     subject_id: str | None = None
     #: ``record.canonical_payload()`` when the maker has it already (not dumped again)
     record_json: Any = field(default=None, repr=False, compare=False)
+    #: ``canonicalize(payload_json())`` when the maker has those bytes already (not made again)
+    payload_bytes: bytes | None = field(default=None, repr=False, compare=False)
+
+    def canonical_payload(self) -> bytes:
+        """The canonical bytes of ``payload_json()`` (those the maker gave, if any)."""
+        if self.payload_bytes is not None:
+            return self.payload_bytes
+        return canonicalize(self.payload_json())
 
     def payload_json(self) -> Any:
         if self.record is None:

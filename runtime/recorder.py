@@ -33,7 +33,7 @@ from models.canonical import canonicalize
 from models.capability import Capability
 from models.digest import sha256_digest
 from models.errors import InvalidInputError, StoreError
-from models.privacy import people_in, person_subjects
+from models.privacy import RunSubject, people_in, person_subjects
 from models.redaction import RedactionPolicy
 from runtime.clock import RecordingClock, SystemAgentClock
 from runtime.ports import ArtifactStore, EventLedger, NewEvent
@@ -85,6 +85,17 @@ class RunRecorder:
         #: write-behind: raw forms of sanitized artifacts waiting for their vault write
         self._raw_artifacts: list[tuple[bytes, str]] = []
         self._raw_artifacts_scheduled = False
+        #: write-behind, a ledger that keeps them with an append (``submits_artifact_raws``):
+        #: the raw forms go with the next append, in its transaction (the events after the
+        #: artifacts: those that reference them), each sanitized digest once
+        self._raws_with_appends = self._behind is not None and bool(
+            getattr(ledger, "submits_artifact_raws", False)
+        )
+        self._raws_for_append: list[tuple[bytes, str, str, str | None]] = []
+        self._raw_digests: set[str] = set()
+        #: likewise the people the run learns of (``learn_people``): with the next append
+        self._subjects_for_append: list[RunSubject] = []
+        self._subjects_learned: dict[str, RunSubject] = {}
         self._in_flight: deque[asyncio.Future[list[ExecutionEvent]]] = deque()
         #: the sequence of the last handed-off event known committed: after a failed
         #: hand-off the recorder goes on from there (its RUN_FAILED lands after what is real)
@@ -106,6 +117,12 @@ class RunRecorder:
         add_subjects = getattr(getattr(self.ledger, "vault", None), "add_subjects", None)
         if add_subjects is not None:
             subjects = person_subjects((s for s, _ in people), capability.capability_id)
+            if self._raws_with_appends:
+                # in the transaction of the next append: before the raw content after it
+                new = [s for s in subjects if s.subject_id not in self._subjects_learned]
+                self._subjects_learned.update((s.subject_id, s) for s in new)
+                self._subjects_for_append.extend(new)
+                return
             # write-behind: the raw content recorded after this waits for it to be durable
             await self._evidence_write(add_subjects(self.run_id, subjects))
 
@@ -160,16 +177,20 @@ class RunRecorder:
                     f"the sanitized view of a {type_of(record).__name__} is not a valid record "
                     f"(redaction policy {self.redaction.version}): {exc}"
                 ) from exc
+        raw_bytes = canonicalize(raw)
         return NewEvent(
             step_id,
             type,
             logical_time,
             record=record,
             payload=sanitized if record is None else None,
-            raw=canonicalize(raw),
+            raw=raw_bytes,
             redaction_policy_version=self.redaction.version,
             subject_id=self.subject_id,
             record_json=record_json,
+            # nothing redacted: the payload is the raw value (strings replaced by equal ones),
+            # so its canonical bytes are those just made
+            payload_bytes=raw_bytes if sanitized == raw else None,
         )
 
     def logical_time(self) -> datetime:
@@ -216,7 +237,7 @@ class RunRecorder:
             expected = self.last_sequence + 1
             if not self._in_flight:  # nothing pending: the head before this is what is real
                 self._committed = max(self._committed, self.last_sequence)
-            future = await self._behind.append(events, expected)
+            future = await self._behind.append(events, expected, **self._with_append())
             future.add_done_callback(functools.partial(self._note_committed, events))
             self._in_flight.append(future)
             self.last_sequence += len(events)
@@ -227,6 +248,15 @@ class RunRecorder:
         self.last_sequence = appended[-1].sequence
         count_unknown_recorded(events)
         return appended[-1]
+
+    def _with_append(self) -> dict[str, Any]:
+        """What waits for the next append to be written with it (``submits_artifact_raws``)."""
+        extra: dict[str, Any] = {}
+        if self._subjects_for_append:
+            extra["subjects"], self._subjects_for_append = self._subjects_for_append, []
+        if self._raws_for_append:
+            extra["artifact_raws"], self._raws_for_append = self._raws_for_append, []
+        return extra
 
     def _note_committed(
         self, events: list[NewEvent], future: asyncio.Future[list[ExecutionEvent]]
@@ -258,6 +288,8 @@ class RunRecorder:
         if self._behind is not None:
             self._behind.give_up()
         self.last_sequence = self._committed
+        # what went with the failed appends is not known to be there: the people again
+        self._subjects_for_append = list(self._subjects_learned.values())
 
     async def flush(self, *, expected_sequence: int | None = None) -> None:
         """Write the buffered events (deferred mode) and wait until everything handed to the
@@ -265,6 +297,7 @@ class RunRecorder:
         any of it from being committed."""
         if self._behind is not None:
             await self._behind.wait_writes()
+            await self._write_left_over()
         if self._in_flight:
             await asyncio.wait(self._in_flight)
             for future in self._in_flight:
@@ -281,6 +314,19 @@ class RunRecorder:
             self._pending.clear()
             self.last_sequence = appended[-1].sequence
             count_unknown_recorded(events)
+
+    async def _write_left_over(self) -> None:
+        """What was to go with the next append when none came: kept on its own (the
+        subjects first: raw content is never durable before them)."""
+        extra = self._with_append()
+        vault = getattr(self.ledger, "vault", None)
+        if extra.get("subjects"):
+            await vault.add_subjects(self.run_id, extra["subjects"])  # type: ignore[union-attr]
+        raws = extra.get("artifact_raws")
+        if raws:
+            await vault.record_artifact_raws(  # type: ignore[union-attr]
+                self.run_id, [(raw, digest) for raw, digest, *_ in raws], *raws[0][2:]
+            )
 
     async def store_json(self, value: Any) -> str:
         """Put canonical JSON (its sanitized view) into the artifact store; returns its digest."""
@@ -308,6 +354,12 @@ class RunRecorder:
     async def _raw_artifact_behind(self, raw: bytes, digest: str) -> None:
         """Write-behind: the raw forms of the artifacts stored until the write starts (those of
         one model call's messages…) are kept in one vault transaction."""
+        if self._raws_with_appends:
+            assert self.redaction is not None  # only sanitized artifacts have a raw form apart
+            if digest not in self._raw_digests:
+                self._raw_digests.add(digest)
+                self._raws_for_append.append((raw, digest, self.redaction.version, self.subject_id))
+            return
         self._raw_artifacts.append((raw, digest))
         if not self._raw_artifacts_scheduled:
             self._raw_artifacts_scheduled = True

@@ -76,23 +76,26 @@ class HandOff:
         self._unfinished.append(task)
 
     async def append(
-        self, events: list[NewEvent], expected_sequence: int
+        self, events: list[NewEvent], expected_sequence: int, **extra: Any
     ) -> asyncio.Future[list[ExecutionEvent]]:
         """Hand ``events`` to the ledger's writer: at once when nothing before them is still
         being written, else by a task that waits for that first. The future resolves when they
-        are committed, or fails with what kept them (or anything before them) from it."""
+        are committed, or fails with what kept them (or anything before them) from it.
+        ``extra``: what else the ledger's ``submit`` is to write with them (its keywords)."""
         depends, self._writes = self._writes, []
         previous = self._submitted
         ready = all(d.done() and not d.cancelled() and d.exception() is None for d in depends)
         if ready and (previous is None or (previous.done() and previous.exception() is None)):
             self._submitted = None
-            return await self._submit(self.run_id, events, expected_sequence=expected_sequence)
+            return await self._submit(
+                self.run_id, events, expected_sequence=expected_sequence, **extra
+            )
         submitted: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         submitted.add_done_callback(_retrieved)
         self._submitted = submitted
         return asyncio.ensure_future(
             self._deferred(
-                self._generation, depends, previous, submitted, events, expected_sequence
+                self._generation, depends, previous, submitted, events, expected_sequence, extra
             )
         )
 
@@ -104,6 +107,7 @@ class HandOff:
         submitted: asyncio.Future[None],
         events: list[NewEvent],
         expected_sequence: int,
+        extra: dict[str, Any],
     ) -> list[ExecutionEvent]:
         try:
             # ``wait``, not ``await``: a cancelled hand-off must not cancel what it waits for
@@ -122,7 +126,9 @@ class HandOff:
                 raise SupersededAppendError(
                     f"run {self.run_id}: an append before sequence {expected_sequence} failed"
                 )
-            commit = await self._submit(self.run_id, events, expected_sequence=expected_sequence)
+            commit = await self._submit(
+                self.run_id, events, expected_sequence=expected_sequence, **extra
+            )
         except BaseException as exc:
             if not submitted.done():  # and every append after this one fails with it
                 submitted.set_exception(exc)

@@ -11,10 +11,12 @@ of every table it writes) to the database's batch writer:
   compare-and-set) and every table's rows go in with ``INSERT … SELECT FROM unnest(…)`` for the
   runs whose head moved. Arrays keep the statement text fixed, so it is prepared once.
 
-Both write only plain inserts: a row whose key is taken (a record already recorded, a side
-effect's next status, a stale head's sequence) fails the transaction with ``NeedsGeneralPath``
-and nothing is written; the ledger then writes the batch down its general path, which reads
-the locked heads and decides record by record. A run whose head moved elsewhere is returned:
+Both write plain inserts, except for mutable records (a side effect's status): one row per key
+and batch (``projections.plain_insert_rows``), inserted or updated as the general path would
+(``_upsert_clause``). A row whose key is taken (a record already recorded, a stale head's
+sequence, a side effect of another run) fails the transaction with ``NeedsGeneralPath`` and
+nothing is written; the ledger then writes the batch down its general path, which reads the
+locked heads and decides record by record. A run whose head moved elsewhere is returned:
 nothing of it is written (PostgreSQL writes the other runs of the batch; SQLite none).
 """
 
@@ -33,6 +35,7 @@ from sqlalchemy.dialects import sqlite as sqlite_dialect
 from models.errors import StoreError
 from stores.sql import schema
 from stores.sql.database import _UNAVAILABLE, CONNECT_TIMEOUT_SECONDS, Database, _store_error
+from stores.sql.projections import CHANGED_IN_BATCH, MUTABLE_TABLES, mutable_key_column
 from stores.sql.views import RUN_EVIDENCE_TABLES
 
 __all__ = ["POSTGRES_LANES", "BatchWriter", "FastBatch", "NeedsGeneralPath", "batch_writer"]
@@ -67,7 +70,11 @@ FAST_TABLES: tuple[Table, ...] = (
     schema.execution_events,
     schema.raw_payloads,
     *RUN_EVIDENCE_TABLES,
+    schema.run_subjects,
 )
+#: tables whose rows are inserted unless their key is there already (a run's data subjects)
+IF_ABSENT_TABLES: tuple[Table, ...] = (schema.run_subjects,)
+_DO_NOTHING = " ON CONFLICT DO NOTHING"
 
 #: observers of the statements a writer sends, one call per transaction: the statements
 #: and whether it committed (tests count them)
@@ -119,7 +126,18 @@ class SqliteBatchWriter(BatchWriter):
         self._path = path
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="replaybook-sqlite-writer")
         self._conn: sqlite3.Connection | None = None
-        self._inserts = {table: _sqlite_insert(table) for table in (schema.runs, *FAST_TABLES)}
+        self._inserts = {
+            table: _sqlite_insert(table, _DO_NOTHING if table in IF_ABSENT_TABLES else "")
+            for table in (schema.runs, *FAST_TABLES)
+        }
+        #: mutable tables: (upsert when the stored content differs, upsert whatever is stored)
+        self._upserts = {
+            table: (
+                _sqlite_insert(table, _upsert_clause(table, changed=False)),
+                _sqlite_insert(table, _upsert_clause(table, changed=True)),
+            )
+            for table in MUTABLE_TABLES
+        }
 
     async def write(self, batch: FastBatch) -> set[str]:
         loop = asyncio.get_running_loop()
@@ -149,7 +167,9 @@ class SqliteBatchWriter(BatchWriter):
             raise StoreError(f"database error: {exc!r}") from exc
         try:
             if batch.new_runs:
-                statements.append(self._insert(conn, schema.runs, batch.new_runs))
+                sql, to_params = self._inserts[schema.runs]
+                conn.executemany(sql, map(to_params, batch.new_runs))
+                statements.append(sql)
             if batch.moves:
                 statements.append(self._MOVE)
                 moved = conn.executemany(
@@ -160,8 +180,20 @@ class SqliteBatchWriter(BatchWriter):
                     conn.execute("ROLLBACK")
                     return {run_id for run_id, *_ in batch.moves}, [*statements, "ROLLBACK"]
             for table, rows in batch.rows.items():
-                if rows:
-                    statements.append(self._insert(conn, table, rows))
+                if not rows:
+                    continue
+                if table not in self._upserts:
+                    parts = [(self._inserts[table], rows)]
+                else:
+                    when_differs, always = self._upserts[table]
+                    parts = [
+                        (when_differs, [r for r in rows if not r[CHANGED_IN_BATCH]]),
+                        (always, [r for r in rows if r[CHANGED_IN_BATCH]]),
+                    ]
+                for (sql, to_params), part in parts:
+                    if part:
+                        conn.executemany(sql, map(to_params, part))
+                        statements.append(sql)
             conn.execute("COMMIT")
         except sqlite3.IntegrityError as exc:
             conn.execute("ROLLBACK")
@@ -176,11 +208,6 @@ class SqliteBatchWriter(BatchWriter):
             raise
         return set(), [*statements, "COMMIT"]
 
-    def _insert(self, conn: sqlite3.Connection, table: Table, rows: list[dict[str, Any]]) -> str:
-        sql, to_params = self._inserts[table]
-        conn.executemany(sql, map(to_params, rows))
-        return sql
-
     async def close(self) -> None:
         def close_in_thread() -> None:
             if self._conn is not None:
@@ -191,9 +218,37 @@ class SqliteBatchWriter(BatchWriter):
         self._executor.shutdown(wait=False)
 
 
-def _sqlite_insert(table: Table) -> tuple[str, Callable[[dict[str, Any]], list[Any]]]:
-    """The INSERT of ``table`` and the function turning a row into its parameters, with the
-    values stored as SQLAlchemy stores them (its SQLite date-time text, for one)."""
+def _upsert_clause(table: Table, *, changed: bool) -> str:
+    """The ``ON CONFLICT`` clause that writes a mutable record's row as ``write_projection``
+    does when its key is taken: a row of another run is refused (its ``run_id`` set to NULL
+    fails the NOT NULL constraint: ``NeedsGeneralPath``, and the general path names the
+    conflict); the row is replaced by the new one when its content differs or ``changed`` (the
+    batch changed the record: its last content is the row whatever was stored before)."""
+    key = mutable_key_column(table)
+    t = f'"{table.name}"'
+    sets = [
+        f'"run_id" = CASE WHEN {t}."run_id" = excluded."run_id" THEN excluded."run_id" END',
+        *(
+            f'"{c.name}" = excluded."{c.name}"'
+            for c in table.columns
+            if c.name not in (key, "run_id")
+        ),
+    ]
+    clause = f' ON CONFLICT ("{key}") DO UPDATE SET {", ".join(sets)}'
+    if not changed:
+        clause += (
+            f' WHERE {t}."run_id" <> excluded."run_id"'
+            f' OR {t}."content_hash" <> excluded."content_hash"'
+        )
+    return clause
+
+
+def _sqlite_insert(
+    table: Table, on_conflict: str = ""
+) -> tuple[str, Callable[[dict[str, Any]], list[Any]]]:
+    """The INSERT of ``table`` (with ``on_conflict``) and the function turning a row into its
+    parameters, with the values stored as SQLAlchemy stores them (its SQLite date-time text,
+    for one)."""
     dialect = sqlite_dialect.dialect()
     names = [column.name for column in table.columns]
     processors = [
@@ -202,6 +257,7 @@ def _sqlite_insert(table: Table) -> tuple[str, Callable[[dict[str, Any]], list[A
     ]
     quoted = ", ".join(f'"{name}"' for name in names)
     sql = f'INSERT INTO "{table.name}" ({quoted}) VALUES ({", ".join("?" for _ in names)})'
+    sql += on_conflict
     processed = [(i, p) for i, p in enumerate(processors) if p is not None]
 
     def to_params(row: dict[str, Any]) -> list[Any]:
@@ -229,7 +285,7 @@ class PostgresBatchWriter(BatchWriter):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._free: asyncio.Condition | None = None
         #: the statement of each set of tables a batch writes (each prepared once a connection)
-        self._statements: dict[tuple[Table, ...], tuple[str, list[tuple[Table, list[str]]]]] = {}
+        self._statements: dict[tuple[Table, ...], tuple[str, Layout]] = {}
 
     async def write(self, batch: FastBatch) -> set[str]:
         import asyncpg
@@ -246,8 +302,10 @@ class PostgresBatchWriter(BatchWriter):
         if tables not in self._statements:
             self._statements[tables] = _postgres_statement(tables)
         sql, layout = self._statements[tables]
-        for table, names in layout:
+        for table, names, changed in layout:
             rows = rows_of[table]
+            if changed is not None:  # a mutable table's rows, in two parts (``_upsert_clause``)
+                rows = [row for row in rows if row[CHANGED_IN_BATCH] is changed]
             args.extend([row.get(name) for row in rows] for name in names)
         conn = await self._take()
         try:
@@ -339,8 +397,13 @@ def _pg_array_type(column: Any) -> str:
     raise TypeError(f"no array type for {column.table.name}.{column.name}: {column.type!r}")
 
 
-def _postgres_statement(tables: Iterable[Table]) -> tuple[str, list[tuple[Table, list[str]]]]:
-    """The one statement of a batch and, per table, the columns its arrays are bound in. The
+#: per part of a PostgreSQL batch statement: its table, the columns its arrays are bound in, and
+#: for a mutable table which of its rows (changed in the batch or not; None: every row)
+Layout = list[tuple[Table, list[str], bool | None]]
+
+
+def _postgres_statement(tables: Iterable[Table]) -> tuple[str, Layout]:
+    """The one statement of a batch and, per part, the columns its arrays are bound in. The
     runs a batch starts (``runs`` rows) count as moved: their rows go in too."""
     parts = [
         "moves AS (SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::text[])"
@@ -349,33 +412,42 @@ def _postgres_statement(tables: Iterable[Table]) -> tuple[str, list[tuple[Table,
         " head_hash = moves.new_hash FROM moves WHERE runs.run_id = moves.run_id"
         " AND runs.head_sequence = moves.old_sequence RETURNING runs.run_id)",
     ]
-    layout: list[tuple[Table, list[str]]] = []
+    layout: Layout = []
     n = 4
     written = "SELECT run_id FROM moved"
     for table in tables:
-        columns = list(table.columns)
-        names = [c.name for c in columns]
-        arrays = []
-        for column in columns:
-            n += 1
-            arrays.append(f"${n}::{_pg_array_type(column)}[]")
-        selected = [
-            f'r."{c.name}"::{"jsonb" if _is_jsonb(c) else "json"}'
-            if isinstance(c.type, JSON)
-            else f'r."{c.name}"'
-            for c in columns
-        ]
-        quoted = ", ".join(f'"{name}"' for name in names)
-        insert = (
-            f"w_{table.name} AS (INSERT INTO {table.name} ({quoted}) SELECT {', '.join(selected)}"
-            f" FROM unnest({', '.join(arrays)}) AS r({quoted})"
-        )
-        if table is schema.runs:  # new runs: written whole, then their rows below
-            parts.append(insert + " RETURNING run_id)")
-            written += " UNION ALL SELECT run_id FROM w_runs"
-        else:
-            parts.append(insert + f" WHERE r.run_id IN ({written}))")
-        layout.append((table, names))
+        kinds: list[bool | None] = [False, True] if table in MUTABLE_TABLES else [None]
+        for changed in kinds:
+            columns = list(table.columns)
+            names = [c.name for c in columns]
+            arrays = []
+            for column in columns:
+                n += 1
+                arrays.append(f"${n}::{_pg_array_type(column)}[]")
+            selected = [
+                f'r."{c.name}"::{"jsonb" if _is_jsonb(c) else "json"}'
+                if isinstance(c.type, JSON)
+                else f'r."{c.name}"'
+                for c in columns
+            ]
+            quoted = ", ".join(f'"{name}"' for name in names)
+            name = table.name + ("" if changed is None else f"_{int(changed)}")
+            insert = (
+                f"w_{name} AS (INSERT INTO {table.name} ({quoted}) SELECT {', '.join(selected)}"
+                f" FROM unnest({', '.join(arrays)}) AS r({quoted})"
+            )
+            if table is schema.runs:  # new runs: written whole, then their rows below
+                parts.append(insert + " RETURNING run_id)")
+                written += " UNION ALL SELECT run_id FROM w_runs"
+            else:
+                parts.append(
+                    insert
+                    + f" WHERE r.run_id IN ({written})"
+                    + ("" if changed is None else _upsert_clause(table, changed=changed))
+                    + (_DO_NOTHING if table in IF_ABSENT_TABLES else "")
+                    + ")"
+                )
+            layout.append((table, names, changed))
     return "WITH " + ",\n".join(parts) + f"\n{written}", layout
 
 

@@ -44,6 +44,7 @@ from models.errors import (
     SequenceConflictError,
     StoreError,
 )
+from models.privacy import RunSubject
 from runtime.ports import ArtifactStore, NewEvent
 from stores.anchors import AnchorLog
 from stores.sql import schema
@@ -53,7 +54,8 @@ from stores.sql.database import Database, utc
 from stores.sql.group_commit import GroupCommitter
 from stores.sql.heads import move_heads
 from stores.sql.linking import AppendRequest, fast_rows, link_batch, projected
-from stores.sql.privacy import SqlRawVault
+from stores.sql.privacy import SqlRawVault, insert_missing_raws
+from stores.sql.privacy_subjects import insert_subjects_if_absent, learned_subject_rows
 from stores.sql.projections import write_projections
 from stores.sql.run_check import check_headless, check_run
 
@@ -63,6 +65,9 @@ INLINE_PAYLOAD_LIMIT = 64 * 1024
 INLINE_REF = "inline"
 CAS_PREFIX = "cas:"
 
+
+#: the raw form of a sanitized artifact: (raw bytes, sanitized hash, policy version, subject)
+ArtifactRaw = tuple[bytes, str, str, str | None]
 
 #: what the writer hands back for one append: its events, or why it was not written
 Appended = list[ExecutionEvent] | Exception
@@ -235,15 +240,40 @@ class SqlLedger:
             return await self._committer.submit(request)
         return (await self._write_general([run_id], [request]))[0]
 
+    #: ``submit`` takes the raw forms of sanitized artifacts (``artifact_raws``) and the
+    #: people a run learned of (``subjects``)
+    submits_artifact_raws = True
+
     async def submit(
-        self, run_id: str, events: Sequence[NewEvent], *, expected_sequence: int | None = None
+        self,
+        run_id: str,
+        events: Sequence[NewEvent],
+        *,
+        expected_sequence: int | None = None,
+        artifact_raws: Sequence[ArtifactRaw] = (),
+        subjects: Sequence[RunSubject] = (),
     ) -> asyncio.Future[list[ExecutionEvent]]:
         """Hand events to the group-commit writer and return at once: the future resolves
         when they are committed (or fails with why they were not). Appends of one run are
         committed in the order they were submitted. Without group commit the events are
-        written before this returns (an already resolved future)."""
+        written before this returns (an already resolved future). ``artifact_raws``: raw
+        forms of sanitized artifacts (raw bytes, sanitized hash, policy version, subject),
+        kept by the vault in the same transaction (unless kept already); ``subjects``: people
+        the run learned of (``SubjectKind.PERSON``), its subjects from this transaction on."""
         prepared = await self._prepare_payloads(run_id, events)
-        request = AppendRequest(run_id, list(events), prepared, expected_sequence)
+        rows = [
+            row
+            for raw, digest, version, subject in artifact_raws
+            for row in await self.vault.artifact_raw_rows(run_id, [(raw, digest)], version, subject)
+        ]
+        request = AppendRequest(
+            run_id,
+            list(events),
+            prepared,
+            expected_sequence,
+            rows,
+            learned_subject_rows(run_id, subjects),
+        )
         if self._committer is not None:
             return self._committer.enqueue(request)
         future: asyncio.Future[list[ExecutionEvent]] = asyncio.get_running_loop().create_future()
@@ -395,6 +425,10 @@ class SqlLedger:
         await conn.execute(insert(schema.execution_events), batch.rows)
         if batch.raw_rows:
             await conn.execute(insert(schema.raw_payloads), batch.raw_rows)
+        if batch.subjects:
+            await insert_subjects_if_absent(conn, batch.subjects)
+        if batch.artifact_raws:
+            await insert_missing_raws(conn, batch.artifact_raws)
         await move_heads(conn, run_ids, start, heads)
         await write_projections(
             conn,
@@ -505,7 +539,7 @@ class SqlLedger:
         self, run_id: str, event: NewEvent, stored: list[bytes]
     ) -> tuple[str, str, bytes | None, dict[str, Any] | None]:
         """``stored``: where a payload over the inline limit is added, for the caller to put."""
-        data = canonicalize(event.payload_json())
+        data = event.canonical_payload()
         digest = sha256_digest(data)
         raw_columns = await self._prepare_raw(run_id, event, digest)
         if len(data) <= self.inline_limit:

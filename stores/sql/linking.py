@@ -37,6 +37,12 @@ class AppendRequest:
     #: prepared (and the raw payload encrypted) before any lock is taken
     prepared: list[tuple[str, str, bytes | None, dict[str, Any] | None]]
     expected_sequence: int | None
+    #: ``raw_payloads`` rows of sanitized artifacts the events reference (raw content sealed),
+    #: written in the same transaction when not kept already
+    artifact_raws: list[dict[str, Any]] = field(default_factory=list)
+    #: ``run_subjects`` rows of people the run learned of (inserted unless there already), in
+    #: the same transaction: before any raw content recorded after it is durable
+    subjects: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -45,6 +51,10 @@ class LinkedBatch:
 
     rows: list[dict[str, Any]] = field(default_factory=list)
     raw_rows: list[dict[str, Any]] = field(default_factory=list)
+    #: the requests' ``artifact_raws`` (inserted unless kept already)
+    artifact_raws: list[dict[str, Any]] = field(default_factory=list)
+    #: the requests' ``subjects``
+    subjects: list[dict[str, Any]] = field(default_factory=list)
     #: the appended events, per request
     results: list[list[ExecutionEvent]] = field(default_factory=list)
     #: the events carrying a record, to project (with the record's canonical JSON when inline)
@@ -125,6 +135,8 @@ def link_batch(
             previous = link
         heads[run_id] = (sequence, previous)
         batch.results.append(out)
+        batch.artifact_raws.extend(request.artifact_raws)
+        batch.subjects.extend(request.subjects)
     return batch
 
 
@@ -243,8 +255,8 @@ def projected(event: NewEvent, record: HashedRecord, appended: ExecutionEvent) -
 def fast_rows(
     batch: LinkedBatch, recorded_at: datetime
 ) -> dict[Table, list[dict[str, Any]]] | None:
-    """The rows of a linked batch for the batch writer, every table's (None: a record may
-    update a row, which only the general path does)."""
+    """The rows of a linked batch for the batch writer, every table's (None: only the general
+    path can write them, see ``projections.plain_insert_rows``)."""
     lookups = plain_insert_rows(
         [
             (
@@ -260,4 +272,11 @@ def fast_rows(
     )
     if lookups is None:
         return None
-    return {schema.execution_events: batch.rows, schema.raw_payloads: batch.raw_rows, **lookups}
+    # an artifact's raw row kept already (another process) fails the insert: the general path
+    raw_rows = [*batch.raw_rows, *batch.artifact_raws]
+    return {
+        schema.execution_events: batch.rows,
+        schema.raw_payloads: raw_rows,
+        **lookups,
+        schema.run_subjects: batch.subjects,
+    }

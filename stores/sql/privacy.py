@@ -50,6 +50,23 @@ def associated_data(run_id: str, raw_hash: str, sanitized_hash: str) -> bytes:
     return f"replaybook-raw\x00{run_id}\x00{raw_hash}\x00{sanitized_hash}".encode()
 
 
+async def insert_missing_raws(conn: AsyncConnection, rows: Sequence[dict[str, Any]]) -> None:
+    """Insert the artifacts' ``raw_payloads`` rows not kept already (one read, one insert)."""
+    r = schema.raw_payloads.c
+    kept = {
+        row.raw_id
+        for row in (
+            await conn.execute(select(r.raw_id).where(r.raw_id.in_([w["raw_id"] for w in rows])))
+        ).all()
+    }
+    missing: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        if row["raw_id"] not in kept:
+            missing.setdefault(row["raw_id"], row)
+    if missing:
+        await conn.execute(insert(schema.raw_payloads), list(missing.values()))
+
+
 def event_raw_id(run_id: str, sequence: int) -> str:
     return f"event:{run_id}:{sequence}"
 
@@ -215,6 +232,20 @@ class SqlRawVault(RawVaultQueries):
     ) -> None:
         """``record_artifact_raw`` of several (raw bytes, sanitized hash) pairs, in one
         transaction: one read of those already kept, one insert of the others."""
+        rows = await self.artifact_raw_rows(run_id, artifacts, policy_version, subject_id)
+        if rows:
+            async with self.db.transaction() as conn:
+                await insert_missing_raws(conn, rows)
+
+    async def artifact_raw_rows(
+        self,
+        run_id: str,
+        artifacts: Sequence[tuple[bytes, str]],
+        policy_version: str,
+        subject_id: str | None,
+    ) -> list[dict[str, Any]]:
+        """The ``raw_payloads`` rows (raw content sealed) of sanitized artifacts given as
+        (raw bytes, sanitized hash) pairs, one per artifact."""
         rows: dict[str, dict[str, Any]] = {}
         for raw, sanitized_hash in artifacts:
             raw_id = artifact_raw_id(run_id, sanitized_hash)
@@ -231,19 +262,7 @@ class SqlRawVault(RawVaultQueries):
                 "created_at": self.clock(),
                 **await self.seal_raw(run_id, raw, raw_hash, sanitized_hash, subject_id),
             }
-        if not rows:
-            return
-        r = schema.raw_payloads.c
-        async with self.db.transaction() as conn:
-            kept = {
-                row.raw_id
-                for row in (
-                    await conn.execute(select(r.raw_id).where(r.raw_id.in_(list(rows))))
-                ).all()
-            }
-            missing = [row for raw_id, row in rows.items() if raw_id not in kept]
-            if missing:
-                await conn.execute(insert(schema.raw_payloads), missing)
+        return list(rows.values())
 
     # reading ----------------------------------------------------------------------------------
 

@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import insert, select
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from models.privacy import RunSubject, SubjectKind
 from stores.sql import schema
@@ -16,6 +17,40 @@ from stores.sql.database import Database, utc
 
 #: a raw ciphertext kept in the artifact store is referenced as ``cas:<digest>``
 CAS_PREFIX = "cas:"
+
+
+def learned_subject_rows(run_id: str, subjects: Sequence[RunSubject]) -> list[dict[str, Any]]:
+    """The ``run_subjects`` rows of people a run learned of (``add_subjects`` of PERSON
+    subjects: never primary, inserted unless the run has them already)."""
+    assert all(s.kind is SubjectKind.PERSON for s in subjects)
+    return [
+        {
+            "run_id": run_id,
+            "subject_id": s.subject_id,
+            "kind": str(s.kind),
+            "source": s.source,
+            "is_primary": False,
+        }
+        for s in subjects
+    ]
+
+
+async def insert_subjects_if_absent(conn: AsyncConnection, rows: Sequence[dict[str, Any]]) -> None:
+    s = schema.run_subjects.c
+    known = {
+        (row.run_id, row.subject_id)
+        for row in (
+            await conn.execute(
+                select(s.run_id, s.subject_id).where(s.run_id.in_({r["run_id"] for r in rows}))
+            )
+        ).all()
+    }
+    missing: dict[tuple[str, str], dict[str, Any]] = {}
+    for row in rows:
+        if (row["run_id"], row["subject_id"]) not in known:
+            missing.setdefault((row["run_id"], row["subject_id"]), row)
+    if missing:
+        await conn.execute(insert(schema.run_subjects), list(missing.values()))
 
 
 class RawVaultQueries:

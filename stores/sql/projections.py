@@ -160,21 +160,49 @@ def _key_column(table: Table) -> str:
     return next(p.key_column for p in PROJECTIONS.values() if p.table is table)
 
 
+#: in a batch writer's row of a mutable record: True when the record changed within the batch
+#: (its row is then the batch's last content whatever is stored; see ``plain_insert_rows``)
+CHANGED_IN_BATCH = "_changed_in_batch"
+
+
 def plain_insert_rows(
     projected: list[tuple[ProjectedRecord, str]], now: datetime
 ) -> dict[Table, list[dict[str, Any]]] | None:
-    """The lookup rows of a batch for a writer that only inserts (``stores.sql.batch_writer``),
-    each record given with its JSON text (its canonical payload); None when a record may
-    update a row (a side effect's status), which only ``write_projections`` does."""
+    """The lookup rows of a batch for a batch writer (``stores.sql.batch_writer``), each record
+    given with its JSON text (its canonical payload); None when only ``write_projections``
+    can write them (one mutable record of two runs in one batch).
+
+    A mutable record (a side effect's status) is one row per key, the one ``write_projections``
+    leaves behind after inserting the key's first record and updating it with each later one
+    whose content differs from the row's: the batch's last new content, flagged
+    ``CHANGED_IN_BATCH`` when the batch changed it (then written whatever is stored; else
+    only when the stored content differs, or inserted when there is none)."""
     rows: dict[Table, list[dict[str, Any]]] = {}
+    latest: dict[str, dict[str, Any]] = {}
     for item, text in projected:
         projection = PROJECTIONS.get(type(item.record))
         if projection is None:
             continue
+        row = _row(projection, item, now, record=text)
         if projection.mutable:
-            return None
-        rows.setdefault(projection.table, []).append(_row(projection, item, now, record=text))
+            kept = latest.get(row[projection.key_column])
+            if kept is not None:
+                if kept["run_id"] != row["run_id"]:
+                    return None  # the general path refuses the second run's record
+                if kept["content_hash"] != row["content_hash"]:
+                    kept.update(row, **{CHANGED_IN_BATCH: True})
+                continue
+            row[CHANGED_IN_BATCH] = False
+            latest[row[projection.key_column]] = row
+        rows.setdefault(projection.table, []).append(row)
     return rows
+
+
+MUTABLE_TABLES: tuple[Table, ...] = tuple(p.table for p in PROJECTIONS.values() if p.mutable)
+
+
+def mutable_key_column(table: Table) -> str:
+    return _key_column(table)
 
 
 def _row(

@@ -144,7 +144,9 @@ async def test_recorded_replay_reproduces_a_sample_of_runs_in_process(sqlite_sto
             and c.diffs == ()
         ):
             failures.append((run_id, local.stopped, c and c.diffs[:2]))
-    print(f"\nreplayed {len(set(run_ids)) // 6} runs in process in {time.perf_counter() - started:.1f}s")
+    print(
+        f"\nreplayed {len(set(run_ids)) // 6} runs in process in {time.perf_counter() - started:.1f}s"
+    )
     assert failures == []
     assert blocked > 0  # writes were attempted and every one blocked (none reached anything)
 

@@ -107,3 +107,80 @@ def test_names_read_back_from_sanitized_evidence_teach_nothing() -> None:
     assert redaction_policy(REDACT_V2, [], [sanitized]).names == frozenset()
     assert name_words("Anne-Marie O'Neil X") >= {"anne-marie", "anne", "marie", "o'neil", "neil"}
     assert "x" not in name_words("Anne-Marie O'Neil X")  # initials are not redacted alone
+
+
+def test_texts_sanitized_before_new_names_are_reused_only_where_no_new_name_occurs() -> None:
+    """``with_names`` keeps the sanitized texts in which no new word occurs (in any case,
+    anywhere); every text sanitizes as a policy that knew all the names from the start."""
+    texts = [
+        "Hello Carol, your order O-1001 is on its way",
+        "Write to carol.chen@example.com or call +1 555 123 4567",
+        "sha256:" + "ab" * 32,
+        "Élise wrote from x@y.comélise about CHEN",  # new words next to a token, other case
+        "Dear Dana Chen-Okafor",
+        "nothing personal here",
+    ]
+    first = RedactionPolicy(REDACT_V2).with_names(["Dana"])
+    before = [first.sanitize(t) for t in texts]
+    learned = first.with_names(["Carol Chen", "Élise"])
+    assert set(learned._memo) == {"sha256:" + "ab" * 32, "nothing personal here"}
+    fresh = RedactionPolicy(REDACT_V2, names=learned.names)
+    after = [learned.sanitize(t) for t in texts]
+    assert after == [fresh.sanitize(t) for t in texts]
+    assert before[4] != after[4] and "Chen" not in after[4]  # learned after it was sanitized
+    assert before[3] != after[3] and "lise" not in after[3]
+    # what is carried over is not sanitized again
+    learned._memo["nothing personal here"] = "carried"
+    assert learned.sanitize("nothing personal here") == "carried"
+
+
+def _reference_text(policy: RedactionPolicy, text: str) -> str:
+    """Sanitizing as every rule is applied to every piece of text, no shortcut taken."""
+    import models.redaction as r
+
+    def plain(piece: str) -> str:
+        piece = r._SECRET.sub(lambda m: policy._token("secret", m.group(0)), piece)
+        piece = r._EMAIL.sub(lambda m: policy._token("email", m.group(0).lower()), piece)
+        piece = r._CARD.sub(policy._card, piece)
+        piece = r._PHONE.sub(policy._phone, piece)
+        if not policy.names:
+            return piece
+        pattern = r._names_pattern(policy.names)
+        pieces, tokens = r._TOKEN.split(piece), r._TOKEN.findall(piece)
+        out = [pattern.sub(policy._name, pieces[0])]
+        for token, rest in zip(tokens, pieces[1:], strict=True):
+            out += [token, pattern.sub(policy._name, rest)]
+        return "".join(out)
+
+    pieces, tokens = r._TOKEN.split(text), r._TOKEN.findall(text)
+    out = [plain(pieces[0])]
+    for token, rest in zip(tokens, pieces[1:], strict=True):
+        out += [token, plain(rest)]
+    return "".join(out)
+
+
+def test_the_shortcuts_sanitize_as_every_rule_applied_everywhere() -> None:
+    """Texts without "@", without a digit, without a token, and digests skip rules that cannot
+    match them: the same result as applying every rule (random texts of the rules' pieces)."""
+    import random
+
+    rng = random.Random(21)
+    pieces = [
+        "carol", "Chen", "sha256:", "ab" * 32, "0123456789abcdef" * 4, "@", "x@y.io", "+1 555",
+        " 010 0000", "4111 1111 1111 1111", "sk-", "A" * 16, "Bearer ", "<name:0123456789abcdef>",
+        "<email:", "-", ":", " ", "é", "5", "Dana", "(555) 123-4567", "bo@ab.io", "ab.io",
+    ]  # fmt: skip
+    policy = RedactionPolicy(REDACT_V2).with_names(["Carol Chen", "Dana"])
+    texts = ["sha256:" + "a" * 64, "sha256:" + "0" * 64, "sha256:" + "ab" * 32]
+    texts += ["".join(rng.choice(pieces) for _ in range(rng.randint(1, 8))) for _ in range(3000)]
+    for text in texts:
+        assert policy._text_uncached(text) == _reference_text(policy, text), text
+        fresh = RedactionPolicy(REDACT_V2, names=policy.names)
+        assert fresh.sanitize(text) == _reference_text(policy, text), text
+    digest = "sha256:" + "0123456789abcdef" * 4
+    assert RedactionPolicy(REDACT_V2).with_names(["Carol"]).sanitize(digest) == digest
+    assert digest not in policy._memo  # digests are not remembered
+    # a "digest" of letters only is a word: a name it is redacted as
+    letters = "sha256:" + "ab" * 32
+    named = RedactionPolicy(REDACT_V2).with_names(["ab" * 32])
+    assert named.sanitize(letters) == _reference_text(named, letters) != letters

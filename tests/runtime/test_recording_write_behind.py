@@ -23,7 +23,7 @@ from stores.artifacts import LocalArtifactStore
 from stores.encryption import LocalKeyEncryptionKey
 from stores.sql import schema
 from stores.sql.database import Database
-from stores.sql.ledger import SqlLedger
+from stores.sql.ledger import NewEvent, SqlLedger
 from stores.sql.privacy import SqlRawVault, artifact_raw_id
 
 T0 = datetime(2026, 12, 1, 20, 0, tzinfo=UTC)
@@ -215,3 +215,139 @@ async def test_a_shredded_data_key_is_not_sealed_with_again(
         "run-2", b"raw", "sha256:" + "3" * 64, "sha256:" + "4" * 64, subject
     )
     assert after["key_id"] != first["key_id"]
+
+
+async def test_raw_artifacts_are_kept_in_the_transaction_of_the_append_after_them(
+    database: Database, tmp_path: Path
+) -> None:
+    """The raw forms of a model call's sanitized messages go with the next append (the event
+    that references them), in its transaction: no vault transaction of their own; a raw form
+    kept already (by another process) is left as it is."""
+    from sqlalchemy import event
+
+    artifacts = LocalArtifactStore(tmp_path / "artifacts")
+    vault = SqlRawVault(database, artifacts, KEK)
+    ledger = SqlLedger(database, artifacts, vault=vault)
+    run_id = await new_run(ledger)
+    await ledger.append(run_id, NewEvent("s", E.MODEL_CALL, T0, payload={"i": 0}))
+    recorder = RunRecorder(
+        ledger,
+        artifacts,
+        run_id,
+        redaction=redaction_policy(REDACT_V1),
+        subject_id="customer:C-1",
+        write_behind=True,
+    )
+    recorder.last_sequence = 1
+    messages = [{"content": f"write to ada{i}@example.com"} for i in range(3)]
+    kept_ref = canonical_hash(recorder.hashing_view(messages[0]))
+    await vault.record_artifact_raws(
+        run_id, [(canonicalize(messages[0]), kept_ref)], REDACT_V1, "customer:C-1"
+    )
+    statements: list[str] = []
+
+    def seen(_c: object, _cu: object, statement: str, *_: object) -> None:
+        statements.append(statement)
+
+    event.listen(database.engine.sync_engine, "before_cursor_execute", seen)
+    try:
+        refs = [await recorder.store_json(m) for m in [*messages, messages[1]]]
+        await recorder.record(E.CONTEXT_SNAPSHOT, payload={"messages": refs})
+        await recorder.flush()
+    finally:
+        event.remove(database.engine.sync_engine, "before_cursor_execute", seen)
+    assert refs[0] == kept_ref
+    r = schema.raw_payloads.c
+    async with database.read() as conn:
+        rows = (
+            await conn.execute(
+                select(r.raw_id, r.raw_hash, r.sequence).where(
+                    r.run_id == run_id, r.raw_id.like("artifact:%")
+                )
+            )
+        ).all()
+    assert sorted(row.raw_id for row in rows) == sorted(
+        artifact_raw_id(run_id, ref) for ref in set(refs)
+    )
+    assert {row.raw_hash for row in rows} == {canonical_hash(m) for m in messages}
+    assert {row.sequence for row in rows} == {None}
+    assert await committed(database, run_id) == ["MODEL_CALL", "CONTEXT_SNAPSHOT"]
+    # the batch writer refused the kept row; the general path wrote the others beside it
+    assert any("raw_payloads" in s and s.lstrip().upper().startswith("INSERT") for s in statements)
+    # nothing kept already: the batch writer alone (nothing through the pool)
+    statements.clear()
+    event.listen(database.engine.sync_engine, "before_cursor_execute", seen)
+    try:
+        more = [await recorder.store_json({"content": f"call +1 555 010 00{i}"}) for i in (1, 2)]
+        await recorder.record(E.CONTEXT_SNAPSHOT, payload={"messages": more})
+        await recorder.flush()
+    finally:
+        event.remove(database.engine.sync_engine, "before_cursor_execute", seen)
+    assert not [s for s in statements if "raw_payloads" in s]
+    async with database.read() as conn:
+        kept = (await conn.execute(select(r.raw_id).where(r.run_id == run_id))).scalars().all()
+    assert {artifact_raw_id(run_id, ref) for ref in more} <= set(kept)
+    assert (await ledger.verify(run_id)).intact
+
+
+async def test_people_learned_become_subjects_in_the_transaction_of_the_append_after_them(
+    database: Database, tmp_path: Path
+) -> None:
+    """``learn_people`` (write-behind): the run's new subjects go with the next append, in its
+    transaction, through the batch writer; a subject the run has already keeps its row; people
+    learned with no append after them are kept at the durable point."""
+    from sqlalchemy import event
+
+    from models import SideEffectClass
+    from models.capability import Capability, PersonRecords
+    from models.privacy import RunSubject, SubjectKind
+
+    artifacts = LocalArtifactStore(tmp_path / "artifacts")
+    vault = SqlRawVault(database, artifacts, KEK)
+    ledger = SqlLedger(database, artifacts, vault=vault)
+    run_id = await new_run(ledger)
+    await ledger.append(run_id, NewEvent("s", E.MODEL_CALL, T0, payload={"i": 0}))
+    declared = RunSubject(subject_id="customer:C-1", kind=SubjectKind.END_USER, source="input")
+    await vault.add_subjects(run_id, [declared])  # the run's end user: primary
+    crm = Capability(
+        capability_id="crm.lookup",
+        side_effect_class=SideEffectClass.READ,
+        person_records=PersonRecords(id_field="customer_id", subject_prefix="customer"),
+    )
+    recorder = RunRecorder(
+        ledger,
+        artifacts,
+        run_id,
+        redaction=redaction_policy("redact-v2"),
+        subject_id="customer:C-1",
+        write_behind=True,
+    )
+    recorder.last_sequence = 1
+    statements: list[str] = []
+
+    def seen(_c: object, _cu: object, statement: str, *_: object) -> None:
+        statements.append(statement)
+
+    people = [{"customer_id": "C-1", "name": "Ada Lovelace"}, {"customer_id": "C-2", "name": "Bo"}]
+    event.listen(database.engine.sync_engine, "before_cursor_execute", seen)
+    try:
+        await recorder.learn_people(crm, people)
+        await recorder.record(E.TOOL_CALL, payload={"found": "Ada Lovelace and Bo"})
+        await recorder.flush()
+    finally:
+        event.remove(database.engine.sync_engine, "before_cursor_execute", seen)
+    assert not [s for s in statements if "run_subjects" in s]
+    assert await vault.subjects(run_id) == [
+        {"subject_id": "customer:C-1", "kind": "END_USER", "source": "input", "primary": True},
+        {
+            "subject_id": "customer:C-2",
+            "kind": "PERSON",
+            "source": "provider:crm.lookup",
+            "primary": False,
+        },
+    ]
+    await recorder.learn_people(crm, [{"customer_id": "C-3", "name": "Cy"}])
+    await recorder.flush()  # no append after it: kept at the durable point
+    assert "customer:C-3" in {s["subject_id"] for s in await vault.subjects(run_id)}
+    assert await committed(database, run_id) == ["MODEL_CALL", "TOOL_CALL"]
+    assert (await ledger.verify(run_id)).intact

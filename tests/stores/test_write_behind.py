@@ -383,3 +383,82 @@ async def test_an_unknown_outcome_is_counted_once_it_is_committed_behind(ledger:
     assert final.status is SideEffectStatus.UNKNOWN
     assert unknown_total() == before + 1
     assert (await ledger.verify(run_id)).intact
+
+
+async def side_effect_rows(database: Database, run_id: str) -> list[tuple[Any, ...]]:
+    """The run's side-effect lookup rows, without what names the run (its id, the event ids)."""
+    s = schema.side_effects.c
+    async with database.read() as conn:
+        rows = await conn.execute(
+            select(s.step_id, s.sequence, s.status, s.record, s.content_hash)
+            .where(s.run_id == run_id)
+            .order_by(s.sequence)
+        )
+        out = []
+        for step_id, sequence, status, record, content_hash in rows.all():
+            effect = SideEffectRecord.model_validate(record)
+            assert content_hash == effect.record_hash()
+            out.append((step_id, sequence, status, effect.status, effect.provider_receipt))
+        return out
+
+
+def effect_of(run_id: str, status: SideEffectStatus, receipt: str | None = None) -> NewEvent:
+    record = SideEffectRecord(
+        side_effect_id=f"se-{run_id}",
+        run_id=run_id,
+        step_id="pay",
+        capability_id="payment.refund",
+        idempotency_key=f"idem-{run_id}",
+        action_hash=canonical_hash({"refund": 10}),
+        status=status,
+        provider_receipt=receipt,
+    )
+    return NewEvent("pay", E.SIDE_EFFECT, T0, record=record)
+
+
+async def test_side_effect_transitions_take_the_batch_writer_and_match_the_general_path(
+    ledger: SqlLedger, database: Database
+) -> None:
+    """A side effect's status moves within a batch and across batches in one round trip of
+    the batch writer, and its lookup row is the one the general path leaves: the last new
+    content (a repeated one keeps the row of its first event; one changed back within a batch
+    takes the later event's)."""
+    S = SideEffectStatus
+    script: list[list[tuple[SideEffectStatus, str | None]]] = [
+        [(S.PLANNED, None), (S.EXECUTING, None)],  # one batch: inserted as EXECUTING
+        [(S.FAILED, "rejected: no")],  # another: updated
+        [(S.FAILED, "rejected: no")],  # the same content again: the row stays
+        [(S.EXECUTING, "rejected: no"), (S.FAILED, "rejected: no")],  # changed back in a batch
+        [(S.EXECUTING, "rejected: no"), (S.CONFIRMED, "r-1")],
+    ]
+    general = SqlLedger(database, ledger.artifacts, group_commit=False)
+    fast_run, general_run = await new_run(ledger), await new_run(general)
+    await ledger.append(fast_run, event_(0))  # its head cached
+    await general.append(general_run, event_(0))
+    watch = Statements(database)
+    try:
+        for batch in script:
+            await ledger.append_many(fast_run, [effect_of(fast_run, *s) for s in batch])
+            fast = await side_effect_rows(database, fast_run)
+            await general.append_many(general_run, [effect_of(general_run, *s) for s in batch])
+            assert fast == await side_effect_rows(database, general_run)
+    finally:
+        watch.close()
+    assert len(watch.batches) == len(script)
+    assert all(statements[-1] != "ROLLBACK" for statements in watch.batches)
+    (row,) = fast
+    assert row[1] == 9 and row[2] == "CONFIRMED"
+    assert (await ledger.verify(fast_run)).intact
+
+
+async def test_a_side_effect_of_another_run_is_refused_by_the_batch_writer(
+    ledger: SqlLedger, database: Database
+) -> None:
+    run_id, other = await new_run(ledger), await new_run(ledger)
+    await ledger.append(run_id, effect_of(run_id, SideEffectStatus.PLANNED))
+    await ledger.append(other, event_(0))  # its head cached: the batch writer is tried first
+    intruder = effect_of(run_id, SideEffectStatus.EXECUTING)
+    with pytest.raises(ConflictError, match="already recorded for run"):
+        await ledger.append(other, NewEvent("pay", E.SIDE_EFFECT, T0, record=intruder.record))
+    assert await database_events(database, other) == [1]
+    assert [r[2] for r in await side_effect_rows(database, run_id)] == ["PLANNED"]
