@@ -15,7 +15,12 @@ import pytest
 from app.local_replay import engine_for, replay_locally
 from integrations.tau_bench.evaluate import evaluate_runs
 from integrations.tau_bench.imported import load_imported_runs
-from integrations.tau_bench.importer import convert_tau_file, import_tau_bench, load_tau_run
+from integrations.tau_bench.importer import (
+    convert_tau_file,
+    import_tau_bench,
+    list_tau_runs,
+    load_tau_run,
+)
 from integrations.tau_bench.sources import dedupe_runs, runs_from_file
 from models import ReplayMode, ReplayStatus
 from models.errors import InvalidInputError
@@ -70,11 +75,11 @@ async def _forensics_from_the_store_equal_the_files(stores, run_ids: set[str]) -
     from_files, _ = dedupe_runs(
         [run for path, domain in TAU_FILES for run in runs_from_file(path, domain, tools_info)]
     )
-    # The session's database is shared by the import tests: other files' tau-bench runs (tau2-bench
-    # simulations are imported as tau-bench records) may be there too, so compare these runs only.
-    listed = await load_imported_runs(stores)
-    assert run_ids <= {r.run_id for r in listed}
-    from_store = [r for r in listed if r.run_id in run_ids]
+    # The session's database is shared by the import tests: other tests' tau-bench runs (tau2-bench
+    # simulations are imported as tau-bench records), whose artifacts are in their own folders,
+    # may be there too, so compare (and load) these runs only.
+    assert run_ids <= set(await list_tau_runs(stores.ledger))
+    from_store = [(await load_imported_runs(stores, run_id))[0] for run_id in sorted(run_ids)]
     key = lambda r: (r.domain, r.task_id, r.trial)  # noqa: E731
     assert sorted(map(key, from_store)) == sorted(map(key, from_files))
     by_key = {key(r): r for r in from_files}
