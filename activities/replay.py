@@ -16,6 +16,7 @@ from models import ReplayMode, RunStatus
 from models.comparison import compare_trajectories, reproduces
 from models.errors import ReplaybookError, SandboxError
 from models.replay_flow import ComparisonResult, PreparedReplay, ReplayPlan, StepInput, StepOutput
+from runtime.replay.catalog import answers_one_at_a_time, replay_model
 from runtime.replay.engine import ReplayEngine
 from runtime.trajectory import load_trajectory, writes_executed
 
@@ -147,6 +148,33 @@ class ReplayActivities:
                 )
         await observe.replay_compared(self.engine.ledger, plan, result)
         return result
+
+    @activity.defn(name="repeat_in_turn")
+    async def repeat_in_turn(self, plan: ReplayPlan) -> bool:
+        """Whether the ``--repeat`` children of ``plan`` run one after the other: the live
+        model they call computes one request at a time (the embedded stack's local model
+        server), so children running at once would only queue there, each call's wait counting
+        against its timeout (and a call abandoned on its timeout still computed). False for a
+        recorded replay, and when the model cannot be resolved (each child's preparation then
+        reports why).
+
+        Reads the source run's header only; calls no model, records nothing."""
+        if plan.mode is ReplayMode.RECORDED:
+            return False
+        try:
+            run = await self.engine.ledger.get_run(plan.source_run_id)
+            catalog = self.engine.catalog(run.graph_id)
+            name = replay_model(
+                catalog,
+                plan.mode,
+                plan.model_name,
+                plan.substitute_model,
+                run.pinned.model_profile,
+            )
+            return answers_one_at_a_time(catalog.model(name))
+        except ReplaybookError as exc:
+            log.info("repeat children at once", replay_id=plan.replay_id, problem=str(exc))
+            return False
 
     @activity.defn(name="close_replay_run")
     async def close_replay_run(self, replay_id: str, reason: str) -> None:

@@ -109,6 +109,7 @@ async def running_workers(
                         acts.prepare_replay,
                         acts.compare_replay,
                         acts.close_replay_run,
+                        acts.repeat_in_turn,
                         incident_acts.freeze_incident_evidence,
                         incident_acts.unknown_side_effects,
                         incident_acts.reconcile_side_effect,

@@ -67,6 +67,9 @@ REPLAY_MODE = SearchAttributeKey.for_keyword("ReplayMode")
 HEARTBEAT = timedelta(seconds=HEARTBEAT_TIMEOUT_SECONDS)
 #: a step activity whose worker stopped heartbeating this long is retried elsewhere
 STEP_HEARTBEAT_SECONDS = 5
+#: how long one step activity may run (a live model call included: the registry's timeout,
+#: ``REPLAYBOOK_MODELS_TIMEOUT``, is at most ``MAX_REGISTRY_TIMEOUT``, below this)
+STEP_TIMEOUT = timedelta(minutes=15)
 #: child replays running at once for --repeat
 REPEAT_CONCURRENCY = 10
 #: errors that retrying cannot fix
@@ -228,7 +231,7 @@ class ReplayWorkflow:
                 written_bytes=resume.written_bytes,
             ),
             task_queue=REPLAY_QUEUE,
-            start_to_close_timeout=timedelta(minutes=10),
+            start_to_close_timeout=STEP_TIMEOUT,
             heartbeat_timeout=timedelta(seconds=STEP_HEARTBEAT_SECONDS),
             retry_policy=RETRY,
         )
@@ -389,17 +392,33 @@ class ReplayWorkflow:
             for i in range(plan.repeat)
         ]
         started_at = workflow.now()
+        at_once = await self._children_at_once(plan)
         budget = plan.budget
         if workflow.patched("repeat-shared-budget") and (
             limited(budget) or budget.max_duration is not None
         ):
             # one budget for the whole request: each child draws an allotment of what is left
-            outcomes = await self._children_within_budget(plan, children, started_at)
+            outcomes = await self._children_within_budget(plan, children, started_at, at_once)
         else:
             outcomes = []
-            for start in range(0, len(children), REPEAT_CONCURRENCY):
-                outcomes += await self._children(children[start : start + REPEAT_CONCURRENCY])
+            for start in range(0, len(children), at_once):
+                outcomes += await self._children(children[start : start + at_once])
         return self._summarized(plan, outcomes, started_at)
+
+    async def _children_at_once(self, plan: ReplayPlan) -> int:
+        """How many children run at once: ``REPEAT_CONCURRENCY``, or 1 when the live model
+        they call computes one request at a time (the embedded stack's local model server),
+        where children at once would only queue, each call's wait counting against its
+        timeout (the worker says which, ``repeat_in_turn``)."""
+        if not workflow.patched("repeat-in-turn-on-one-at-a-time-model"):
+            return REPEAT_CONCURRENCY
+        in_turn = await workflow.execute_activity_method(
+            ReplayActivities.repeat_in_turn,
+            plan,
+            start_to_close_timeout=timedelta(minutes=1),
+            retry_policy=RETRY,
+        )
+        return 1 if in_turn else REPEAT_CONCURRENCY
 
     async def _children(self, batch: list[ReplayPlan]) -> list[ReplayOutcome]:
         """Run ``batch`` as child replays at once; a child failing for good fails the parent."""
@@ -422,14 +441,18 @@ class ReplayWorkflow:
         return outcomes
 
     async def _children_within_budget(
-        self, plan: ReplayPlan, children: list[ReplayPlan], started_at: datetime
+        self,
+        plan: ReplayPlan,
+        children: list[ReplayPlan],
+        started_at: datetime,
+        at_once: int = REPEAT_CONCURRENCY,
     ) -> list[ReplayOutcome]:
         """Run the children so that together they stay within the request's one budget.
 
         Deterministic: the allotments are computed here from the children's reported usage,
         never from shared mutable state. The first child runs alone with everything left (what
         one child needs is not known yet); then as many children as the rest fits, at most
-        ``REPEAT_CONCURRENCY``, each with an equal share (the sum never exceeds what is left).
+        ``at_once``, each with an equal share (the sum never exceeds what is left).
         Children left when the budget is spent are not started: INCONCLUSIVE, reason BUDGET."""
         outcomes: list[ReplayOutcome] = []
         pending = list(children)
@@ -440,11 +463,11 @@ class ReplayWorkflow:
             if spent(left):
                 outcomes += [_not_started(child, plan.budget, used) for child in pending]
                 break
-            size = REPEAT_CONCURRENCY
+            size = at_once
             if limited(plan.budget):
                 fits = fitting(left, peak([o.budget_used for o in outcomes])) if outcomes else 1
-                size = REPEAT_CONCURRENCY if fits is None else max(fits, 1)
-            size = min(size, len(pending), REPEAT_CONCURRENCY)
+                size = at_once if fits is None else max(fits, 1)
+            size = min(size, len(pending), at_once)
             batch = [
                 child.model_copy(update={"budget": share})
                 for child, share in zip(pending[:size], shares(left, size), strict=True)

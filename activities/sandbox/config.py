@@ -50,8 +50,10 @@ class SandboxSettings(BaseModel):
     #: ``uid`` up, one per concurrent sandbox: RLIMIT_NPROC counts a uid's processes host-wide
     #: and never limits root, so each sandbox needs a uid of its own for the limit to be its own
     uid: PositiveInt = Field(200000, validation_alias="REPLAYBOOK_SANDBOX_UID")
-    #: a sandboxed step that has not finished after this many seconds (wall clock) is killed
-    wall_seconds: float = 600.0
+    #: a sandboxed step that has not finished after this many seconds (wall clock) is killed;
+    #: a step's live model call may take that long less 30 s (``REPLAYBOOK_MODELS_TIMEOUT``):
+    #: one answer of a small local model took 8 minutes on two cores at a load average of 12
+    wall_seconds: float = 900.0
     #: a replay's sandboxed process is kept for its next batch this long (see runner)
     idle_seconds: WholeSeconds = Field(30.0, validation_alias="REPLAYBOOK_SANDBOX_IDLE_SECONDS")
     #: batches one sandboxed process may run before it is replaced (1: a fresh one each)

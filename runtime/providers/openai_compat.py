@@ -39,6 +39,7 @@ class OpenAICompatibleProvider:
         price_per_1k_completion: Decimal | None = None,
         default_headers: Mapping[str, str] | None = None,
         tool_calling: ToolCalling = "native",
+        one_at_a_time: bool = False,
     ) -> None:
         # One spelling per endpoint, so that the profile recorded with every call is stable.
         self.base_url = base_url.rstrip("/")
@@ -49,6 +50,10 @@ class OpenAICompatibleProvider:
         #: how tools are offered: ``native`` (the request's ``tools``) or ``prompt`` (rendered
         #: into the system message, answer JSON-schema-constrained: ``prompt_tools``)
         self.tool_calling: ToolCalling = tool_calling
+        #: the endpoint computes one request at a time (``llama_cpp.server``): requests sent
+        #: together queue there, each one's wait counting against its timeout, so a replay's
+        #: ``--repeat`` children that call it run one after the other (``workflows.replay``)
+        self.one_at_a_time = one_at_a_time
         self.profile = f"openai-compatible:{model}@{self.base_url}"
         self._client = openai.AsyncOpenAI(
             base_url=self.base_url,

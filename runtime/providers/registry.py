@@ -7,7 +7,7 @@ Two sources, merged by name (configuration wins):
   ``REPLAYBOOK_LOCAL_MODELS_URL`` names the server ``replaybook dev up`` started (the stack
   writes that variable into its env file and the worker's environment);
 * ``REPLAYBOOK_MODELS``, a JSON object ``{"name": {"base_url": …, "model_id": …,
-  "api_key_env": …, "price_per_1k_input": …, "price_per_1k_output": …, "context_length": …, "tool_calling": "native" | "prompt"}}``
+  "api_key_env": …, "price_per_1k_input": …, "price_per_1k_output": …, "context_length": …, "tool_calling": "native" | "prompt", "one_at_a_time": bool}}``
   for any other endpoint (OpenAI, vLLM, Ollama, a LiteLLM proxy).
 
 A clean lookup: ``entry(name)`` gives the endpoint and prices, ``provider(name)`` builds the
@@ -31,8 +31,16 @@ from runtime.providers.prompt_tools import ToolCalling
 if TYPE_CHECKING:
     from runtime.providers.openai_compat import OpenAICompatibleProvider
 
-#: seconds per request to a registered model (``REPLAYBOOK_MODELS_TIMEOUT``)
-REGISTRY_TIMEOUT = 300.0
+#: seconds per request to a registered model (``REPLAYBOOK_MODELS_TIMEOUT``): one call of an
+#: imported tau-bench conversation on gemma3-270m (a 3,800-token prompt, then 256
+#: grammar-constrained tokens) took 4-8 minutes on two cores at load averages of 5-14, with the
+#: server to itself (README, "Imported tau-bench runs replayed against a model")
+REGISTRY_TIMEOUT = 840.0
+#: the longest ``REPLAYBOOK_MODELS_TIMEOUT``: a replay's model call runs inside one step, which
+#: a sandboxed step's wall-clock limit (900 s, ``SandboxSettings.wall_seconds``) and the step
+#: activity's start-to-close timeout (15 minutes, ``workflows.replay``) bound; 30 s are left
+#: for the rest of the step (a call cut by the sandbox would fail the replay, not be retried)
+MAX_REGISTRY_TIMEOUT = 870.0
 #: the local server's context window per model (``devstack.model_server`` serves them so):
 #: both models are trained for at least 8k (SmolLM2 8k, Gemma 3 270M 32k), and an imported
 #: tau-bench conversation's system prompt and tools alone take about 4k tokens
@@ -57,6 +65,9 @@ class RegisteredModel(BaseModel):
     #: template renders them) or ``prompt`` (rendered into the system message, the answer
     #: JSON-schema-constrained: ``runtime.providers.prompt_tools``)
     tool_calling: ToolCalling = "native"
+    #: the endpoint computes one request at a time (a ``llama_cpp.server``, as the embedded
+    #: stack's): the ``--repeat`` children of a replay calling it run one after the other
+    one_at_a_time: bool = False
     #: ``local`` (the embedded stack's server) or ``configured`` (``REPLAYBOOK_MODELS``)
     source: str = "configured"
 
@@ -70,6 +81,7 @@ class RegisteredModel(BaseModel):
             "price_per_1k_output": str(self.price_per_1k_output),
             "context_length": self.context_length,
             "tool_calling": self.tool_calling,
+            "one_at_a_time": self.one_at_a_time,
             "source": self.source,
         }
 
@@ -123,8 +135,12 @@ class ModelRegistrySettings(BaseModel):
     local_url: str | None = Field(None, validation_alias="REPLAYBOOK_LOCAL_MODELS_URL")
     configured: ModelTable = Field(default_factory=dict, validation_alias="REPLAYBOOK_MODELS")
     #: seconds per request: a small local model on two busy cores can take minutes to read a
-    #: long prompt
-    timeout: Seconds = Field(REGISTRY_TIMEOUT, validation_alias="REPLAYBOOK_MODELS_TIMEOUT")
+    #: long prompt; at most ``MAX_REGISTRY_TIMEOUT`` (the call must fit in a replay step)
+    timeout: Seconds = Field(
+        REGISTRY_TIMEOUT,
+        le=MAX_REGISTRY_TIMEOUT,
+        validation_alias="REPLAYBOOK_MODELS_TIMEOUT",
+    )
     api_keys: dict[str, SecretStr] = Field(default_factory=dict)
 
     def entries(self) -> dict[str, RegisteredModel]:
@@ -139,6 +155,8 @@ class ModelRegistrySettings(BaseModel):
                     context_length=LOCAL_CONTEXT_LENGTH,
                     # measured: their chat templates drop ``tools`` (same prompt_tokens)
                     tool_calling="prompt",
+                    # llama_cpp.server: one request at a time, the others wait their turn
+                    one_at_a_time=True,
                     source="local",
                 )
         return out | dict(self.configured)
@@ -178,4 +196,5 @@ class ModelRegistrySettings(BaseModel):
             price_per_1k_prompt=entry.price_per_1k_input,
             price_per_1k_completion=entry.price_per_1k_output,
             tool_calling=entry.tool_calling,
+            one_at_a_time=entry.one_at_a_time,
         )

@@ -130,3 +130,12 @@ def replay_model(
             field="substitute_model",
         )
     return name
+
+
+def answers_one_at_a_time(provider: object) -> bool:
+    """Whether a model provider's endpoint computes one request at a time (its
+    ``one_at_a_time``, set for the embedded stack's local model server), looking through
+    wrappers by their ``inner``."""
+    while provider is not None and not hasattr(provider, "one_at_a_time"):
+        provider = getattr(provider, "inner", None)
+    return bool(getattr(provider, "one_at_a_time", False))

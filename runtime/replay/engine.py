@@ -433,7 +433,7 @@ class ReplayEngine:
         are summed and the last step's position is returned. A batch also ends after a step
         that called a live model: each such call may take up to the model's timeout (minutes
         for a small local model on busy cores), and a batch of several would outlast the step
-        activity's deadline and the sandbox's wall-clock limit (10 minutes each)."""
+        activity's deadline and the sandbox's wall-clock limit (15 minutes each)."""
         total: StepOutput | None = None
         current = step
         for _ in range(step.plan.activity_batch()):

@@ -141,7 +141,11 @@ class LiveModelProvider:
         self.recorded_seed = recorded_seed
         self.profile = inner.profile
 
-    async def complete(self, request: ModelRequest) -> ModelResponse:
+    def prepared(self, request: ModelRequest) -> ModelRequest:
+        """``request`` as the next call sends it: ``max_tokens`` within the budget and the
+        sampling seed of this replay's next call (``BudgetExhaustedError`` when it does not fit).
+        Idempotent, and counts nothing: the tool loop records the body it compiles from this
+        before the call (``complete`` prepares it again and gets the same request)."""
         request = self._within_budget(request)
         seed = int.from_bytes(
             hashlib.sha256(f"{self.sampling_seed}:{self.positions.model_calls}".encode()).digest()[
@@ -151,8 +155,12 @@ class LiveModelProvider:
         )
         if self.recorded_seed and request.seed is not None:
             seed = request.seed
+        return request.model_copy(update={"seed": seed})
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        request = self.prepared(request)
         self.positions.model_calls += 1
-        response = await self.inner.complete(request.model_copy(update={"seed": seed}))
+        response = await self.inner.complete(request)
         self.positions.live_model_calls += 1
         self.positions.tokens += response.usage.total_tokens
         self.positions.cost += response.cost

@@ -284,9 +284,11 @@ async def record_model_response(
     snapshot: ContextSnapshot,
     response: ModelResponse,
     sent: Mapping[str, str] | None = None,
+    seed: int | None = None,
 ) -> None:
     """The MODEL_CALL event, in the shape of ``runtime.model_gateway``'s; ``sent``: the body
-    actually sent when the provider compiled the request (``record_sent_request``)."""
+    actually sent when the provider compiled the request (``record_sent_request``); ``seed``:
+    the sampling seed the request was sent with (``as_sent``)."""
     await recorder.record(
         ExecutionEventType.MODEL_CALL,
         payload={
@@ -294,7 +296,7 @@ async def record_model_response(
             "prompt_artifact_id": prompt_artifact_id,
             "context_snapshot_id": snapshot.snapshot_id,
             "request_hash": snapshot.content_hash,
-            "seed": None,
+            "seed": seed,
             "response": response.model_dump(mode="json"),
             "usage": {
                 "prompt_tokens": response.usage.prompt_tokens,
@@ -304,6 +306,16 @@ async def record_model_response(
             **(dict(sent) if sent is not None else {}),
         },
     )
+
+
+def as_sent(provider: Any, request: ModelRequest) -> ModelRequest:
+    """``request`` as ``provider`` will send it: a live replay's provider
+    (``LiveModelProvider.prepared``) sets the replay's sampling seed and fits ``max_tokens`` to
+    the budget, so the body recorded as sent is the body the server gets. Wrappers are looked
+    through by their ``inner``; a provider that changes nothing returns ``request``."""
+    while provider is not None and not hasattr(provider, "prepared"):
+        provider = getattr(provider, "inner", None)
+    return request if provider is None else provider.prepared(request)
 
 
 async def record_sent_request(

@@ -36,6 +36,7 @@ from runtime.tool_loop.conversation import (
     after_model,
     after_tools,
     after_user,
+    as_sent,
     assistant_message,
     first_step,
     loop_outcome,
@@ -136,10 +137,18 @@ async def _model(env: AgentEnvironment, state: State, agent_input: Any) -> StepR
         # a live answer is one turn of the conversation: a model that rambles is cut there
         # (a recorded replay answers from the recording and ignores it)
         request = request.model_copy(update={"max_tokens": LIVE_ANSWER_TOKENS})
+    # the seed and token cap the call is sent with, so the recorded body is the one sent
+    request = as_sent(gateway.provider, request)
     sent = await record_sent_request(recorder, gateway.provider, request)
     response = await gateway.provider.complete(request)
     await record_model_response(
-        recorder, gateway.provider.profile, current.prompt_artifact_id, snapshot, response, sent
+        recorder,
+        gateway.provider.profile,
+        current.prompt_artifact_id,
+        snapshot,
+        response,
+        sent,
+        seed=request.seed,
     )
     current.model_calls += 1
     current.messages.append(assistant_message(response))

@@ -8,8 +8,12 @@ from decimal import Decimal
 
 import pytest
 
+from activities.sandbox.config import SandboxSettings
 from models.errors import ConfigurationError, InvalidInputError
+from runtime.providers.registry import MAX_REGISTRY_TIMEOUT, REGISTRY_TIMEOUT
+from runtime.replay.catalog import answers_one_at_a_time
 from worker.settings import Settings
+from workflows.replay import STEP_TIMEOUT
 
 CONFIGURED = {
     "gpt-mini": {
@@ -57,3 +61,39 @@ def test_refusals_name_the_variable_or_the_model() -> None:
         registry.provider("gpt-mini")
     with pytest.raises(InvalidInputError, match="model 'nope' is not registered"):
         registry.entry("nope")
+
+
+def test_local_models_answer_one_at_a_time_and_others_as_configured() -> None:
+    settings = Settings.from_env(
+        {
+            "REPLAYBOOK_LOCAL_MODELS_URL": "http://127.0.0.1:9/v1",
+            "REPLAYBOOK_MODELS": json.dumps(
+                {
+                    **CONFIGURED,
+                    "own-llama": {
+                        "base_url": "http://h/v1",
+                        "model_id": "m",
+                        "one_at_a_time": True,
+                    },
+                }
+            ),
+            "EXAMPLE_KEY": "sk-test",
+        }
+    )
+    registry = settings.model_registry
+    in_turn = {name for name, e in registry.entries().items() if e.one_at_a_time}
+    assert in_turn == {"smollm2-135m", "gemma3-270m", "own-llama"}
+    assert answers_one_at_a_time(registry.provider("gemma3-270m"))
+    assert not answers_one_at_a_time(registry.provider("gpt-mini"))
+
+
+def test_a_model_call_fits_in_a_replay_step() -> None:
+    # the call runs inside one step: the sandbox's wall-clock limit and the step activity's
+    # start-to-close timeout must leave it room, else a slow call is killed, not retried
+    assert REGISTRY_TIMEOUT <= MAX_REGISTRY_TIMEOUT < SandboxSettings().wall_seconds
+    assert MAX_REGISTRY_TIMEOUT < STEP_TIMEOUT.total_seconds()
+    assert Settings.from_env({}).model_registry.timeout == REGISTRY_TIMEOUT
+    allowed = Settings.from_env({"REPLAYBOOK_MODELS_TIMEOUT": str(MAX_REGISTRY_TIMEOUT)})
+    assert allowed.model_registry.timeout == MAX_REGISTRY_TIMEOUT
+    with pytest.raises(ConfigurationError, match="REPLAYBOOK_MODELS_TIMEOUT"):
+        Settings.from_env({"REPLAYBOOK_MODELS_TIMEOUT": str(MAX_REGISTRY_TIMEOUT + 1)})

@@ -99,7 +99,7 @@ async def test_a_tool_loop_stopped_by_its_cap_is_inconclusive_and_scored(
     assert scored.mutating_calls == 0
 
     # each model call recorded the body the worker sent (the sandboxed child compiled it the
-    # same way); the wire adds the replay's sampling seed
+    # same way), the replay's sampling seed included, a different one per call
     calls = [
         json.loads(await stores.ledger.payload(e))
         for e in await stores.ledger.events(plan.replay_id)
@@ -108,8 +108,10 @@ async def test_a_tool_loop_stopped_by_its_cap_is_inconclusive_and_scored(
     assert len(calls) == CAP
     for call, body in zip(calls, received, strict=True):
         sent = json.loads(await stores.artifacts.get(call["sent_request_ref"]))
-        assert sent == {k: v for k, v in body.items() if k != "seed"}
+        assert sent == body
+        assert isinstance(sent["seed"], int) and call["seed"] == sent["seed"]
         assert call["sent_request_hash"].startswith("sha256:")
+    assert len({body["seed"] for body in received}) == CAP
     # the tools in the prompt, the answer constrained to each tool's own arguments
     assert "tools" not in received[0]
     alternatives = received[0]["response_format"]["schema"]["anyOf"]
