@@ -20,9 +20,12 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
+import typing
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
+import orjson
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from models.chain import (
@@ -34,7 +37,13 @@ from models.chain import (
 )
 from models.chain_joined import ChainChunk, JoinedChainCheck
 
-__all__ = ["StoredEvent", "fetch_run_rows", "read_intact_chain", "verify_intact_chain"]
+__all__ = [
+    "StoredEvent",
+    "fetch_lookup_rows",
+    "fetch_run_rows",
+    "read_intact_chain",
+    "verify_intact_chain",
+]
 
 
 class StoredEvent(NamedTuple):
@@ -104,7 +113,9 @@ async def _fetch(conn: AsyncConnection, sql: str, arguments: tuple[Any, ...]) ->
 
 async def fetch_run_rows(conn: AsyncConnection, table: str, run_id: str) -> list[dict[str, Any]]:
     """Every row of ``table`` (a name from the schema, never input) for ``run_id``, as column
-    name to the driver's value, read through the driver's own cursor."""
+    name to value, read through the driver's own cursor: SQLite's values as the driver gives
+    them (a JSON column as its text), PostgreSQL's as the row's JSON (``row_to_json``: a JSON
+    column as its parsed value, an instant as its ISO text), parsed natively."""
     raw = await conn.get_raw_connection()
     driver: Any = raw.driver_connection
     if conn.dialect.name == "sqlite":
@@ -115,10 +126,42 @@ async def fetch_run_rows(conn: AsyncConnection, table: str, run_id: str) -> list
         finally:
             await cursor.close()
         return [dict(zip(names, row, strict=True)) for row in rows]
-    return [
-        dict(record.items())
-        for record in await driver.fetch(f"SELECT * FROM {table} WHERE run_id = $1", run_id)
-    ]
+    # one text per row: no per-column decoding by the driver (asyncpg reads JSON columns with
+    # the stdlib parser)
+    texts = await driver.fetch(
+        f"SELECT row_to_json(t)::text FROM {table} AS t WHERE t.run_id = $1", run_id
+    )
+    return [_json_row(text) for (text,) in texts]
+
+
+async def fetch_lookup_rows(
+    conn: AsyncConnection, tables: Sequence[str], run_id: str
+) -> dict[str, list[dict[str, Any]]]:
+    """``fetch_run_rows`` of each of ``tables`` (names from the schema, never input); from
+    PostgreSQL in one statement (one round trip, the server's work under way while the caller
+    does its own)."""
+    if conn.dialect.name == "sqlite":
+        return {table: await fetch_run_rows(conn, table, run_id) for table in tables}
+    raw = await conn.get_raw_connection()
+    driver: Any = raw.driver_connection
+    sql = " UNION ALL ".join(
+        f"SELECT {index}, row_to_json(t)::text FROM {table} AS t WHERE t.run_id = $1"
+        for index, table in enumerate(tables)
+    )
+    out: dict[str, list[dict[str, Any]]] = {table: [] for table in tables}
+    for index, text in await driver.fetch(sql, run_id):
+        out[tables[index]].append(_json_row(text))
+    return out
+
+
+def _json_row(text: str) -> dict[str, Any]:
+    """A row's JSON: natively for what orjson reads, the rest (integers beyond 64 bits) as
+    ``json`` reads it."""
+    try:
+        row = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        row = json.loads(text)
+    return typing.cast(dict[str, Any], row)
 
 
 #: events per joined read: bounds the texts held at once (~0.5 KB an event); the next chunk is

@@ -50,6 +50,7 @@ from stores.anchors import AnchorLog
 from stores.sql import schema
 from stores.sql.batch_writer import POSTGRES_LANES, FastBatch, NeedsGeneralPath, batch_writer
 from stores.sql.chain_read import read_intact_chain
+from stores.sql.cycle_pause import cycle_collection_paused
 from stores.sql.database import Database, utc
 from stores.sql.group_commit import GroupCommitter
 from stores.sql.heads import move_heads
@@ -57,7 +58,7 @@ from stores.sql.linking import AppendRequest, fast_rows, link_batch, projected
 from stores.sql.privacy import SqlRawVault, insert_missing_raws
 from stores.sql.privacy_subjects import insert_subjects_if_absent, learned_subject_rows
 from stores.sql.projections import write_projections
-from stores.sql.run_check import check_headless, check_run
+from stores.sql.run_check import LookupRows, check_headless, check_run, lookup_read
 
 __all__ = ["CAS_PREFIX", "INLINE_REF", "NewEvent", "RunSummary", "SqlLedger"]
 
@@ -666,6 +667,18 @@ class SqlLedger:
         """Verify the run: its chain from the stored columns and inline payloads and, unless
         ``full`` is False, everything later read as its evidence (``stores.sql.run_check``):
         artifact-stored payloads, referenced artifacts, lookup rows, freeze records, anchor."""
+        if not full:
+            return await self._verify(run_id, full=False)
+        # the full check's rows and parsed payloads hold no cycles: the collector would only
+        # walk the heap (``stores.sql.cycle_pause``)
+        with cycle_collection_paused():
+            # the lookup rows are read on a connection of their own while the chain is read
+            async with lookup_read(self.db, run_id) as lookup:
+                return await self._verify(run_id, full=True, lookup=lookup)
+
+    async def _verify(
+        self, run_id: str, *, full: bool, lookup: asyncio.Future[LookupRows] | None = None
+    ) -> ChainVerification:
         # an intact chain verifies from raw columns (read once, also for the full check); a
         # broken one is diagnosed below
         async with self.db.read() as conn:
@@ -674,7 +687,9 @@ class SqlLedger:
             chain, stored = intact
             if not full:
                 return chain
-            return await check_run(self.db, self.artifacts, self.anchors, run_id, stored, chain)
+            return await check_run(
+                self.db, self.artifacts, self.anchors, run_id, stored, chain, lookup=lookup
+            )
         r = schema.runs.c
         e = schema.execution_events.c
         async with self.db.read() as conn:
@@ -692,7 +707,9 @@ class SqlLedger:
         chain = verify_chain(run_id, chain_rows, expected_head=(head.head_sequence, head.head_hash))
         if not full:
             return chain
-        return await check_run(self.db, self.artifacts, self.anchors, run_id, chain_rows, chain)
+        return await check_run(
+            self.db, self.artifacts, self.anchors, run_id, chain_rows, chain, lookup=lookup
+        )
 
 
 def _chain_row(row: Any) -> ChainRow:

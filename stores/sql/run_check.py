@@ -11,8 +11,9 @@ be in the chain at its sequence (``models.anchor``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -37,10 +38,10 @@ from runtime.evidence_refs import REFERENCING, refs_in
 from runtime.ports import ArtifactStore
 from stores.anchors import AnchorLog
 from stores.sql import schema
-from stores.sql.chain_read import fetch_run_rows
+from stores.sql.chain_read import fetch_lookup_rows
 from stores.sql.database import Database, utc
 
-__all__ = ["PROJECTION_RULES", "check_headless", "check_run"]
+__all__ = ["PROJECTION_RULES", "check_headless", "check_run", "lookup_read"]
 
 E = ExecutionEventType
 CAS_PREFIX = "cas:"
@@ -190,6 +191,22 @@ class _Found:
         self.problems.append(VerificationProblem(sequence=sequence, kind=kind, message=message))
 
 
+#: a run's lookup rows: by table, by key, their records parsed
+LookupRows = dict[str, dict[str, dict[str, Any]]]
+
+
+@contextlib.asynccontextmanager
+async def lookup_read(db: Database, run_id: str) -> AsyncIterator[asyncio.Future[LookupRows]]:
+    """The read of the run's lookup rows, under way on a connection of its own while the
+    caller reads and hashes the chain (``check_run`` awaits it); ended when the body ends."""
+    task = asyncio.ensure_future(_lookup_rows(db, run_id))
+    try:
+        yield task
+    finally:
+        task.cancel()  # nothing when it is done
+        await asyncio.gather(task, return_exceptions=True)
+
+
 async def check_run(
     db: Database,
     artifacts: ArtifactStore | None,
@@ -197,10 +214,32 @@ async def check_run(
     run_id: str,
     rows: Sequence[CheckedEvent],
     chain: ChainVerification,
+    *,
+    lookup: asyncio.Future[LookupRows] | None = None,
 ) -> ChainVerification:
-    """``chain`` (the verification of ``rows``) with every problem found beyond the chain."""
+    """``chain`` (the verification of ``rows``) with every problem found beyond the chain;
+    ``lookup``: the read of its lookup rows (``lookup_read``) if already under way."""
+    if lookup is None:
+        async with lookup_read(db, run_id) as started:
+            return await check_run(db, artifacts, anchors, run_id, rows, chain, lookup=started)
     found = _Found()
     payloads = await _payloads(artifacts, rows, found)
+    events, refs = _parsed_events(rows, payloads)
+    await _check_artifacts(artifacts, refs, found)
+    tables = await lookup
+    unread = {row.sequence for row in rows if row.sequence not in payloads}
+    _check_projections(tables, events, unread, found)
+    await _check_heads(db, anchors, run_id, [row.hash for row in rows], found)
+    await _check_raw_rows(db, run_id, {row.sequence: row.payload_hash for row in rows}, found)
+    return with_problems(chain, found.problems, found.checked)
+
+
+def _parsed_events(
+    rows: Sequence[CheckedEvent], payloads: Mapping[int, bytes]
+) -> tuple[list[tuple[int, str, str, str, Any]], dict[str, int]]:
+    """``(sequence, event_id, type, payload_hash, payload JSON)`` of each event whose payload
+    the checks read (lookup records, artifact references), each parsed once; and each artifact
+    digest those payloads point to, with the first sequence that does."""
     refs: dict[str, int] = {}
     events: list[tuple[int, str, str, str, Any]] = []
     for row in rows:
@@ -210,20 +249,18 @@ async def check_run(
         if data is None:
             continue
         try:
-            payload = _loads(data)
-        except ValueError:
-            continue
+            payload = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            try:
+                payload = json.loads(data)  # what orjson does not read (see ``_loads``)
+            except ValueError:
+                continue
         events.append((row.sequence, row.event_id, row.type, row.payload_hash, payload))
         if row.type in _REFERENCING_TYPES:
             for ref in refs_in(E(row.type), payload):
                 if is_digest(ref) and len(ref) == _DIGEST_LENGTH:
                     refs.setdefault(ref, row.sequence)
-    await _check_artifacts(artifacts, refs, found)
-    unread = {row.sequence for row in rows if row.sequence not in payloads}
-    await _check_projections(db, run_id, events, unread, found)
-    await _check_heads(db, anchors, run_id, [row.hash for row in rows], found)
-    await _check_raw_rows(db, run_id, {row.sequence: row.payload_hash for row in rows}, found)
-    return with_problems(chain, found.problems, found.checked)
+    return events, refs
 
 
 async def _keeps_raw_payloads(db: Database) -> bool:
@@ -369,47 +406,53 @@ async def _check_artifacts(
     await asyncio.gather(*(read(d, s) for d, s in refs.items()))
 
 
-async def _check_projections(
-    db: Database,
-    run_id: str,
+async def _lookup_rows(db: Database, run_id: str) -> LookupRows:
+    """The run's rows of each lookup table by key, their records parsed."""
+    async with db.read() as conn:
+        tables = await fetch_lookup_rows(conn, [rule.table for rule in PROJECTION_RULES], run_id)
+    return {
+        rule.table: {str(row[rule.key_column]): _decoded(row) for row in tables[rule.table]}
+        for rule in PROJECTION_RULES
+    }
+
+
+def _check_projections(
+    tables: LookupRows,
     events: list[tuple[int, str, str, str, Any]],
     unread: set[int],
     found: _Found,
 ) -> None:
-    """Each lookup row against the event that recorded it. A row of an event whose payload
-    could not be read is not called an orphan: that payload's problem is already named."""
+    """Each lookup row (``tables``: by table, by key; consumed) against the event that
+    recorded it. A row of an event whose payload could not be read is not called an orphan:
+    that payload's problem is already named."""
     by_type: dict[str, list[tuple[int, str, str, str, Any]]] = {}
     for event in events:  # each rule reads only the events of its types
         by_type.setdefault(event[2], []).append(event)
-    async with db.read() as conn:
-        for rule in PROJECTION_RULES:
-            stored = {
-                str(row[rule.key_column]): row
-                for row in map(_decoded, await fetch_run_rows(conn, rule.table, run_id))
-            }
-            expected = expected_rows(rule, _of_types(by_type, rule.event_types))
-            for key, want in expected.items():
-                row = stored.pop(key, None)
-                if row is None:
-                    found.add(
-                        want.sequence,
-                        rule.table,
-                        f"{rule.label} {key} recorded by the chained event at sequence "
-                        f"{want.sequence} is missing from {rule.table}",
-                    )
-                    continue
-                problem = compare_row(rule, want, row, _same_record)
-                if problem is not None:
-                    found.add(want.sequence, rule.table, problem)
-                found.checked["projections"] += 1
-            for key, row in stored.items():
-                if row.get("sequence") in unread:
-                    continue
+    for rule in PROJECTION_RULES:
+        stored = tables[rule.table]
+        expected = expected_rows(rule, _of_types(by_type, rule.event_types))
+        for key, want in expected.items():
+            row = stored.pop(key, None)
+            if row is None:
                 found.add(
-                    row.get("sequence"),
+                    want.sequence,
                     rule.table,
-                    f"{rule.label} {key} in {rule.table} is not recorded by any chained event",
+                    f"{rule.label} {key} recorded by the chained event at sequence "
+                    f"{want.sequence} is missing from {rule.table}",
                 )
+                continue
+            problem = compare_row(rule, want, row, _same_record)
+            if problem is not None:
+                found.add(want.sequence, rule.table, problem)
+            found.checked["projections"] += 1
+        for key, row in stored.items():
+            if row.get("sequence") in unread:
+                continue
+            found.add(
+                row.get("sequence"),
+                rule.table,
+                f"{rule.label} {key} in {rule.table} is not recorded by any chained event",
+            )
 
 
 def _decoded(row: dict[str, Any]) -> dict[str, Any]:

@@ -209,6 +209,28 @@ async def test_edit_a_policy_decision(recorded: Recorded) -> None:
     assert "decision ALLOW disagrees with the chained event (REQUIRE_APPROVAL)" in summary
 
 
+async def test_move_a_lookup_row_to_another_sequence(recorded: Recorded) -> None:
+    await recorded.sql(
+        "UPDATE policy_decisions SET sequence = sequence + 1 WHERE run_id=:r", r=recorded.run_id
+    )
+    summary = await broken(recorded)
+    assert summary.startswith("broken at sequence 4: policy decision ")
+    assert "is recorded at sequence 5 but the chained event that recorded it is at sequence 4" in (
+        summary
+    )
+
+
+async def test_replace_a_lookup_record_by_an_array(recorded: Recorded) -> None:
+    # the same content in another JSON shape: an array of the record's values
+    await recorded.sql(
+        "UPDATE approvals SET record = :v WHERE approval_id=:k", v="[1]", k=recorded.approval_id
+    )
+    summary = await broken(recorded)
+    assert summary == (
+        f"broken at sequence 5: approval {recorded.approval_id} record is not a JSON object"
+    )
+
+
 async def test_edit_a_checkpoint(recorded: Recorded) -> None:
     async with recorded.database.read() as conn:
         key = (await conn.execute(select(schema.checkpoints.c.checkpoint_id))).scalars().all()
@@ -250,6 +272,32 @@ async def test_delete_a_lookup_row(recorded: Recorded) -> None:
     summary = await broken(recorded)
     assert summary.startswith(f"broken at sequence 7: side effect {recorded.side_effect_id}")
     assert "is missing from side_effects" in summary
+
+
+async def test_edit_a_lookup_row_content_hash(recorded: Recorded) -> None:
+    forged = sha256_digest(b"another record")
+    await recorded.sql(
+        "UPDATE policy_decisions SET content_hash=:h WHERE run_id=:r", h=forged, r=recorded.run_id
+    )
+    summary = await broken(recorded)
+    assert summary.startswith("broken at sequence 4: policy decision ")
+    assert f"content hash {forged} disagrees with the chained event" in summary
+
+
+async def test_rename_a_lookup_row(recorded: Recorded) -> None:
+    # the row stays, under a key no chained event recorded: missing under its own, an orphan
+    # under the other
+    await recorded.sql(
+        "UPDATE approvals SET approval_id='forged-approval' WHERE approval_id=:k",
+        k=recorded.approval_id,
+    )
+    await broken(recorded)
+    result = await recorded.ledger.verify(recorded.run_id)
+    messages = [p.message for p in result.problems]
+    missing = f"approval {recorded.approval_id} recorded by the chained event at sequence 5"
+    assert f"{missing} is missing from approvals" in messages
+    orphan = "approval forged-approval in approvals is not recorded by any chained event"
+    assert orphan in messages
 
 
 # anchors --------------------------------------------------------------------------------------
