@@ -190,4 +190,7 @@ def test_a_running_replay_shows_its_progress(stack: tuple[Path, int]) -> None:
     progress = status["progress"]
     assert progress["children_total"] == 40 and 0 <= progress["children_done"] <= 40
     assert progress["steps_total"] == 6
-    assert run(["replay", "cancel", started["replay_id"]], home).returncode == 0
+    cancel = run(["replay", "cancel", started["replay_id"]], home)
+    # the 40 children may all have finished since the status was read (a warm pool is quick)
+    finished = cancel.returncode == 2 and b"has already finished" in cancel.stderr
+    assert cancel.returncode == 0 or finished, cancel.stderr
