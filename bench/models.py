@@ -1,4 +1,5 @@
-"""Benchmark: real local models in the loop. ``.venv/bin/python -m bench.models [--replays N] [--json]``.
+"""Benchmark: real local models in the loop.
+``.venv/bin/python -m bench.models [--replays N] [--tau-replays N] [--json]``.
 
 Starts the local model server (``devstack.model_server``, both models) on a free port and an
 SQLite store in a temporary directory, then measures, all in the same run:
@@ -10,7 +11,10 @@ SQLite store in a temporary directory, then measures, all in the same run:
   snapshot and the call, hashing, the budget) against the time spent inside the server's
   answers, and a direct call of the same decision as the baseline.
 
-The tau-bench replay through the tool loop is not measured here yet (see README).
+* replays/min of a tau-bench replay through the tool loop (the shortest scored airline
+  conversation of the packed test data, MODEL_SWAP to gemma3-270m, ``sandbox-live``, the
+  replay's default cap of model calls), with each replay's counterfactual reward and reason
+  (``--tau-replays N``, 0 to leave it out: one replay takes minutes on two cores).
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from devstack.processes import terminate
 from examples.support_desk.providers import SimulatedWorld
 from examples.support_desk.real_model import SupportDeskJsonModel
 from examples.support_desk.spec import run_scenario
-from models import ReplayMode
+from models import FixtureMissPolicy, ReplayMode
 from models.model_call import ChatMessage, ModelRequest, ModelResponse
 from models.replay_flow import ReplayPlan
 from runtime.providers.registry import LOCAL_MODELS, ModelRegistrySettings
@@ -44,6 +48,9 @@ from worker.settings import Settings
 
 #: replays per model (``--replays N``)
 REPLAYS = 3
+#: tau-bench replays (``--tau-replays N``) and the model they swap in
+TAU_REPLAYS = 1
+TAU_MODEL = "gemma3-270m"
 PROMPT = "Explain in three sentences why a support agent should identify customers by id."
 
 
@@ -134,6 +141,55 @@ async def replay_rate(
     }
 
 
+async def tau_replay_rate(settings: Settings, replays: int) -> dict[str, Any]:
+    """MODEL_SWAP replays of the shortest scored airline conversation to ``TAU_MODEL``, each
+    with its own seed, tool calls the recording lacks answered on a private copy of the
+    database the run was recorded against; the benchmark's verdict of each."""
+    from integrations.tau_bench.world.live import TauWorlds, replay_counterfactual
+    from tests.fixtures_tau import ENV_DATA, import_shortest_airline_run
+
+    async with open_stores(settings.stores) as stores:
+        with tempfile.TemporaryDirectory() as folder:
+            run_id = await import_shortest_airline_run(stores, Path(folder))
+        worlds = TauWorlds(stores.ledger, stores.artifacts, stores.evidence, ENV_DATA)
+        cats = catalogs(None, None, settings.model_registry, worlds)
+        engine = ReplayEngine(stores.ledger, stores.evidence, stores.artifacts, cats)
+        started = time.perf_counter()
+        calls = tokens = 0
+        verdicts = []
+        for seed in range(replays):
+            plan = ReplayPlan(
+                replay_id=f"bench-{uuid.uuid4().hex[:10]}",
+                source_run_id=run_id,
+                mode=ReplayMode.MODEL_SWAP,
+                model_name=TAU_MODEL,
+                sampling_seed=seed,
+                miss_policy=FixtureMissPolicy.SANDBOX_LIVE,
+            )
+            totals = await run_prepared(engine, plan, await engine.prepare(plan))
+            calls, tokens = calls + totals.model_calls, tokens + totals.usage.tokens
+            verdict = await replay_counterfactual(worlds, plan.replay_id, run_id)
+            verdicts.append(
+                None
+                if verdict is None
+                else {"reward": verdict.counterfactual_reward, "reason": verdict.reason}
+            )
+        for catalog in cats.values():
+            for model in catalog.models.values():
+                close = getattr(getattr(model, "inner", model), "aclose", None)
+                if close is not None:
+                    await close()
+        wall = time.perf_counter() - started
+    return {
+        "model": TAU_MODEL,
+        "replays_per_min": round(replays / wall * 60, 3),
+        "seconds_per_replay": round(wall / replays, 1),
+        "model_calls": calls,
+        "tokens": tokens,
+        "verdicts": verdicts,
+    }
+
+
 def _planner_request(name: str) -> ModelRequest:
     from examples.support_desk.agent import INJECTIONS, PROMPTS, SCENARIOS
     from runtime.prompts import compile_prompt
@@ -149,7 +205,7 @@ def _planner_request(name: str) -> ModelRequest:
     )
 
 
-async def run(replays: int = REPLAYS) -> dict[str, Any]:
+async def run(replays: int = REPLAYS, tau_replays: int = TAU_REPLAYS) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         home = Path(tmp)
         dev_dir(home).mkdir(parents=True)
@@ -172,6 +228,9 @@ async def run(replays: int = REPLAYS) -> dict[str, Any]:
                 rate = await replay_rate(settings, world, name, replays)
                 print(f"{name}: {json.dumps(rate)}", file=sys.stderr, flush=True)
                 out[name] = {"tokens_per_s": speed, **rate}
+            if tau_replays > 0:
+                out["tau-bench"] = await tau_replay_rate(settings, tau_replays)
+                print(f"tau-bench: {json.dumps(out['tau-bench'])}", file=sys.stderr, flush=True)
             return out
         finally:
             terminate(server["pid"], server["pid_start"], timeout=10)
@@ -180,12 +239,16 @@ async def run(replays: int = REPLAYS) -> dict[str, Any]:
 def main() -> dict[str, Any]:
     args = sys.argv[1:]
     replays = int(args[args.index("--replays") + 1]) if "--replays" in args else REPLAYS
-    results = asyncio.run(run(replays))
+    tau = int(args[args.index("--tau-replays") + 1]) if "--tau-replays" in args else TAU_REPLAYS
+    results = asyncio.run(run(replays, tau))
     if "--json" in sys.argv[1:]:
         print(json.dumps(results, indent=2))
         return results
     print("local models (llama_cpp.server, 2 threads; the machine's load counts)")
+    tau_row = results.get("tau-bench")
     for name, r in results.items():
+        if r is tau_row:
+            continue
         print(
             f"  {name:<14} {r['tokens_per_s']:>6.1f} tokens/s  "
             f"{r['replays_per_min']:>6.2f} replays/min ({r['steps_per_replay']:.0f}-step "
@@ -193,6 +256,17 @@ def main() -> dict[str, Any]:
             f"per call: model {r['model_seconds_per_call']:.2f} s, direct "
             f"{r['direct_seconds_per_call']:.2f} s, Replaybook overhead "
             f"{r['overhead_ms_per_call']:.0f} ms"
+        )
+    if tau_row is not None:
+        rewards = ", ".join(
+            "not scored" if v is None else f"{v['reward']} ({v['reason']})"
+            for v in tau_row["verdicts"]
+        )
+        print(
+            f"  tau-bench      {tau_row['replays_per_min']:>6.3f} replays/min "
+            f"({tau_row['seconds_per_replay']:.0f} s each, MODEL_SWAP to {tau_row['model']}, "
+            f"sandbox-live, {tau_row['model_calls']} calls, {tau_row['tokens']} tokens); "
+            f"counterfactual rewards: {rewards}"
         )
     return results
 
