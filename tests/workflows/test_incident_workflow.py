@@ -24,6 +24,7 @@ from models.incident_flow import (
 from models.queues import CONTROL_QUEUE
 from stores.sql.incidents import SqlIncidentStore
 from stores.sql.support_desk_world import refunds
+from tests.workflow_queries import query_status
 from workflows.incident import IncidentWorkflow
 
 
@@ -39,7 +40,7 @@ async def wait_phase(
 ) -> IncidentView:
     deadline = time.monotonic() + deadline_s
     while time.monotonic() < deadline:
-        view = await handle.query("status", result_type=IncidentView)
+        view = await query_status(handle, IncidentView)
         if view is not None and view.phase is phase:
             return view
         if view is not None and view.phase is IncidentPhase.FAILED:
@@ -215,7 +216,7 @@ async def test_an_inconclusive_side_effect_waits_for_a_human(replay_stack) -> No
     handle = await open_incident(stack, result.run_id, repeat=2)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        view = await handle.query("status", result_type=IncidentView)
+        view = await query_status(handle, IncidentView)
         if view and view.pending:
             break
         await asyncio.sleep(0.1)
