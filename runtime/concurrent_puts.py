@@ -15,15 +15,9 @@ from datetime import datetime
 from models.digest import sha256_digest
 from models.errors import StoreError
 from runtime.ports import ArtifactStore
-from runtime.write_behind import first_failure
+from runtime.write_behind import _retrieved, first_failure
 
 __all__ = ["ConcurrentPuts"]
-
-
-def _retrieved(future: asyncio.Future[None]) -> None:
-    """A failure is reported by ``settle`` (or the read that waits for it)."""
-    if not future.cancelled():
-        future.exception()
 
 
 class ConcurrentPuts:
