@@ -6,13 +6,11 @@ and goes the general way, which decides what an existing run means."""
 from __future__ import annotations
 
 import uuid
-from pathlib import Path
 
 import pytest
 
 from models import ExecutionEventType, PromptArtifact, RunRecord
 from models.errors import ConflictError, RunNotFoundError, SequenceConflictError
-from stores.artifacts import LocalArtifactStore
 from stores.sql.database import Database
 from stores.sql.ledger import NewEvent, SqlLedger
 from tests.stores.test_write_behind import T0, Statements, event_, prompt_of_another_run
@@ -22,11 +20,6 @@ E = ExecutionEventType
 
 def header(run_id: str, version: str = "1") -> RunRecord:
     return RunRecord(run_id=run_id, graph_id="g", graph_version=version, created_at=T0)
-
-
-@pytest.fixture
-def ledger(database: Database, tmp_path: Path) -> SqlLedger:
-    return SqlLedger(database, LocalArtifactStore(tmp_path / "artifacts"))
 
 
 async def test_a_started_run_is_one_round_trip_and_verifies(

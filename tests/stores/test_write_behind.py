@@ -114,11 +114,6 @@ class Statements:
         )
 
 
-@pytest.fixture
-def ledger(database: Database, tmp_path: Path) -> SqlLedger:
-    return SqlLedger(database, LocalArtifactStore(tmp_path / "artifacts"))
-
-
 async def test_submitted_events_keep_per_run_order_and_share_transactions(
     ledger: SqlLedger, database: Database
 ) -> None:
