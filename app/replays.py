@@ -9,7 +9,7 @@ from datetime import timedelta
 from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Any
 
-from models import FixtureMissPolicy, ReplayBudget, ReplayMode
+from models import FixtureMissPolicy, ReplayBudget, ReplayMode, ReplayStatus
 from models.errors import ConflictError, InvalidInputError, NotFoundError, RunNotFoundError
 from models.queues import CONTROL_QUEUE
 from models.replay_flow import ReplayOutcome, ReplayPlan, ReplayWorkflowInput
@@ -17,7 +17,7 @@ from models.replay_plans import PLAN_FIELDS, PlanFields, build_replay_plan
 from runtime.ports import EventLedger
 
 if TYPE_CHECKING:
-    from temporalio.client import Client, WorkflowHandle
+    from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 
 #: how an operation gets its Temporal client: called only once the input has been checked
 ClientSource = Callable[[], Awaitable["Client"]]
@@ -152,7 +152,8 @@ async def start_replay(
 
 
 async def replay_view(client: Client, replay_id: str) -> dict[str, Any]:
-    """The replay's status (from its workflow) and, when finished, its result."""
+    """The replay's status (from its workflow) and, when finished, its result: a view that says
+    COMPLETED, FAILED or CANCELED is always the finished one, with the result's fields."""
     from temporalio.client import WorkflowExecutionStatus
     from temporalio.service import RPCError
 
@@ -163,12 +164,36 @@ async def replay_view(client: Client, replay_id: str) -> dict[str, Any]:
         description = await handle.describe()
     except RPCError as exc:
         raise NotFoundError(f"replay not found: {replay_id!r} ({exc.message})") from None
-    if description.status == WorkflowExecutionStatus.COMPLETED:
-        return outcome_view(await handle.result())
     if description.status == WorkflowExecutionStatus.RUNNING:
         progress = await handle.query("status", result_type=ReplayProgress)
-        return {"replay_id": replay_id, **progress.model_dump(mode="json")}
-    name = description.status.name if description.status else "UNKNOWN"
+        if progress.status not in _ENDED:
+            return {"replay_id": replay_id, **progress.model_dump(mode="json")}
+        # the workflow has settled how it ends but has not closed yet (the task returning its
+        # outcome, or the activity closing its run, is on its way): wait for the close
+        return await _closed_view(handle, replay_id)
+    return await _closed_view(handle, replay_id, description.status)
+
+
+#: the statuses a replay's progress ends in
+_ENDED = frozenset((ReplayStatus.COMPLETED, ReplayStatus.FAILED, ReplayStatus.CANCELED))
+
+
+async def _closed_view(
+    handle: WorkflowHandle[Any, ReplayOutcome],
+    replay_id: str,
+    status: WorkflowExecutionStatus | None = None,
+) -> dict[str, Any]:
+    """A closed replay's view (``status`` as described, or waited for when None): its outcome
+    when the workflow completed, else CANCELED or FAILED with the workflow's status."""
+    from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
+
+    if status is None or status == WorkflowExecutionStatus.COMPLETED:
+        try:
+            return outcome_view(await handle.result())
+        except WorkflowFailureError:
+            # canceled, failed, terminated or timed out while it was being waited for
+            status = (await handle.describe()).status
+    name = status.name if status else "UNKNOWN"
     return {
         "replay_id": replay_id,
         "status": "CANCELED" if name in ("CANCELED", "TERMINATED") else "FAILED",
