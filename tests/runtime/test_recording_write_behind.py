@@ -56,6 +56,31 @@ async def new_run(ledger: SqlLedger) -> str:
     return run_id
 
 
+async def vaulted_run(
+    database: Database, tmp_path: Path
+) -> tuple[LocalArtifactStore, SqlRawVault, SqlLedger, str]:
+    """A new run on a ledger that keeps raw forms in a vault (sealed with ``KEK``), with its
+    artifacts under ``tmp_path``: the store, the vault, the ledger and the run's id."""
+    artifacts = LocalArtifactStore(tmp_path / "artifacts")
+    vault = SqlRawVault(database, artifacts, KEK)
+    ledger = SqlLedger(database, artifacts, vault=vault)
+    return artifacts, vault, ledger, await new_run(ledger)
+
+
+def redacting_recorder(
+    ledger: SqlLedger, artifacts: LocalArtifactStore, run_id: str, policy: str = REDACT_V1
+) -> RunRecorder:
+    """A write-behind recorder of ``run_id`` that redacts with ``policy`` for customer C-1."""
+    return RunRecorder(
+        ledger,
+        artifacts,
+        run_id,
+        redaction=redaction_policy(policy),
+        subject_id="customer:C-1",
+        write_behind=True,
+    )
+
+
 async def committed(database: Database, run_id: str) -> list[str]:
     e = schema.execution_events.c
     async with database.read() as conn:
@@ -171,18 +196,8 @@ async def test_a_write_is_durable_with_its_intent_and_its_outcome_at_the_next_du
 async def test_sanitized_artifacts_keep_their_raw_form_in_one_vault_write(
     database: Database, tmp_path: Path
 ) -> None:
-    artifacts = LocalArtifactStore(tmp_path / "artifacts")
-    vault = SqlRawVault(database, artifacts, KEK)
-    ledger = SqlLedger(database, artifacts, vault=vault)
-    run_id = await new_run(ledger)
-    recorder = RunRecorder(
-        ledger,
-        artifacts,
-        run_id,
-        redaction=redaction_policy(REDACT_V1),
-        subject_id="customer:C-1",
-        write_behind=True,
-    )
+    artifacts, _, ledger, run_id = await vaulted_run(database, tmp_path)
+    recorder = redacting_recorder(ledger, artifacts, run_id)
     messages = [{"content": f"write to ada{i}@example.com"} for i in range(3)]
     refs = [await recorder.store_json(m) for m in messages]
     refs.append(await recorder.store_json(messages[0]))  # the same message again
@@ -225,19 +240,9 @@ async def test_raw_artifacts_are_kept_in_the_transaction_of_the_append_after_the
     kept already (by another process) is left as it is."""
     from sqlalchemy import event
 
-    artifacts = LocalArtifactStore(tmp_path / "artifacts")
-    vault = SqlRawVault(database, artifacts, KEK)
-    ledger = SqlLedger(database, artifacts, vault=vault)
-    run_id = await new_run(ledger)
+    artifacts, vault, ledger, run_id = await vaulted_run(database, tmp_path)
     await ledger.append(run_id, NewEvent("s", E.MODEL_CALL, T0, payload={"i": 0}))
-    recorder = RunRecorder(
-        ledger,
-        artifacts,
-        run_id,
-        redaction=redaction_policy(REDACT_V1),
-        subject_id="customer:C-1",
-        write_behind=True,
-    )
+    recorder = redacting_recorder(ledger, artifacts, run_id)
     recorder.last_sequence = 1
     messages = [{"content": f"write to ada{i}@example.com"} for i in range(3)]
     kept_ref = canonical_hash(recorder.hashing_view(messages[0]))
@@ -302,10 +307,7 @@ async def test_people_learned_become_subjects_in_the_transaction_of_the_append_a
     from models.capability import Capability, PersonRecords
     from models.privacy import RunSubject, SubjectKind
 
-    artifacts = LocalArtifactStore(tmp_path / "artifacts")
-    vault = SqlRawVault(database, artifacts, KEK)
-    ledger = SqlLedger(database, artifacts, vault=vault)
-    run_id = await new_run(ledger)
+    artifacts, vault, ledger, run_id = await vaulted_run(database, tmp_path)
     await ledger.append(run_id, NewEvent("s", E.MODEL_CALL, T0, payload={"i": 0}))
     declared = RunSubject(subject_id="customer:C-1", kind=SubjectKind.END_USER, source="input")
     await vault.add_subjects(run_id, [declared])  # the run's end user: primary
@@ -314,14 +316,7 @@ async def test_people_learned_become_subjects_in_the_transaction_of_the_append_a
         side_effect_class=SideEffectClass.READ,
         person_records=PersonRecords(id_field="customer_id", subject_prefix="customer"),
     )
-    recorder = RunRecorder(
-        ledger,
-        artifacts,
-        run_id,
-        redaction=redaction_policy("redact-v2"),
-        subject_id="customer:C-1",
-        write_behind=True,
-    )
+    recorder = redacting_recorder(ledger, artifacts, run_id, "redact-v2")
     recorder.last_sequence = 1
     statements: list[str] = []
 
