@@ -64,17 +64,22 @@ _NON_FINITE_7F, _NON_FINITE_FF = (
 #: the end of a number token that orjson writes for an integral double below 1e16 (and -0.0):
 #: ``<integer>.0``; its ES6 text is the integer (``0`` for -0.0)
 _POINT_ZERO = re.compile(rb"\.0(?=[,\]}]|\Z)")
-#: the ends of the other number tokens whose orjson text differs from ES6's (each pattern starts
-#: with a literal, which the engine finds at memchr speed): integral doubles in [1e16, 1e21) and
-#: doubles in [1e-6, 1e-5)
+#: the ends of the other number tokens whose orjson text differs from ES6's: integral doubles in
+#: [1e16, 1e21) and doubles in [1e-6, 1e-5). Each pattern starts with its rarest literal ("+",
+#: "-6"; "e" is in every word), which the engine finds at memchr speed, and looks behind for "e"
 _OTHER_ENDS = tuple(
-    re.compile(pattern + rb"(?=[,\]}]|\Z)") for pattern in (rb"e\+(?:1[6-9]|20)", rb"e-6")
+    re.compile(pattern + rb"(?=[,\]}]|\Z)")
+    for pattern in (rb"\+(?<=e\+)(?:1[6-9]|20)", rb"-6(?<=e-6)")
 )
+#: the IEEE bytes of -0.0 as marshal writes them (little-endian): where they are found (or
+#: happen to be in other bytes), the careful path writes "-0.0" as "0". A regular expression
+#: that starts with the rare last byte runs 3x faster than ``bytes in`` on marshal's many NULs.
+_NEGATIVE_ZERO = re.compile(rb"\x80(?<=\x00{7}\x80)")
+#: a string (or key) holding ".0" before a delimiter, as marshal writes it (raw UTF-8): one pass
+#: instead of a ``bytes in`` per delimiter (each as slow as this whole search)
+_STRING_POINT_ZERO = re.compile(rb"\.0[,\]}]")
 #: ``.0`` then a delimiter of a number token: when no string has it, every ``<integer>.0`` token
 #: of the output is a number, and one native substitution fixes all
-#: the IEEE bytes of -0.0 as marshal writes them (little-endian): where they are found (or
-#: happen to be in other bytes), the careful path writes "-0.0" as "0"
-_NEGATIVE_ZERO = bytes(7) + b"\x80"
 _DROP_POINT_ZERO = functools.partial(re.compile(rb"\.0(?=[,\]}])").sub, b"")
 #: ES6 text of the other tokens met so far (documents repeat a few numbers)
 _FIXED: dict[bytes, bytes] = {}
@@ -145,19 +150,20 @@ def emit_fast(value: Any, format_number: Callable[[float], str]) -> bytes | None
     point_zero = b".0" in out
     if (
         point_zero
-        and _NEGATIVE_ZERO not in census
         and not out.endswith(b".0")
-        and b".0," not in census
-        and b".0]" not in census
-        and b".0}" not in census
+        and not _STRING_POINT_ZERO.search(census)
+        and not _NEGATIVE_ZERO.search(census)
     ):
         # marshal holds every string (and key) as its UTF-8 bytes, and escaping neither makes
         # nor breaks ".0" followed by a delimiter, so no string of the output has one either
         out = _DROP_POINT_ZERO(out)
         point_zero = False
-    # "+" is rare in JSON text and found at memchr speed; "e+" (every "e" of the text) is not
-    others = [_OTHER_ENDS[0]] if b"+" in out and b"e+" in out else []
-    if b"e-6" in out:
+    # "+" and "-6" are rare in JSON text and found at memchr speed, so most documents skip even
+    # the search; "e+" or "e-6" as a ``bytes in`` would stop at every "e" of the text
+    others = []
+    if b"+" in out and _OTHER_ENDS[0].search(out):
+        others.append(_OTHER_ENDS[0])
+    if b"-6" in out and _OTHER_ENDS[1].search(out):
         others.append(_OTHER_ENDS[1])
     if point_zero or others:
         return _fix_numbers(out, point_zero, others, format_number)

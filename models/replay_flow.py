@@ -32,6 +32,15 @@ class ReplayCursorsView(Record):
     random_state_ref: str | None = None
 
 
+#: an automatic activity batch: at most this many steps, ending after the step that passes
+#: ``AUTO_BATCH_SECONDS``. Each activity costs a workflow task, a broker and a round trip to the
+#: sandbox (~50-80 ms on 2 busy cores): 25-step batches made a 1,000-step recorded replay 1.4x
+#: slower than 100-step ones. The time bound keeps progress and cancellation prompt when
+#: steps are slow.
+AUTO_BATCH_STEPS = 100
+AUTO_BATCH_SECONDS = 2.0
+
+
 class ReplayPlan(Record):
     """The resolved request: every override named, nothing left to look up."""
 
@@ -56,9 +65,9 @@ class ReplayPlan(Record):
     #: may make, each child of a ``--repeat`` on its own; past it the replay stops, INCONCLUSIVE
     #: (BUDGET). None: only the recorded run's own limit (``--max-loop-calls 0``)
     max_loop_calls: int | None = Field(default=DEFAULT_MAX_LOOP_CALLS, ge=1)
-    #: steps one activity may run, each still recorded atomically; 0 = automatic: 25, or 1 when
-    #: a duration budget must be checked between steps (model, token and cost budgets are
-    #: enforced inside a step)
+    #: steps one activity may run, each still recorded atomically; 0 = automatic: up to
+    #: ``AUTO_BATCH_STEPS`` steps or ``AUTO_BATCH_SECONDS`` of them, or 1 when a duration budget
+    #: must be checked between steps (model, token and cost budgets are enforced inside a step)
     steps_per_activity: int = Field(default=0, ge=0, le=1000)
     #: steps per workflow run before it continues as new (history stays far below its limits)
     steps_per_run: int = Field(default=250, ge=1, le=5000)
@@ -71,7 +80,12 @@ class ReplayPlan(Record):
     def activity_batch(self) -> int:
         if self.steps_per_activity:
             return self.steps_per_activity
-        return 1 if self.budget.max_duration is not None else 25
+        return 1 if self.budget.max_duration is not None else AUTO_BATCH_STEPS
+
+    def activity_batch_seconds(self) -> float | None:
+        """How long an automatic batch may run before it ends after its current step (None:
+        ``steps_per_activity`` was set, and each batch runs exactly that many)."""
+        return None if self.steps_per_activity else AUTO_BATCH_SECONDS
 
 
 class PreparedReplay(Record):

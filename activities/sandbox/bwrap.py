@@ -134,8 +134,9 @@ def rlimit_setter(settings: SandboxSettings) -> Callable[[], None]:
 
 
 def python_argv(module: str, *extra: str) -> list[str]:
-    """The venv's interpreter (its path, not the resolved binary: that is how it finds the
-    venv), running ``module`` as ``-m`` would; ``-I`` ignores PYTHON* variables and the user
+    """The venv's interpreter (its path in the resolved venv directory, which the sandbox
+    binds; not the resolved binary: the path is how it finds the venv — a worktree may link
+    its ``.venv`` to another checkout's), running ``module`` as ``-m`` would; ``-I`` ignores PYTHON* variables and the user
     site. The project's packages are imported from ``PROJECT_ROOT``, the ones the sandbox
     binds (``read_only_paths``): an editable install's finder may point at another checkout
     (a git worktree's), which the sandbox does not show."""
@@ -143,7 +144,7 @@ def python_argv(module: str, *extra: str) -> list[str]:
         f"import sys, runpy; sys.path.insert(0, {str(PROJECT_ROOT)!r}); "
         f"runpy.run_module({module!r}, run_name='__main__', alter_sys=True)"
     )
-    return [str(Path(sys.prefix) / "bin" / "python"), "-I", "-c", boot, *extra]
+    return [str(Path(sys.prefix).resolve() / "bin" / "python"), "-I", "-c", boot, *extra]
 
 
 def check_available(settings: SandboxSettings) -> None:

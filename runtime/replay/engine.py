@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import time
 from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
@@ -429,13 +430,16 @@ class ReplayEngine:
         return state
 
     async def run_steps(self, step: StepInput) -> StepOutput:
-        """Run up to ``plan.activity_batch()`` steps, each recorded atomically; their counters
+        """Run up to ``plan.activity_batch()`` steps (an automatic batch also ends once its
+        ``activity_batch_seconds()`` have passed), each recorded atomically; their counters
         are summed and the last step's position is returned. A batch also ends after a step
         that called a live model: each such call may take up to the model's timeout (minutes
         for a small local model on busy cores), and a batch of several would outlast the step
         activity's deadline and the sandbox's wall-clock limit (15 minutes each)."""
         total: StepOutput | None = None
         current = step
+        seconds = step.plan.activity_batch_seconds()
+        ends = None if seconds is None else time.monotonic() + seconds
         for _ in range(step.plan.activity_batch()):
             out = await self.run_step(current)
             total = (
@@ -452,6 +456,8 @@ class ReplayEngine:
                 )
             )
             if out.finished or out.next_step is None or out.usage.model_calls:
+                break
+            if ends is not None and time.monotonic() >= ends:
                 break
             current = current.model_copy(
                 update={

@@ -31,6 +31,7 @@ from models.errors import (
 )
 from runtime.ports import ArtifactStore
 from stores.artifacts import LocalArtifactStore, S3ArtifactStore, open_artifact_store
+from stores.artifacts.local import INLINE_IO_BYTES
 from tests.fixtures_s3 import make_s3_store, unique_bucket_name
 
 
@@ -275,6 +276,29 @@ async def test_local_layout(local_artifact_store: LocalArtifactStore) -> None:
     assert path.read_bytes() == b"where does it go"
     assert [p.name for p in path.parent.iterdir()] == [hex_[2:]]  # no temp file left behind
     assert local_artifact_store.location == local_artifact_store.root.as_uri()
+
+
+@pytest.mark.parametrize("size", [100, INLINE_IO_BYTES, INLINE_IO_BYTES + 1, 300_000])
+async def test_local_reads_inline_and_in_a_thread_alike(
+    local_artifact_store: LocalArtifactStore, size: int
+) -> None:
+    """Small objects are read (and found already stored) on the event loop's thread, larger
+    ones in a worker thread: both keep the file untouched when intact, refuse a corrupted
+    copy and let a put repair it."""
+    store = local_artifact_store
+    data = os.urandom(size)
+    digest = await store.put(data)
+    path = store.path_for(digest)
+    inode = path.stat().st_ino
+    assert await store.put(data) == digest
+    assert path.stat().st_ino == inode  # an intact copy is not written again
+    assert await store.get(digest) == data
+    corrupt(store, digest, os.urandom(size))
+    with pytest.raises(ArtifactIntegrityError):
+        await store.get(digest)
+    assert await store.put(data) == digest
+    assert path.stat().st_ino != inode  # the corrupted copy was replaced
+    assert await store.get(digest) == data
 
 
 # -- what the S3 server (SeaweedFS 4.48) enforces by itself ------------------------------------
