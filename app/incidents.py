@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from app.replays import ClientSource, check_source_run
+from app.workflow_queries import query_status
 from models.enums import AgentFailureType
 from models.errors import ConflictError, InvalidInputError, NotFoundError
 from models.expectations import parse_expectation
@@ -101,7 +102,7 @@ async def open_incident(
 async def incident_status_view(client: Client, incident_id: str) -> dict[str, Any]:
     """The ``status`` query as JSON: phase, signature, replays with rates, pending tasks."""
     handle = await incident_handle(client, incident_id)
-    view = await handle.query("status", result_type=IncidentView)
+    view = await query_status(handle, IncidentView)
     if view is None:
         raise NotFoundError(f"incident {incident_id} has not started yet")
     return view_json(view)
@@ -167,7 +168,7 @@ async def confirm_root_cause(
     ``fields`` names the caller's inputs in a refusal (``{"root_cause": "--root-cause"}``)."""
     check_confirmation_inputs(failure_type, expectations)
     handle = await incident_handle(client, incident_id)
-    view = await handle.query("status", result_type=IncidentView)
+    view = await query_status(handle, IncidentView)
     cited = tuple(replay_ids or (r.replay_id for r in (view.replays if view else ())))
     confirmation = validated(
         RootCauseConfirmation,

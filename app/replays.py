@@ -9,6 +9,7 @@ from datetime import timedelta
 from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Any
 
+from app.workflow_queries import query_status
 from models import FixtureMissPolicy, ReplayBudget, ReplayMode, ReplayStatus
 from models.errors import ConflictError, InvalidInputError, NotFoundError, RunNotFoundError
 from models.queues import CONTROL_QUEUE
@@ -165,7 +166,7 @@ async def replay_view(client: Client, replay_id: str) -> dict[str, Any]:
     except RPCError as exc:
         raise NotFoundError(f"replay not found: {replay_id!r} ({exc.message})") from None
     if description.status == WorkflowExecutionStatus.RUNNING:
-        progress = await handle.query("status", result_type=ReplayProgress)
+        progress = await query_status(handle, ReplayProgress)
         if progress.status not in _ENDED:
             return {"replay_id": replay_id, **progress.model_dump(mode="json")}
         # the workflow has settled how it ends but has not closed yet (the task returning its

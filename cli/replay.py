@@ -351,9 +351,10 @@ async def replay_progress(
 
 
 async def _status(handle: Any) -> dict[str, Any]:
+    from app.workflow_queries import query_status
     from models.replay_flow import ReplayProgress
 
-    progress = await handle.query("status", result_type=ReplayProgress)
+    progress = await query_status(handle, ReplayProgress)
     return dict(progress.model_dump(mode="json"))
 
 
