@@ -133,6 +133,7 @@ async def test_a_refused_batch_drops_the_state(rec: Any) -> None:
 
 async def test_kept_state_records_the_same_contexts_as_a_rebuilt_one(rec: Any) -> None:
     from models import ContextSnapshot
+    from models.evidence import context_message_refs
 
     for run_id in ("ctx-kept", "ctx-rebuilt"):
         await start(rec, run_id)
@@ -143,11 +144,23 @@ async def test_kept_state_records_the_same_contexts_as_a_rebuilt_one(rec: Any) -
     kept = await rec.evidence.records(ContextSnapshot, "ctx-kept")
     rebuilt = await rec.evidence.records(ContextSnapshot, "ctx-rebuilt")
     assert len(kept) == 12
-    assert [(c.message_refs, c.content_hash) for c in kept] == [
-        (c.message_refs, c.content_hash) for c in rebuilt
-    ]
+
+    def contexts(snapshots: list[ContextSnapshot]) -> list[tuple[tuple[str, ...], str]]:
+        by_id = {s.snapshot_id: s for s in snapshots}
+        return [(context_message_refs(s, by_id), s.content_hash) for s in snapshots]
+
+    # the same messages and the same request hash, whichever process recorded them
+    assert contexts(kept) == contexts(rebuilt)
     # the last model call saw the whole conversation: every message, in order
-    assert len(kept[-1].message_refs) == 23
+    assert len(contexts(kept)[-1][0]) == 23
+    # a kept state lists only the new messages after the last snapshot's (the evidence of
+    # a batch does not grow with the run); a rebuilt one starts again from the whole list
+    assert [len(c.message_refs) for c in kept] == [1] + [2] * 11
+    assert kept[-1].prefix_snapshot_id == kept[-2].snapshot_id
+    assert kept[-1].prefix_messages == 21
+    first_of_last_batch = rebuilt[-2]
+    assert first_of_last_batch.prefix_snapshot_id is None
+    assert len(first_of_last_batch.message_refs) == 21
 
 
 async def test_a_new_runs_state_is_the_one_read_back(rec: Any) -> None:
