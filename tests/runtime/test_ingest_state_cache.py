@@ -14,6 +14,7 @@ from ingest import ingest_events, ingest_run
 from ingest.state import states_of
 from models.errors import SequenceConflictError
 from models.ingest import IngestEventBatch, IngestRunHeader
+from runtime.completeness import evidence_completeness
 from stores.sql.ledger import SqlLedger
 
 START = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)
@@ -161,6 +162,12 @@ async def test_kept_state_records_the_same_contexts_as_a_rebuilt_one(rec: Any) -
     first_of_last_batch = rebuilt[-2]
     assert first_of_last_batch.prefix_snapshot_id is None
     assert len(first_of_last_batch.message_refs) == 21
+    # both verify in full (lookup rows, referenced artifacts) and every call has its context
+    for run_id in ("ctx-kept", "ctx-rebuilt"):
+        verification = await rec.ledger.verify(run_id)
+        assert verification.intact and not verification.problems
+        completeness = await evidence_completeness(rec.ledger, rec.evidence, rec.artifacts, run_id)
+        assert "context" in completeness.present
 
 
 async def test_a_new_runs_state_is_the_one_read_back(rec: Any) -> None:
