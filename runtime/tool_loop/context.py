@@ -41,6 +41,9 @@ class KnownContext:
 
     #: the last snapshot's messages, by position
     messages: list[KnownMessage] = field(default_factory=list)
+    #: the message of each of ``messages`` (the identity check runs over this list at C
+    #: speed: a few ns a message, the only work on the known part of the conversation)
+    objects: list[ChatMessage] = field(default_factory=list, compare=False, repr=False)
     #: the system message sent last (the same object again for the same prompt)
     system: ChatMessage | None = None
     #: the last snapshot recorded (``None``: none yet, or it is not known to be in the run)
@@ -50,9 +53,6 @@ class KnownContext:
     head: bytes = b""
     hashed: int = 0
     hasher: Any = field(default=None, compare=False, repr=False)
-
-
-_MESSAGE = operator.itemgetter(0)
 
 
 async def _entry(
@@ -74,15 +74,16 @@ async def _update(
 ) -> int:
     """Bring ``known.messages`` to ``full``; returns how many leading messages of ``full`` are
     the last snapshot's (by content)."""
-    entries = known.messages
+    entries, objects = known.messages, known.objects
     count = len(entries)
     # the usual case, checked at C speed: the last call's messages, the very objects (by
     # identity: equal objects may differ in their bytes, ``1 == True``), then new ones
-    if count <= len(full) and all(map(operator.is_, map(_MESSAGE, entries), full)):
+    if len(objects) == count <= len(full) and all(map(operator.is_, objects, full)):
         shared = count
         for message in full[count:]:
             data = canonicalize(message.model_dump(mode="json"))
             entries.append(await _entry(recorder, message, data, stored))
+            objects.append(message)
         return shared
     shared = 0
     for index, message in enumerate(full):
@@ -102,6 +103,7 @@ async def _update(
         else:
             entries.append(entry)
     del entries[len(full) :]
+    objects[:] = full
     return shared
 
 
