@@ -188,3 +188,22 @@ async def test_a_new_runs_state_is_the_one_read_back(rec: Any) -> None:
     assert kept == await load_ingest_state(rec.ledger, rec.artifacts, run_id)
     result = await ingest_events(rec.ledger, rec.artifacts, rec.evidence, run_id, batch(1))
     assert result.recorded == 4 and (await rec.ledger.verify(run_id)).intact
+
+
+async def test_a_context_whose_prefix_is_gone_is_missing_from_completeness(rec: Any) -> None:
+    """Deleting one snapshot breaks every later one that continues it: completeness names
+    each of those model calls as without a context, not only the deleted one's."""
+    from models import ContextSnapshot
+    from stores.sql import schema
+
+    run_id = "ctx-broken"
+    await start(rec, run_id)
+    for first in range(1, 1 + 4 * 3, 4):
+        await ingest_events(rec.ledger, rec.artifacts, rec.evidence, run_id, batch(first))
+    snapshots = await rec.evidence.records(ContextSnapshot, run_id)
+    assert len(snapshots) == 6 and snapshots[3].prefix_snapshot_id == snapshots[2].snapshot_id
+    table = schema.context_snapshots
+    async with rec.db.engine.begin() as conn:
+        await conn.execute(table.delete().where(table.c.snapshot_id == snapshots[2].snapshot_id))
+    completeness = await evidence_completeness(rec.ledger, rec.evidence, rec.artifacts, run_id)
+    assert completeness.reasons["context"].startswith("4 of 6 model calls")
