@@ -55,7 +55,8 @@ class ApiState:
         self._stores = None
 
 
-def get_state(request: Request) -> ApiState:
+async def get_state(request: Request) -> ApiState:
+    # a coroutine, not a function FastAPI would run in its thread pool on every request
     api: ApiState = request.app.state.api
     return api
 

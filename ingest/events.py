@@ -43,11 +43,11 @@ from models.ingest import (
 from models.model_call import ModelResponse
 from runtime.approvals import action_hash
 from runtime.ports import EvidenceReader
+from runtime.tool_loop.context import record_context
 from runtime.tool_loop.conversation import (
     MODEL,
     TOOLS,
     USER,
-    record_context,
     record_model_response,
     run_key,
     tool_schemas,
@@ -171,7 +171,7 @@ async def _model_call(recorder: IngestRecorder, state: IngestState, event: Model
         tools,
         event.model,
         recorder.stored_messages,
-        state.context_refs,
+        state.context,
     )
     response = ModelResponse(
         model=event.model,

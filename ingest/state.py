@@ -21,12 +21,12 @@ from models.errors import InvalidInputError
 from models.ingest import TOOL_LOOP_GRAPH_ID
 from models.model_call import ChatMessage, ModelResponse
 from runtime.ports import ArtifactStore, IngestLedger
+from runtime.tool_loop.context import KnownContext
 from runtime.tool_loop.conversation import (
     MODEL,
     START,
     TOOLS,
     USER,
-    KnownMessage,
     LoopInput,
     LoopState,
     after_model,
@@ -78,8 +78,9 @@ class IngestState:
     #: canonical message bytes -> artifact digest of the conversation's messages stored so
     #: far: a model call's context snapshot stores only the messages that are new
     stored_messages: dict[bytes, str] = field(default_factory=dict)
-    #: the messages by position in the last context recorded (``record_context``)
-    context_refs: list[KnownMessage] = field(default_factory=list)
+    #: what the last context snapshot recorded (``record_context``): the next one costs the
+    #: messages after it (a rebuilt state knows none: its first snapshot lists them all)
+    context: KnownContext = field(default_factory=KnownContext)
 
     @property
     def next_sequence(self) -> int:

@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-from pydantic import Field, JsonValue
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from pydantic import (
+    Field,
+    JsonValue,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 
 from models.base import Digest, HashedRecord, Identifier, Instant, Record
 from models.enums import (
@@ -12,6 +21,7 @@ from models.enums import (
     SideEffectStatus,
     ToolOutcome,
 )
+from models.errors import IntegrityError
 
 
 class ArtifactRef(Record):
@@ -70,7 +80,14 @@ class PromptArtifact(HashedRecord):
 
 
 class ContextSnapshot(HashedRecord):
-    """Everything besides the prompt that went into a model call."""
+    """Everything besides the prompt that went into a model call.
+
+    A conversation's messages need not be listed again on every call (that makes a run's
+    evidence grow with the square of its length): ``prefix_snapshot_id`` may name an earlier
+    snapshot of the same run whose first ``prefix_messages`` messages come first, followed by
+    ``message_refs`` (``context_message_refs`` resolves it). ``content_hash`` is always the
+    hash of the whole request, so either form pins the exact context. A snapshot without a
+    prefix serializes exactly as before the prefix existed (its hash is unchanged)."""
 
     snapshot_id: Identifier
     run_id: Identifier
@@ -81,6 +98,70 @@ class ContextSnapshot(HashedRecord):
     tool_catalog_hash: Digest
     state_hash: Digest
     content_hash: Digest
+    prefix_snapshot_id: Identifier | None = None
+    prefix_messages: int = Field(default=0, ge=0)
+
+    @model_validator(mode="after")
+    def _prefix_whole(self) -> ContextSnapshot:
+        if (self.prefix_snapshot_id is None) != (self.prefix_messages == 0):
+            raise ValueError("prefix_snapshot_id and prefix_messages go together")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _prefix_only_when_set(self, handler: SerializerFunctionWrapHandler) -> Any:
+        data = handler(self)
+        if self.prefix_snapshot_id is None and not self.prefix_messages and isinstance(data, dict):
+            del data["prefix_snapshot_id"], data["prefix_messages"]
+        return data
+
+    @property
+    def message_count(self) -> int:
+        """How many messages the context has (the prefix's and its own)."""
+        return self.prefix_messages + len(self.message_refs)
+
+
+def resolvable_snapshots(snapshots: Iterable[ContextSnapshot]) -> set[str]:
+    """The ids of ``snapshots`` (a run's, in recording order) whose whole message list can be
+    resolved: no prefix, or a prefix of at most as many messages of an earlier resolvable
+    snapshot of the same run. Counts only: linear in the number of snapshots."""
+    counts: dict[str, int] = {}
+    for snapshot in snapshots:
+        base = snapshot.prefix_snapshot_id
+        if base is None or snapshot.prefix_messages <= counts.get(base, -1):
+            counts[snapshot.snapshot_id] = snapshot.message_count
+    return set(counts)
+
+
+def context_message_refs(
+    snapshot: ContextSnapshot, earlier: Mapping[str, ContextSnapshot]
+) -> tuple[str, ...]:
+    """The whole message list of ``snapshot``: its prefix followed from snapshot to snapshot
+    through ``earlier`` (the run's snapshots by id). ``IntegrityError`` when a prefix names a
+    snapshot that is not there (or of another run, or a cycle) or has fewer messages."""
+    parts: list[tuple[str, ...]] = []
+    current, need = snapshot, snapshot.message_count
+    seen = {snapshot.snapshot_id}
+    while True:
+        prefix = current.prefix_messages
+        if need > prefix:
+            parts.append(current.message_refs[: need - prefix])
+        need = min(need, prefix)
+        if not need:
+            break
+        base = earlier.get(current.prefix_snapshot_id or "")
+        if base is None or base.run_id != snapshot.run_id or base.snapshot_id in seen:
+            raise IntegrityError(
+                f"context snapshot {current.snapshot_id!r} continues "
+                f"{current.prefix_snapshot_id!r}, which is not an earlier snapshot of its run"
+            )
+        if base.message_count < need:
+            raise IntegrityError(
+                f"context snapshot {current.snapshot_id!r} continues {need} messages of "
+                f"{base.snapshot_id!r}, which has {base.message_count}"
+            )
+        seen.add(base.snapshot_id)
+        current = base
+    return tuple(ref for part in reversed(parts) for ref in part)
 
 
 class RetrievedEvidence(Record):

@@ -15,6 +15,7 @@ from the recorded ``user.reply`` capability.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from decimal import Decimal
 from typing import Annotated, Literal
@@ -53,10 +54,14 @@ def is_ingested(graph_id: str, labels: Mapping[str, str]) -> bool:
 MAX_DEPTH = 64
 
 
+#: a surrogate code point, searched at C speed (every string of a body is checked)
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def _text_problem(text: str) -> str | None:
     if "\x00" in text:
         return "the NUL character (U+0000) is not allowed in ingested text"
-    if any("\ud800" <= c <= "\udfff" for c in text):
+    if _SURROGATE.search(text):
         return "a lone surrogate (U+D800..U+DFFF) is not valid Unicode text"
     return None
 
@@ -100,6 +105,24 @@ def _json_problem(value: object, path: str, depth: int = 0) -> tuple[str, str] |
     return None
 
 
+def _clean(value: object, depth: int = 0) -> bool:
+    """Whether ``_json_problem`` finds nothing in ``value``: the same checks without building
+    the path of every value on the way (only a refused body is walked again, to name it)."""
+    if depth > MAX_DEPTH:
+        return False
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if _text_problem(str(key)) is not None or not _clean(item, depth + 1):
+                return False
+        return True
+    if isinstance(value, list | tuple):
+        for item in value:
+            if not _clean(item, depth + 1):
+                return False
+        return True
+    return _scalar_problem(value) is None
+
+
 class _NoNul(Record):
     """Refused up front, naming the field: U+0000 (PostgreSQL cannot store it), lone
     surrogates, NaN/Infinity, integers outside ±(2**53-1) (no canonical form) and too deep
@@ -108,7 +131,7 @@ class _NoNul(Record):
     @model_validator(mode="before")
     @classmethod
     def _refuse_nul(cls, data: object) -> object:
-        found = _json_problem(data, "")
+        found = None if _clean(data) else _json_problem(data, "")
         if found:
             raise ValueError(f"{found[0]}: {found[1]}")
         return data

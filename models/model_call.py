@@ -52,6 +52,15 @@ class ModelRequest(Record):
         The request's other fields are canonicalized as usual around an empty messages list
         and tools list, which are then filled in. ``"messages":[]`` and ``"tools":[]`` occur
         there only as the keys: a quote inside a canonical string is always escaped."""
+        head, middle, after = self.canonical_shell()
+        return b"".join((head, b",".join(messages), middle, tools, after))
+
+    def canonical_shell(self) -> tuple[bytes, bytes, bytes]:
+        """The canonical bytes of the request around its messages and its tools: ``head``
+        (up to the messages list's ``[``), ``middle`` (from its ``]`` to the tools value) and
+        ``after``, so that the form is ``head + ",".join(messages) + middle + tools + after``.
+        The messages come before the tools and ``model`` (keys sort), so a conversation's
+        requests share ``head`` and their messages: their hash can continue from the last."""
         shell = canonicalize(
             self.model_copy(update={"messages": (), "tools": ()}).model_dump(mode="json")
         )
@@ -59,9 +68,7 @@ class ModelRequest(Record):
         before, found_tools, after = tail.partition(b'"tools":[]')
         if not found or not found_tools:  # pragma: no cover - the shape above is fixed
             raise ValueError("a model request's canonical form has no messages or tools list")
-        return b"".join(
-            (head, b'"messages":[', b",".join(messages), b"]", before, b'"tools":', tools, after)
-        )
+        return head + b'"messages":[', b"]" + before + b'"tools":', after
 
 
 def canonical_tools(tools: Sequence[ToolSchema]) -> bytes:

@@ -14,6 +14,7 @@ from models import (
     SideEffectRecord,
 )
 from models.completeness import CompletenessFacts, EvidenceCompleteness, score_completeness
+from models.evidence import resolvable_snapshots
 from runtime.ports import ArtifactStore, EventLedger, EvidenceReader
 
 
@@ -27,7 +28,8 @@ async def gather_completeness_facts(
         missing_ok=True,
     )
     prompts = {p.artifact_id: p for p in await evidence.records(PromptArtifact, run_id)}
-    contexts = {c.snapshot_id for c in await evidence.records(ContextSnapshot, run_id)}
+    # a snapshot that continues another counts only when its whole message list resolves
+    contexts = resolvable_snapshots(await evidence.records(ContextSnapshot, run_id))
     effects = await evidence.records(SideEffectRecord, run_id)
     decisions = await evidence.records(PolicyDecisionRecord, run_id)
     approvals = {a.action_hash for a in await evidence.records(ApprovalRecord, run_id)}

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
 from pydantic import JsonValue
 
@@ -24,7 +24,6 @@ from models.model_call import (
     ModelRequest,
     ModelResponse,
     ToolSchema,
-    canonical_tools,
 )
 from runtime.prompts import approximate_token_count
 from runtime.recorder import RunRecorder
@@ -215,66 +214,6 @@ async def record_prompt(recorder: RunRecorder, system_prompt: str | None) -> str
     )
     await recorder.record(ExecutionEventType.PROMPT_COMPILED, record=prompt)
     return prompt.artifact_id
-
-
-class KnownMessage(NamedTuple):
-    """A message of a conversation as its context snapshots recorded it."""
-
-    message: ChatMessage
-    #: the artifact holding its canonical bytes
-    ref: str
-    #: its canonical bytes
-    data: bytes
-
-
-async def record_context(
-    recorder: RunRecorder,
-    call_index: int,
-    system_prompt: str | None,
-    messages: Sequence[ChatMessage],
-    tools: Sequence[ToolSchema],
-    model: str,
-    stored: dict[bytes, str] | None = None,
-    known: list[KnownMessage] | None = None,
-) -> tuple[ModelRequest, ContextSnapshot]:
-    """The request the model saw and its CONTEXT_SNAPSHOT (each message stored once).
-    ``known``: what earlier calls of this conversation recorded, by position; a message that
-    is the very object at its position there is neither serialized nor hashed again (a
-    conversation only grows, so a call costs its new messages, not the whole conversation)."""
-    full = (
-        *((ChatMessage(role="system", content=system_prompt),) if system_prompt else ()),
-        *messages,
-    )
-    known = [] if known is None else known
-    for index, message in enumerate(full):
-        if index < len(known) and known[index].message is message:
-            continue
-        data = canonicalize(message.model_dump(mode="json"))
-        ref = stored.get(data) if stored is not None else None
-        if ref is None:
-            ref = await recorder.artifacts.put(data)
-            if stored is not None:
-                stored[data] = ref
-        entry = KnownMessage(message, ref, data)
-        if index < len(known):
-            known[index] = entry
-        else:
-            known.append(entry)
-    used = known[: len(full)]
-    request = ModelRequest(model=model, messages=full, tools=tuple(tools))
-    tools_bytes = canonical_tools(tools)
-    request_bytes = request.canonical_bytes([entry.data for entry in used], tools_bytes)
-    snapshot = ContextSnapshot(
-        snapshot_id=f"ctx-{run_key(recorder.run_id, 'context', call_index)}",
-        run_id=recorder.run_id,
-        step_id=recorder.step_id,
-        message_refs=tuple(entry.ref for entry in used),
-        tool_catalog_hash=sha256_digest(tools_bytes),
-        state_hash=canonical_hash({"messages": len(messages)}),
-        content_hash=sha256_digest(request_bytes),
-    )
-    await recorder.record(ExecutionEventType.CONTEXT_SNAPSHOT, record=snapshot)
-    return request, snapshot
 
 
 async def record_model_response(

@@ -26,6 +26,7 @@ from runtime.environment import AgentEnvironment
 from runtime.graph import GraphDefinition, GraphRegistry, State, StepResult
 from runtime.ports import ArtifactStore
 from runtime.replay.gateways import reads_of
+from runtime.tool_loop.context import record_context
 from runtime.tool_loop.conversation import (
     MODEL,
     START,
@@ -40,7 +41,6 @@ from runtime.tool_loop.conversation import (
     assistant_message,
     first_step,
     loop_outcome,
-    record_context,
     record_model_response,
     record_prompt,
     record_sent_request,

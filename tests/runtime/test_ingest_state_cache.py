@@ -14,6 +14,7 @@ from ingest import ingest_events, ingest_run
 from ingest.state import states_of
 from models.errors import SequenceConflictError
 from models.ingest import IngestEventBatch, IngestRunHeader
+from runtime.completeness import evidence_completeness
 from stores.sql.ledger import SqlLedger
 
 START = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)
@@ -133,6 +134,7 @@ async def test_a_refused_batch_drops_the_state(rec: Any) -> None:
 
 async def test_kept_state_records_the_same_contexts_as_a_rebuilt_one(rec: Any) -> None:
     from models import ContextSnapshot
+    from models.evidence import context_message_refs
 
     for run_id in ("ctx-kept", "ctx-rebuilt"):
         await start(rec, run_id)
@@ -143,11 +145,29 @@ async def test_kept_state_records_the_same_contexts_as_a_rebuilt_one(rec: Any) -
     kept = await rec.evidence.records(ContextSnapshot, "ctx-kept")
     rebuilt = await rec.evidence.records(ContextSnapshot, "ctx-rebuilt")
     assert len(kept) == 12
-    assert [(c.message_refs, c.content_hash) for c in kept] == [
-        (c.message_refs, c.content_hash) for c in rebuilt
-    ]
+
+    def contexts(snapshots: list[ContextSnapshot]) -> list[tuple[tuple[str, ...], str]]:
+        by_id = {s.snapshot_id: s for s in snapshots}
+        return [(context_message_refs(s, by_id), s.content_hash) for s in snapshots]
+
+    # the same messages and the same request hash, whichever process recorded them
+    assert contexts(kept) == contexts(rebuilt)
     # the last model call saw the whole conversation: every message, in order
-    assert len(kept[-1].message_refs) == 23
+    assert len(contexts(kept)[-1][0]) == 23
+    # a kept state lists only the new messages after the last snapshot's (the evidence of
+    # a batch does not grow with the run); a rebuilt one starts again from the whole list
+    assert [len(c.message_refs) for c in kept] == [1] + [2] * 11
+    assert kept[-1].prefix_snapshot_id == kept[-2].snapshot_id
+    assert kept[-1].prefix_messages == 21
+    first_of_last_batch = rebuilt[-2]
+    assert first_of_last_batch.prefix_snapshot_id is None
+    assert len(first_of_last_batch.message_refs) == 21
+    # both verify in full (lookup rows, referenced artifacts) and every call has its context
+    for run_id in ("ctx-kept", "ctx-rebuilt"):
+        verification = await rec.ledger.verify(run_id)
+        assert verification.intact and not verification.problems
+        completeness = await evidence_completeness(rec.ledger, rec.evidence, rec.artifacts, run_id)
+        assert "context" in completeness.present
 
 
 async def test_a_new_runs_state_is_the_one_read_back(rec: Any) -> None:
@@ -168,3 +188,22 @@ async def test_a_new_runs_state_is_the_one_read_back(rec: Any) -> None:
     assert kept == await load_ingest_state(rec.ledger, rec.artifacts, run_id)
     result = await ingest_events(rec.ledger, rec.artifacts, rec.evidence, run_id, batch(1))
     assert result.recorded == 4 and (await rec.ledger.verify(run_id)).intact
+
+
+async def test_a_context_whose_prefix_is_gone_is_missing_from_completeness(rec: Any) -> None:
+    """Deleting one snapshot breaks every later one that continues it: completeness names
+    each of those model calls as without a context, not only the deleted one's."""
+    from models import ContextSnapshot
+    from stores.sql import schema
+
+    run_id = "ctx-broken"
+    await start(rec, run_id)
+    for first in range(1, 1 + 4 * 3, 4):
+        await ingest_events(rec.ledger, rec.artifacts, rec.evidence, run_id, batch(first))
+    snapshots = await rec.evidence.records(ContextSnapshot, run_id)
+    assert len(snapshots) == 6 and snapshots[3].prefix_snapshot_id == snapshots[2].snapshot_id
+    table = schema.context_snapshots
+    async with rec.db.engine.begin() as conn:
+        await conn.execute(table.delete().where(table.c.snapshot_id == snapshots[2].snapshot_id))
+    completeness = await evidence_completeness(rec.ledger, rec.evidence, rec.artifacts, run_id)
+    assert completeness.reasons["context"].startswith("4 of 6 model calls")
