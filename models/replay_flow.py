@@ -70,7 +70,13 @@ class ReplayPlan(Record):
     #: must be checked between steps (model, token and cost budgets are enforced inside a step)
     steps_per_activity: int = Field(default=0, ge=0, le=1000)
     #: steps per workflow run before it continues as new (history stays far below its limits)
-    steps_per_run: int = Field(default=250, ge=1, le=5000)
+    steps_per_run: int = Field(default=5000, ge=1, le=100_000)
+    #: step activities per workflow run before it continues as new: what a run's history grows
+    #: with (a few events each; 1-step batches under a duration budget make one per step).
+    #: Continuing as new costs up to a second before the new run's first task is picked up,
+    #: so a run holds as many batches as its history comfortably can (was: every 250 steps,
+    #: four runs and 1-2 s of a 1,000-step replay)
+    activities_per_run: int = Field(default=200, ge=1, le=2000)
 
     def loop_call_cap(self, graph_id: str) -> int | None:
         """The cap on live model calls of this replay when it replays ``graph_id``: the tool

@@ -182,11 +182,12 @@ class ReplayWorkflow:
         self, plan: ReplayPlan, resume: ResumePoint
     ) -> tuple[ResumePoint, str | None] | ReplayOutcome:
         """Run steps until the graph ends, a step stops the replay or the budget runs out
-        (continuing as new every ``steps_per_run`` steps). Returns where the steps ended and why
+        (continuing as new every ``steps_per_run`` steps or ``activities_per_run`` step
+        activities, whichever comes first). Returns where the steps ended and why
         they stopped early (None: the graph finished), or the FAILED outcome of a step that
         failed for good."""
         stopped: str | None = None
-        steps_this_run = 0
+        steps_this_run = activities_this_run = 0
         while resume.step_id is not None and stopped is None:
             elapsed = (workflow.now() - resume.started_at).total_seconds()
             used = resume.usage.model_copy(update={"duration_seconds": elapsed})
@@ -199,13 +200,17 @@ class ReplayWorkflow:
             if reason is not None:
                 stopped = f"budget: {reason}"
                 break
-            if steps_this_run >= plan.steps_per_run:
+            if steps_this_run >= plan.steps_per_run or (
+                activities_this_run >= plan.activities_per_run
+                and workflow.patched("continue-as-new-by-activities")
+            ):
                 workflow.continue_as_new(ReplayWorkflowInput(plan=plan, resume=resume))
             try:
                 out = await self._step(plan, resume)
             except ActivityError as exc:
                 return await self._step_failed(plan, resume, exc)
             steps_this_run += out.steps
+            activities_this_run += 1
             resume = _advanced(resume, out)
             self._progress = self._progress.model_copy(
                 update={

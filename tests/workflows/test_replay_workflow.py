@@ -275,6 +275,31 @@ async def test_long_replays_continue_as_new(replay_stack) -> None:  # type: igno
     await assert_each_step_once_here(stack, p.replay_id)
 
 
+async def test_replays_continue_as_new_after_their_activities(replay_stack) -> None:  # type: ignore[no-untyped-def]
+    """One step per activity (as under a duration budget): the run's history is bounded by the
+    activities it holds, whatever ``steps_per_run`` says."""
+    from models.queues import CONTROL_QUEUE
+    from models.replay_flow import ReplayOutcome, ReplayWorkflowInput
+    from workflows.replay import ReplayWorkflow
+
+    stack = replay_stack
+    source = await record_synthetic_run(stack.stores.ledger, stack.stores.artifacts, 10)
+    p = plan(source.run_id, steps_per_activity=1, activities_per_run=4)
+    handle = await stack.client.start_workflow(
+        ReplayWorkflow.run, ReplayWorkflowInput(plan=p), id=p.replay_id, task_queue=CONTROL_QUEUE
+    )
+    outcome: ReplayOutcome = await handle.result()
+    assert outcome.steps_executed == 10 and outcome.reproduced
+    # the visibility store may list the closed runs a moment after the close: poll for them
+    deadline = asyncio.get_running_loop().time() + 30
+    while True:
+        runs = [r async for r in stack.client.list_workflows(f'WorkflowId="{p.replay_id}"')]
+        if len(runs) >= 3 or asyncio.get_running_loop().time() > deadline:
+            break
+        await asyncio.sleep(0.2)
+    assert len(runs) == 3  # 4 + 4 + 2 step activities
+
+
 async def assert_each_step_once_here(stack, replay_id: str) -> None:  # type: ignore[no-untyped-def]
     events = await stack.stores.ledger.events(replay_id)
     started = [e.step_id for e in events if e.type is ExecutionEventType.STEP_STARTED]
