@@ -44,7 +44,7 @@ async def _run(rounds: int) -> dict[str, float]:
         )
         async with synthetic_replays(settings.stores, 10) as replays:
             warm = replays.runner(SandboxSettings(warm_processes=1))
-            cold = replays.runner(SandboxSettings())
+            cold = replays.runner(SandboxSettings(warm_processes=0))
             times: dict[str, list[float]] = {"warm": [], "cold": []}
             try:
                 for _ in range(rounds):

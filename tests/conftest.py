@@ -16,6 +16,10 @@ pytest_plugins = [
     "tests.fixtures_replay",
 ]
 
+# the stacks the tests start as processes (`replaybook up`, workers) read the environment: no
+# warm sandbox process in each of them either (see tests/fixtures_replay.stack_settings)
+os.environ.setdefault("REPLAYBOOK_SANDBOX_WARM", "0")
+
 # `kill -USR1 <pid>` of a pytest process (an xdist worker) writes every thread's stack to
 # $TMPDIR/pytest-stacks-<pid>.txt: what a run that waits with an idle CPU is waiting on (a file,
 # because pytest captures the process's stderr)

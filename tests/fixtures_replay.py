@@ -39,6 +39,9 @@ def stack_settings(home: Path, temporal_address: str, database_url: str | None =
             # legitimate test replay writes
             "REPLAYBOOK_SANDBOX_MAX_WRITE_BYTES": str(SANDBOX_WRITE_QUOTA),
             "REPLAYBOOK_SANDBOX_MAX_MESSAGE_BYTES": str(SANDBOX_MESSAGE_QUOTA),
+            # the suite starts dozens of workers: no warm sandbox each (the pool has its own
+            # tests, tests/sandbox/test_warm_pool.py)
+            "REPLAYBOOK_SANDBOX_WARM": "0",
         }
     )
 

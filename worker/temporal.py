@@ -132,6 +132,8 @@ async def running_workers(
         tasks = [asyncio.create_task(w.run()) for w in workers]
         if queues in ("control", "all"):  # the control pool sweeps expired side-effect leases
             tasks.append(asyncio.create_task(_sweep_leases(stores)))
+        if steps is not None:  # the warm sandbox processes start now, not on a replay's path
+            tasks.append(asyncio.create_task(steps.warm_up()))
         log.info("workers started", queues=queues, address=settings.temporal.address)
         try:
             yield workers

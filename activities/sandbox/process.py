@@ -64,14 +64,18 @@ class StepProcess:
         still be held open by a process inside, so end-of-file alone would not tell)."""
         assert self.process.stdout
         receiving = asyncio.ensure_future(_receive(self.process.stdout, quota))
-        await asyncio.wait({receiving, self.exited}, return_when=asyncio.FIRST_COMPLETED)
-        if not receiving.done():
-            # exited: a last frame may still be in the pipe, which then closes promptly
-            await asyncio.wait({receiving}, timeout=2.0)
-        if receiving.done():
-            return receiving.result()
-        receiving.cancel()
-        raise asyncio.IncompleteReadError(b"", None)
+        try:
+            await asyncio.wait({receiving, self.exited}, return_when=asyncio.FIRST_COMPLETED)
+            if not receiving.done():
+                # exited: a last frame may still be in the pipe, which then closes promptly
+                await asyncio.wait({receiving}, timeout=2.0)
+            if receiving.done():
+                return receiving.result()
+            raise asyncio.IncompleteReadError(b"", None)
+        finally:
+            # also when this wait is canceled (a worker shutting down while a warm process
+            # is primed): the read must not outlive it and fail unobserved
+            receiving.cancel()
 
     async def close(self) -> None:
         """Kill the sandbox and everything in it, and reap it. Nothing is lost: the child

@@ -174,6 +174,9 @@ class SandboxedSteps:
                 return
             try:
                 await self._prime(child)
+            except asyncio.CancelledError:  # the worker is shutting down: leave nothing behind
+                await self._release(child)
+                raise
             except Exception as exc:
                 log.warning("warm sandbox not primed", error=str(exc))
                 await self._release(child)

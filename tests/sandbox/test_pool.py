@@ -61,8 +61,8 @@ async def _recorded(ledger, replay_id: str) -> list[tuple[str, str, object]]:  #
 async def test_one_process_serves_a_replays_batches_with_the_same_results(tmp_path: Path) -> None:
     async with synthetic_replays(stack_settings(tmp_path, "unused").stores, 10) as replays:
         stores = replays.stores
-        kept = replays.runner(SandboxSettings())
-        fresh = replays.runner(SandboxSettings(jobs_per_process=1))
+        kept = replays.runner(SandboxSettings(warm_processes=0))
+        fresh = replays.runner(SandboxSettings(jobs_per_process=1, warm_processes=0))
         try:
             kept_id, kept_out = await _replay(replays, kept)
             fresh_id, fresh_out = await _replay(replays, fresh)
@@ -89,7 +89,7 @@ async def test_a_kept_process_is_closed_on_request_and_a_dead_one_replaced(
     tmp_path: Path,
 ) -> None:
     async with synthetic_replays(stack_settings(tmp_path, "unused").stores, 10) as replays:
-        runner = replays.runner(SandboxSettings())
+        runner = replays.runner(SandboxSettings(warm_processes=0))
         step = await replays.first_step(2, prefix="replay-pool")
         plan = step.plan
         try:

@@ -71,7 +71,9 @@ async def test_sandboxed_steps_record_bubblewrap_and_a_broken_sandbox_is_an_erro
 ) -> None:
     async with synthetic_replays(stack_settings(tmp_path, "unused").stores, 10) as replays:
         engine, stores = replays.engine, replays.stores
-        runner = sandboxed_steps(engine, SandboxSettings(), catalog_factory=CATALOGS)
+        runner = sandboxed_steps(
+            engine, SandboxSettings(warm_processes=0), catalog_factory=CATALOGS
+        )
         assert isinstance(runner, SandboxedSteps)
         plan, out = await _replay_first_step(replays, runner)
         assert out.steps == 1 and out.next_step == "s00001"

@@ -222,7 +222,7 @@ async def test_a_sandboxed_replay_records_the_same_without_loading_the_run(
         assert prepared.ok, prepared.problems
         counting = LoadCountingLedger(engine.ledger)
         engine.ledger = counting  # type: ignore[assignment]
-        runner = replays.runner(SandboxSettings())
+        runner = replays.runner(SandboxSettings(warm_processes=0))
         step = StepInput(
             plan=sandboxed,
             step_id=prepared.start_step,

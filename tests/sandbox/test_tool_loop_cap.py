@@ -64,7 +64,9 @@ async def test_a_tool_loop_stopped_by_its_cap_is_inconclusive_and_scored(
         )
         agents = catalogs(None, None, registry, worlds)
         engine = ReplayEngine(stores.ledger, stores.evidence, stores.artifacts, agents)
-        runner = sandboxed_steps(engine, SandboxSettings(), catalog_factory=CATALOG_FACTORY)
+        runner = sandboxed_steps(
+            engine, SandboxSettings(warm_processes=0), catalog_factory=CATALOG_FACTORY
+        )
         assert runner is not None
         plan = ReplayPlan(
             replay_id=f"replay-cap-{uuid.uuid4().hex[:8]}",

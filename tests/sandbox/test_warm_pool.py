@@ -26,7 +26,7 @@ async def test_a_replay_takes_a_warm_process_and_the_pool_refills(tmp_path: Path
     async with synthetic_replays(stack_settings(tmp_path, "unused").stores, 10) as replays:
         stores = replays.stores
         warm = replays.runner(SandboxSettings(warm_processes=1))
-        cold = replays.runner(SandboxSettings())
+        cold = replays.runner(SandboxSettings(warm_processes=0))
         try:
             await warm.warm_up()
             (waiting,) = warm.warm
@@ -57,3 +57,36 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+
+
+async def test_a_replay_worker_starts_its_warm_processes_when_it_starts(
+    tmp_path: Path, temporal_server
+) -> None:  # type: ignore[no-untyped-def]
+    """The worker's default (one warm process) is started with the worker, before any replay,
+    and is gone when the worker stops."""
+    from worker.temporal import connect, running_workers
+
+    settings = stack_settings(tmp_path, temporal_server.address)
+    sandbox = settings.sandbox.model_copy(update={"warm_processes": 1})
+    settings = settings.model_copy(update={"sandbox": sandbox})
+    client = await connect(settings)
+    async with running_workers(settings, "replay", client):
+        await _until(lambda: len(_sandboxes()) == 1)
+        (pid,) = _sandboxes()
+    await _until(lambda: not _alive(pid))
+
+
+def _sandboxes() -> list[int]:
+    """Pids of the bubblewrap processes this process started."""
+    me = str(os.getpid())
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)
+        except OSError:
+            continue
+        command = fields[0].split("(", 1)[1]
+        parent = fields[1].split()[1]
+        if parent == me and command == "bwrap" and _alive(int(stat.parent.name)):
+            found.append(int(stat.parent.name))
+    return found
