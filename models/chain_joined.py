@@ -110,12 +110,6 @@ def _sequence_text(first: int, count: int) -> str:
     return SEPARATOR.join(map(str, range(first, first + count)))
 
 
-@functools.lru_cache(maxsize=64)
-def _sequence_values(first: int, count: int) -> list[bytes]:
-    """``first .. first + count - 1`` in decimal."""
-    return _sequence_text(first, count).encode().split(SEPARATOR.encode())
-
-
 @functools.lru_cache(maxsize=8)
 def _instant_skeleton(count: int) -> bytes:
     """``count`` stored instants joined, every digit written as 0."""
@@ -215,7 +209,7 @@ def _chunk_hashes(run_id: str, chunk: ChainChunk, first: int, previous: str) -> 
     texts = chained_texts(
         run_id,
         previous_hashes,
-        _sequence_values(first, n),
+        chunk.sequences.encode().split(SEPARATOR.encode()),  # as checked above
         typing.cast(list[list[bytes]], fields),
     )
     if texts is None:
