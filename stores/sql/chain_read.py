@@ -303,18 +303,20 @@ async def _verify_joined(conn: AsyncConnection, run_id: str) -> ChainVerificatio
     bounds = _chunk_bounds(total)
     reads = collections.deque(map(read, bounds[:ahead]))
     check = JoinedChainCheck(run_id)
-    for index in range(len(bounds)):
-        rows = await reads.popleft()
-        if index + ahead < len(bounds):
-            reads.append(read(bounds[index + ahead]))
-            # the read is sent before this chunk is hashed (a loop turn or two)
-            await asyncio.sleep(0)
-            await asyncio.sleep(0)
-        chunk = _chunk(rows[0], sqlite)
-        if chunk is None or not check.add(chunk):
-            # the connection is free again before it is returned (the general path reads next)
-            await asyncio.gather(*reads, return_exceptions=True)
-            return None
+    try:
+        for index in range(len(bounds)):
+            rows = await reads.popleft()
+            if index + ahead < len(bounds):
+                reads.append(read(bounds[index + ahead]))
+                # the read is sent before this chunk is hashed (a loop turn or two)
+                await asyncio.sleep(0)
+                await asyncio.sleep(0)
+            chunk = _chunk(rows[0], sqlite)
+            if chunk is None or not check.add(chunk):
+                return None
+    finally:
+        # the connection is free again before it is returned (the general path reads next)
+        await asyncio.gather(*reads, return_exceptions=True)
     return check.verification(expected_head=(head_sequence, head_hash))
 
 
