@@ -58,6 +58,9 @@ _DIGITS_TO_ZERO = bytes.maketrans(b"0123456789", b"0" * 10)
 _DECIMAL = b"(?:0|[1-9][0-9]{0,14})"
 _DECIMALS = re.compile(_DECIMAL + b"(?:" + re.escape(FIELD_SEPARATOR.encode()) + _DECIMAL + b")*")
 _DIGEST_LENGTH = len(GENESIS_HASH)
+_PAYLOAD_HASH = CHUNK_FIELDS.index("payload_hash")
+#: an event's inline mark as a selector of ``itertools.compress``
+_MARKS = bytes.maketrans(b"01", b"\x00\x01")
 #: the characters a JSON text holds as themselves: printable ASCII but the quote and backslash
 _PLAIN = bytes(sorted(set(range(0x20, 0x7F)) - {ord('"'), ord("\\")}))
 #: the digest of a hash object (unbound: no method looked up per item)
@@ -77,10 +80,10 @@ class ChainChunk:
     #: each of ``CHUNK_FIELDS``: the events' values joined by ``FIELD_SEPARATOR`` (instants in
     #: the stored form ``2026-11-03 09:00:00.001000``, UTC; the schema version in decimal)
     fields: Sequence[str | None]
-    #: the inline payloads (None ones left out) and their ``payload_hash``, joined by
-    #: ``SEPARATOR`` (None when the chunk has no inline payload)
+    #: for each event, ``1`` if its payload is inline, else ``0``
+    inline: str | None
+    #: the inline payloads, in order (their hashes are those of the events marked inline)
     payloads: Sequence[bytes | memoryview]
-    payload_hashes: str | None
 
 
 def split_payloads(joined: bytes | None, lengths: str | None) -> list[memoryview] | None:
@@ -197,12 +200,13 @@ def _chunk_hashes(run_id: str, chunk: ChainChunk, first: int, previous: str) -> 
     if chunk.previous_hashes != (previous + SEPARATOR + chunk.hashes)[: -(_DIGEST_LENGTH + 1)]:
         return None
     previous_hashes = chunk.previous_hashes.encode().split(SEPARATOR.encode())
-    fields = [
+    checked = [
         _field_values(name, joined, n)
         for name, joined in zip(CHUNK_FIELDS, chunk.fields, strict=True)
     ]
-    if len(previous_hashes) != n or None in fields:
+    if len(previous_hashes) != n or None in checked:
         return None
+    fields = typing.cast(list[list[bytes]], checked)
     # every part of each text is now one the template writes as it is: the fields checked
     # above, the sequences and the run's id (``chained_texts``), the previous hashes (the
     # hashes before them, which must be these texts' digests)
@@ -210,17 +214,22 @@ def _chunk_hashes(run_id: str, chunk: ChainChunk, first: int, previous: str) -> 
         run_id,
         previous_hashes,
         chunk.sequences.encode().split(SEPARATOR.encode()),  # as checked above
-        typing.cast(list[list[bytes]], fields),
+        fields,
     )
     if texts is None:
         return None
     hashes = joined_digests(texts)
     if chunk.hashes != hashes:
         return None
-    if chunk.payloads:
-        if chunk.payload_hashes != joined_digests(chunk.payloads):
-            return None
-    elif chunk.payload_hashes is not None:
+    # the payloads' digests are the payload_hash fields of the events marked inline (a digest
+    # holds no separator: equal joins of as many are equal digests)
+    inline = chunk.inline
+    if inline is None or len(inline) != n or inline.strip("01"):
+        return None
+    if len(chunk.payloads) != inline.count("1"):
+        return None
+    marked = itertools.compress(fields[_PAYLOAD_HASH], inline.encode().translate(_MARKS))
+    if joined_digests(chunk.payloads).encode() != SEPARATOR.encode().join(marked):
         return None
     return hashes
 

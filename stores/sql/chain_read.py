@@ -217,11 +217,11 @@ def _joined_query(sqlite: bool) -> str:
     fields = ", ".join(
         f"{join}({_chunk_field_sql(name, sqlite)}, {separator})" for name in CHUNK_FIELDS
     )
-    inline_hashes = f"CASE WHEN payload IS NOT NULL THEN coalesce(payload_hash, {_MISSING}) END"
+    inline = "payload IS NOT NULL" if sqlite else "CASE WHEN payload IS NULL THEN '0' ELSE '1' END"
     selected = (
         f"SELECT count(*), {typed}, {join}({sequence}, ','),"
         f" {join}(coalesce(previous_hash, {_MISSING}), ','), {join}(coalesce(hash, {_MISSING}),"
-        f" ','), {fields}, {join}({inline_hashes}, ','){payloads}"
+        f" ','), {fields}, {join}({inline}, ''){payloads}"
     )
     # the aggregates read the rows in one order, the joined sequences show which (any other
     # than ascending does not verify): SQLite's in the order of the primary key's index, which
@@ -245,7 +245,7 @@ _RANGE = {
 def _chunk(row: Sequence[Any], sqlite: bool) -> ChainChunk | None:
     """The chunk of a ``_joined_query`` row, None if a value is not of its stored type."""
     count, typed, sequences, previous, hashes, *rest = row
-    fields, (inline_hashes, *payload_columns) = (
+    fields, (inline, *payload_columns) = (
         rest[: len(CHUNK_FIELDS)],
         rest[len(CHUNK_FIELDS) :],
     )
@@ -257,7 +257,7 @@ def _chunk(row: Sequence[Any], sqlite: bool) -> ChainChunk | None:
             return None
     else:
         payloads = payload_columns[0] or []
-    return ChainChunk(count, sequences, previous, hashes, fields, payloads, inline_hashes)
+    return ChainChunk(count, sequences, previous, hashes, fields, inline, payloads)
 
 
 def _chunk_bounds(total: int) -> list[tuple[int, int]]:

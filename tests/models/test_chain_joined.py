@@ -41,8 +41,8 @@ def _chunk(rows: list[ChainRow]) -> ChainChunk:
         previous_hashes=",".join(row.previous_hash for row in rows),
         hashes=",".join(row.hash for row in rows),
         fields=["\n".join(_stored(row, field) for row in rows) for field in CHUNK_FIELDS],
+        inline="".join("0" if row.payload is None else "1" for row in rows),
         payloads=[row.payload for row in inline if row.payload is not None],
-        payload_hashes=",".join(row.payload_hash for row in inline) or None,
     )
 
 
@@ -105,7 +105,7 @@ def test_an_intact_chain_verifies_in_any_chunking() -> None:
     expected = verify_chain("run-1", rows, expected_head=head)
     for size in (1, 3, 10):
         assert _verify(_chunks(rows, size), head) == expected
-    empty = ChainChunk(0, None, None, None, [None] * len(CHUNK_FIELDS), [], None)
+    empty = ChainChunk(0, None, None, None, [None] * len(CHUNK_FIELDS), None, [])
     assert _verify([empty], (0, GENESIS_HASH)) is not None
     assert _verify([empty], (1, GENESIS_HASH)) is None
     # destroyed payloads (none inline) still verify
@@ -141,7 +141,11 @@ def _tampered(good: ChainChunk) -> list[ChainChunk]:
         dataclasses.replace(good, fields=good.fields[:-1]),
         dataclasses.replace(good, payloads=[b"{}", *good.payloads[1:]]),
         dataclasses.replace(good, payloads=list(good.payloads[1:])),
-        dataclasses.replace(good, payloads=[], payload_hashes=good.payload_hashes),
+        dataclasses.replace(good, payloads=[]),
+        dataclasses.replace(good, inline="1101"),
+        dataclasses.replace(good, inline="111"),
+        dataclasses.replace(good, inline="1112"),
+        dataclasses.replace(good, inline=None),
         dataclasses.replace(good, payloads=[*good.payloads, b"{}"]),
     ]
 
@@ -251,3 +255,19 @@ def test_an_event_left_out_of_the_hashes_does_not_verify() -> None:
     )
     assert _verify([good], (4, rows[3].hash)) is not None
     assert _verify([short], (4, rows[2].hash)) is None
+
+
+def test_a_payload_hash_holding_two_digests_does_not_stand_for_two_payloads() -> None:
+    # the fifth event's payload_hash forged as two digests joined (and the chain's hashes over
+    # it): the inline payloads' digests read as the marked hashes only if there are as many
+    # payloads as marks
+    other = b'{"other":true}'
+    rows = build_chain(8)
+    fifth = rows[4].payload
+    assert fifth is not None
+    value = f"{sha256_digest(fifth)},{sha256_digest(other)}"
+    chunks, head = _forged("payload_hash", value)
+    middle = dataclasses.replace(chunks[1], inline="010", payloads=[fifth, other])
+    assert _verify([chunks[0], middle, chunks[2]], head) is None
+    honest = dataclasses.replace(chunks[1], inline="010", payloads=[fifth])
+    assert _verify([chunks[0], honest, chunks[2]], head) is None  # its hash is not two digests
