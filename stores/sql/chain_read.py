@@ -1,24 +1,26 @@
 """Verification of an intact chain straight from the stored columns, through the raw driver.
 
-The database writes each event's chained text itself, from the fixed template of its canonical
-metadata (``models.chain.TEMPLATE_LITERALS`` around ``TEMPLATE_FIELDS``): ``previous_hash ‖
-metadata ‖ payload_hash`` as one text per event, the instants in ``format_instant`` form. The
-rows come from the driver's own cursor (no SQLAlchemy row or type processing).
+The rows come from the driver's own cursor (no SQLAlchemy row or type processing), and every
+event's hash is recomputed from its stored fields written into the fixed template of its
+canonical metadata (``models.chain.TEMPLATE_LITERALS`` around ``TEMPLATE_FIELDS``):
+``previous_hash ‖ metadata ‖ payload_hash``, the instants in ``format_instant`` form.
 
-The chain-only check (``verify_intact_chain``) reads each chunk of ``CHUNK_EVENTS`` events as
-one row of joined texts (``string_agg`` / ``group_concat``; ``models.chain_joined``), the next
-chunk's read under way while this one is hashed: no object per event, every check but the
-hashing one comparison per chunk. The full check (``read_intact_chain`` with events) reads one
-row per event, which its checks beyond the chain (``run_check``) need as ``StoredEvent``s, and
-checks order, links, escapes and hashes over whole columns
-(``models.chain.verify_chain_columns``); an intact run is read once. Anything that does not
-verify answers None: the caller then takes the general path, which names what is broken and
-where.
+The chain-only check (``verify_intact_chain``) reads each chunk of events as one row of joined
+columns (``string_agg`` / ``group_concat``: the stored values only) and ``models.chain_joined``
+writes the chained texts from them, one join per event, the next chunks' reads under way while
+one is hashed: no object per event but the texts, every check but the hashing one comparison
+per chunk and column. The full check (``read_intact_chain`` with events) reads one row per
+event, which its checks beyond the chain (``run_check``) need as ``StoredEvent``s, the database
+writing each event's chained text with printf / format, and checks order, links, escapes and
+hashes over whole columns (``models.chain.verify_chain_columns``); an intact run is read once.
+Anything that does not verify answers None: the caller then takes the general path, which
+names what is broken and where.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import functools
 import json
 import typing
@@ -35,7 +37,14 @@ from models.chain import (
     ChainVerification,
     verify_chain_columns,
 )
-from models.chain_joined import ChainChunk, JoinedChainCheck
+from models.chain_joined import (
+    CHUNK_FIELDS,
+    FIELD_SEPARATOR,
+    INSTANT_FIELDS,
+    ChainChunk,
+    JoinedChainCheck,
+    split_payloads,
+)
 
 __all__ = [
     "StoredEvent",
@@ -169,32 +178,61 @@ def _json_row(text: str) -> dict[str, Any]:
 CHUNK_EVENTS = 2048
 
 
+def _chunk_field_sql(name: str, sqlite: bool) -> str:
+    """SQL for a field of ``CHUNK_FIELDS`` as ``models.chain_joined`` reads it: as stored, an
+    instant as ``2026-11-03 09:00:00.001000`` (UTC), a NULL as a backslash."""
+    if name in INSTANT_FIELDS and not sqlite:
+        name = f"to_char({name} AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US')"
+    elif name == "schema_version" and not sqlite:
+        name = f"CAST({name} AS TEXT)"
+    return f"coalesce({name}, {_MISSING})"
+
+
 @functools.cache
 def _joined_query(sqlite: bool) -> str:
-    """One chunk of a run's events (``lower < sequence <= upper``) as joined texts, in
-    ascending ``sequence`` order (``models.chain_joined.ChainChunk``), and how many of its
-    rows have the stored types (SQLite keeps any type in any column). PostgreSQL adds the
-    inline payloads as an array; SQLite reads them as rows (``_PAYLOADS``)."""
+    """One chunk of a run's events (``lower < sequence <= upper``) as joined columns
+    (``models.chain_joined.ChainChunk``), and how many of its rows have the stored types
+    (SQLite keeps any type in any column), then the inline payloads: PostgreSQL's as an
+    array, SQLite's as one blob and their lengths (``models.chain_joined.split_payloads``). The
+    database only reads and joins the stored values: ``models.chain_joined`` writes the
+    chained texts from them (the database's printf / format took more than all the rest)."""
     if sqlite:
-        typed = (
-            "sum(typeof(sequence) = 'integer' AND typeof(previous_hash) = 'text'"
-            " AND typeof(hash) = 'text' AND typeof(payload_hash) = 'text'"
-            " AND (payload IS NULL OR typeof(payload) = 'blob'))"
-        )
-        join, text_separator, payloads = "group_concat", "char(10)", ""
+        # SQLite orders NULL < numbers < text < blob: a text or a number is less than the
+        # empty blob, a blob is not, a NULL is not counted (``models.chain_joined`` refuses a
+        # number where the template writes a text and a text where it writes a number)
+        stored = ("previous_hash", "hash", *CHUNK_FIELDS)
+        typed = "sum(" + " AND ".join(f"{name} < x''" for name in stored)
+        typed += " AND (payload IS NULL OR payload >= x''))"
+        join, sequence = "group_concat", "sequence"
+        # one row, so one step of the statement: aiosqlite's thread takes the GIL for each
+        # step, which it waits for while the previous chunk is hashed
+        payloads = ", CAST(group_concat(payload, '') AS BLOB), group_concat(length(payload), ',')"
     else:
         typed = "count(*)"
-        join, text_separator = "string_agg", "E'\\n'"
+        join, sequence = "string_agg", "CAST(sequence AS TEXT)"
         payloads = ", array_agg(payload) FILTER (WHERE payload IS NOT NULL)"
-    # the aggregates read the rows in the order of the subquery; the joined sequences show
-    # it (any other order does not verify)
+    # SQLite evaluates a separator for each row: a literal line feed is a constant, char(10)
+    # a call
+    separator = f"'{FIELD_SEPARATOR}'" if sqlite else "E'\\n'"
+    fields = ", ".join(
+        f"{join}({_chunk_field_sql(name, sqlite)}, {separator})" for name in CHUNK_FIELDS
+    )
+    inline = "payload IS NOT NULL" if sqlite else "CASE WHEN payload IS NULL THEN '0' ELSE '1' END"
+    selected = (
+        f"SELECT count(*), {typed}, {join}({sequence}, ','),"
+        f" {join}(coalesce(previous_hash, {_MISSING}), ','), {join}(coalesce(hash, {_MISSING}),"
+        f" ','), {fields}, {join}({inline}, ''){payloads}"
+    )
+    # the aggregates read the rows in one order, the joined sequences show which (any other
+    # than ascending does not verify): SQLite's in the order of the primary key's index, which
+    # it reads the range from (a subquery ordering them would copy every row once more);
+    # PostgreSQL's in the order of the subquery
+    if sqlite:
+        return f"{selected} FROM execution_events {_RANGE[sqlite]}"
+    columns = ", ".join(["sequence", "previous_hash", "hash", *CHUNK_FIELDS, "payload"])
     return (
-        f"SELECT count(*), {typed}, {join}({'sequence' if sqlite else 'CAST(sequence AS TEXT)'},"
-        f" ','), {join}(previous_hash, ','), {join}(hash, ','), {join}(text, {text_separator}),"
-        f" {join}(CASE WHEN payload IS NOT NULL THEN payload_hash END, ','){payloads}"
-        " FROM (SELECT sequence, previous_hash, hash, payload_hash, payload,"
-        f" {_text_sql(sqlite)} AS text FROM execution_events {_RANGE[sqlite]} ORDER BY sequence)"
-        " AS events"
+        f"{selected} FROM (SELECT {columns} FROM execution_events {_RANGE[sqlite]}"
+        " ORDER BY sequence) AS events"
     )
 
 
@@ -202,33 +240,41 @@ _RANGE = {
     True: "WHERE run_id = ? AND sequence > ? AND sequence <= ?",
     False: "WHERE run_id = $1 AND sequence > $2 AND sequence <= $3",
 }
-_PAYLOADS = f"SELECT payload FROM execution_events {_RANGE[True]} AND payload IS NOT NULL" + (
-    " ORDER BY sequence"
-)
 
 
-async def _read_chunk(
-    conn: AsyncConnection, sqlite: bool, arguments: tuple[str, int, int]
-) -> ChainChunk | None:
-    if sqlite:  # both reads queued on aiosqlite's thread (the payloads one loop turn later)
-        payload_read = asyncio.ensure_future(_fetch(conn, _PAYLOADS, arguments))
-        try:
-            rows = await _fetch(conn, _joined_query(sqlite), arguments)
-        finally:
-            payload_rows = await payload_read
-    else:
-        rows = await _fetch(conn, _joined_query(sqlite), arguments)
-    count, typed, sequences, previous, hashes, texts, inline_hashes, *rest = rows[0]
-    payloads = [row[0] for row in payload_rows] if sqlite else rest[0] or []
+def _chunk(row: Sequence[Any], sqlite: bool) -> ChainChunk | None:
+    """The chunk of a ``_joined_query`` row, None if a value is not of its stored type."""
+    count, typed, sequences, previous, hashes, *rest = row
+    fields, (inline, *payload_columns) = (
+        rest[: len(CHUNK_FIELDS)],
+        rest[len(CHUNK_FIELDS) :],
+    )
     if count and typed != count:
         return None
-    return ChainChunk(count, sequences, previous, hashes, texts, payloads, inline_hashes)
+    if sqlite:
+        payloads = split_payloads(*payload_columns)
+        if payloads is None:
+            return None
+    else:
+        payloads = payload_columns[0] or []
+    return ChainChunk(count, sequences, previous, hashes, fields, inline, payloads)
+
+
+def _chunk_bounds(total: int) -> list[tuple[int, int]]:
+    """The ranges of sequences (``lower < sequence <= upper``) read as chunks: a smaller
+    first one (nothing is hashed until it is read), then ``CHUNK_EVENTS`` each; one empty
+    range for an empty run."""
+    first = max(1, CHUNK_EVENTS // 4)
+    lowers = [0, *range(first, total, CHUNK_EVENTS)]
+    return list(zip(lowers, [*lowers[1:], max(total, first)], strict=True))
 
 
 async def _verify_joined(conn: AsyncConnection, run_id: str) -> ChainVerification | None:
-    """``verify_intact_chain`` from joined texts, one read per ``CHUNK_EVENTS`` events, the
-    next one under way while this one is checked."""
+    """``verify_intact_chain`` from joined texts, one read per chunk, the next ones under way
+    while one is checked."""
     sqlite = conn.dialect.name == "sqlite"
+    raw = await conn.get_raw_connection()
+    driver: Any = raw.driver_connection
     heads = await _fetch(
         conn,
         "SELECT head_sequence, head_hash, (SELECT count(*) FROM execution_events"
@@ -242,24 +288,36 @@ async def _verify_joined(conn: AsyncConnection, run_id: str) -> ChainVerificatio
     # range or of another type) is counted in ``total`` but in no chunk
     if total != head_sequence or type(total) is not int:
         return None
-    check = JoinedChainCheck()
-    lowers = range(0, max(total, 1), CHUNK_EVENTS)
-    pending = asyncio.ensure_future(_read_chunk(conn, sqlite, (run_id, 0, CHUNK_EVENTS)))
-    for lower in lowers:
-        chunk = await pending
-        upper = lower + 2 * CHUNK_EVENTS
-        if lower + CHUNK_EVENTS < lowers.stop:
-            pending = asyncio.ensure_future(
-                _read_chunk(conn, sqlite, (run_id, lower + CHUNK_EVENTS, upper))
-            )
-            # the reads are sent before this chunk is hashed (a loop turn for each)
-            await asyncio.sleep(0)
-            await asyncio.sleep(0)
-        if chunk is None or not check.add(chunk):
-            # the connection is free again before it is returned (the general path reads next)
-            await asyncio.gather(pending, return_exceptions=True)
-            return None
-    return check.verification(run_id, expected_head=(head_sequence, head_hash))
+    query = _joined_query(sqlite)
+
+    def read(bounds: tuple[int, int]) -> asyncio.Future[Any]:
+        if sqlite:
+            return asyncio.ensure_future(driver.execute_fetchall(query, (run_id, *bounds)))
+        return asyncio.ensure_future(driver.fetch(query, run_id, *bounds))
+
+    # SQLite's reads queue on aiosqlite's thread, which takes the next one as soon as it has
+    # handed over a chunk: with two queued, it computes the next chunk (without the GIL) while
+    # this one is hashed, instead of waiting for the GIL (held by the hashing) to start it.
+    # asyncpg runs one statement at a time on a connection.
+    ahead = 2 if sqlite else 1
+    bounds = _chunk_bounds(total)
+    reads = collections.deque(map(read, bounds[:ahead]))
+    check = JoinedChainCheck(run_id)
+    try:
+        for index in range(len(bounds)):
+            rows = await reads.popleft()
+            if index + ahead < len(bounds):
+                reads.append(read(bounds[index + ahead]))
+                # the read is sent before this chunk is hashed (a loop turn or two)
+                await asyncio.sleep(0)
+                await asyncio.sleep(0)
+            chunk = _chunk(rows[0], sqlite)
+            if chunk is None or not check.add(chunk):
+                return None
+    finally:
+        # the connection is free again before it is returned (the general path reads next)
+        await asyncio.gather(*reads, return_exceptions=True)
+    return check.verification(expected_head=(head_sequence, head_hash))
 
 
 async def read_intact_chain(
