@@ -9,7 +9,9 @@ ledger in a temporary directory. Baselines measured in the same run:
 * fork: the full replay through Temporal — the ratio is how much cheaper a fork at 90% is;
 * sandbox: the same full replay through Temporal with the development flag (steps in the
   worker's process, no bubblewrap) — the ratio is the cost of isolating the steps (rule 16).
-Goals: playback of 1,000 steps <= 10 s; fork at 90% >= 5x cheaper than the full replay.
+Goals: playback of 1,000 steps <= 5 s (issue 21); fork at 90% >= 5x cheaper than the full
+replay. The workers are started just before the first replay, so its first batch may not find
+the warm sandbox process ready yet (a worker that has been up has it).
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from worker.temporal import catalogs, connect, running_workers
 from workflows.replay import ReplayWorkflow
 
 STEPS = 1000
-PLAYBACK_GOAL_S = 10.0
+PLAYBACK_GOAL_S = 5.0
 FORK_GOAL = 5.0
 
 
@@ -127,8 +129,8 @@ def main(steps: int = STEPS) -> dict[str, float]:
             value=f"{r['temporal_s']:.2f} s",
             baseline=f"in-process engine {r['in_process_s']:.2f} s",
             ratio=r["temporal_s"] / r["in_process_s"],
-            goal="<= 5 s",
-            met=r["temporal_s"] <= 5.0,
+            goal=f"<= {PLAYBACK_GOAL_S:g} s",
+            met=r["temporal_s"] <= PLAYBACK_GOAL_S,
             load=load,
         )
     )
