@@ -143,8 +143,6 @@ class RunRecorder:
         digest = sha256_digest(data)
         if digest not in self._put:
             self._put.add(digest)
-            # started now: a store with ``put_soon`` is writing before this returns, and the
-            # event that references the artifact goes straight to the ledger if it is done
             await self._behind.write(start_put(self.artifacts, data, digest))
         return digest
 
