@@ -1,4 +1,5 @@
-"""Artifact puts of one request run side by side (``ConcurrentPuts``).
+"""Artifact puts in the background (``start_put``), and those of one request run side by
+side (``ConcurrentPuts``).
 
 A content-addressed store names bytes by their sha256, so a put's answer is known before the
 bytes are written: the caller goes on while the puts run concurrently (their writes and
@@ -15,9 +16,23 @@ from datetime import datetime
 from models.digest import sha256_digest
 from models.errors import StoreError
 from runtime.ports import ArtifactStore
-from runtime.write_behind import _retrieved, first_failure
+from runtime.write_behind import Write, _retrieved, first_failure, wait_for_writes
 
-__all__ = ["ConcurrentPuts"]
+__all__ = ["ConcurrentPuts", "start_put"]
+
+
+def start_put(store: ArtifactStore, data: bytes, digest: str) -> Write:
+    """Start putting ``data`` (whose digest is ``digest``) into ``store`` in the background:
+    the write under way, done once the bytes are durable."""
+    task = asyncio.ensure_future(_checked_put(store, data, digest))
+    task.add_done_callback(_retrieved)
+    return task
+
+
+async def _checked_put(store: ArtifactStore, data: bytes, digest: str) -> None:
+    stored = await store.put(data)
+    if stored != digest:  # a content-addressed store names bytes by their sha256
+        raise StoreError(f"artifact store {store.location} put {digest} as {stored}")
 
 
 class ConcurrentPuts:
@@ -27,29 +42,22 @@ class ConcurrentPuts:
     def __init__(self, store: ArtifactStore) -> None:
         self.store = store
         self.location = store.location
-        self._puts: dict[str, asyncio.Future[None]] = {}
+        self._puts: dict[str, Write] = {}
 
     async def put(self, data: bytes) -> str:
         data = bytes(data)
         digest = sha256_digest(data)
         if digest not in self._puts:
-            task = asyncio.ensure_future(self._put(data, digest))
-            task.add_done_callback(_retrieved)
-            self._puts[digest] = task
+            self._puts[digest] = start_put(self.store, data, digest)
         return digest
-
-    async def _put(self, data: bytes, digest: str) -> None:
-        stored = await self.store.put(data)
-        if stored != digest:  # a content-addressed store names bytes by their sha256
-            raise StoreError(f"artifact store {self.location} put {digest} as {stored}")
 
     async def settle(self) -> None:
         """Wait until every put so far is durable; raises the first that failed."""
         await self._wait(list(self._puts.values()))
 
-    async def _wait(self, puts: list[asyncio.Future[None]]) -> None:
+    async def _wait(self, puts: list[Write]) -> None:
         if puts:
-            await asyncio.wait(puts)  # not cancelled with the caller: others may wait too
+            await wait_for_writes(puts)  # not cancelled with the caller: others may wait too
             failure = first_failure(puts)
             if failure is not None:
                 raise failure

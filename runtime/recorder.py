@@ -32,10 +32,11 @@ from models import (
 from models.canonical import canonicalize
 from models.capability import Capability
 from models.digest import sha256_digest
-from models.errors import InvalidInputError, StoreError
+from models.errors import InvalidInputError
 from models.privacy import RunSubject, people_in, person_subjects
 from models.redaction import RedactionPolicy
 from runtime.clock import RecordingClock, SystemAgentClock
+from runtime.concurrent_puts import start_put
 from runtime.ports import ArtifactStore, EventLedger, NewEvent
 from runtime.unknown_outcomes import count_unknown_recorded
 from runtime.write_behind import HandOff
@@ -142,13 +143,8 @@ class RunRecorder:
         digest = sha256_digest(data)
         if digest not in self._put:
             self._put.add(digest)
-            await self._behind.write(self._checked_put(data, digest))
+            await self._behind.write(start_put(self.artifacts, data, digest))
         return digest
-
-    async def _checked_put(self, data: bytes, digest: str) -> None:
-        stored = await self.artifacts.put(data)
-        if stored != digest:  # a content-addressed store names bytes by their sha256
-            raise StoreError(f"artifact store {self.artifacts.location} put {digest} as {stored}")
 
     def hashing_view(self, value: Any) -> Any:
         """The view lookup hashes are computed over: sanitized, so raw and sanitized inputs

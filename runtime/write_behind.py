@@ -17,7 +17,10 @@ data subjects — run in the background too. What stays true:
 from __future__ import annotations
 
 import asyncio
+import functools
+from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from models import ExecutionEvent
@@ -25,6 +28,9 @@ from runtime.ports import NewEvent
 
 #: the ledger's ``submit``: hand appends to its writer, a future of their commit
 Submit = Callable[..., Awaitable["asyncio.Future[list[ExecutionEvent]]"]]
+
+#: an evidence write under way
+Write = asyncio.Future[Any]
 
 #: evidence writes in flight beyond which a new one first waits for the oldest (a store
 #: slower than the agent holds at most this many payloads in memory)
@@ -37,7 +43,7 @@ def _retrieved(future: asyncio.Future[Any]) -> None:
         future.exception()
 
 
-def first_failure(futures: Sequence[asyncio.Future[Any]]) -> BaseException | None:
+def first_failure(futures: Sequence[Write]) -> BaseException | None:
     """The first failure among done ``futures`` (in order), every one of them retrieved."""
     failure: BaseException | None = None
     for future in futures:
@@ -48,6 +54,27 @@ def first_failure(futures: Sequence[asyncio.Future[Any]]) -> BaseException | Non
     return failure
 
 
+async def wait_for_writes(writes: Sequence[Write]) -> None:
+    """Wait until ``writes`` are done (without cancelling them if the caller is)."""
+    waiting = [w for w in writes if not w.done()]
+    if waiting:
+        await asyncio.wait(waiting)
+
+
+@dataclass
+class _Deferred:
+    """An append waiting for the evidence writes started before it."""
+
+    events: list[NewEvent]
+    expected_sequence: int
+    extra: dict[str, Any]
+    depends: list[Write]
+    #: resolved with the append's commit (or what kept it from the ledger)
+    result: asyncio.Future[list[ExecutionEvent]] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future()
+    )
+
+
 class HandOff:
     """One run's appends and the evidence writes they depend on, handed off in order."""
 
@@ -55,93 +82,107 @@ class HandOff:
         self._submit = submit
         self.run_id = run_id
         #: evidence writes started since the last append was handed off (its dependencies)
-        self._writes: list[asyncio.Future[Any]] = []
+        self._writes: list[Write] = []
         #: every evidence write not known finished (for the bound on memory)
-        self._unfinished: list[asyncio.Future[Any]] = []
-        #: resolved once the last deferred append has reached the ledger (None: none pending)
-        self._submitted: asyncio.Future[None] | None = None
-        #: moved on by ``give_up``: a deferred append of an earlier generation never reaches
-        #: the ledger (the sequences it names may have been taken since)
+        self._unfinished: list[Write] = []
+        #: appends waiting for their writes, in recording order
+        self._deferred: deque[_Deferred] = deque()
+        #: held while appends are handed to the ledger: none overtakes another
+        self._handing = asyncio.Lock()
+        #: hands the deferred appends on as their writes finish (when no append does)
+        self._pump: asyncio.Future[None] | None = None
+        #: what kept a deferred append from the ledger: every append after it fails with it
+        #: (the sequences they name would be wrong), until ``give_up``
+        self._failure: BaseException | None = None
+        #: moved on by ``give_up``: a hand-off of an earlier generation failing then fails
+        #: none of the appends made since
         self._generation = 0
 
-    async def write(self, work: Coroutine[Any, Any, Any]) -> None:
-        """Start an evidence write in the background; appends handed off after this wait for
-        it to be durable before they reach the ledger."""
+    async def write(self, work: Coroutine[Any, Any, Any] | Write) -> None:
+        """Start an evidence write in the background (or take a task started); appends
+        handed off after this wait for it to be durable before they reach the ledger."""
         self._unfinished = [w for w in self._unfinished if not w.done()]
         if len(self._unfinished) >= MAX_PENDING_WRITES:
-            await asyncio.wait(self._unfinished[:1])
-        task = asyncio.ensure_future(work)
-        task.add_done_callback(_retrieved)
-        self._writes.append(task)
-        self._unfinished.append(task)
+            await wait_for_writes(self._unfinished[:1])
+        if isinstance(work, Coroutine):
+            task = asyncio.ensure_future(work)
+            task.add_done_callback(_retrieved)
+            work = task
+        self._writes.append(work)
+        self._unfinished.append(work)
 
     async def append(
         self, events: list[NewEvent], expected_sequence: int, **extra: Any
     ) -> asyncio.Future[list[ExecutionEvent]]:
-        """Hand ``events`` to the ledger's writer: at once when nothing before them is still
-        being written, else by a task that waits for that first. The future resolves when they
-        are committed, or fails with what kept them (or anything before them) from it.
-        ``extra``: what else the ledger's ``submit`` is to write with them (its keywords)."""
+        """Hand ``events`` to the ledger's writer: at once when everything before them is
+        durable or handed off, else once it is. The future resolves when they are committed,
+        or fails with what kept them (or anything before them) from it. ``extra``: what else
+        the ledger's ``submit`` is to write with them (its keywords).
+
+        The appends deferred before this one are handed on first, those whose writes are
+        done by now; the deferred ones are handed on together, in order, in one go (here or
+        by the pump when the loop turns), so the ledger's writer finds them all queued at its
+        next transaction instead of committing the first alone."""
         depends, self._writes = self._writes, []
-        previous = self._submitted
-        ready = all(d.done() and not d.cancelled() and d.exception() is None for d in depends)
-        if ready and (previous is None or (previous.done() and previous.exception() is None)):
-            self._submitted = None
+        await self._hand_on()
+        if (
+            not self._deferred
+            and not self._handing.locked()
+            and self._failure is None
+            and all(_durable(d) for d in depends)
+        ):
             return await self._submit(
                 self.run_id, events, expected_sequence=expected_sequence, **extra
             )
-        submitted: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        submitted.add_done_callback(_retrieved)
-        self._submitted = submitted
-        return asyncio.ensure_future(
-            self._deferred(
-                self._generation, depends, previous, submitted, events, expected_sequence, extra
-            )
-        )
+        deferred = _Deferred(events, expected_sequence, extra, depends)
+        deferred.result.add_done_callback(_retrieved)
+        self._deferred.append(deferred)
+        await self._hand_on()
+        if self._deferred and (self._pump is None or self._pump.done()):
+            self._pump = asyncio.ensure_future(self._pumping())
+        return deferred.result
 
-    async def _deferred(
-        self,
-        generation: int,
-        depends: list[asyncio.Future[Any]],
-        previous: asyncio.Future[None] | None,
-        submitted: asyncio.Future[None],
-        events: list[NewEvent],
-        expected_sequence: int,
-        extra: dict[str, Any],
-    ) -> list[ExecutionEvent]:
-        try:
-            # ``wait``, not ``await``: a cancelled hand-off must not cancel what it waits for
-            if depends:
-                await asyncio.wait(depends)
-                failure = first_failure(depends)
-                if failure is not None:
-                    raise failure
-            if previous is not None:
-                # the append before this one reached the ledger (or failed)
-                await asyncio.wait([previous])
-                failure = first_failure([previous])
-                if failure is not None:
-                    raise failure
-            if generation != self._generation:
-                raise SupersededAppendError(
-                    f"run {self.run_id}: an append before sequence {expected_sequence} failed"
-                )
-            commit = await self._submit(
-                self.run_id, events, expected_sequence=expected_sequence, **extra
-            )
-        except BaseException as exc:
-            if not submitted.done():  # and every append after this one fails with it
-                submitted.set_exception(exc)
-            raise
-        submitted.set_result(None)
-        await asyncio.wait([commit])
-        return commit.result()
+    async def _hand_on(self) -> None:
+        """Hand the deferred appends whose writes are done to the ledger, in order, in one
+        go; one whose write failed fails, and every one after it."""
+        async with self._handing:
+            while self._deferred:
+                head = self._deferred[0]
+                if self._failure is None and not all(d.done() for d in head.depends):
+                    return
+                self._deferred.popleft()
+                failure = self._failure or first_failure(head.depends)
+                if failure is None:
+                    generation = self._generation
+                    try:
+                        commit = await self._submit(
+                            self.run_id,
+                            head.events,
+                            expected_sequence=head.expected_sequence,
+                            **head.extra,
+                        )
+                    except BaseException as exc:
+                        if generation == self._generation:
+                            self._failure = exc
+                        _fail(head, exc)
+                        if not isinstance(exc, Exception):
+                            raise  # a cancellation goes on; what follows fails with it
+                        continue
+                    commit.add_done_callback(functools.partial(_pass_on, to=head.result))
+                    continue
+                self._failure = failure
+                _fail(head, failure)
+
+    async def _pumping(self) -> None:
+        while self._deferred:
+            await wait_for_writes(self._deferred[0].depends)
+            await self._hand_on()
 
     async def wait_writes(self) -> None:
         """Wait for the evidence writes no append depends on yet; raises the first failure."""
         writes, self._writes = self._writes, []
         if writes:
-            await asyncio.wait(writes)
+            await wait_for_writes(writes)
             failure = first_failure(writes)
             if failure is not None:
                 raise failure
@@ -151,8 +192,39 @@ class HandOff:
         recorder goes on after the last committed event); a deferred append that has not
         reached the ledger yet never will."""
         self._writes = []
-        self._submitted = None
+        self._failure = None
         self._generation += 1
+        while self._deferred:
+            deferred = self._deferred.popleft()
+            if not deferred.result.done():
+                deferred.result.set_exception(
+                    SupersededAppendError(
+                        f"run {self.run_id}: an append before sequence "
+                        f"{deferred.expected_sequence} failed"
+                    )
+                )
+
+
+def _fail(deferred: _Deferred, failure: BaseException) -> None:
+    if not deferred.result.done():
+        deferred.result.set_exception(failure)
+
+
+def _durable(write: Write) -> bool:
+    return write.done() and not write.cancelled() and write.exception() is None
+
+
+def _pass_on(
+    commit: asyncio.Future[list[ExecutionEvent]], *, to: asyncio.Future[list[ExecutionEvent]]
+) -> None:
+    if to.done():
+        return
+    if commit.cancelled():
+        to.cancel()
+    elif commit.exception() is not None:
+        to.set_exception(commit.exception())  # type: ignore[arg-type]
+    else:
+        to.set_result(commit.result())
 
 
 class SupersededAppendError(RuntimeError):

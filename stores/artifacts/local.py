@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import itertools
 import os
-import tempfile
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -26,6 +27,7 @@ from models.errors import (
     InvalidInputError,
     StoreError,
 )
+from stores.artifacts.writers import write_soon, writing
 
 
 def strict_digest_hex(digest: str) -> str:
@@ -58,36 +60,75 @@ def check_bytes(data: object) -> bytes:
 INLINE_IO_BYTES = 64 * 1024
 
 
-def _intact_copy(path: Path, digest: str) -> bool:
+def _intact_copy(path: str, digest: str) -> bool:
     """Whether ``path`` holds the object ``digest`` (small files only: read inline)."""
     try:
         if os.stat(path).st_size > INLINE_IO_BYTES:
             return False
-        return sha256_digest(path.read_bytes()) == digest
+        with open(path, "rb") as f:
+            return sha256_digest(f.read()) == digest
     except OSError:
         return False
 
 
-def _atomic_write(path: Path, data: bytes, mode: int = 0o444) -> None:
-    """Write ``data`` to ``path`` via a temp file in the same directory, fsync and rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+#: numbers of temporary files (with the process id, unique to a write of this process)
+_temp_numbers = itertools.count()
+_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+
+
+def _atomic_write(path: str | Path, data: bytes, mode: int = 0o444) -> None:
+    """Write ``data`` to ``path`` via a temp file in the same directory, fsync and rename,
+    then fsync the directory. As few system calls as that takes: a writer thread waits for
+    the GIL again after each, while the event loop's thread runs the agent."""
+    fd, tmp = _create_temp(path, mode)
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, mode)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fchmod(fd, mode)  # exactly ``mode``, whatever the umask
+            os.fsync(fd)
+        finally:
+            os.close(fd)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
+    dir_fd = os.open(os.path.dirname(path), os.O_RDONLY)
     try:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+def _create_temp(path: str | Path, mode: int) -> tuple[int, str]:
+    """A new temporary file beside ``path`` (its directory made when missing), open for
+    writing."""
+    directory, name = os.path.split(path)
+    while True:
+        tmp = f"{directory}/.{name}.{os.getpid()}-{next(_temp_numbers)}.tmp"
+        try:
+            return os.open(tmp, _CREATE, mode), tmp
+        except FileNotFoundError:
+            os.makedirs(directory, exist_ok=True)
+        except FileExistsError:  # left by a process that had this id: take the next name
+            continue
+
+
+def _read_if_there(path: str) -> bytes | None:
+    """The bytes of the file at ``path``, None when there is none."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    try:
+        chunks = []
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 class LocalArtifactStore:
@@ -96,6 +137,7 @@ class LocalArtifactStore:
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(root).expanduser().absolute()
         self.location = self.root.as_uri()
+        self._root = str(self.root)
 
     def __repr__(self) -> str:
         return f"LocalArtifactStore({str(self.root)!r})"
@@ -121,23 +163,35 @@ class LocalArtifactStore:
 
     async def put(self, data: bytes) -> str:
         data = check_bytes(data)
-        digest = sha256_digest(data)
-        path = self.path_for(digest)
-        if len(data) <= INLINE_IO_BYTES and _intact_copy(path, digest):
+        digest = sha256_digest(data)  # valid: no need to check it (the path is made there)
+        key = f"{self._root}/{digest}"
+        if (
+            len(data) <= INLINE_IO_BYTES
+            and writing(key) is None  # a write of it by this process ended durable
+            and _intact_copy(self._object_path(digest), digest)
+        ):
             return digest  # already stored (a replay re-records its source's artifacts)
+        # not cancelled with the caller: another put of the same bytes may wait for it
+        return await asyncio.wrap_future(
+            write_soon(key, functools.partial(self._put_sync, data, digest))
+        )
+
+    def _object_path(self, digest: str) -> str:
+        """``path_for`` of a digest known valid, without pathlib (it runs on every put)."""
+        hex_ = digest[7:]
+        return f"{self._root}/sha256/{hex_[:2]}/{hex_[2:]}"
+
+    def _put_sync(self, data: bytes, digest: str) -> str:
+        path = self._object_path(digest)
         try:
-            await asyncio.to_thread(self._put_sync, path, data, digest)
+            # Content-addressed: an intact copy is already the object. A corrupted one is
+            # replaced. (One this process is writing is waited for: ``write_soon``.)
+            existing = _read_if_there(path)
+            if existing is None or sha256_digest(existing) != digest:
+                _atomic_write(path, data)
         except OSError as e:
             raise StoreError(f"cannot write artifact {digest} to {self.location}: {e}") from e
         return digest
-
-    @staticmethod
-    def _put_sync(path: Path, data: bytes, digest: str) -> None:
-        # Content-addressed: an intact copy is already the object. A corrupted one is replaced.
-        with contextlib.suppress(FileNotFoundError):
-            if sha256_digest(path.read_bytes()) == digest:
-                return
-        _atomic_write(path, data)
 
     async def get(self, digest: str) -> bytes:
         path = self.path_for(digest)

@@ -87,3 +87,20 @@ async def test_a_failed_put_leaves_nothing_ingested(rec, tmp_path: Path) -> None
         await ingest_events(rec.ledger, store, rec.evidence, run_id, batch(line, answer).events)
     result = await rec.ledger.verify(run_id)
     assert result.intact and result.head_sequence == head
+
+
+async def test_local_puts_settle_when_durable_or_raise(tmp_path: Path) -> None:
+    """The local store's puts (on its writer threads): ``settle`` waits for them, and
+    raises the one that failed."""
+    store = LocalArtifactStore(tmp_path / "ok")
+    puts = ConcurrentPuts(store)
+    digests = [await puts.put(f"object {i}".encode()) for i in range(3)]
+    await puts.settle()
+    assert [await store.get(d) for d in digests] == [f"object {i}".encode() for i in range(3)]
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "sha256").write_text("a file where the directory should be")
+    puts = ConcurrentPuts(LocalArtifactStore(broken))
+    await puts.put(b"nowhere to go")
+    with pytest.raises(StoreError, match="cannot write artifact"):
+        await puts.settle()

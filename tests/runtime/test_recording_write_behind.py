@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from runtime.side_effects import SideEffectLedger
 from stores.artifacts import LocalArtifactStore
 from stores.encryption import LocalKeyEncryptionKey
 from stores.sql import schema
+from stores.sql.batch_writer import batch_writer
 from stores.sql.database import Database
 from stores.sql.ledger import NewEvent, SqlLedger
 from stores.sql.privacy import SqlRawVault, artifact_raw_id
@@ -191,6 +193,36 @@ async def test_a_write_is_durable_with_its_intent_and_its_outcome_at_the_next_du
         SideEffectStatus.EXECUTING,
         SideEffectStatus.CONFIRMED,
     ]
+
+
+async def test_appends_deferred_behind_a_write_reach_the_ledger_in_one_transaction(
+    database: Database, artifacts: GatedArtifacts
+) -> None:
+    """The appends waiting for an artifact are handed to the ledger together once it is
+    durable: the writer commits them in one transaction, not the first alone and the rest
+    in the next (the write-ahead point of a side effect waits for that commit)."""
+    ledger = SqlLedger(database, artifacts)
+    run_id = await new_run(ledger)
+    recorder = RunRecorder(ledger, artifacts, run_id, write_behind=True)
+    await recorder.record(E.STEP_STARTED, payload={"step": "a"}, durable=True)  # head cached
+    ref = await recorder.store_json({"count": 1})
+    for i in range(4):
+        await recorder.record(E.MODEL_CALL, payload={"state_ref": ref, "i": i})
+    transactions: list[int] = []
+    writer = batch_writer(database)
+
+    def observe(statements: Sequence[str], committed_: bool) -> None:
+        transactions.append(committed_)
+
+    writer.observers.append(observe)
+    try:
+        artifacts.gate.set()
+        await recorder.flush()
+    finally:
+        writer.observers.remove(observe)
+    assert transactions == [True]
+    assert await committed(database, run_id) == [str(E.STEP_STARTED)] + [str(E.MODEL_CALL)] * 4
+    assert (await ledger.verify(run_id)).intact
 
 
 async def test_sanitized_artifacts_keep_their_raw_form_in_one_vault_write(

@@ -8,6 +8,7 @@ import asyncio
 import base64
 import hashlib
 import os
+import threading
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -299,6 +300,52 @@ async def test_local_reads_inline_and_in_a_thread_alike(
     assert await store.put(data) == digest
     assert path.stat().st_ino != inode  # the corrupted copy was replaced
     assert await store.get(digest) == data
+
+
+class HeldWrites(LocalArtifactStore):
+    """A local store whose writes (on the writer threads) wait for ``gate``, counted."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.gate = threading.Event()
+        self.writes = 0
+
+    def _put_sync(self, data: bytes, digest: str) -> str:
+        self.writes += 1
+        if not self.gate.wait(60):
+            raise TimeoutError("the test never opened the gate")
+        return super()._put_sync(data, digest)
+
+
+async def test_local_puts_of_bytes_being_written_wait_for_that_write(tmp_path: Path) -> None:
+    """A put of bytes another put is writing waits for that write (the renamed file is not
+    durable before its directory is synced) and writes nothing of its own; cancelling one
+    waiter stops neither the write nor the other waiter."""
+    store = HeldWrites(tmp_path / "artifacts")
+    try:
+        first = asyncio.ensure_future(store.put(b"same"))
+        second = asyncio.ensure_future(store.put(b"same"))
+        cancelled = asyncio.ensure_future(store.put(b"same"))
+        await asyncio.sleep(0)  # one loop turn: all three are waiting for the write
+        cancelled.cancel()
+        assert not first.done() and not second.done()
+    finally:
+        store.gate.set()
+    digest = sha256_digest(b"same")
+    assert await asyncio.wait_for(first, 60) == await asyncio.wait_for(second, 60) == digest
+    assert cancelled.cancelled()
+    assert store.writes == 1
+    assert await store.get(digest) == b"same"
+    path = store.path_for(digest)
+    assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temp file left behind
+
+
+async def test_local_put_reports_a_failed_write(tmp_path: Path) -> None:
+    root = tmp_path / "artifacts"
+    root.mkdir()
+    (root / "sha256").write_text("a file where the directory should be")
+    with pytest.raises(StoreError, match="cannot write artifact"):
+        await LocalArtifactStore(root).put(b"nowhere to go")
 
 
 # -- what the S3 server (SeaweedFS 4.48) enforces by itself ------------------------------------

@@ -6,6 +6,7 @@ never acknowledged."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import sys
@@ -19,7 +20,7 @@ import pytest
 from sqlalchemy import event, select
 
 from models import ExecutionEventType, RunRecord, SideEffectRecord, SideEffectStatus
-from models.canonical import canonical_hash
+from models.canonical import canonical_hash, canonicalize
 from models.errors import ConflictError, SequenceConflictError
 from runtime.recorder import RunRecorder
 from runtime.side_effects import SideEffectLedger
@@ -303,6 +304,49 @@ async def test_a_killed_recorder_loses_only_unacknowledged_events(
     assert await payload_numbers(ledger, run_id) == list(range(len(committed)))
     verified = await ledger.verify(run_id)
     assert verified.intact and verified.head_sequence == len(committed)
+
+
+async def test_a_killed_recorder_never_committed_an_event_before_its_artifact(
+    database: Database, tmp_path: Path
+) -> None:
+    """Crash consistency of the artifact writes (started at once, on writer threads, and
+    the appends behind them handed on together): after a SIGKILL, every committed event's
+    artifact is there and intact."""
+    url = database.engine.url.render_as_string(hide_password=False)
+    run_id = f"wb-kill-art-{uuid.uuid4().hex[:8]}"
+    child = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "tests.stores.write_behind_child",
+        url,
+        run_id,
+        str(tmp_path / "a"),
+        "--with-artifacts",
+        cwd=ROOT,
+        env=os.environ.copy(),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    try:
+        assert child.stdout is not None
+        first = (await asyncio.wait_for(child.stdout.readline(), 120)).split()
+        assert first == [b"ACKED", str(ACKED).encode()]
+        for _ in range(3):  # more events and artifacts handed off, some of them committed
+            assert (await asyncio.wait_for(child.stdout.readline(), 120)).strip() == b"MORE"
+    finally:
+        child.send_signal(signal.SIGKILL)
+        await asyncio.wait_for(child.wait(), 30)
+    artifacts = LocalArtifactStore(tmp_path / "a")
+    ledger = SqlLedger(database, artifacts)
+    referenced = [
+        json.loads(data or b"{}")
+        for _, data in await ledger.events_with_payloads(run_id)
+        if b"state_ref" in (data or b"")
+    ]
+    assert referenced  # the kill came after some of them were committed
+    for payload in referenced:
+        assert await artifacts.get(payload["state_ref"]) == canonicalize({"i": payload["i"]})
+    assert (await ledger.verify(run_id)).intact
 
 
 async def test_a_batch_of_cached_runs_is_one_round_trip(
