@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any
 
 import structlog
 from temporalio.client import Client
@@ -105,25 +106,7 @@ async def running_workers(
                     client,
                     task_queue=CONTROL_QUEUE,
                     workflows=WORKFLOWS,
-                    activities=[
-                        acts.prepare_replay,
-                        acts.compare_replay,
-                        acts.close_replay_run,
-                        acts.repeat_in_turn,
-                        incident_acts.freeze_incident_evidence,
-                        incident_acts.unknown_side_effects,
-                        incident_acts.reconcile_side_effect,
-                        incident_acts.resolve_side_effect_by_human,
-                        incident_acts.sign_failure,
-                        incident_acts.sign_failure_with_replays,
-                        incident_acts.rank_fork_points,
-                        incident_acts.watch_runs,
-                        incident_acts.save_incident,
-                        incident_acts.create_regression_case,
-                        incident_acts.build_incident_report,
-                        retry_acts.check_side_effect_retry,
-                        retry_acts.execute_side_effect_retry,
-                    ],
+                    activities=_control_activities(acts, incident_acts, retry_acts),
                 )
             )
         if queues in ("replay", "all"):
@@ -145,6 +128,33 @@ async def running_workers(
             await asyncio.gather(*tasks, return_exceptions=True)
             if steps is not None:  # the sandboxed processes kept between a replay's batches
                 await steps.aclose()
+
+
+def _control_activities(
+    acts: ReplayActivities,
+    incident_acts: IncidentActivities,
+    retry_acts: SideEffectRetryActivities,
+) -> list[Callable[..., Any]]:
+    """What the control pool executes: everything but replay steps."""
+    return [
+        acts.prepare_replay,
+        acts.compare_replay,
+        acts.close_replay_run,
+        acts.repeat_in_turn,
+        incident_acts.freeze_incident_evidence,
+        incident_acts.unknown_side_effects,
+        incident_acts.reconcile_side_effect,
+        incident_acts.resolve_side_effect_by_human,
+        incident_acts.sign_failure,
+        incident_acts.sign_failure_with_replays,
+        incident_acts.rank_fork_points,
+        incident_acts.watch_runs,
+        incident_acts.save_incident,
+        incident_acts.create_regression_case,
+        incident_acts.build_incident_report,
+        retry_acts.check_side_effect_retry,
+        retry_acts.execute_side_effect_retry,
+    ]
 
 
 async def _sweep_leases(stores: Stores) -> None:
