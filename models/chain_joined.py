@@ -25,9 +25,11 @@ import re
 import typing
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from models.chain import GENESIS_HASH, TEMPLATE_FIELDS, TEMPLATE_LITERALS, ChainVerification
 from models.digest import DIGEST_PREFIX
+from models.verification import ChainedEvents
 
 __all__ = [
     "CHUNK_FIELDS",
@@ -59,6 +61,8 @@ _DECIMAL = b"(?:0|[1-9][0-9]{0,14})"
 _DECIMALS = re.compile(_DECIMAL + b"(?:" + re.escape(FIELD_SEPARATOR.encode()) + _DECIMAL + b")*")
 _DIGEST_LENGTH = len(GENESIS_HASH)
 _PAYLOAD_HASH = CHUNK_FIELDS.index("payload_hash")
+#: the fields of ``ChainedEvents`` a chunk holds as joined columns
+_EVENT_FIELDS = tuple(map(CHUNK_FIELDS.index, ("event_id", "type", "payload_ref", "payload_hash")))
 #: an event's inline mark as a selector of ``itertools.compress``
 _MARKS = bytes.maketrans(b"01", b"\x00\x01")
 #: the characters a JSON text holds as themselves: printable ASCII but the quote and backslash
@@ -236,13 +240,19 @@ def _chunk_hashes(run_id: str, chunk: ChainChunk, first: int, previous: str) -> 
 
 class JoinedChainCheck:
     """``verify_chain`` of one run for an intact chain read as ``ChainChunk``s, consecutive and
-    in order, fed one at a time (a store reads the next chunk while this one is hashed)."""
+    in order, fed one at a time (a store reads the next chunk while this one is hashed);
+    ``keep_events``: also what the checks beyond the chain read of the events
+    (``verified_events``), taken from the chunks as they verify."""
 
-    def __init__(self, run_id: str) -> None:
+    def __init__(self, run_id: str, *, keep_events: bool = False) -> None:
         self.run_id = run_id
         self.count = 0
         self.head = GENESIS_HASH
         self.intact = True
+        #: event ids, types, payload refs, payload hashes, hashes, payloads of the chunks added
+        self._kept: tuple[list[Any], ...] | None = (
+            tuple([] for _ in range(6)) if keep_events else None
+        )
 
     def add(self, chunk: ChainChunk) -> bool:
         """Whether ``chunk`` verifies after the chunks added so far (once not, never again)."""
@@ -252,6 +262,8 @@ class JoinedChainCheck:
         if hashes is None:
             self.intact = False
             return False
+        if self._kept is not None:
+            _keep(self._kept, chunk, hashes)
         self.count += chunk.count
         self.head = hashes[-_DIGEST_LENGTH:]
         return True
@@ -269,6 +281,29 @@ class JoinedChainCheck:
             head_sequence=self.count,
             head_hash=self.head,
         )
+
+    def verified_events(self) -> ChainedEvents:
+        """The events of the chunks added (``keep_events``), all verified: sequences 1 to
+        ``count``, their fields as stored."""
+        if self._kept is None:
+            raise ValueError("the check was not asked to keep the events")
+        event_ids, types, refs, payload_hashes, hashes, payloads = self._kept
+        return ChainedEvents(
+            range(1, self.count + 1), event_ids, types, refs, payload_hashes, hashes, payloads
+        )
+
+
+def _keep(kept: tuple[list[Any], ...], chunk: ChainChunk, hashes: str) -> None:
+    """Append a verified chunk's events to the columns of ``ChainedEvents`` (but the sequences):
+    each field split from its join (every value checked plain printable ASCII without the
+    separator), each event's inline payload or None."""
+    joined = [typing.cast(str, chunk.fields[index]) for index in _EVENT_FIELDS]
+    for column, text in zip(kept, joined, strict=False):
+        column += text.split(FIELD_SEPARATOR)
+    kept[4].extend(hashes.split(SEPARATOR))
+    n, marks = chunk.count, typing.cast(str, chunk.inline).encode().translate(_MARKS)
+    inline = dict(zip(itertools.compress(range(n), marks), chunk.payloads, strict=True))
+    kept[5].extend(map(inline.get, range(n)))
 
 
 def verify_chain_chunks(

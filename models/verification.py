@@ -10,17 +10,20 @@ its looked-up columns and its whole record must be what that event's payload say
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from models.chain import BreakReason, ChainVerification, VerificationProblem
+from models.chain import BreakReason, ChainRow, ChainVerification, VerificationProblem
 
 __all__ = [
+    "ChainedEvents",
     "ExpectedRow",
     "ProjectionRule",
+    "chained_events",
     "compare_row",
     "expected_rows",
+    "rows_as_expected",
     "with_problems",
 ]
 
@@ -30,6 +33,35 @@ _REASONS: dict[str, BreakReason] = {
     "artifact": BreakReason.ARTIFACT,
     "anchor": BreakReason.ANCHOR,
 }
+
+
+@dataclass(frozen=True, slots=True)
+class ChainedEvents:
+    """What the checks beyond the chain read of a run's chained events, as columns in the
+    stored order (one list per field: a store that reads joined columns builds no object per
+    event)."""
+
+    sequences: Sequence[int]
+    event_ids: Sequence[str]
+    types: Sequence[str]
+    payload_refs: Sequence[str]
+    payload_hashes: Sequence[str]
+    hashes: Sequence[str]
+    #: each event's inline payload, None when it is held elsewhere
+    payloads: Sequence[bytes | memoryview | None]
+
+
+def chained_events(rows: Sequence[ChainRow]) -> ChainedEvents:
+    """The ``ChainedEvents`` of rows read one per event (a store's general path)."""
+    return ChainedEvents(
+        sequences=[row.sequence for row in rows],
+        event_ids=[row.event_id for row in rows],
+        types=[row.type for row in rows],
+        payload_refs=[row.payload_ref for row in rows],
+        payload_hashes=[row.payload_hash for row in rows],
+        hashes=[row.hash for row in rows],
+        payloads=[row.payload for row in rows],
+    )
 
 
 @dataclass(frozen=True)
@@ -45,10 +77,18 @@ class ProjectionRule:
     #: the record's own id field when it has one; else the carrying event's id is the key
     natural_key: str | None
     signature: frozenset[str]
-    #: looked-up column -> the value the record's JSON gives it
-    columns: Callable[[Mapping[str, Any]], dict[str, Any]]
+    #: the looked-up columns, each holding the record's field of the same name
+    columns: tuple[str, ...]
     #: a row later events update (a side effect's status); else the first event wins
     mutable: bool = False
+
+    @property
+    def compared(self) -> tuple[str, ...]:
+        """The stored row's columns an ``ExpectedRow``'s ``values`` give, in order: the
+        looked-up ones, the sequence of the event that recorded it (unless looked up: a
+        checkpoint's row keeps its own), its content hash and its record."""
+        sequence = () if "sequence" in self.columns else ("sequence",)
+        return (*self.columns, *sequence, "content_hash", "record")
 
 
 class ExpectedRow(NamedTuple):
@@ -59,7 +99,8 @@ class ExpectedRow(NamedTuple):
     sequence: int
     content_hash: str
     record: Mapping[str, Any]
-    columns: dict[str, Any]
+    #: the values of the row's ``ProjectionRule.compared`` columns, in order
+    values: tuple[Any, ...]
 
 
 def expected_rows(
@@ -71,6 +112,7 @@ def expected_rows(
     content again changes nothing."""
     rows: dict[str, ExpectedRow] = {}
     types, signature, natural_key = rule.event_types, rule.signature, rule.natural_key
+    columns, own_sequence = rule.columns, "sequence" in rule.columns
     for sequence, event_id, type_, payload_hash, payload in events:
         if type_ not in types or not isinstance(payload, dict) or not payload.keys() >= signature:
             continue
@@ -78,8 +120,24 @@ def expected_rows(
         known = rows.get(key)
         if known is not None and (not rule.mutable or known.content_hash == payload_hash):
             continue
-        rows[key] = ExpectedRow(key, sequence, payload_hash, payload, rule.columns(payload))
+        looked_up = tuple(map(payload.get, columns))
+        values = (
+            (*looked_up, payload_hash, payload)
+            if own_sequence
+            else (*looked_up, sequence, payload_hash, payload)
+        )
+        rows[key] = ExpectedRow(key, sequence, payload_hash, payload, values)
     return rows
+
+
+def rows_as_expected(
+    expected: Iterable[ExpectedRow], stored: Sequence[tuple[Any, ...] | None]
+) -> bool:
+    """Whether each stored row (the values of its ``ProjectionRule.compared`` columns, in
+    order; None for a missing one) equals the ``values`` of the expected row at the same place:
+    one comparison of two lists, natively (each value by ``==``, records in depth). When True,
+    ``compare_row`` finds nothing in any of them; else it names what differs."""
+    return None not in stored and list(stored) == [row.values for row in expected]
 
 
 def compare_row(
@@ -91,12 +149,12 @@ def compare_row(
     """The first way the stored row ``actual`` differs from ``expected``, as a sentence, or
     None. ``same_record`` decides record equality when plain equality fails (canonical form)."""
     name = f"{rule.label} {expected.key}"
-    for column, value in expected.columns.items():
+    for column, value in zip(rule.columns, expected.values, strict=False):
         stored = actual.get(column)
         if stored != value:
             return f"{name} {column} {stored} disagrees with the chained event ({value})"
     # a checkpoint's row keeps its own sequence (a column above), others the event's
-    if "sequence" not in expected.columns and actual.get("sequence") != expected.sequence:
+    if "sequence" not in rule.columns and actual.get("sequence") != expected.sequence:
         return (
             f"{name} is recorded at sequence {actual.get('sequence')} but the chained event "
             f"that recorded it is at sequence {expected.sequence}"

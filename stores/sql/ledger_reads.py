@@ -14,6 +14,7 @@ from models import ExecutionEvent, ExecutionEventType, RunRecord
 from models.chain import ChainRow, ChainVerification, verify_chain
 from models.digest import verify_content
 from models.errors import IntegrityError, NotFoundError, RunNotFoundError, StoreError
+from models.verification import chained_events
 from runtime.ports import ArtifactStore
 from stores.anchors import AnchorLog
 from stores.sql import schema
@@ -187,7 +188,7 @@ class LedgerReads:
             intact = await read_intact_chain(conn, run_id, with_events=full)
         if intact is not None:
             chain, stored = intact
-            if not full:
+            if stored is None:
                 return chain
             return await check_run(
                 self.db, self.artifacts, self.anchors, run_id, stored, chain, lookup=lookup
@@ -210,7 +211,13 @@ class LedgerReads:
         if not full:
             return chain
         return await check_run(
-            self.db, self.artifacts, self.anchors, run_id, chain_rows, chain, lookup=lookup
+            self.db,
+            self.artifacts,
+            self.anchors,
+            run_id,
+            chained_events(chain_rows),
+            chain,
+            lookup=lookup,
         )
 
 

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
+import itertools
+import operator
+import typing
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
-import orjson
 from sqlalchemy import inspect, select
 
 from models import ExecutionEventType
@@ -33,12 +34,20 @@ from models.errors import (
     RunNotFoundError,
     StoreError,
 )
-from models.verification import ProjectionRule, compare_row, expected_rows, with_problems
+from models.verification import (
+    ChainedEvents,
+    ExpectedRow,
+    ProjectionRule,
+    compare_row,
+    expected_rows,
+    rows_as_expected,
+    with_problems,
+)
 from runtime.evidence_refs import REFERENCING, refs_in
 from runtime.ports import ArtifactStore
 from stores.anchors import AnchorLog
 from stores.sql import schema
-from stores.sql.chain_read import fetch_lookup_rows
+from stores.sql.chain_read import fetch_lookup_rows, json_value
 from stores.sql.database import Database, utc
 
 __all__ = ["PROJECTION_RULES", "check_headless", "check_run", "lookup_read"]
@@ -66,7 +75,7 @@ def _rule(
         key_column=key,
         natural_key=natural,
         signature=frozenset(signature),
-        columns=lambda r: {c: r.get(c) for c in columns},
+        columns=columns,
         mutable=mutable,
     )
 
@@ -154,26 +163,6 @@ _PARSED_TYPES = frozenset(t for rule in PROJECTION_RULES for t in rule.event_typ
 )
 
 
-class CheckedEvent(Protocol):
-    """What the checks beyond the chain read of each chained event (a ``ChainRow`` of the
-    general path, a ``StoredEvent`` of the raw read)."""
-
-    @property
-    def sequence(self) -> int: ...
-    @property
-    def event_id(self) -> str: ...
-    @property
-    def type(self) -> str: ...
-    @property
-    def payload_ref(self) -> str: ...
-    @property
-    def payload_hash(self) -> str: ...
-    @property
-    def hash(self) -> str: ...
-    @property
-    def payload(self) -> bytes | None: ...
-
-
 @dataclass
 class _Found:
     problems: list[VerificationProblem] = field(default_factory=list)
@@ -191,8 +180,9 @@ class _Found:
         self.problems.append(VerificationProblem(sequence=sequence, kind=kind, message=message))
 
 
-#: a run's lookup rows: by table, by key, their records parsed
-LookupRows = dict[str, dict[str, dict[str, Any]]]
+#: a run's lookup rows: by table, by key, the values of the rule's ``compared`` columns (the
+#: record parsed)
+LookupRows = dict[str, dict[str, tuple[Any, ...]]]
 
 
 @contextlib.asynccontextmanager
@@ -212,55 +202,57 @@ async def check_run(
     artifacts: ArtifactStore | None,
     anchors: AnchorLog | None,
     run_id: str,
-    rows: Sequence[CheckedEvent],
+    events: ChainedEvents,
     chain: ChainVerification,
     *,
     lookup: asyncio.Future[LookupRows] | None = None,
 ) -> ChainVerification:
-    """``chain`` (the verification of ``rows``) with every problem found beyond the chain;
+    """``chain`` (the verification of ``events``) with every problem found beyond the chain;
     ``lookup``: the read of its lookup rows (``lookup_read``) if already under way."""
     if lookup is None:
         async with lookup_read(db, run_id) as started:
-            return await check_run(db, artifacts, anchors, run_id, rows, chain, lookup=started)
+            return await check_run(db, artifacts, anchors, run_id, events, chain, lookup=started)
     found = _Found()
-    payloads = await _payloads(artifacts, rows, found)
-    events, refs = _parsed_events(rows, payloads)
+    payloads = await _payloads(artifacts, events, found)
+    parsed, refs = _parsed_events(events, payloads)
     await _check_artifacts(artifacts, refs, found)
     tables = await lookup
-    unread = {row.sequence for row in rows if row.sequence not in payloads}
-    _check_projections(tables, events, unread, found)
-    await _check_heads(db, anchors, run_id, [row.hash for row in rows], found)
-    await _check_raw_rows(db, run_id, {row.sequence: row.payload_hash for row in rows}, found)
+    unread = set(events.sequences).difference(payloads)
+    _check_projections(tables, parsed, unread, found)
+    await _check_heads(db, anchors, run_id, events.hashes, found)
+    await _check_raw_rows(
+        db, run_id, dict(zip(events.sequences, events.payload_hashes, strict=True)), found
+    )
     return with_problems(chain, found.problems, found.checked)
 
 
 def _parsed_events(
-    rows: Sequence[CheckedEvent], payloads: Mapping[int, bytes]
+    events: ChainedEvents, payloads: Mapping[int, bytes | memoryview]
 ) -> tuple[list[tuple[int, str, str, str, Any]], dict[str, int]]:
     """``(sequence, event_id, type, payload_hash, payload JSON)`` of each event whose payload
     the checks read (lookup records, artifact references), each parsed once; and each artifact
     digest those payloads point to, with the first sequence that does."""
     refs: dict[str, int] = {}
-    events: list[tuple[int, str, str, str, Any]] = []
-    for row in rows:
-        if row.type not in _PARSED_TYPES:
-            continue
-        data = payloads.get(row.sequence)
+    parsed: list[tuple[int, str, str, str, Any]] = []
+    columns = zip(
+        events.sequences, events.event_ids, events.types, events.payload_hashes, strict=True
+    )
+    for sequence, event_id, type_, payload_hash in itertools.compress(
+        columns, map(_PARSED_TYPES.__contains__, events.types)
+    ):
+        data = payloads.get(sequence)
         if data is None:
             continue
         try:
-            payload = orjson.loads(data)
-        except orjson.JSONDecodeError:
-            try:
-                payload = json.loads(data)  # what orjson does not read (see ``_loads``)
-            except ValueError:
-                continue
-        events.append((row.sequence, row.event_id, row.type, row.payload_hash, payload))
-        if row.type in _REFERENCING_TYPES:
-            for ref in refs_in(E(row.type), payload):
+            payload = json_value(data)
+        except ValueError:
+            continue
+        parsed.append((sequence, event_id, type_, payload_hash, payload))
+        if type_ in _REFERENCING_TYPES:
+            for ref in refs_in(E(type_), payload):
                 if is_digest(ref) and len(ref) == _DIGEST_LENGTH:
-                    refs.setdefault(ref, row.sequence)
-    return events, refs
+                    refs.setdefault(ref, sequence)
+    return parsed, refs
 
 
 async def _keeps_raw_payloads(db: Database) -> bool:
@@ -316,63 +308,65 @@ async def _check_raw_rows(
 _REFERENCING_TYPES = frozenset(str(t) for t in REFERENCING)
 
 
-def _loads(data: bytes | str) -> Any:
-    """``json.loads``, natively for what orjson reads (every canonical payload); the rest
-    (integers beyond 64 bits, NaN, UTF-16 text) as ``json`` reads it."""
-    try:
-        return orjson.loads(data)
-    except orjson.JSONDecodeError:
-        return json.loads(data)
-
-
 async def _payloads(
-    artifacts: ArtifactStore | None, rows: Sequence[CheckedEvent], found: _Found
-) -> dict[int, bytes]:
+    artifacts: ArtifactStore | None, events: ChainedEvents, found: _Found
+) -> dict[int, bytes | memoryview]:
     """Every payload, read back and checked: inline ones against their (chained) payload hash,
     artifact-stored ones from the store."""
-    out: dict[int, bytes] = {}
-    stored: list[CheckedEvent] = []
-    for row in rows:
-        if row.payload_ref.startswith(CAS_PREFIX):
-            stored.append(row)
-        elif row.payload is not None:
-            # an inline payload the chain check has already hashed (a mismatch breaks it there)
-            out[row.sequence] = row.payload
-        else:
-            found.add(row.sequence, "payload", f"payload of sequence {row.sequence} is missing")
+    in_store = list(map(str.startswith, events.payload_refs, itertools.repeat(CAS_PREFIX)))
+    local = list(map(operator.not_, in_store))
+    sequences = list(itertools.compress(events.sequences, local))
+    inline = list(itertools.compress(events.payloads, local))
+    out: dict[int, bytes | memoryview]
+    if None in inline:
+        out = {}
+        for sequence, payload in zip(sequences, inline, strict=True):
+            if payload is None:
+                found.add(sequence, "payload", f"payload of sequence {sequence} is missing")
+            else:
+                out[sequence] = payload
+    else:
+        # inline payloads the chain check has already hashed (a mismatch breaks it there)
+        out = dict(zip(sequences, typing.cast(list[bytes | memoryview], inline), strict=True))
+    stored = list(
+        itertools.compress(
+            zip(events.sequences, events.payload_refs, events.payload_hashes, strict=True),
+            in_store,
+        )
+    )
     semaphore = asyncio.Semaphore(_CONCURRENCY)
 
-    async def read(row: CheckedEvent) -> None:
-        digest = row.payload_ref[len(CAS_PREFIX) :]
-        what = f"the payload of sequence {row.sequence}"
+    async def read(sequence: int, payload_ref: str, payload_hash: str) -> None:
+        digest = payload_ref[len(CAS_PREFIX) :]
+        what = f"the payload of sequence {sequence}"
         if artifacts is None:
-            found.add(row.sequence, "payload", f"{what} cannot be read: no artifact store")
+            found.add(sequence, "payload", f"{what} cannot be read: no artifact store")
             return
         async with semaphore:
             try:
                 data = await artifacts.get(digest)
             except ArtifactNotFoundError:
-                found.add(row.sequence, "payload", f"artifact {digest} missing ({what})")
+                found.add(sequence, "payload", f"artifact {digest} missing ({what})")
                 return
             except ArtifactIntegrityError:
-                found.add(row.sequence, "payload", f"artifact {digest} corrupted ({what})")
+                found.add(sequence, "payload", f"artifact {digest} corrupted ({what})")
                 return
             except (IntegrityError, NotFoundError, StoreError) as exc:
-                found.add(row.sequence, "payload", f"artifact {digest} unreadable ({exc})")
+                found.add(sequence, "payload", f"artifact {digest} unreadable ({exc})")
                 return
-        if digest != row.payload_hash or sha256_digest(data) != row.payload_hash:
+        if digest != payload_hash or sha256_digest(data) != payload_hash:
             found.add(
-                row.sequence,
+                sequence,
                 "payload",
                 f"artifact {digest} does not hold the payload the chained event hashed "
-                f"({row.payload_hash})",
+                f"({payload_hash})",
             )
             return
         found.checked["payloads"] += 1
-        out[row.sequence] = data
+        out[sequence] = data
 
-    await asyncio.gather(*(read(r) for r in stored))
-    found.checked["payloads"] += len(rows) - len(stored)
+    await asyncio.gather(*(read(*event) for event in stored))
+    found.checked["payloads"] += len(in_store) - len(stored)
     return out
 
 
@@ -408,11 +402,12 @@ async def _check_artifacts(
 
 async def _lookup_rows(db: Database, run_id: str) -> LookupRows:
     """The run's rows of each lookup table by key, their records parsed."""
+    columns = {rule.table: (rule.key_column, *rule.compared) for rule in PROJECTION_RULES}
     async with db.read() as conn:
-        tables = await fetch_lookup_rows(conn, [rule.table for rule in PROJECTION_RULES], run_id)
+        tables = await fetch_lookup_rows(conn, columns, run_id)
     return {
-        rule.table: {str(row[rule.key_column]): _decoded(row) for row in tables[rule.table]}
-        for rule in PROJECTION_RULES
+        table: {str(row[0]): row[1:] for row in rows}  # key -> the compared values
+        for table, rows in tables.items()
     }
 
 
@@ -431,39 +426,45 @@ def _check_projections(
     for rule in PROJECTION_RULES:
         stored = tables[rule.table]
         expected = expected_rows(rule, _of_types(by_type, rule.event_types))
-        for key, want in expected.items():
-            row = stored.pop(key, None)
-            if row is None:
-                found.add(
-                    want.sequence,
-                    rule.table,
-                    f"{rule.label} {key} recorded by the chained event at sequence "
-                    f"{want.sequence} is missing from {rule.table}",
-                )
-                continue
-            problem = compare_row(rule, want, row, _same_record)
-            if problem is not None:
-                found.add(want.sequence, rule.table, problem)
-            found.checked["projections"] += 1
+        rows = list(map(stored.pop, expected, itertools.repeat(None)))
+        # every row as expected (one comparison of the table's rows), or each one named
+        if rows_as_expected(expected.values(), rows):
+            found.checked["projections"] += len(rows)
+        else:
+            _compare_rows(rule, expected, rows, found)
+        at = rule.compared.index("sequence")
         for key, row in stored.items():
-            if row.get("sequence") in unread:
+            if row[at] in unread:
                 continue
             found.add(
-                row.get("sequence"),
+                row[at],
                 rule.table,
                 f"{rule.label} {key} in {rule.table} is not recorded by any chained event",
             )
 
 
-def _decoded(row: dict[str, Any]) -> dict[str, Any]:
-    """A lookup row as the driver gave it, its ``record`` (JSON text) parsed."""
-    record = row.get("record")
-    if isinstance(record, str | bytes):
-        try:
-            row["record"] = _loads(record)
-        except ValueError:
-            pass  # compare_row names a record that is not a JSON object
-    return row
+def _compare_rows(
+    rule: ProjectionRule,
+    expected: Mapping[str, ExpectedRow],
+    rows: Sequence[tuple[Any, ...] | None],
+    found: _Found,
+) -> None:
+    """What differs between each expected row and the stored one at the same place (None:
+    missing), named row by row."""
+    for (key, want), row in zip(expected.items(), rows, strict=True):
+        if row is None:
+            found.add(
+                want.sequence,
+                rule.table,
+                f"{rule.label} {key} recorded by the chained event at sequence "
+                f"{want.sequence} is missing from {rule.table}",
+            )
+            continue
+        actual = dict(zip(rule.compared, row, strict=True))
+        problem = compare_row(rule, want, actual, _same_record)
+        if problem is not None:
+            found.add(want.sequence, rule.table, problem)
+        found.checked["projections"] += 1
 
 
 def _of_types(
@@ -484,7 +485,7 @@ def _same_record(stored: Mapping[str, Any], chained: Mapping[str, Any]) -> bool:
 
 
 async def _check_heads(
-    db: Database, anchors: AnchorLog | None, run_id: str, hashes: list[str], found: _Found
+    db: Database, anchors: AnchorLog | None, run_id: str, hashes: Sequence[str], found: _Found
 ) -> None:
     """The run's latest external anchor and its freeze records name heads the chain must still
     hold; a truncated, re-chained or rewritten run does not."""
