@@ -23,9 +23,8 @@ import hashlib
 import itertools
 import re
 import typing
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from models.chain import GENESIS_HASH, TEMPLATE_FIELDS, TEMPLATE_LITERALS, ChainVerification
 from models.digest import DIGEST_PREFIX
@@ -38,6 +37,7 @@ __all__ = [
     "ChainChunk",
     "JoinedChainCheck",
     "chained_texts",
+    "chunk_events",
     "joined_digests",
     "split_payloads",
     "verify_chain_chunks",
@@ -241,18 +241,17 @@ def _chunk_hashes(run_id: str, chunk: ChainChunk, first: int, previous: str) -> 
 class JoinedChainCheck:
     """``verify_chain`` of one run for an intact chain read as ``ChainChunk``s, consecutive and
     in order, fed one at a time (a store reads the next chunk while this one is hashed);
-    ``keep_events``: also what the checks beyond the chain read of the events
-    (``verified_events``), taken from the chunks as they verify."""
+    ``on_events``: called with the events of each chunk that verifies, as the checks beyond
+    the chain read them (its work then also overlaps the store's read of the next chunk)."""
 
-    def __init__(self, run_id: str, *, keep_events: bool = False) -> None:
+    def __init__(
+        self, run_id: str, *, on_events: Callable[[ChainedEvents], None] | None = None
+    ) -> None:
         self.run_id = run_id
         self.count = 0
         self.head = GENESIS_HASH
         self.intact = True
-        #: event ids, types, payload refs, payload hashes, hashes, payloads of the chunks added
-        self._kept: tuple[list[Any], ...] | None = (
-            tuple([] for _ in range(6)) if keep_events else None
-        )
+        self.on_events = on_events
 
     def add(self, chunk: ChainChunk) -> bool:
         """Whether ``chunk`` verifies after the chunks added so far (once not, never again)."""
@@ -262,8 +261,8 @@ class JoinedChainCheck:
         if hashes is None:
             self.intact = False
             return False
-        if self._kept is not None:
-            _keep(self._kept, chunk, hashes)
+        if self.on_events is not None:
+            self.on_events(chunk_events(chunk, self.count + 1, hashes))
         self.count += chunk.count
         self.head = hashes[-_DIGEST_LENGTH:]
         return True
@@ -282,28 +281,26 @@ class JoinedChainCheck:
             head_hash=self.head,
         )
 
-    def verified_events(self) -> ChainedEvents:
-        """The events of the chunks added (``keep_events``), all verified: sequences 1 to
-        ``count``, their fields as stored."""
-        if self._kept is None:
-            raise ValueError("the check was not asked to keep the events")
-        event_ids, types, refs, payload_hashes, hashes, payloads = self._kept
-        return ChainedEvents(
-            range(1, self.count + 1), event_ids, types, refs, payload_hashes, hashes, payloads
-        )
 
-
-def _keep(kept: tuple[list[Any], ...], chunk: ChainChunk, hashes: str) -> None:
-    """Append a verified chunk's events to the columns of ``ChainedEvents`` (but the sequences):
-    each field split from its join (every value checked plain printable ASCII without the
-    separator), each event's inline payload or None."""
-    joined = [typing.cast(str, chunk.fields[index]) for index in _EVENT_FIELDS]
-    for column, text in zip(kept, joined, strict=False):
-        column += text.split(FIELD_SEPARATOR)
-    kept[4].extend(hashes.split(SEPARATOR))
-    n, marks = chunk.count, typing.cast(str, chunk.inline).encode().translate(_MARKS)
+def chunk_events(chunk: ChainChunk, first: int, hashes: str) -> ChainedEvents:
+    """The events of a chunk that verified after ``first - 1`` events with ``hashes`` (its
+    joined hashes): each field split from its join (every value checked plain printable ASCII
+    without the separator), each event's inline payload or None."""
+    n = chunk.count
+    event_ids, types, refs, payload_hashes = (
+        typing.cast(str, chunk.fields[index]).split(FIELD_SEPARATOR) for index in _EVENT_FIELDS
+    )
+    marks = typing.cast(str, chunk.inline).encode().translate(_MARKS)
     inline = dict(zip(itertools.compress(range(n), marks), chunk.payloads, strict=True))
-    kept[5].extend(map(inline.get, range(n)))
+    return ChainedEvents(
+        sequences=range(first, first + n),
+        event_ids=event_ids,
+        types=types,
+        payload_refs=refs,
+        payload_hashes=payload_hashes,
+        hashes=hashes.split(SEPARATOR),
+        payloads=list(map(inline.get, range(n))),
+    )
 
 
 def verify_chain_chunks(

@@ -10,6 +10,9 @@ its looked-up columns and its whole record must be what that event's payload say
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import itertools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -23,6 +26,7 @@ __all__ = [
     "chained_events",
     "compare_row",
     "expected_rows",
+    "joined_events",
     "rows_as_expected",
     "with_problems",
 ]
@@ -50,6 +54,13 @@ class ChainedEvents:
     #: each event's inline payload, None when it is held elsewhere
     payloads: Sequence[bytes | memoryview | None]
 
+    def selected(self, which: Iterable[bool]) -> ChainedEvents:
+        """The events ``which`` marks (one mark per event, in order)."""
+        marks = list(which)
+        return ChainedEvents(
+            *(list(itertools.compress(getattr(self, name), marks)) for name in _EVENT_COLUMNS)
+        )
+
 
 def chained_events(rows: Sequence[ChainRow]) -> ChainedEvents:
     """The ``ChainedEvents`` of rows read one per event (a store's general path)."""
@@ -62,6 +73,21 @@ def chained_events(rows: Sequence[ChainRow]) -> ChainedEvents:
         hashes=[row.hash for row in rows],
         payloads=[row.payload for row in rows],
     )
+
+
+def joined_events(parts: Sequence[ChainedEvents]) -> ChainedEvents:
+    """The ``ChainedEvents`` of consecutive parts of a run, in order, as one."""
+    if len(parts) == 1:
+        return parts[0]
+
+    def column(name: str) -> list[Any]:
+        return list(itertools.chain.from_iterable(getattr(part, name) for part in parts))
+
+    return ChainedEvents(*map(column, _EVENT_COLUMNS))
+
+
+#: the fields of ``ChainedEvents``, in order
+_EVENT_COLUMNS = tuple(field.name for field in dataclasses.fields(ChainedEvents))
 
 
 @dataclass(frozen=True)
@@ -84,9 +110,9 @@ class ProjectionRule:
 
     @property
     def compared(self) -> tuple[str, ...]:
-        """The stored row's columns an ``ExpectedRow``'s ``values`` give, in order: the
-        looked-up ones, the sequence of the event that recorded it (unless looked up: a
-        checkpoint's row keeps its own), its content hash and its record."""
+        """The stored row's columns compared with the expected row, in order: the looked-up
+        ones, the sequence of the event that recorded it (unless looked up: a checkpoint's row
+        keeps its own), its content hash and its record."""
         sequence = () if "sequence" in self.columns else ("sequence",)
         return (*self.columns, *sequence, "content_hash", "record")
 
@@ -99,8 +125,10 @@ class ExpectedRow(NamedTuple):
     sequence: int
     content_hash: str
     record: Mapping[str, Any]
-    #: the values of the row's ``ProjectionRule.compared`` columns, in order
-    values: tuple[Any, ...]
+
+
+#: an ``ExpectedRow`` from a tuple of its fields, without the Python-level ``__new__``
+_expected_row = functools.partial(tuple.__new__, ExpectedRow)
 
 
 def expected_rows(
@@ -112,7 +140,6 @@ def expected_rows(
     content again changes nothing."""
     rows: dict[str, ExpectedRow] = {}
     types, signature, natural_key = rule.event_types, rule.signature, rule.natural_key
-    columns, own_sequence = rule.columns, "sequence" in rule.columns
     for sequence, event_id, type_, payload_hash, payload in events:
         if type_ not in types or not isinstance(payload, dict) or not payload.keys() >= signature:
             continue
@@ -120,24 +147,25 @@ def expected_rows(
         known = rows.get(key)
         if known is not None and (not rule.mutable or known.content_hash == payload_hash):
             continue
-        looked_up = tuple(map(payload.get, columns))
-        values = (
-            (*looked_up, payload_hash, payload)
-            if own_sequence
-            else (*looked_up, sequence, payload_hash, payload)
-        )
-        rows[key] = ExpectedRow(key, sequence, payload_hash, payload, values)
+        rows[key] = _expected_row((key, sequence, payload_hash, payload))
     return rows
 
 
 def rows_as_expected(
-    expected: Iterable[ExpectedRow], stored: Sequence[tuple[Any, ...] | None]
+    rule: ProjectionRule, expected: Sequence[ExpectedRow], stored: Sequence[Sequence[Any]]
 ) -> bool:
-    """Whether each stored row (the values of its ``ProjectionRule.compared`` columns, in
-    order; None for a missing one) equals the ``values`` of the expected row at the same place:
-    one comparison of two lists, natively (each value by ``==``, records in depth). When True,
-    ``compare_row`` finds nothing in any of them; else it names what differs."""
-    return None not in stored and list(stored) == [row.values for row in expected]
+    """Whether the stored rows, given as the values of each of ``rule.compared``'s columns in
+    the order of ``expected``, are the expected ones: one comparison per column, natively (each
+    value by ``==``, records in depth). When True, ``compare_row`` finds nothing in any of
+    them; else it names what differs."""
+    records = [row.record for row in expected]
+    wanted: list[list[Any]] = [[record.get(c) for record in records] for c in rule.columns]
+    if "sequence" not in rule.columns:
+        wanted.append([row.sequence for row in expected])
+    wanted += [[row.content_hash for row in expected], records]
+    return len(stored) == len(wanted) and all(
+        list(column) == values for column, values in zip(stored, wanted, strict=True)
+    )
 
 
 def compare_row(
@@ -149,8 +177,8 @@ def compare_row(
     """The first way the stored row ``actual`` differs from ``expected``, as a sentence, or
     None. ``same_record`` decides record equality when plain equality fails (canonical form)."""
     name = f"{rule.label} {expected.key}"
-    for column, value in zip(rule.columns, expected.values, strict=False):
-        stored = actual.get(column)
+    for column in rule.columns:
+        stored, value = actual.get(column), expected.record.get(column)
         if stored != value:
             return f"{name} {column} {stored} disagrees with the chained event ({value})"
     # a checkpoint's row keeps its own sequence (a column above), others the event's

@@ -5,14 +5,14 @@ event's hash is recomputed from its stored fields written into the fixed templat
 canonical metadata (``models.chain.TEMPLATE_LITERALS`` around ``TEMPLATE_FIELDS``):
 ``previous_hash ‖ metadata ‖ payload_hash``, the instants in ``format_instant`` form.
 
-Both checks (``verify_intact_chain``, chain only; ``read_intact_chain``, also the events for
-the full check) read each chunk of events as one row of joined columns (``string_agg`` /
-``group_concat``: the stored values only) and ``models.chain_joined`` writes the chained texts
-from them, one join per event, the next chunks' reads under way while one is hashed: no object
-per event but the texts, every check but the hashing one comparison per chunk and column. What
-the full check's checks beyond the chain (``run_check``) read of the events (ids, types,
-payload refs and hashes, hashes, inline payloads) is split from the same verified columns:
-an intact run is read once.
+Both the chain-only check and the full check's chain (``verify_intact_chain``) read each chunk
+of events as one row of joined columns (``string_agg`` / ``group_concat``: the stored values
+only) and ``models.chain_joined`` writes the chained texts from them, one join per event, the
+next chunks' reads under way while one is hashed: no object per event but the texts, every
+check but the hashing one comparison per chunk and column. What the full check's checks beyond
+the chain (``run_check``) read of the events (ids, types, payload refs and hashes, hashes,
+inline payloads) is split from the same verified columns and handed over chunk by chunk (its
+work on them overlaps the next read): an intact run is read once.
 Anything that does not verify answers None: the caller then takes the general path, which
 names what is broken and where.
 """
@@ -23,7 +23,8 @@ import asyncio
 import collections
 import functools
 import json
-from collections.abc import Mapping, Sequence
+import sqlite3
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -43,7 +44,7 @@ from models.verification import ChainedEvents
 __all__ = [
     "fetch_lookup_rows",
     "json_value",
-    "read_intact_chain",
+    "json_values",
     "verify_intact_chain",
 ]
 
@@ -65,25 +66,23 @@ async def _fetch(conn: AsyncConnection, sql: str, arguments: tuple[Any, ...]) ->
 
 async def fetch_lookup_rows(
     conn: AsyncConnection, tables: Mapping[str, Sequence[str]], run_id: str
-) -> dict[str, list[tuple[Any, ...]]]:
+) -> dict[str, list[Sequence[Any]]]:
     """The rows of each of ``tables`` (names and columns from the schema, never input) for
-    ``run_id``, each as the tuple of its values of the given columns, the last of which is a
-    JSON column, given parsed (a text that is not JSON as it is), through the driver's own
-    cursor. SQLite's other values as the driver gives them, one statement a table; PostgreSQL's
-    as JSON (an instant as its ISO text), in one statement (one round trip, the server's work
-    under way while the caller does its own), each table's rows as one JSON array parsed
-    natively (asyncpg would read a JSON column with the stdlib parser)."""
+    ``run_id`` as columns: for each of the given columns its rows' values (in one order), the
+    last column's (JSON) parsed, a text that is not JSON left as it is. Read through the
+    driver's own cursor in one statement (one round trip: the caller's loop, busy hashing the
+    chain, takes each result in turn): SQLite's other values as it gives them; PostgreSQL's as
+    JSON (an instant as its ISO text), each table's rows as one JSON array parsed natively
+    (asyncpg would read a JSON column with the stdlib parser)."""
     raw = await conn.get_raw_connection()
     driver: Any = raw.driver_connection
-    out: dict[str, list[tuple[Any, ...]]] = {}
-    if conn.dialect.name == "sqlite":
-        for table, columns in tables.items():
-            rows = await driver.execute_fetchall(
-                f"SELECT {', '.join(columns)} FROM {table} WHERE run_id = ?", (run_id,)
-            )
-            out[table] = [(*row[:-1], _json_column(row[-1])) for row in rows]
-        return out
+    out: dict[str, list[Sequence[Any]]] = {}
     names = list(tables)
+    if conn.dialect.name == "sqlite":
+        try:
+            return await _sqlite_lookup_rows(driver, tables, run_id)
+        except sqlite3.Error:  # a BLOB where JSON cannot hold it: the rows one by one
+            return await _sqlite_lookup_rows(driver, tables, run_id, aggregated=False)
     sql = " UNION ALL ".join(
         f"SELECT {index}, json_agg(json_build_array({', '.join(tables[table])}))::text"
         f" FROM {table} WHERE run_id = $1"
@@ -91,18 +90,94 @@ async def fetch_lookup_rows(
     )
     for index, text in await driver.fetch(sql, run_id):
         # a table without rows aggregates to NULL
-        out[names[index]] = [] if text is None else list(map(tuple, json_value(text)))
+        rows = [] if text is None else json_value(text)
+        out[names[index]] = _columns(rows, len(tables[names[index]]))
     return out
 
 
-def _json_column(value: Any) -> Any:
-    """A JSON column's value as SQLite gives it (its text), parsed."""
-    if isinstance(value, str | bytes):
+async def _sqlite_lookup_rows(
+    driver: Any, tables: Mapping[str, Sequence[str]], run_id: str, *, aggregated: bool = True
+) -> dict[str, list[Sequence[Any]]]:
+    """``fetch_lookup_rows`` from SQLite: ``aggregated``, one row a table (aiosqlite's thread
+    takes the GIL for each row of a result, which it waits for while the caller hashes the
+    chain): the other columns' values as a JSON array of arrays (the stored types kept), the
+    JSON column's values as one blob and their lengths (-1 for a NULL); else the rows, padded
+    with NULLs to the widest table."""
+    names = list(tables)
+    out: dict[str, list[Sequence[Any]]] = {}
+    if aggregated:
+        sql = " UNION ALL ".join(
+            f"SELECT {index}, json_group_array(json_array({', '.join(tables[table][:-1])})),"
+            f" CAST(group_concat(CAST({tables[table][-1]} AS BLOB), '') AS BLOB),"
+            f" group_concat(coalesce(length(CAST({tables[table][-1]} AS BLOB)), -1), ',')"
+            f" FROM {table} WHERE run_id = ?"
+            for index, table in enumerate(names)
+        )
+        for index, others, joined, lengths in await driver.execute_fetchall(
+            sql, (run_id,) * len(names)
+        ):
+            columns = _columns(orjson.loads(others), len(tables[names[index]]) - 1)
+            out[names[index]] = [*columns, json_values(_split(joined, lengths))]
+        return out
+    width = max(map(len, tables.values()))
+    sql = " UNION ALL ".join(
+        f"SELECT {index}, {', '.join(_padded(tables[table], width))} FROM {table} WHERE run_id = ?"
+        for index, table in enumerate(names)
+    )
+    rows = await driver.execute_fetchall(sql, (run_id,) * len(names))
+    by_table: dict[int, list[Any]] = {index: [] for index in range(len(names))}
+    for row in rows:
+        by_table[row[0]].append(row)
+    for index, table in enumerate(names):
+        columns = _columns(by_table[index], width + 1)
+        out[table] = [*columns[1 : len(tables[table])], json_values(columns[-1])]
+    return out
+
+
+def _split(joined: bytes | None, lengths: str | None) -> list[bytes | None]:
+    """Values read as one blob and their lengths (-1: NULL)."""
+    if lengths is None:
+        return []
+    data, at = joined or b"", 0
+    values: list[bytes | None] = []
+    for length in map(int, lengths.split(",")):
+        if length < 0:
+            values.append(None)
+            continue
+        values.append(data[at : at + length])
+        at += length
+    return values
+
+
+def _padded(columns: Sequence[str], width: int) -> list[str]:
+    """``columns`` with NULLs before the last, ``width`` in all."""
+    return [*columns[:-1], *["NULL"] * (width - len(columns)), columns[-1]]
+
+
+def _columns(rows: Sequence[Sequence[Any]], width: int) -> list[Sequence[Any]]:
+    """Rows as columns."""
+    return list(zip(*rows, strict=True)) if rows else [()] * width
+
+
+def json_values(
+    values: Sequence[Any], *, not_json: Callable[[Any], Any] = lambda value: value
+) -> list[Any]:
+    """Each JSON text parsed (``json_value``): natively for all at once when orjson reads each
+    (no Python frame per item); else one by one, ``not_json`` of each that is not a JSON text
+    (a text of another form, a value of another type) as it is."""
+    try:
+        return list(map(orjson.loads, values))
+    except (orjson.JSONDecodeError, TypeError):
+        return [_json_or(value, not_json) for value in values]
+
+
+def _json_or(value: Any, not_json: Callable[[Any], Any]) -> Any:
+    if isinstance(value, str | bytes | memoryview):
         try:
             return json_value(value)
         except ValueError:
-            pass  # compared as the text it is (not a JSON object)
-    return value
+            pass
+    return not_json(value)
 
 
 def json_value(text: str | bytes | memoryview) -> Any:
@@ -210,11 +285,16 @@ def _chunk_bounds(total: int) -> list[tuple[int, int]]:
     return list(zip(lowers, [*lowers[1:], max(total, first)], strict=True))
 
 
-async def _verify_joined(
-    conn: AsyncConnection, run_id: str, *, keep_events: bool
-) -> tuple[ChainVerification, ChainedEvents | None] | None:
-    """``read_intact_chain`` from joined texts, one read per chunk, the next ones under way
-    while one is checked."""
+async def verify_intact_chain(
+    conn: AsyncConnection,
+    run_id: str,
+    *,
+    on_events: Callable[[ChainedEvents], None] | None = None,
+) -> ChainVerification | None:
+    """The run's chain verification if its chain and header head are intact, else None; from
+    joined texts, one read per chunk, the next ones under way while one is checked.
+    ``on_events``: called with the events of each chunk as it verifies (the full check's
+    work on them overlaps the next chunk's read); they are the run's only if it verifies."""
     sqlite = conn.dialect.name == "sqlite"
     raw = await conn.get_raw_connection()
     driver: Any = raw.driver_connection
@@ -245,7 +325,7 @@ async def _verify_joined(
     ahead = 2 if sqlite else 1
     bounds = _chunk_bounds(total)
     reads = collections.deque(map(read, bounds[:ahead]))
-    check = JoinedChainCheck(run_id, keep_events=keep_events)
+    check = JoinedChainCheck(run_id, on_events=on_events)
     try:
         for index in range(len(bounds)):
             rows = await reads.popleft()
@@ -260,21 +340,4 @@ async def _verify_joined(
     finally:
         # the connection is free again before it is returned (the general path reads next)
         await asyncio.gather(*reads, return_exceptions=True)
-    chain = check.verification(expected_head=(head_sequence, head_hash))
-    if chain is None:
-        return None
-    return chain, check.verified_events() if keep_events else None
-
-
-async def read_intact_chain(
-    conn: AsyncConnection, run_id: str, *, with_events: bool = True
-) -> tuple[ChainVerification, ChainedEvents | None] | None:
-    """The run's chain verification and (``with_events``) what the checks beyond the chain
-    read of its events, if its chain and header head are intact; else None."""
-    return await _verify_joined(conn, run_id, keep_events=with_events)
-
-
-async def verify_intact_chain(conn: AsyncConnection, run_id: str) -> ChainVerification | None:
-    """The run's chain verification if its chain and header head are intact, else None."""
-    intact = await _verify_joined(conn, run_id, keep_events=False)
-    return None if intact is None else intact[0]
+    return check.verification(expected_head=(head_sequence, head_hash))

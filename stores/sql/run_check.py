@@ -15,14 +15,14 @@ import contextlib
 import itertools
 import operator
 import typing
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import inspect, select
 
 from models import ExecutionEventType
-from models.anchor import Anchor, check_head
+from models.anchor import Anchor, AnchorEntry, check_head
 from models.canonical import canonical_hash
 from models.chain import ChainRow, ChainVerification, VerificationProblem, verify_chain
 from models.digest import is_digest, sha256_digest
@@ -40,6 +40,7 @@ from models.verification import (
     ProjectionRule,
     compare_row,
     expected_rows,
+    joined_events,
     rows_as_expected,
     with_problems,
 )
@@ -47,10 +48,17 @@ from runtime.evidence_refs import REFERENCING, refs_in
 from runtime.ports import ArtifactStore
 from stores.anchors import AnchorLog
 from stores.sql import schema
-from stores.sql.chain_read import fetch_lookup_rows, json_value
+from stores.sql.chain_read import fetch_lookup_rows, json_values
 from stores.sql.database import Database, utc
 
-__all__ = ["PROJECTION_RULES", "check_headless", "check_run", "lookup_read"]
+__all__ = [
+    "PROJECTION_RULES",
+    "EventsRead",
+    "RunRows",
+    "check_headless",
+    "check_run",
+    "lookup_read",
+]
 
 E = ExecutionEventType
 CAS_PREFIX = "cas:"
@@ -180,21 +188,71 @@ class _Found:
         self.problems.append(VerificationProblem(sequence=sequence, kind=kind, message=message))
 
 
-#: a run's lookup rows: by table, by key, the values of the rule's ``compared`` columns (the
-#: record parsed)
-LookupRows = dict[str, dict[str, tuple[Any, ...]]]
+#: a run's lookup rows: by table, the rule's key column then each of its ``compared`` ones,
+#: each as its rows' values (in one order; the record parsed)
+LookupRows = dict[str, list[Sequence[Any]]]
+
+
+class RunRows(NamedTuple):
+    """What the checks beyond the chain read of the run besides its events."""
+
+    lookup: LookupRows
+    #: its raw-payload rows (``_raw_rows``)
+    raw: Sequence[Any]
+    #: its freeze records (``_freezes``)
+    freezes: Sequence[Any]
+    #: its latest external anchor
+    anchor: AnchorEntry | None
 
 
 @contextlib.asynccontextmanager
-async def lookup_read(db: Database, run_id: str) -> AsyncIterator[asyncio.Future[LookupRows]]:
-    """The read of the run's lookup rows, under way on a connection of its own while the
-    caller reads and hashes the chain (``check_run`` awaits it); ended when the body ends."""
-    task = asyncio.ensure_future(_lookup_rows(db, run_id))
+async def lookup_read(
+    db: Database, anchors: AnchorLog | None, run_id: str
+) -> AsyncIterator[asyncio.Future[RunRows]]:
+    """The read of the run's lookup rows, raw-payload rows, freeze records and anchor, under
+    way (on a connection of its own) while the caller reads and hashes the chain (``check_run``
+    awaits it); ended when the body ends. Read before the chain, a freeze or raw row recorded
+    meanwhile is of events the chain read holds."""
+    task = asyncio.ensure_future(_run_rows(db, anchors, run_id))
     try:
         yield task
     finally:
         task.cancel()  # nothing when it is done
         await asyncio.gather(task, return_exceptions=True)
+
+
+async def _run_rows(db: Database, anchors: AnchorLog | None, run_id: str) -> RunRows:
+    # each read on its own (each result waits for a loop busy hashing the chain: they wait
+    # together)
+    async with asyncio.TaskGroup() as reads:
+        lookup = reads.create_task(_lookup_rows(db, run_id))
+        raw = reads.create_task(_raw_rows(db, run_id))
+        freezes = reads.create_task(_freezes(db, run_id))
+        anchor = reads.create_task(_latest_anchor(anchors, run_id))
+    return RunRows(lookup.result(), raw.result(), freezes.result(), anchor.result())
+
+
+async def _latest_anchor(anchors: AnchorLog | None, run_id: str) -> AnchorEntry | None:
+    return None if anchors is None else await anchors.latest(run_id)
+
+
+class EventsRead:
+    """The events of an intact chain as a store verifies it, chunk by chunk (``add``: the
+    ``on_events`` of ``stores.sql.chain_read.verify_intact_chain``), and the inline payloads the
+    checks read parsed as each chunk comes, while the store reads the next. They are the run's
+    only if its whole chain verifies."""
+
+    def __init__(self) -> None:
+        self.parts: list[ChainedEvents] = []
+        #: ``_parsed_events`` of the inline payloads
+        self.parsed: list[tuple[int, str, str, str, Any]] = []
+
+    def add(self, events: ChainedEvents) -> None:
+        self.parts.append(events)
+        self.parsed += _parsed_events(events, {})
+
+    def events(self) -> ChainedEvents:
+        return joined_events(self.parts)
 
 
 async def check_run(
@@ -205,72 +263,90 @@ async def check_run(
     events: ChainedEvents,
     chain: ChainVerification,
     *,
-    lookup: asyncio.Future[LookupRows] | None = None,
+    lookup: asyncio.Future[RunRows] | None = None,
+    parsed: list[tuple[int, str, str, str, Any]] | None = None,
 ) -> ChainVerification:
     """``chain`` (the verification of ``events``) with every problem found beyond the chain;
-    ``lookup``: the read of its lookup rows (``lookup_read``) if already under way."""
+    ``lookup``: the read of its other rows (``lookup_read``) if already under way; ``parsed``:
+    its inline payloads the checks read, already parsed (``EventsRead``)."""
     if lookup is None:
-        async with lookup_read(db, run_id) as started:
-            return await check_run(db, artifacts, anchors, run_id, events, chain, lookup=started)
+        async with lookup_read(db, anchors, run_id) as started:
+            return await check_run(
+                db, artifacts, anchors, run_id, events, chain, lookup=started, parsed=parsed
+            )
     found = _Found()
-    payloads = await _payloads(artifacts, events, found)
-    parsed, refs = _parsed_events(events, payloads)
-    await _check_artifacts(artifacts, refs, found)
-    tables = await lookup
+    in_store = list(map(str.startswith, events.payload_refs, itertools.repeat(CAS_PREFIX)))
+    payloads, from_store = await _payloads(artifacts, events, in_store, found)
+    if parsed is None:
+        parsed = _parsed_events(events, from_store)
+    elif from_store:  # the artifact-stored ones too, in sequence order
+        stored = _parsed_events(events.selected(in_store), from_store)
+        parsed = sorted([*parsed, *stored], key=operator.itemgetter(0))
+    await _check_artifacts(artifacts, _references(parsed), found)
+    rows = await lookup
     unread = set(events.sequences).difference(payloads)
-    _check_projections(tables, parsed, unread, found)
-    await _check_heads(db, anchors, run_id, events.hashes, found)
-    await _check_raw_rows(
-        db, run_id, dict(zip(events.sequences, events.payload_hashes, strict=True)), found
-    )
+    _check_projections(rows.lookup, parsed, unread, found)
+    _check_heads(rows, run_id, events.hashes, found)
+    if rows.raw:
+        sanitized = dict(zip(events.sequences, events.payload_hashes, strict=True))
+        _check_raw_rows(rows.raw, sanitized, found)
     return with_problems(chain, found.problems, found.checked)
 
 
 def _parsed_events(
-    events: ChainedEvents, payloads: Mapping[int, bytes | memoryview]
-) -> tuple[list[tuple[int, str, str, str, Any]], dict[str, int]]:
+    events: ChainedEvents, from_store: Mapping[int, bytes]
+) -> list[tuple[int, str, str, str, Any]]:
     """``(sequence, event_id, type, payload_hash, payload JSON)`` of each event whose payload
-    the checks read (lookup records, artifact references), each parsed once; and each artifact
-    digest those payloads point to, with the first sequence that does."""
-    refs: dict[str, int] = {}
-    parsed: list[tuple[int, str, str, str, Any]] = []
-    columns = zip(
-        events.sequences, events.event_ids, events.types, events.payload_hashes, strict=True
+    the checks read (lookup records, artifact references), in order: its inline payload, or
+    the one ``from_store`` (by sequence) when it is held in the artifact store; an event without
+    (a payload missing, unreadable or not JSON: named by ``_payloads``) is left out. Column by
+    column (no Python frame per event but the parse's)."""
+    typed = events.selected(map(_PARSED_TYPES.__contains__, events.types))
+    data: Sequence[bytes | memoryview | None] = typed.payloads
+    if any(map(str.startswith, typed.payload_refs, itertools.repeat(CAS_PREFIX))):
+        data = [
+            from_store.get(sequence) if ref.startswith(CAS_PREFIX) else inline
+            for sequence, ref, inline in zip(
+                typed.sequences, typed.payload_refs, typed.payloads, strict=True
+            )
+        ]
+    read = list(map(operator.is_not, data, itertools.repeat(None)))
+    columns = (typed.sequences, typed.event_ids, typed.types, typed.payload_hashes)
+    parsed = list(
+        zip(
+            *(itertools.compress(column, read) for column in columns),
+            json_values(list(itertools.compress(data, read)), not_json=_not_json),
+            strict=True,
+        )
     )
-    for sequence, event_id, type_, payload_hash in itertools.compress(
-        columns, map(_PARSED_TYPES.__contains__, events.types)
-    ):
-        data = payloads.get(sequence)
-        if data is None:
-            continue
-        try:
-            payload = json_value(data)
-        except ValueError:
-            continue
-        parsed.append((sequence, event_id, type_, payload_hash, payload))
+    if any(map(operator.is_, map(operator.itemgetter(4), parsed), itertools.repeat(_NOT_JSON))):
+        return [event for event in parsed if event[4] is not _NOT_JSON]
+    return parsed
+
+
+#: what ``_parsed_events`` parses a payload that is not JSON into
+_NOT_JSON = object()
+
+
+def _not_json(_: object) -> object:
+    return _NOT_JSON
+
+
+def _references(parsed: Iterable[tuple[int, str, str, str, Any]]) -> dict[str, int]:
+    """Each artifact digest the parsed payloads (in sequence order) point to, with the first
+    sequence that does."""
+    refs: dict[str, int] = {}
+    for sequence, _, type_, _, payload in parsed:
         if type_ in _REFERENCING_TYPES:
             for ref in refs_in(E(type_), payload):
                 if is_digest(ref) and len(ref) == _DIGEST_LENGTH:
                     refs.setdefault(ref, sequence)
-    return parsed, refs
+    return refs
 
 
-async def _keeps_raw_payloads(db: Database) -> bool:
-    """Whether the schema has ``raw_payloads`` (not before migration 0003, nor after a
-    downgrade: a database opened without migrating is verified on what it has)."""
-    async with db.read() as conn:
-        return bool(await conn.run_sync(lambda c: inspect(c).has_table("raw_payloads")))
-
-
-async def _check_raw_rows(
-    db: Database, run_id: str, sanitized: Mapping[int, str], found: _Found
-) -> None:
-    """Each event's raw-payload row (rule 17) must belong to a chained event with the
-    sanitized hash it names, and hold its encrypted raw form unless a request destroyed it:
-    a raw row without ciphertext that nobody destroyed is raw evidence lost. The content is
-    not decrypted here (that is an audited read with the KEK)."""
-    if not await _keeps_raw_payloads(db):
-        return
+async def _raw_rows(db: Database, run_id: str) -> Sequence[Any]:
+    """The run's raw-payload rows (none before migration 0003, nor after a downgrade: a
+    database opened without migrating is verified on what it has)."""
     r = schema.raw_payloads.c
     query = select(
         r.sequence,
@@ -282,7 +358,16 @@ async def _check_raw_rows(
         r.ciphertext.is_not(None).label("inline"),
     ).where(r.run_id == run_id, r.sequence.is_not(None))
     async with db.read() as conn:
-        raw_rows = (await conn.execute(query)).all()
+        if not await conn.run_sync(lambda c: inspect(c).has_table("raw_payloads")):
+            return []
+        return (await conn.execute(query)).all()
+
+
+def _check_raw_rows(raw_rows: Sequence[Any], sanitized: Mapping[int, str], found: _Found) -> None:
+    """Each event's raw-payload row (rule 17) must belong to a chained event with the
+    sanitized hash it names, and hold its encrypted raw form unless a request destroyed it:
+    a raw row without ciphertext that nobody destroyed is raw evidence lost. The content is
+    not decrypted here (that is an audited read with the KEK)."""
     for row in raw_rows:
         found.checked["raw_payloads"] += 1
         what = f"raw payload of sequence {row.sequence}"
@@ -309,16 +394,19 @@ _REFERENCING_TYPES = frozenset(str(t) for t in REFERENCING)
 
 
 async def _payloads(
-    artifacts: ArtifactStore | None, events: ChainedEvents, found: _Found
-) -> dict[int, bytes | memoryview]:
-    """Every payload, read back and checked: inline ones against their (chained) payload hash,
-    artifact-stored ones from the store."""
-    in_store = list(map(str.startswith, events.payload_refs, itertools.repeat(CAS_PREFIX)))
+    artifacts: ArtifactStore | None,
+    events: ChainedEvents,
+    in_store: Sequence[bool],
+    found: _Found,
+) -> tuple[dict[int, bytes | memoryview], dict[int, bytes]]:
+    """Every payload by sequence, read back and checked: inline ones against their (chained)
+    payload hash, artifact-stored ones (``in_store``: which events' are) from the store; and the
+    latter alone."""
     local = list(map(operator.not_, in_store))
     sequences = list(itertools.compress(events.sequences, local))
     inline = list(itertools.compress(events.payloads, local))
     out: dict[int, bytes | memoryview]
-    if None in inline:
+    if any(map(operator.is_, inline, itertools.repeat(None))):  # (no == of each payload)
         out = {}
         for sequence, payload in zip(sequences, inline, strict=True):
             if payload is None:
@@ -334,6 +422,7 @@ async def _payloads(
             in_store,
         )
     )
+    from_store: dict[int, bytes] = {}
     semaphore = asyncio.Semaphore(_CONCURRENCY)
 
     async def read(sequence: int, payload_ref: str, payload_hash: str) -> None:
@@ -363,11 +452,12 @@ async def _payloads(
             )
             return
         found.checked["payloads"] += 1
-        out[sequence] = data
+        from_store[sequence] = data
 
     await asyncio.gather(*(read(*event) for event in stored))
     found.checked["payloads"] += len(in_store) - len(stored)
-    return out
+    out.update(from_store)
+    return out, from_store
 
 
 async def _check_artifacts(
@@ -401,14 +491,10 @@ async def _check_artifacts(
 
 
 async def _lookup_rows(db: Database, run_id: str) -> LookupRows:
-    """The run's rows of each lookup table by key, their records parsed."""
+    """The run's rows of each lookup table, their records parsed."""
     columns = {rule.table: (rule.key_column, *rule.compared) for rule in PROJECTION_RULES}
     async with db.read() as conn:
-        tables = await fetch_lookup_rows(conn, columns, run_id)
-    return {
-        table: {str(row[0]): row[1:] for row in rows}  # key -> the compared values
-        for table, rows in tables.items()
-    }
+        return await fetch_lookup_rows(conn, columns, run_id)
 
 
 def _check_projections(
@@ -417,46 +503,60 @@ def _check_projections(
     unread: set[int],
     found: _Found,
 ) -> None:
-    """Each lookup row (``tables``: by table, by key; consumed) against the event that
-    recorded it. A row of an event whose payload could not be read is not called an orphan:
-    that payload's problem is already named."""
+    """Each lookup row against the event that recorded it. A row of an event whose payload
+    could not be read is not called an orphan: that payload's problem is already named."""
     by_type: dict[str, list[tuple[int, str, str, str, Any]]] = {}
     for event in events:  # each rule reads only the events of its types
         by_type.setdefault(event[2], []).append(event)
     for rule in PROJECTION_RULES:
-        stored = tables[rule.table]
+        keys, *columns = tables[rule.table]
         expected = expected_rows(rule, _of_types(by_type, rule.event_types))
-        rows = list(map(stored.pop, expected, itertools.repeat(None)))
-        # every row as expected (one comparison of the table's rows), or each one named
-        if rows_as_expected(expected.values(), rows):
-            found.checked["projections"] += len(rows)
+        # each stored row's place by key (a key stored twice: its last row), taken by the
+        # expected rows: the places left are orphans
+        places = dict(zip(map(str, keys), itertools.count()))
+        at = list(map(places.pop, expected, itertools.repeat(None)))
+        wanted = list(expected.values())
+        # every row as expected (one comparison per column), or each one named
+        if not any(map(operator.is_, at, itertools.repeat(None))) and rows_as_expected(
+            rule,
+            wanted,
+            [list(map(column.__getitem__, typing.cast(list[int], at))) for column in columns],
+        ):
+            found.checked["projections"] += len(at)
         else:
-            _compare_rows(rule, expected, rows, found)
-        at = rule.compared.index("sequence")
-        for key, row in stored.items():
-            if row[at] in unread:
+            _compare_rows(
+                rule, wanted, [None if i is None else _row(columns, i) for i in at], found
+            )
+        sequences = columns[rule.compared.index("sequence")]
+        for key, place in places.items():
+            if sequences[place] in unread:
                 continue
             found.add(
-                row[at],
+                sequences[place],
                 rule.table,
                 f"{rule.label} {key} in {rule.table} is not recorded by any chained event",
             )
 
 
+def _row(columns: Sequence[Sequence[Any]], place: int) -> tuple[Any, ...]:
+    """The values of the stored row at ``place``."""
+    return tuple(column[place] for column in columns)
+
+
 def _compare_rows(
     rule: ProjectionRule,
-    expected: Mapping[str, ExpectedRow],
+    expected: Sequence[ExpectedRow],
     rows: Sequence[tuple[Any, ...] | None],
     found: _Found,
 ) -> None:
-    """What differs between each expected row and the stored one at the same place (None:
-    missing), named row by row."""
-    for (key, want), row in zip(expected.items(), rows, strict=True):
+    """What differs between each expected row and the stored one (its ``rule.compared``
+    values; None: missing), named row by row."""
+    for want, row in zip(expected, rows, strict=True):
         if row is None:
             found.add(
                 want.sequence,
                 rule.table,
-                f"{rule.label} {key} recorded by the chained event at sequence "
+                f"{rule.label} {want.key} recorded by the chained event at sequence "
                 f"{want.sequence} is missing from {rule.table}",
             )
             continue
@@ -484,15 +584,12 @@ def _same_record(stored: Mapping[str, Any], chained: Mapping[str, Any]) -> bool:
         return False
 
 
-async def _check_heads(
-    db: Database, anchors: AnchorLog | None, run_id: str, hashes: Sequence[str], found: _Found
-) -> None:
-    """The run's latest external anchor and its freeze records name heads the chain must still
-    hold; a truncated, re-chained or rewritten run does not."""
+async def _freezes(db: Database, run_id: str) -> Sequence[Any]:
+    """The run's freeze records."""
     f = schema.evidence_freezes.c
     try:
         async with db.read() as conn:
-            freezes = (
+            return (
                 await conn.execute(
                     select(
                         f.freeze_id, f.chain_head_sequence, f.chain_head_hash, f.created_at
@@ -501,9 +598,14 @@ async def _check_heads(
             ).all()
     except StoreError:
         # a database still at migration 0001 has no freeze records to check against (the
-        # anchor below does not depend on the database)
-        freezes = []
-    for freeze in freezes:
+        # anchor does not depend on the database)
+        return []
+
+
+def _check_heads(rows: RunRows, run_id: str, hashes: Sequence[str], found: _Found) -> None:
+    """The run's latest external anchor and its freeze records name heads the chain must still
+    hold; a truncated, re-chained or rewritten run does not."""
+    for freeze in rows.freezes:
         anchor = Anchor(
             run_id=run_id,
             sequence=freeze.chain_head_sequence,
@@ -513,13 +615,10 @@ async def _check_heads(
         problem = check_head(anchor, hashes, what=f"freeze {freeze.freeze_id}")
         if problem is not None:
             found.problems.append(problem)
-    if anchors is None:
-        return
-    entry = await anchors.latest(run_id)
-    if entry is None:
+    if rows.anchor is None:
         return
     found.checked["anchors"] += 1
-    problem = check_head(entry.anchor, hashes)
+    problem = check_head(rows.anchor.anchor, hashes)
     if problem is not None:
         found.problems.append(problem)
 
