@@ -81,7 +81,9 @@ async def fetch_lookup_rows(
     if conn.dialect.name == "sqlite":
         try:
             return await _sqlite_lookup_rows(driver, tables, run_id)
-        except sqlite3.Error:  # a BLOB where JSON cannot hold it: the rows one by one
+        except (sqlite3.Error, _NotJson):
+            # a BLOB where JSON cannot hold it, a value of the JSON column that is not JSON
+            # (its stored type then kept): the rows one by one
             return await _sqlite_lookup_rows(driver, tables, run_id, aggregated=False)
     sql = " UNION ALL ".join(
         f"SELECT {index}, json_agg(json_build_array({', '.join(tables[table])}))::text"
@@ -117,7 +119,8 @@ async def _sqlite_lookup_rows(
             sql, (run_id,) * len(names)
         ):
             columns = _columns(orjson.loads(others), len(tables[names[index]]) - 1)
-            out[names[index]] = [*columns, json_values(_split(joined, lengths))]
+            values = json_values(_split(joined, lengths), not_json=_not_json)
+            out[names[index]] = [*columns, values]
         return out
     width = max(map(len, tables.values()))
     sql = " UNION ALL ".join(
@@ -132,6 +135,16 @@ async def _sqlite_lookup_rows(
         columns = _columns(by_table[index], width + 1)
         out[table] = [*columns[1 : len(tables[table])], json_values(columns[-1])]
     return out
+
+
+class _NotJson(Exception):
+    """A value of the JSON column read as bytes is not JSON: read as stored instead."""
+
+
+def _not_json(value: Any) -> Any:
+    if value is None:  # a NULL
+        return None
+    raise _NotJson
 
 
 def _split(joined: bytes | None, lengths: str | None) -> list[bytes | None]:
