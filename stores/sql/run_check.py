@@ -4,7 +4,7 @@ lookup tables, the freeze records and the external anchor.
 
 The chain proves the events. Each other thing is checked against them: a payload and an
 artifact must hash to the digest a chained event names, a lookup row must be what the chained
-event that recorded it says (``models.verification``), and the latest anchor's head must still
+event that recorded it says (``models.verification``, ``stores.sql.lookup_check``), and the latest anchor's head must still
 be in the chain at its sequence (``models.anchor``).
 """
 
@@ -16,14 +16,12 @@ import itertools
 import operator
 import typing
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from sqlalchemy import inspect, select
 
 from models import ExecutionEventType
 from models.anchor import Anchor, AnchorEntry, check_head
-from models.canonical import canonical_hash
 from models.chain import ChainRow, ChainVerification, VerificationProblem, verify_chain
 from models.digest import is_digest, sha256_digest
 from models.errors import (
@@ -34,22 +32,20 @@ from models.errors import (
     RunNotFoundError,
     StoreError,
 )
-from models.verification import (
-    ChainedEvents,
-    ExpectedRow,
-    ProjectionRule,
-    compare_row,
-    expected_rows,
-    joined_events,
-    rows_as_expected,
-    with_problems,
-)
+from models.verification import ChainedEvents, joined_events, with_problems
 from runtime.evidence_refs import REFERENCING, refs_in
 from runtime.ports import ArtifactStore
 from stores.anchors import AnchorLog
 from stores.sql import schema
-from stores.sql.chain_read import fetch_lookup_rows, json_values
+from stores.sql.chain_read import json_values
 from stores.sql.database import Database, utc
+from stores.sql.lookup_check import (
+    PROJECTION_RULES,
+    Found,
+    LookupRows,
+    check_projections,
+    lookup_rows,
+)
 
 __all__ = [
     "PROJECTION_RULES",
@@ -66,131 +62,9 @@ _DIGEST_LENGTH = len("sha256:") + 64
 _CONCURRENCY = 16
 
 
-def _rule(
-    table: str,
-    label: str,
-    types: set[E],
-    key: str,
-    natural: str | None,
-    signature: set[str],
-    columns: tuple[str, ...],
-    mutable: bool = False,
-) -> ProjectionRule:
-    return ProjectionRule(
-        table=table,
-        label=label,
-        event_types=frozenset(str(t) for t in types),
-        key_column=key,
-        natural_key=natural,
-        signature=frozenset(signature),
-        columns=columns,
-        mutable=mutable,
-    )
-
-
-#: the lookup tables and how each derives from the chained events (see stores/sql/projections.py,
-#: which writes them: the same key, sequence, content hash, columns and record)
-PROJECTION_RULES: tuple[ProjectionRule, ...] = (
-    _rule(
-        "tool_fixtures",
-        "fixture",
-        {E.TOOL_CALL},
-        "fixture_id",
-        None,
-        {"tool_call_id", "capability_id", "request_hash", "outcome", "sanitized_response"},
-        ("tool_call_id", "capability_id", "request_hash", "outcome"),
-    ),
-    _rule(
-        "prompt_artifacts",
-        "prompt artifact",
-        {E.PROMPT_COMPILED},
-        "artifact_id",
-        "artifact_id",
-        {"artifact_id", "template_version", "compiled_hash", "content_ref"},
-        ("template_version", "compiled_hash"),
-    ),
-    _rule(
-        "context_snapshots",
-        "context snapshot",
-        {E.CONTEXT_SNAPSHOT},
-        "snapshot_id",
-        "snapshot_id",
-        {"snapshot_id", "tool_catalog_hash", "state_hash", "content_hash"},
-        (),
-    ),
-    _rule(
-        "retrieval_fixtures",
-        "retrieval fixture",
-        {E.RETRIEVAL},
-        "retrieval_id",
-        None,
-        {"query_hash", "retriever_version", "evidence"},
-        ("query_hash", "retriever_version"),
-    ),
-    _rule(
-        "policy_decisions",
-        "policy decision",
-        {E.POLICY_DECISION},
-        "decision_id",
-        None,
-        {"policy_id", "policy_version", "input_hash", "decision"},
-        ("policy_id", "policy_version", "decision"),
-    ),
-    _rule(
-        "approvals",
-        "approval",
-        {E.APPROVAL},
-        "approval_id",
-        "approval_id",
-        {"approval_id", "approver", "action_hash", "approved_at"},
-        ("action_hash",),
-    ),
-    _rule(
-        "side_effects",
-        "side effect",
-        {E.SIDE_EFFECT},
-        "side_effect_id",
-        "side_effect_id",
-        {"side_effect_id", "idempotency_key", "action_hash", "status", "capability_id"},
-        ("status", "capability_id", "idempotency_key"),
-        mutable=True,
-    ),
-    _rule(
-        "checkpoints",
-        "checkpoint",
-        {E.CHECKPOINT},
-        "checkpoint_id",
-        None,
-        {"run_id", "step_id", "sequence", "state_ref", "state_hash"},
-        ("sequence",),
-    ),
-)
-
 _PARSED_TYPES = frozenset(t for rule in PROJECTION_RULES for t in rule.event_types) | frozenset(
     str(t) for t in REFERENCING
 )
-
-
-@dataclass
-class _Found:
-    problems: list[VerificationProblem] = field(default_factory=list)
-    checked: dict[str, int] = field(
-        default_factory=lambda: {
-            "payloads": 0,
-            "artifacts": 0,
-            "projections": 0,
-            "anchors": 0,
-            "raw_payloads": 0,
-        }
-    )
-
-    def add(self, sequence: int | None, kind: str, message: str) -> None:
-        self.problems.append(VerificationProblem(sequence=sequence, kind=kind, message=message))
-
-
-#: a run's lookup rows: by table, the rule's key column then each of its ``compared`` ones,
-#: each as its rows' values (in one order; the record parsed)
-LookupRows = dict[str, list[Sequence[Any]]]
 
 
 class RunRows(NamedTuple):
@@ -225,7 +99,7 @@ async def _run_rows(db: Database, anchors: AnchorLog | None, run_id: str) -> Run
     # each read on its own (each result waits for a loop busy hashing the chain: they wait
     # together)
     async with asyncio.TaskGroup() as reads:
-        lookup = reads.create_task(_lookup_rows(db, run_id))
+        lookup = reads.create_task(lookup_rows(db, run_id))
         raw = reads.create_task(_raw_rows(db, run_id))
         freezes = reads.create_task(_freezes(db, run_id))
         anchor = reads.create_task(_latest_anchor(anchors, run_id))
@@ -274,7 +148,7 @@ async def check_run(
             return await check_run(
                 db, artifacts, anchors, run_id, events, chain, lookup=started, parsed=parsed
             )
-    found = _Found()
+    found = Found()
     in_store = list(map(str.startswith, events.payload_refs, itertools.repeat(CAS_PREFIX)))
     payloads, from_store = await _payloads(artifacts, events, in_store, found)
     if parsed is None:
@@ -285,7 +159,7 @@ async def check_run(
     await _check_artifacts(artifacts, _references(parsed), found)
     rows = await lookup
     unread = set(events.sequences).difference(payloads)
-    _check_projections(rows.lookup, parsed, unread, found)
+    check_projections(rows.lookup, parsed, unread, found)
     _check_heads(rows, run_id, events.hashes, found)
     if rows.raw:
         sanitized = dict(zip(events.sequences, events.payload_hashes, strict=True))
@@ -363,7 +237,7 @@ async def _raw_rows(db: Database, run_id: str) -> Sequence[Any]:
         return (await conn.execute(query)).all()
 
 
-def _check_raw_rows(raw_rows: Sequence[Any], sanitized: Mapping[int, str], found: _Found) -> None:
+def _check_raw_rows(raw_rows: Sequence[Any], sanitized: Mapping[int, str], found: Found) -> None:
     """Each event's raw-payload row (rule 17) must belong to a chained event with the
     sanitized hash it names, and hold its encrypted raw form unless a request destroyed it:
     a raw row without ciphertext that nobody destroyed is raw evidence lost. The content is
@@ -397,7 +271,7 @@ async def _payloads(
     artifacts: ArtifactStore | None,
     events: ChainedEvents,
     in_store: Sequence[bool],
-    found: _Found,
+    found: Found,
 ) -> tuple[dict[int, bytes | memoryview], dict[int, bytes]]:
     """Every payload by sequence, read back and checked: inline ones against their (chained)
     payload hash, artifact-stored ones (``in_store``: which events' are) from the store; and the
@@ -461,7 +335,7 @@ async def _payloads(
 
 
 async def _check_artifacts(
-    artifacts: ArtifactStore | None, refs: Mapping[str, int], found: _Found
+    artifacts: ArtifactStore | None, refs: Mapping[str, int], found: Found
 ) -> None:
     """Every artifact a chained payload points to is read back and hashed (``get`` does)."""
     if artifacts is None or not refs:
@@ -490,100 +364,6 @@ async def _check_artifacts(
     await asyncio.gather(*(read(d, s) for d, s in refs.items()))
 
 
-async def _lookup_rows(db: Database, run_id: str) -> LookupRows:
-    """The run's rows of each lookup table, their records parsed."""
-    columns = {rule.table: (rule.key_column, *rule.compared) for rule in PROJECTION_RULES}
-    async with db.read() as conn:
-        return await fetch_lookup_rows(conn, columns, run_id)
-
-
-def _check_projections(
-    tables: LookupRows,
-    events: list[tuple[int, str, str, str, Any]],
-    unread: set[int],
-    found: _Found,
-) -> None:
-    """Each lookup row against the event that recorded it. A row of an event whose payload
-    could not be read is not called an orphan: that payload's problem is already named."""
-    by_type: dict[str, list[tuple[int, str, str, str, Any]]] = {}
-    for event in events:  # each rule reads only the events of its types
-        by_type.setdefault(event[2], []).append(event)
-    for rule in PROJECTION_RULES:
-        keys, *columns = tables[rule.table]
-        expected = expected_rows(rule, _of_types(by_type, rule.event_types))
-        # each stored row's place by key (a key stored twice: its last row), taken by the
-        # expected rows: the places left are orphans
-        places = dict(zip(map(str, keys), itertools.count()))
-        at = list(map(places.pop, expected, itertools.repeat(None)))
-        wanted = list(expected.values())
-        # every row as expected (one comparison per column), or each one named
-        if not any(map(operator.is_, at, itertools.repeat(None))) and rows_as_expected(
-            rule,
-            wanted,
-            [list(map(column.__getitem__, typing.cast(list[int], at))) for column in columns],
-        ):
-            found.checked["projections"] += len(at)
-        else:
-            _compare_rows(
-                rule, wanted, [None if i is None else _row(columns, i) for i in at], found
-            )
-        sequences = columns[rule.compared.index("sequence")]
-        for key, place in places.items():
-            if sequences[place] in unread:
-                continue
-            found.add(
-                sequences[place],
-                rule.table,
-                f"{rule.label} {key} in {rule.table} is not recorded by any chained event",
-            )
-
-
-def _row(columns: Sequence[Sequence[Any]], place: int) -> tuple[Any, ...]:
-    """The values of the stored row at ``place``."""
-    return tuple(column[place] for column in columns)
-
-
-def _compare_rows(
-    rule: ProjectionRule,
-    expected: Sequence[ExpectedRow],
-    rows: Sequence[tuple[Any, ...] | None],
-    found: _Found,
-) -> None:
-    """What differs between each expected row and the stored one (its ``rule.compared``
-    values; None: missing), named row by row."""
-    for want, row in zip(expected, rows, strict=True):
-        if row is None:
-            found.add(
-                want.sequence,
-                rule.table,
-                f"{rule.label} {want.key} recorded by the chained event at sequence "
-                f"{want.sequence} is missing from {rule.table}",
-            )
-            continue
-        actual = dict(zip(rule.compared, row, strict=True))
-        problem = compare_row(rule, want, actual, _same_record)
-        if problem is not None:
-            found.add(want.sequence, rule.table, problem)
-        found.checked["projections"] += 1
-
-
-def _of_types(
-    by_type: Mapping[str, list[tuple[int, str, str, str, Any]]], types: frozenset[str]
-) -> list[tuple[int, str, str, str, Any]]:
-    """The events of ``types``, in sequence order."""
-    lists = [by_type[t] for t in types if t in by_type]
-    if len(lists) == 1:
-        return lists[0]
-    return sorted((e for events in lists for e in events), key=lambda e: e[0])
-
-
-def _same_record(stored: Mapping[str, Any], chained: Mapping[str, Any]) -> bool:
-    try:
-        return canonical_hash(dict(stored)) == canonical_hash(dict(chained))
-    except ValueError:
-        return False
-
-
 async def _freezes(db: Database, run_id: str) -> Sequence[Any]:
     """The run's freeze records."""
     f = schema.evidence_freezes.c
@@ -602,7 +382,7 @@ async def _freezes(db: Database, run_id: str) -> Sequence[Any]:
         return []
 
 
-def _check_heads(rows: RunRows, run_id: str, hashes: Sequence[str], found: _Found) -> None:
+def _check_heads(rows: RunRows, run_id: str, hashes: Sequence[str], found: Found) -> None:
     """The run's latest external anchor and its freeze records name heads the chain must still
     hold; a truncated, re-chained or rewritten run does not."""
     for freeze in rows.freezes:
