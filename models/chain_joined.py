@@ -23,11 +23,12 @@ import hashlib
 import itertools
 import re
 import typing
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from models.chain import GENESIS_HASH, TEMPLATE_FIELDS, TEMPLATE_LITERALS, ChainVerification
 from models.digest import DIGEST_PREFIX
+from models.verification import ChainedEvents
 
 __all__ = [
     "CHUNK_FIELDS",
@@ -36,6 +37,7 @@ __all__ = [
     "ChainChunk",
     "JoinedChainCheck",
     "chained_texts",
+    "chunk_events",
     "joined_digests",
     "split_payloads",
     "verify_chain_chunks",
@@ -59,6 +61,8 @@ _DECIMAL = b"(?:0|[1-9][0-9]{0,14})"
 _DECIMALS = re.compile(_DECIMAL + b"(?:" + re.escape(FIELD_SEPARATOR.encode()) + _DECIMAL + b")*")
 _DIGEST_LENGTH = len(GENESIS_HASH)
 _PAYLOAD_HASH = CHUNK_FIELDS.index("payload_hash")
+#: the fields of ``ChainedEvents`` a chunk holds as joined columns
+_EVENT_FIELDS = tuple(map(CHUNK_FIELDS.index, ("event_id", "type", "payload_ref", "payload_hash")))
 #: an event's inline mark as a selector of ``itertools.compress``
 _MARKS = bytes.maketrans(b"01", b"\x00\x01")
 #: the characters a JSON text holds as themselves: printable ASCII but the quote and backslash
@@ -236,13 +240,18 @@ def _chunk_hashes(run_id: str, chunk: ChainChunk, first: int, previous: str) -> 
 
 class JoinedChainCheck:
     """``verify_chain`` of one run for an intact chain read as ``ChainChunk``s, consecutive and
-    in order, fed one at a time (a store reads the next chunk while this one is hashed)."""
+    in order, fed one at a time (a store reads the next chunk while this one is hashed);
+    ``on_events``: called with the events of each chunk that verifies, as the checks beyond
+    the chain read them (its work then also overlaps the store's read of the next chunk)."""
 
-    def __init__(self, run_id: str) -> None:
+    def __init__(
+        self, run_id: str, *, on_events: Callable[[ChainedEvents], None] | None = None
+    ) -> None:
         self.run_id = run_id
         self.count = 0
         self.head = GENESIS_HASH
         self.intact = True
+        self.on_events = on_events
 
     def add(self, chunk: ChainChunk) -> bool:
         """Whether ``chunk`` verifies after the chunks added so far (once not, never again)."""
@@ -252,6 +261,8 @@ class JoinedChainCheck:
         if hashes is None:
             self.intact = False
             return False
+        if self.on_events is not None:
+            self.on_events(chunk_events(chunk, self.count + 1, hashes))
         self.count += chunk.count
         self.head = hashes[-_DIGEST_LENGTH:]
         return True
@@ -269,6 +280,27 @@ class JoinedChainCheck:
             head_sequence=self.count,
             head_hash=self.head,
         )
+
+
+def chunk_events(chunk: ChainChunk, first: int, hashes: str) -> ChainedEvents:
+    """The events of a chunk that verified after ``first - 1`` events with ``hashes`` (its
+    joined hashes): each field split from its join (every value checked plain printable ASCII
+    without the separator), each event's inline payload or None."""
+    n = chunk.count
+    event_ids, types, refs, payload_hashes = (
+        typing.cast(str, chunk.fields[index]).split(FIELD_SEPARATOR) for index in _EVENT_FIELDS
+    )
+    marks = typing.cast(str, chunk.inline).encode().translate(_MARKS)
+    inline = dict(zip(itertools.compress(range(n), marks), chunk.payloads, strict=True))
+    return ChainedEvents(
+        sequences=range(first, first + n),
+        event_ids=event_ids,
+        types=types,
+        payload_refs=refs,
+        payload_hashes=payload_hashes,
+        hashes=hashes.split(SEPARATOR),
+        payloads=list(map(inline.get, range(n))),
+    )
 
 
 def verify_chain_chunks(

@@ -10,17 +10,24 @@ its looked-up columns and its whole record must be what that event's payload say
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+import dataclasses
+import functools
+import itertools
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from models.chain import BreakReason, ChainVerification, VerificationProblem
+from models.chain import BreakReason, ChainRow, ChainVerification, VerificationProblem
 
 __all__ = [
+    "ChainedEvents",
     "ExpectedRow",
     "ProjectionRule",
+    "chained_events",
     "compare_row",
     "expected_rows",
+    "joined_events",
+    "rows_as_expected",
     "with_problems",
 ]
 
@@ -30,6 +37,57 @@ _REASONS: dict[str, BreakReason] = {
     "artifact": BreakReason.ARTIFACT,
     "anchor": BreakReason.ANCHOR,
 }
+
+
+@dataclass(frozen=True, slots=True)
+class ChainedEvents:
+    """What the checks beyond the chain read of a run's chained events, as columns in the
+    stored order (one list per field: a store that reads joined columns builds no object per
+    event)."""
+
+    sequences: Sequence[int]
+    event_ids: Sequence[str]
+    types: Sequence[str]
+    payload_refs: Sequence[str]
+    payload_hashes: Sequence[str]
+    hashes: Sequence[str]
+    #: each event's inline payload, None when it is held elsewhere
+    payloads: Sequence[bytes | memoryview | None]
+
+    def selected(self, which: Iterable[bool]) -> ChainedEvents:
+        """The events ``which`` marks (one mark per event, in order)."""
+        marks = list(which)
+        return ChainedEvents(
+            *(list(itertools.compress(getattr(self, name), marks)) for name in _EVENT_COLUMNS)
+        )
+
+
+def chained_events(rows: Sequence[ChainRow]) -> ChainedEvents:
+    """The ``ChainedEvents`` of rows read one per event (a store's general path)."""
+    return ChainedEvents(
+        sequences=[row.sequence for row in rows],
+        event_ids=[row.event_id for row in rows],
+        types=[row.type for row in rows],
+        payload_refs=[row.payload_ref for row in rows],
+        payload_hashes=[row.payload_hash for row in rows],
+        hashes=[row.hash for row in rows],
+        payloads=[row.payload for row in rows],
+    )
+
+
+def joined_events(parts: Sequence[ChainedEvents]) -> ChainedEvents:
+    """The ``ChainedEvents`` of consecutive parts of a run, in order, as one."""
+    if len(parts) == 1:
+        return parts[0]
+
+    def column(name: str) -> list[Any]:
+        return list(itertools.chain.from_iterable(getattr(part, name) for part in parts))
+
+    return ChainedEvents(*map(column, _EVENT_COLUMNS))
+
+
+#: the fields of ``ChainedEvents``, in order
+_EVENT_COLUMNS = tuple(field.name for field in dataclasses.fields(ChainedEvents))
 
 
 @dataclass(frozen=True)
@@ -45,10 +103,18 @@ class ProjectionRule:
     #: the record's own id field when it has one; else the carrying event's id is the key
     natural_key: str | None
     signature: frozenset[str]
-    #: looked-up column -> the value the record's JSON gives it
-    columns: Callable[[Mapping[str, Any]], dict[str, Any]]
+    #: the looked-up columns, each holding the record's field of the same name
+    columns: tuple[str, ...]
     #: a row later events update (a side effect's status); else the first event wins
     mutable: bool = False
+
+    @property
+    def compared(self) -> tuple[str, ...]:
+        """The stored row's columns compared with the expected row, in order: the looked-up
+        ones, the sequence of the event that recorded it (unless looked up: a checkpoint's row
+        keeps its own), its content hash and its record."""
+        sequence = () if "sequence" in self.columns else ("sequence",)
+        return (*self.columns, *sequence, "content_hash", "record")
 
 
 class ExpectedRow(NamedTuple):
@@ -59,7 +125,10 @@ class ExpectedRow(NamedTuple):
     sequence: int
     content_hash: str
     record: Mapping[str, Any]
-    columns: dict[str, Any]
+
+
+#: an ``ExpectedRow`` from a tuple of its fields, without the Python-level ``__new__``
+_expected_row = functools.partial(tuple.__new__, ExpectedRow)
 
 
 def expected_rows(
@@ -78,8 +147,25 @@ def expected_rows(
         known = rows.get(key)
         if known is not None and (not rule.mutable or known.content_hash == payload_hash):
             continue
-        rows[key] = ExpectedRow(key, sequence, payload_hash, payload, rule.columns(payload))
+        rows[key] = _expected_row((key, sequence, payload_hash, payload))
     return rows
+
+
+def rows_as_expected(
+    rule: ProjectionRule, expected: Sequence[ExpectedRow], stored: Sequence[Sequence[Any]]
+) -> bool:
+    """Whether the stored rows, given as the values of each of ``rule.compared``'s columns in
+    the order of ``expected``, are the expected ones: one comparison per column, natively (each
+    value by ``==``, records in depth). When True, ``compare_row`` finds nothing in any of
+    them; else it names what differs."""
+    records = [row.record for row in expected]
+    wanted: list[list[Any]] = [[record.get(c) for record in records] for c in rule.columns]
+    if "sequence" not in rule.columns:
+        wanted.append([row.sequence for row in expected])
+    wanted += [[row.content_hash for row in expected], records]
+    return len(stored) == len(wanted) and all(
+        list(column) == values for column, values in zip(stored, wanted, strict=True)
+    )
 
 
 def compare_row(
@@ -91,12 +177,12 @@ def compare_row(
     """The first way the stored row ``actual`` differs from ``expected``, as a sentence, or
     None. ``same_record`` decides record equality when plain equality fails (canonical form)."""
     name = f"{rule.label} {expected.key}"
-    for column, value in expected.columns.items():
-        stored = actual.get(column)
+    for column in rule.columns:
+        stored, value = actual.get(column), expected.record.get(column)
         if stored != value:
             return f"{name} {column} {stored} disagrees with the chained event ({value})"
     # a checkpoint's row keeps its own sequence (a column above), others the event's
-    if "sequence" not in expected.columns and actual.get("sequence") != expected.sequence:
+    if "sequence" not in rule.columns and actual.get("sequence") != expected.sequence:
         return (
             f"{name} is recorded at sequence {actual.get('sequence')} but the chained event "
             f"that recorded it is at sequence {expected.sequence}"

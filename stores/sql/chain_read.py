@@ -5,14 +5,14 @@ event's hash is recomputed from its stored fields written into the fixed templat
 canonical metadata (``models.chain.TEMPLATE_LITERALS`` around ``TEMPLATE_FIELDS``):
 ``previous_hash ‖ metadata ‖ payload_hash``, the instants in ``format_instant`` form.
 
-The chain-only check (``verify_intact_chain``) reads each chunk of events as one row of joined
-columns (``string_agg`` / ``group_concat``: the stored values only) and ``models.chain_joined``
-writes the chained texts from them, one join per event, the next chunks' reads under way while
-one is hashed: no object per event but the texts, every check but the hashing one comparison
-per chunk and column. The full check (``read_intact_chain`` with events) reads one row per
-event, which its checks beyond the chain (``run_check``) need as ``StoredEvent``s, the database
-writing each event's chained text with printf / format, and checks order, links, escapes and
-hashes over whole columns (``models.chain.verify_chain_columns``); an intact run is read once.
+Both the chain-only check and the full check's chain (``verify_intact_chain``) read each chunk
+of events as one row of joined columns (``string_agg`` / ``group_concat``: the stored values
+only) and ``models.chain_joined`` writes the chained texts from them, one join per event, the
+next chunks' reads under way while one is hashed: no object per event but the texts, every
+check but the hashing one comparison per chunk and column. What the full check's checks beyond
+the chain (``run_check``) read of the events (ids, types, payload refs and hashes, hashes,
+inline payloads) is split from the same verified columns and handed over chunk by chunk (its
+work on them overlaps the next read): an intact run is read once.
 Anything that does not verify answers None: the caller then takes the general path, which
 names what is broken and where.
 """
@@ -23,20 +23,14 @@ import asyncio
 import collections
 import functools
 import json
-import typing
-from collections.abc import Sequence
-from typing import Any, NamedTuple
+import sqlite3
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import orjson
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from models.chain import (
-    TEMPLATE_FIELDS,
-    TEMPLATE_LITERALS,
-    ChainColumns,
-    ChainVerification,
-    verify_chain_columns,
-)
+from models.chain import ChainVerification
 from models.chain_joined import (
     CHUNK_FIELDS,
     FIELD_SEPARATOR,
@@ -45,70 +39,20 @@ from models.chain_joined import (
     JoinedChainCheck,
     split_payloads,
 )
+from models.verification import ChainedEvents
 
 __all__ = [
-    "StoredEvent",
     "fetch_lookup_rows",
-    "fetch_run_rows",
-    "read_intact_chain",
+    "json_value",
+    "json_values",
     "verify_intact_chain",
 ]
 
 
-class StoredEvent(NamedTuple):
-    """What the checks beyond the chain (``stores.sql.run_check``) read of a chained event."""
-
-    sequence: int
-    event_id: str
-    type: str
-    payload_ref: str
-    payload_hash: str
-    hash: str
-    #: the inline payload; None when it is held in the artifact store
-    payload: bytes | None
-
-
-#: what the text holds in place of a value that is NULL or not in the stored form: a backslash,
-#: which the template never writes (so the text fails ``verify_chain_columns``' check). printf
-#: and format write NULL as nothing, and a hash forged over that must not verify here.
+#: what a joined column holds in place of a value that is NULL: a backslash, which the template
+#: never writes (so the chunk does not verify). A join leaves a NULL out, and another value
+#: holding the separator would make up for it.
 _MISSING = "'\\'"
-
-
-def _instant_sql(column: str, sqlite: bool) -> str:
-    """SQL for ``format_instant`` of a stored instant (``2026-11-03T09:00:00.001000Z``)."""
-    if sqlite:  # SQLAlchemy stores "2026-11-03 09:00:00.001000"
-        return (
-            f"CASE WHEN length({column}) = 26 THEN replace({column}, ' ', 'T') || 'Z'"
-            f" ELSE {_MISSING} END"
-        )
-    return f"""to_char({column} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')"""
-
-
-def _field_sql(name: str, sqlite: bool) -> str:
-    if name in ("logical_time", "recorded_at"):
-        return f"coalesce({_instant_sql(name, sqlite)}, {_MISSING})"
-    if name in ("schema_version", "sequence"):
-        return f"coalesce(CAST({name} AS TEXT), {_MISSING})"
-    return f"coalesce({name}, {_MISSING})"
-
-
-def _text_sql(sqlite: bool) -> str:
-    """SQL for an event's chained text, written by one call of the database's printf
-    (SQLite) or format (PostgreSQL) from the template."""
-    template = "%s" + "%s".join(TEMPLATE_LITERALS) + "%s"
-    fields = [_field_sql(name, sqlite) for name in ("previous_hash", *TEMPLATE_FIELDS)]
-    arguments = ", ".join([*fields, _field_sql("payload_hash", sqlite)])
-    return f"{'printf' if sqlite else 'format'}('{template.replace(chr(39), chr(39) * 2)}', {arguments})"
-
-
-@functools.cache
-def _query(sqlite: bool, with_events: bool) -> str:
-    """The rows verification reads, each with its chained text."""
-    return (
-        f"SELECT sequence, previous_hash, {_text_sql(sqlite)}, payload_hash, hash, payload"
-        f"{', event_id, type, payload_ref' if with_events else ''}"
-        f" FROM execution_events WHERE run_id = {'?' if sqlite else '$1'} ORDER BY sequence"
-    )
 
 
 async def _fetch(conn: AsyncConnection, sql: str, arguments: tuple[Any, ...]) -> list[Any]:
@@ -120,57 +64,142 @@ async def _fetch(conn: AsyncConnection, sql: str, arguments: tuple[Any, ...]) ->
     return list(await driver.fetch(sql, *arguments))
 
 
-async def fetch_run_rows(conn: AsyncConnection, table: str, run_id: str) -> list[dict[str, Any]]:
-    """Every row of ``table`` (a name from the schema, never input) for ``run_id``, as column
-    name to value, read through the driver's own cursor: SQLite's values as the driver gives
-    them (a JSON column as its text), PostgreSQL's as the row's JSON (``row_to_json``: a JSON
-    column as its parsed value, an instant as its ISO text), parsed natively."""
-    raw = await conn.get_raw_connection()
-    driver: Any = raw.driver_connection
-    if conn.dialect.name == "sqlite":
-        cursor = await driver.execute(f"SELECT * FROM {table} WHERE run_id = ?", (run_id,))
-        try:
-            rows = await cursor.fetchall()
-            names = [d[0] for d in cursor.description]
-        finally:
-            await cursor.close()
-        return [dict(zip(names, row, strict=True)) for row in rows]
-    # one text per row: no per-column decoding by the driver (asyncpg reads JSON columns with
-    # the stdlib parser)
-    texts = await driver.fetch(
-        f"SELECT row_to_json(t)::text FROM {table} AS t WHERE t.run_id = $1", run_id
-    )
-    return [_json_row(text) for (text,) in texts]
-
-
 async def fetch_lookup_rows(
-    conn: AsyncConnection, tables: Sequence[str], run_id: str
-) -> dict[str, list[dict[str, Any]]]:
-    """``fetch_run_rows`` of each of ``tables`` (names from the schema, never input); from
-    PostgreSQL in one statement (one round trip, the server's work under way while the caller
-    does its own)."""
-    if conn.dialect.name == "sqlite":
-        return {table: await fetch_run_rows(conn, table, run_id) for table in tables}
+    conn: AsyncConnection, tables: Mapping[str, Sequence[str]], run_id: str
+) -> dict[str, list[Sequence[Any]]]:
+    """The rows of each of ``tables`` (names and columns from the schema, never input) for
+    ``run_id`` as columns: for each of the given columns its rows' values (in one order), the
+    last column's (JSON) parsed, a text that is not JSON left as it is. Read through the
+    driver's own cursor in one statement (one round trip: the caller's loop, busy hashing the
+    chain, takes each result in turn): SQLite's other values as it gives them; PostgreSQL's as
+    JSON (an instant as its ISO text), each table's rows as one JSON array parsed natively
+    (asyncpg would read a JSON column with the stdlib parser)."""
     raw = await conn.get_raw_connection()
     driver: Any = raw.driver_connection
+    out: dict[str, list[Sequence[Any]]] = {}
+    names = list(tables)
+    if conn.dialect.name == "sqlite":
+        try:
+            return await _sqlite_lookup_rows(driver, tables, run_id)
+        except (sqlite3.Error, _NotJson):
+            # a BLOB where JSON cannot hold it, a value of the JSON column that is not JSON
+            # (its stored type then kept): the rows one by one
+            return await _sqlite_lookup_rows(driver, tables, run_id, aggregated=False)
     sql = " UNION ALL ".join(
-        f"SELECT {index}, row_to_json(t)::text FROM {table} AS t WHERE t.run_id = $1"
-        for index, table in enumerate(tables)
+        f"SELECT {index}, json_agg(json_build_array({', '.join(tables[table])}))::text"
+        f" FROM {table} WHERE run_id = $1"
+        for index, table in enumerate(names)
     )
-    out: dict[str, list[dict[str, Any]]] = {table: [] for table in tables}
     for index, text in await driver.fetch(sql, run_id):
-        out[tables[index]].append(_json_row(text))
+        # a table without rows aggregates to NULL
+        rows = [] if text is None else json_value(text)
+        out[names[index]] = _columns(rows, len(tables[names[index]]))
     return out
 
 
-def _json_row(text: str) -> dict[str, Any]:
-    """A row's JSON: natively for what orjson reads, the rest (integers beyond 64 bits) as
-    ``json`` reads it."""
+async def _sqlite_lookup_rows(
+    driver: Any, tables: Mapping[str, Sequence[str]], run_id: str, *, aggregated: bool = True
+) -> dict[str, list[Sequence[Any]]]:
+    """``fetch_lookup_rows`` from SQLite: ``aggregated``, one row a table (aiosqlite's thread
+    takes the GIL for each row of a result, which it waits for while the caller hashes the
+    chain): the other columns' values as a JSON array of arrays (the stored types kept), the
+    JSON column's values as one blob and their lengths (-1 for a NULL); else the rows, padded
+    with NULLs to the widest table."""
+    names = list(tables)
+    out: dict[str, list[Sequence[Any]]] = {}
+    if aggregated:
+        sql = " UNION ALL ".join(
+            f"SELECT {index}, json_group_array(json_array({', '.join(tables[table][:-1])})),"
+            f" CAST(group_concat(CAST({tables[table][-1]} AS BLOB), '') AS BLOB),"
+            f" group_concat(coalesce(length(CAST({tables[table][-1]} AS BLOB)), -1), ',')"
+            f" FROM {table} WHERE run_id = ?"
+            for index, table in enumerate(names)
+        )
+        for index, others, joined, lengths in await driver.execute_fetchall(
+            sql, (run_id,) * len(names)
+        ):
+            columns = _columns(orjson.loads(others), len(tables[names[index]]) - 1)
+            values = json_values(_split(joined, lengths), not_json=_not_json)
+            out[names[index]] = [*columns, values]
+        return out
+    width = max(map(len, tables.values()))
+    sql = " UNION ALL ".join(
+        f"SELECT {index}, {', '.join(_padded(tables[table], width))} FROM {table} WHERE run_id = ?"
+        for index, table in enumerate(names)
+    )
+    rows = await driver.execute_fetchall(sql, (run_id,) * len(names))
+    by_table: dict[int, list[Any]] = {index: [] for index in range(len(names))}
+    for row in rows:
+        by_table[row[0]].append(row)
+    for index, table in enumerate(names):
+        columns = _columns(by_table[index], width + 1)
+        out[table] = [*columns[1 : len(tables[table])], json_values(columns[-1])]
+    return out
+
+
+class _NotJson(Exception):
+    """A value of the JSON column read as bytes is not JSON: read as stored instead."""
+
+
+def _not_json(value: Any) -> Any:
+    if value is None:  # a NULL
+        return None
+    raise _NotJson
+
+
+def _split(joined: bytes | None, lengths: str | None) -> list[bytes | None]:
+    """Values read as one blob and their lengths (-1: NULL)."""
+    if lengths is None:
+        return []
+    data, at = joined or b"", 0
+    values: list[bytes | None] = []
+    for length in map(int, lengths.split(",")):
+        if length < 0:
+            values.append(None)
+            continue
+        values.append(data[at : at + length])
+        at += length
+    return values
+
+
+def _padded(columns: Sequence[str], width: int) -> list[str]:
+    """``columns`` with NULLs before the last, ``width`` in all."""
+    return [*columns[:-1], *["NULL"] * (width - len(columns)), columns[-1]]
+
+
+def _columns(rows: Sequence[Sequence[Any]], width: int) -> list[Sequence[Any]]:
+    """Rows as columns."""
+    return list(zip(*rows, strict=True)) if rows else [()] * width
+
+
+def json_values(
+    values: Sequence[Any], *, not_json: Callable[[Any], Any] = lambda value: value
+) -> list[Any]:
+    """Each JSON text parsed (``json_value``): natively for all at once when orjson reads each
+    (no Python frame per item); else one by one, ``not_json`` of each that is not a JSON text
+    (a text of another form, a value of another type) as it is."""
     try:
-        row = orjson.loads(text)
+        return list(map(orjson.loads, values))
+    except (orjson.JSONDecodeError, TypeError):
+        return [_json_or(value, not_json) for value in values]
+
+
+def _json_or(value: Any, not_json: Callable[[Any], Any]) -> Any:
+    if isinstance(value, str | bytes | memoryview):
+        try:
+            return json_value(value)
+        except ValueError:
+            pass
+    return not_json(value)
+
+
+def json_value(text: str | bytes | memoryview) -> Any:
+    """A JSON text's value: natively for what orjson reads (every canonical payload), the rest
+    (integers beyond 64 bits, NaN, UTF-16 text) as ``json`` reads it; ValueError if neither."""
+    try:
+        return orjson.loads(text)
     except orjson.JSONDecodeError:
-        row = json.loads(text)
-    return typing.cast(dict[str, Any], row)
+        return json.loads(bytes(text) if isinstance(text, memoryview) else text)
 
 
 #: events per joined read: bounds the texts held at once (~0.5 KB an event); the next chunk is
@@ -269,9 +298,16 @@ def _chunk_bounds(total: int) -> list[tuple[int, int]]:
     return list(zip(lowers, [*lowers[1:], max(total, first)], strict=True))
 
 
-async def _verify_joined(conn: AsyncConnection, run_id: str) -> ChainVerification | None:
-    """``verify_intact_chain`` from joined texts, one read per chunk, the next ones under way
-    while one is checked."""
+async def verify_intact_chain(
+    conn: AsyncConnection,
+    run_id: str,
+    *,
+    on_events: Callable[[ChainedEvents], None] | None = None,
+) -> ChainVerification | None:
+    """The run's chain verification if its chain and header head are intact, else None; from
+    joined texts, one read per chunk, the next ones under way while one is checked.
+    ``on_events``: called with the events of each chunk as it verifies (the full check's
+    work on them overlaps the next chunk's read); they are the run's only if it verifies."""
     sqlite = conn.dialect.name == "sqlite"
     raw = await conn.get_raw_connection()
     driver: Any = raw.driver_connection
@@ -302,7 +338,7 @@ async def _verify_joined(conn: AsyncConnection, run_id: str) -> ChainVerificatio
     ahead = 2 if sqlite else 1
     bounds = _chunk_bounds(total)
     reads = collections.deque(map(read, bounds[:ahead]))
-    check = JoinedChainCheck(run_id)
+    check = JoinedChainCheck(run_id, on_events=on_events)
     try:
         for index in range(len(bounds)):
             rows = await reads.popleft()
@@ -318,44 +354,3 @@ async def _verify_joined(conn: AsyncConnection, run_id: str) -> ChainVerificatio
         # the connection is free again before it is returned (the general path reads next)
         await asyncio.gather(*reads, return_exceptions=True)
     return check.verification(expected_head=(head_sequence, head_hash))
-
-
-async def read_intact_chain(
-    conn: AsyncConnection, run_id: str, *, with_events: bool = True
-) -> tuple[ChainVerification, list[StoredEvent]] | None:
-    """The run's chain verification and (``with_events``) its events, if its chain and header
-    head are intact; else None."""
-    if not with_events:
-        chain = await _verify_joined(conn, run_id)
-        return None if chain is None else (chain, [])
-    sqlite = conn.dialect.name == "sqlite"
-    head_sql = "SELECT head_sequence, head_hash FROM runs WHERE run_id = " + (
-        "?" if sqlite else "$1"
-    )
-    heads = await _fetch(conn, head_sql, (run_id,))
-    if not heads:
-        return None
-    rows = await _fetch(conn, _query(sqlite, with_events), (run_id,))
-    width = 9 if with_events else 6
-    columns: Sequence[Sequence[Any]] = list(zip(*rows, strict=True)) if rows else [()] * width
-    sequences, previous, texts, payload_hashes, hashes, payloads = columns[:6]
-    chain = verify_chain_columns(
-        run_id,
-        ChainColumns(sequences, previous, texts, payload_hashes, hashes, payloads),
-        expected_head=(heads[0][0], heads[0][1]),
-    )
-    if chain is None or not with_events:
-        return None if chain is None else (chain, [])
-    event_ids, types, refs = columns[6:]
-    events = list(
-        map(
-            StoredEvent._make,
-            zip(sequences, event_ids, types, refs, payload_hashes, hashes, payloads, strict=True),
-        )
-    )
-    return chain, events
-
-
-async def verify_intact_chain(conn: AsyncConnection, run_id: str) -> ChainVerification | None:
-    """The run's chain verification if its chain and header head are intact, else None."""
-    return await _verify_joined(conn, run_id)

@@ -14,14 +14,21 @@ from models import ExecutionEvent, ExecutionEventType, RunRecord
 from models.chain import ChainRow, ChainVerification, verify_chain
 from models.digest import verify_content
 from models.errors import IntegrityError, NotFoundError, RunNotFoundError, StoreError
+from models.verification import chained_events
 from runtime.ports import ArtifactStore
 from stores.anchors import AnchorLog
 from stores.sql import schema
-from stores.sql.chain_read import read_intact_chain
+from stores.sql.chain_read import verify_intact_chain
 from stores.sql.cycle_pause import cycle_collection_paused
 from stores.sql.database import Database, utc
 from stores.sql.ledger_payloads import CAS_PREFIX
-from stores.sql.run_check import LookupRows, check_headless, check_run, lookup_read
+from stores.sql.run_check import (
+    EventsRead,
+    RunRows,
+    check_headless,
+    check_run,
+    lookup_read,
+)
 
 
 @dataclass(frozen=True)
@@ -175,22 +182,31 @@ class LedgerReads:
         # walk the heap (``stores.sql.cycle_pause``)
         with cycle_collection_paused():
             # the lookup rows are read on a connection of their own while the chain is read
-            async with lookup_read(self.db, run_id) as lookup:
+            async with lookup_read(self.db, self.anchors, run_id) as lookup:
                 return await self._verify(run_id, full=True, lookup=lookup)
 
     async def _verify(
-        self, run_id: str, *, full: bool, lookup: asyncio.Future[LookupRows] | None = None
+        self, run_id: str, *, full: bool, lookup: asyncio.Future[RunRows] | None = None
     ) -> ChainVerification:
-        # an intact chain verifies from raw columns (read once, also for the full check); a
-        # broken one is diagnosed below
+        # an intact chain verifies from raw columns (read once, also for the full check: its
+        # events handed over chunk by chunk as they verify); a broken one is diagnosed below
+        read = EventsRead() if full else None
         async with self.db.read() as conn:
-            intact = await read_intact_chain(conn, run_id, with_events=full)
+            intact = await verify_intact_chain(
+                conn, run_id, on_events=None if read is None else read.add
+            )
         if intact is not None:
-            chain, stored = intact
-            if not full:
-                return chain
+            if read is None:
+                return intact
             return await check_run(
-                self.db, self.artifacts, self.anchors, run_id, stored, chain, lookup=lookup
+                self.db,
+                self.artifacts,
+                self.anchors,
+                run_id,
+                read.events(),
+                intact,
+                lookup=lookup,
+                parsed=read.parsed,
             )
         r = schema.runs.c
         e = schema.execution_events.c
@@ -210,7 +226,13 @@ class LedgerReads:
         if not full:
             return chain
         return await check_run(
-            self.db, self.artifacts, self.anchors, run_id, chain_rows, chain, lookup=lookup
+            self.db,
+            self.artifacts,
+            self.anchors,
+            run_id,
+            chained_events(chain_rows),
+            chain,
+            lookup=lookup,
         )
 
 

@@ -4,7 +4,7 @@ lookup tables, the freeze records and the external anchor.
 
 The chain proves the events. Each other thing is checked against them: a payload and an
 artifact must hash to the digest a chained event names, a lookup row must be what the chained
-event that recorded it says (``models.verification``), and the latest anchor's head must still
+event that recorded it says (``models.verification``, ``stores.sql.lookup_check``), and the latest anchor's head must still
 be in the chain at its sequence (``models.anchor``).
 """
 
@@ -12,17 +12,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-from collections.abc import AsyncIterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+import itertools
+import operator
+import typing
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from typing import Any, NamedTuple
 
-import orjson
 from sqlalchemy import inspect, select
 
 from models import ExecutionEventType
-from models.anchor import Anchor, check_head
-from models.canonical import canonical_hash
+from models.anchor import Anchor, AnchorEntry, check_head
 from models.chain import ChainRow, ChainVerification, VerificationProblem, verify_chain
 from models.digest import is_digest, sha256_digest
 from models.errors import (
@@ -33,15 +32,29 @@ from models.errors import (
     RunNotFoundError,
     StoreError,
 )
-from models.verification import ProjectionRule, compare_row, expected_rows, with_problems
+from models.verification import ChainedEvents, joined_events, with_problems
 from runtime.evidence_refs import REFERENCING, refs_in
 from runtime.ports import ArtifactStore
 from stores.anchors import AnchorLog
 from stores.sql import schema
-from stores.sql.chain_read import fetch_lookup_rows
+from stores.sql.chain_read import json_values
 from stores.sql.database import Database, utc
+from stores.sql.lookup_check import (
+    PROJECTION_RULES,
+    Found,
+    LookupRows,
+    check_projections,
+    lookup_rows,
+)
 
-__all__ = ["PROJECTION_RULES", "check_headless", "check_run", "lookup_read"]
+__all__ = [
+    "PROJECTION_RULES",
+    "EventsRead",
+    "RunRows",
+    "check_headless",
+    "check_run",
+    "lookup_read",
+]
 
 E = ExecutionEventType
 CAS_PREFIX = "cas:"
@@ -49,157 +62,32 @@ _DIGEST_LENGTH = len("sha256:") + 64
 _CONCURRENCY = 16
 
 
-def _rule(
-    table: str,
-    label: str,
-    types: set[E],
-    key: str,
-    natural: str | None,
-    signature: set[str],
-    columns: tuple[str, ...],
-    mutable: bool = False,
-) -> ProjectionRule:
-    return ProjectionRule(
-        table=table,
-        label=label,
-        event_types=frozenset(str(t) for t in types),
-        key_column=key,
-        natural_key=natural,
-        signature=frozenset(signature),
-        columns=lambda r: {c: r.get(c) for c in columns},
-        mutable=mutable,
-    )
-
-
-#: the lookup tables and how each derives from the chained events (see stores/sql/projections.py,
-#: which writes them: the same key, sequence, content hash, columns and record)
-PROJECTION_RULES: tuple[ProjectionRule, ...] = (
-    _rule(
-        "tool_fixtures",
-        "fixture",
-        {E.TOOL_CALL},
-        "fixture_id",
-        None,
-        {"tool_call_id", "capability_id", "request_hash", "outcome", "sanitized_response"},
-        ("tool_call_id", "capability_id", "request_hash", "outcome"),
-    ),
-    _rule(
-        "prompt_artifacts",
-        "prompt artifact",
-        {E.PROMPT_COMPILED},
-        "artifact_id",
-        "artifact_id",
-        {"artifact_id", "template_version", "compiled_hash", "content_ref"},
-        ("template_version", "compiled_hash"),
-    ),
-    _rule(
-        "context_snapshots",
-        "context snapshot",
-        {E.CONTEXT_SNAPSHOT},
-        "snapshot_id",
-        "snapshot_id",
-        {"snapshot_id", "tool_catalog_hash", "state_hash", "content_hash"},
-        (),
-    ),
-    _rule(
-        "retrieval_fixtures",
-        "retrieval fixture",
-        {E.RETRIEVAL},
-        "retrieval_id",
-        None,
-        {"query_hash", "retriever_version", "evidence"},
-        ("query_hash", "retriever_version"),
-    ),
-    _rule(
-        "policy_decisions",
-        "policy decision",
-        {E.POLICY_DECISION},
-        "decision_id",
-        None,
-        {"policy_id", "policy_version", "input_hash", "decision"},
-        ("policy_id", "policy_version", "decision"),
-    ),
-    _rule(
-        "approvals",
-        "approval",
-        {E.APPROVAL},
-        "approval_id",
-        "approval_id",
-        {"approval_id", "approver", "action_hash", "approved_at"},
-        ("action_hash",),
-    ),
-    _rule(
-        "side_effects",
-        "side effect",
-        {E.SIDE_EFFECT},
-        "side_effect_id",
-        "side_effect_id",
-        {"side_effect_id", "idempotency_key", "action_hash", "status", "capability_id"},
-        ("status", "capability_id", "idempotency_key"),
-        mutable=True,
-    ),
-    _rule(
-        "checkpoints",
-        "checkpoint",
-        {E.CHECKPOINT},
-        "checkpoint_id",
-        None,
-        {"run_id", "step_id", "sequence", "state_ref", "state_hash"},
-        ("sequence",),
-    ),
-)
-
 _PARSED_TYPES = frozenset(t for rule in PROJECTION_RULES for t in rule.event_types) | frozenset(
     str(t) for t in REFERENCING
 )
 
 
-class CheckedEvent(Protocol):
-    """What the checks beyond the chain read of each chained event (a ``ChainRow`` of the
-    general path, a ``StoredEvent`` of the raw read)."""
+class RunRows(NamedTuple):
+    """What the checks beyond the chain read of the run besides its events."""
 
-    @property
-    def sequence(self) -> int: ...
-    @property
-    def event_id(self) -> str: ...
-    @property
-    def type(self) -> str: ...
-    @property
-    def payload_ref(self) -> str: ...
-    @property
-    def payload_hash(self) -> str: ...
-    @property
-    def hash(self) -> str: ...
-    @property
-    def payload(self) -> bytes | None: ...
-
-
-@dataclass
-class _Found:
-    problems: list[VerificationProblem] = field(default_factory=list)
-    checked: dict[str, int] = field(
-        default_factory=lambda: {
-            "payloads": 0,
-            "artifacts": 0,
-            "projections": 0,
-            "anchors": 0,
-            "raw_payloads": 0,
-        }
-    )
-
-    def add(self, sequence: int | None, kind: str, message: str) -> None:
-        self.problems.append(VerificationProblem(sequence=sequence, kind=kind, message=message))
-
-
-#: a run's lookup rows: by table, by key, their records parsed
-LookupRows = dict[str, dict[str, dict[str, Any]]]
+    lookup: LookupRows
+    #: its raw-payload rows (``_raw_rows``)
+    raw: Sequence[Any]
+    #: its freeze records (``_freezes``)
+    freezes: Sequence[Any]
+    #: its latest external anchor
+    anchor: AnchorEntry | None
 
 
 @contextlib.asynccontextmanager
-async def lookup_read(db: Database, run_id: str) -> AsyncIterator[asyncio.Future[LookupRows]]:
-    """The read of the run's lookup rows, under way on a connection of its own while the
-    caller reads and hashes the chain (``check_run`` awaits it); ended when the body ends."""
-    task = asyncio.ensure_future(_lookup_rows(db, run_id))
+async def lookup_read(
+    db: Database, anchors: AnchorLog | None, run_id: str
+) -> AsyncIterator[asyncio.Future[RunRows]]:
+    """The read of the run's lookup rows, raw-payload rows, freeze records and anchor, under
+    way (on a connection of its own) while the caller reads and hashes the chain (``check_run``
+    awaits it); ended when the body ends. Read before the chain, a freeze or raw row recorded
+    meanwhile is of events the chain read holds."""
+    task = asyncio.ensure_future(_run_rows(db, anchors, run_id))
     try:
         yield task
     finally:
@@ -207,78 +95,132 @@ async def lookup_read(db: Database, run_id: str) -> AsyncIterator[asyncio.Future
         await asyncio.gather(task, return_exceptions=True)
 
 
+async def _run_rows(db: Database, anchors: AnchorLog | None, run_id: str) -> RunRows:
+    # each read on its own (each result waits for a loop busy hashing the chain: they wait
+    # together)
+    async with asyncio.TaskGroup() as reads:
+        lookup = reads.create_task(lookup_rows(db, run_id))
+        raw = reads.create_task(_raw_rows(db, run_id))
+        freezes = reads.create_task(_freezes(db, run_id))
+        anchor = reads.create_task(_latest_anchor(anchors, run_id))
+    return RunRows(lookup.result(), raw.result(), freezes.result(), anchor.result())
+
+
+async def _latest_anchor(anchors: AnchorLog | None, run_id: str) -> AnchorEntry | None:
+    return None if anchors is None else await anchors.latest(run_id)
+
+
+class EventsRead:
+    """The events of an intact chain as a store verifies it, chunk by chunk (``add``: the
+    ``on_events`` of ``stores.sql.chain_read.verify_intact_chain``), and the inline payloads the
+    checks read parsed as each chunk comes, while the store reads the next. They are the run's
+    only if its whole chain verifies."""
+
+    def __init__(self) -> None:
+        self.parts: list[ChainedEvents] = []
+        #: ``_parsed_events`` of the inline payloads
+        self.parsed: list[tuple[int, str, str, str, Any]] = []
+
+    def add(self, events: ChainedEvents) -> None:
+        self.parts.append(events)
+        self.parsed += _parsed_events(events, {})
+
+    def events(self) -> ChainedEvents:
+        return joined_events(self.parts)
+
+
 async def check_run(
     db: Database,
     artifacts: ArtifactStore | None,
     anchors: AnchorLog | None,
     run_id: str,
-    rows: Sequence[CheckedEvent],
+    events: ChainedEvents,
     chain: ChainVerification,
     *,
-    lookup: asyncio.Future[LookupRows] | None = None,
+    lookup: asyncio.Future[RunRows] | None = None,
+    parsed: list[tuple[int, str, str, str, Any]] | None = None,
 ) -> ChainVerification:
-    """``chain`` (the verification of ``rows``) with every problem found beyond the chain;
-    ``lookup``: the read of its lookup rows (``lookup_read``) if already under way."""
+    """``chain`` (the verification of ``events``) with every problem found beyond the chain;
+    ``lookup``: the read of its other rows (``lookup_read``) if already under way; ``parsed``:
+    its inline payloads the checks read, already parsed (``EventsRead``)."""
     if lookup is None:
-        async with lookup_read(db, run_id) as started:
-            return await check_run(db, artifacts, anchors, run_id, rows, chain, lookup=started)
-    found = _Found()
-    payloads = await _payloads(artifacts, rows, found)
-    events, refs = _parsed_events(rows, payloads)
-    await _check_artifacts(artifacts, refs, found)
-    tables = await lookup
-    unread = {row.sequence for row in rows if row.sequence not in payloads}
-    _check_projections(tables, events, unread, found)
-    await _check_heads(db, anchors, run_id, [row.hash for row in rows], found)
-    await _check_raw_rows(db, run_id, {row.sequence: row.payload_hash for row in rows}, found)
+        async with lookup_read(db, anchors, run_id) as started:
+            return await check_run(
+                db, artifacts, anchors, run_id, events, chain, lookup=started, parsed=parsed
+            )
+    found = Found()
+    in_store = list(map(str.startswith, events.payload_refs, itertools.repeat(CAS_PREFIX)))
+    payloads, from_store = await _payloads(artifacts, events, in_store, found)
+    if parsed is None:
+        parsed = _parsed_events(events, from_store)
+    elif from_store:  # the artifact-stored ones too, in sequence order
+        stored = _parsed_events(events.selected(in_store), from_store)
+        parsed = sorted([*parsed, *stored], key=operator.itemgetter(0))
+    await _check_artifacts(artifacts, _references(parsed), found)
+    rows = await lookup
+    unread = set(events.sequences).difference(payloads)
+    check_projections(rows.lookup, parsed, unread, found)
+    _check_heads(rows, run_id, events.hashes, found)
+    if rows.raw:
+        sanitized = dict(zip(events.sequences, events.payload_hashes, strict=True))
+        _check_raw_rows(rows.raw, sanitized, found)
     return with_problems(chain, found.problems, found.checked)
 
 
 def _parsed_events(
-    rows: Sequence[CheckedEvent], payloads: Mapping[int, bytes]
-) -> tuple[list[tuple[int, str, str, str, Any]], dict[str, int]]:
+    events: ChainedEvents, from_store: Mapping[int, bytes]
+) -> list[tuple[int, str, str, str, Any]]:
     """``(sequence, event_id, type, payload_hash, payload JSON)`` of each event whose payload
-    the checks read (lookup records, artifact references), each parsed once; and each artifact
-    digest those payloads point to, with the first sequence that does."""
+    the checks read (lookup records, artifact references), in order: its inline payload, or
+    the one ``from_store`` (by sequence) when it is held in the artifact store; an event without
+    (a payload missing, unreadable or not JSON: named by ``_payloads``) is left out. Column by
+    column (no Python frame per event but the parse's)."""
+    typed = events.selected(map(_PARSED_TYPES.__contains__, events.types))
+    data: Sequence[bytes | memoryview | None] = typed.payloads
+    if any(map(str.startswith, typed.payload_refs, itertools.repeat(CAS_PREFIX))):
+        data = [
+            from_store.get(sequence) if ref.startswith(CAS_PREFIX) else inline
+            for sequence, ref, inline in zip(
+                typed.sequences, typed.payload_refs, typed.payloads, strict=True
+            )
+        ]
+    read = list(map(operator.is_not, data, itertools.repeat(None)))
+    columns = (typed.sequences, typed.event_ids, typed.types, typed.payload_hashes)
+    parsed = list(
+        zip(
+            *(itertools.compress(column, read) for column in columns),
+            json_values(list(itertools.compress(data, read)), not_json=_not_json),
+            strict=True,
+        )
+    )
+    if any(map(operator.is_, map(operator.itemgetter(4), parsed), itertools.repeat(_NOT_JSON))):
+        return [event for event in parsed if event[4] is not _NOT_JSON]
+    return parsed
+
+
+#: what ``_parsed_events`` parses a payload that is not JSON into
+_NOT_JSON = object()
+
+
+def _not_json(_: object) -> object:
+    return _NOT_JSON
+
+
+def _references(parsed: Iterable[tuple[int, str, str, str, Any]]) -> dict[str, int]:
+    """Each artifact digest the parsed payloads (in sequence order) point to, with the first
+    sequence that does."""
     refs: dict[str, int] = {}
-    events: list[tuple[int, str, str, str, Any]] = []
-    for row in rows:
-        if row.type not in _PARSED_TYPES:
-            continue
-        data = payloads.get(row.sequence)
-        if data is None:
-            continue
-        try:
-            payload = orjson.loads(data)
-        except orjson.JSONDecodeError:
-            try:
-                payload = json.loads(data)  # what orjson does not read (see ``_loads``)
-            except ValueError:
-                continue
-        events.append((row.sequence, row.event_id, row.type, row.payload_hash, payload))
-        if row.type in _REFERENCING_TYPES:
-            for ref in refs_in(E(row.type), payload):
+    for sequence, _, type_, _, payload in parsed:
+        if type_ in _REFERENCING_TYPES:
+            for ref in refs_in(E(type_), payload):
                 if is_digest(ref) and len(ref) == _DIGEST_LENGTH:
-                    refs.setdefault(ref, row.sequence)
-    return events, refs
+                    refs.setdefault(ref, sequence)
+    return refs
 
 
-async def _keeps_raw_payloads(db: Database) -> bool:
-    """Whether the schema has ``raw_payloads`` (not before migration 0003, nor after a
-    downgrade: a database opened without migrating is verified on what it has)."""
-    async with db.read() as conn:
-        return bool(await conn.run_sync(lambda c: inspect(c).has_table("raw_payloads")))
-
-
-async def _check_raw_rows(
-    db: Database, run_id: str, sanitized: Mapping[int, str], found: _Found
-) -> None:
-    """Each event's raw-payload row (rule 17) must belong to a chained event with the
-    sanitized hash it names, and hold its encrypted raw form unless a request destroyed it:
-    a raw row without ciphertext that nobody destroyed is raw evidence lost. The content is
-    not decrypted here (that is an audited read with the KEK)."""
-    if not await _keeps_raw_payloads(db):
-        return
+async def _raw_rows(db: Database, run_id: str) -> Sequence[Any]:
+    """The run's raw-payload rows (none before migration 0003, nor after a downgrade: a
+    database opened without migrating is verified on what it has)."""
     r = schema.raw_payloads.c
     query = select(
         r.sequence,
@@ -290,7 +232,16 @@ async def _check_raw_rows(
         r.ciphertext.is_not(None).label("inline"),
     ).where(r.run_id == run_id, r.sequence.is_not(None))
     async with db.read() as conn:
-        raw_rows = (await conn.execute(query)).all()
+        if not await conn.run_sync(lambda c: inspect(c).has_table("raw_payloads")):
+            return []
+        return (await conn.execute(query)).all()
+
+
+def _check_raw_rows(raw_rows: Sequence[Any], sanitized: Mapping[int, str], found: Found) -> None:
+    """Each event's raw-payload row (rule 17) must belong to a chained event with the
+    sanitized hash it names, and hold its encrypted raw form unless a request destroyed it:
+    a raw row without ciphertext that nobody destroyed is raw evidence lost. The content is
+    not decrypted here (that is an audited read with the KEK)."""
     for row in raw_rows:
         found.checked["raw_payloads"] += 1
         what = f"raw payload of sequence {row.sequence}"
@@ -316,68 +267,75 @@ async def _check_raw_rows(
 _REFERENCING_TYPES = frozenset(str(t) for t in REFERENCING)
 
 
-def _loads(data: bytes | str) -> Any:
-    """``json.loads``, natively for what orjson reads (every canonical payload); the rest
-    (integers beyond 64 bits, NaN, UTF-16 text) as ``json`` reads it."""
-    try:
-        return orjson.loads(data)
-    except orjson.JSONDecodeError:
-        return json.loads(data)
-
-
 async def _payloads(
-    artifacts: ArtifactStore | None, rows: Sequence[CheckedEvent], found: _Found
-) -> dict[int, bytes]:
-    """Every payload, read back and checked: inline ones against their (chained) payload hash,
-    artifact-stored ones from the store."""
-    out: dict[int, bytes] = {}
-    stored: list[CheckedEvent] = []
-    for row in rows:
-        if row.payload_ref.startswith(CAS_PREFIX):
-            stored.append(row)
-        elif row.payload is not None:
-            # an inline payload the chain check has already hashed (a mismatch breaks it there)
-            out[row.sequence] = row.payload
-        else:
-            found.add(row.sequence, "payload", f"payload of sequence {row.sequence} is missing")
+    artifacts: ArtifactStore | None,
+    events: ChainedEvents,
+    in_store: Sequence[bool],
+    found: Found,
+) -> tuple[dict[int, bytes | memoryview], dict[int, bytes]]:
+    """Every payload by sequence, read back and checked: inline ones against their (chained)
+    payload hash, artifact-stored ones (``in_store``: which events' are) from the store; and the
+    latter alone."""
+    local = list(map(operator.not_, in_store))
+    sequences = list(itertools.compress(events.sequences, local))
+    inline = list(itertools.compress(events.payloads, local))
+    out: dict[int, bytes | memoryview]
+    if any(map(operator.is_, inline, itertools.repeat(None))):  # (no == of each payload)
+        out = {}
+        for sequence, payload in zip(sequences, inline, strict=True):
+            if payload is None:
+                found.add(sequence, "payload", f"payload of sequence {sequence} is missing")
+            else:
+                out[sequence] = payload
+    else:
+        # inline payloads the chain check has already hashed (a mismatch breaks it there)
+        out = dict(zip(sequences, typing.cast(list[bytes | memoryview], inline), strict=True))
+    stored = list(
+        itertools.compress(
+            zip(events.sequences, events.payload_refs, events.payload_hashes, strict=True),
+            in_store,
+        )
+    )
+    from_store: dict[int, bytes] = {}
     semaphore = asyncio.Semaphore(_CONCURRENCY)
 
-    async def read(row: CheckedEvent) -> None:
-        digest = row.payload_ref[len(CAS_PREFIX) :]
-        what = f"the payload of sequence {row.sequence}"
+    async def read(sequence: int, payload_ref: str, payload_hash: str) -> None:
+        digest = payload_ref[len(CAS_PREFIX) :]
+        what = f"the payload of sequence {sequence}"
         if artifacts is None:
-            found.add(row.sequence, "payload", f"{what} cannot be read: no artifact store")
+            found.add(sequence, "payload", f"{what} cannot be read: no artifact store")
             return
         async with semaphore:
             try:
                 data = await artifacts.get(digest)
             except ArtifactNotFoundError:
-                found.add(row.sequence, "payload", f"artifact {digest} missing ({what})")
+                found.add(sequence, "payload", f"artifact {digest} missing ({what})")
                 return
             except ArtifactIntegrityError:
-                found.add(row.sequence, "payload", f"artifact {digest} corrupted ({what})")
+                found.add(sequence, "payload", f"artifact {digest} corrupted ({what})")
                 return
             except (IntegrityError, NotFoundError, StoreError) as exc:
-                found.add(row.sequence, "payload", f"artifact {digest} unreadable ({exc})")
+                found.add(sequence, "payload", f"artifact {digest} unreadable ({exc})")
                 return
-        if digest != row.payload_hash or sha256_digest(data) != row.payload_hash:
+        if digest != payload_hash or sha256_digest(data) != payload_hash:
             found.add(
-                row.sequence,
+                sequence,
                 "payload",
                 f"artifact {digest} does not hold the payload the chained event hashed "
-                f"({row.payload_hash})",
+                f"({payload_hash})",
             )
             return
         found.checked["payloads"] += 1
-        out[row.sequence] = data
+        from_store[sequence] = data
 
-    await asyncio.gather(*(read(r) for r in stored))
-    found.checked["payloads"] += len(rows) - len(stored)
-    return out
+    await asyncio.gather(*(read(*event) for event in stored))
+    found.checked["payloads"] += len(in_store) - len(stored)
+    out.update(from_store)
+    return out, from_store
 
 
 async def _check_artifacts(
-    artifacts: ArtifactStore | None, refs: Mapping[str, int], found: _Found
+    artifacts: ArtifactStore | None, refs: Mapping[str, int], found: Found
 ) -> None:
     """Every artifact a chained payload points to is read back and hashed (``get`` does)."""
     if artifacts is None or not refs:
@@ -406,92 +364,12 @@ async def _check_artifacts(
     await asyncio.gather(*(read(d, s) for d, s in refs.items()))
 
 
-async def _lookup_rows(db: Database, run_id: str) -> LookupRows:
-    """The run's rows of each lookup table by key, their records parsed."""
-    async with db.read() as conn:
-        tables = await fetch_lookup_rows(conn, [rule.table for rule in PROJECTION_RULES], run_id)
-    return {
-        rule.table: {str(row[rule.key_column]): _decoded(row) for row in tables[rule.table]}
-        for rule in PROJECTION_RULES
-    }
-
-
-def _check_projections(
-    tables: LookupRows,
-    events: list[tuple[int, str, str, str, Any]],
-    unread: set[int],
-    found: _Found,
-) -> None:
-    """Each lookup row (``tables``: by table, by key; consumed) against the event that
-    recorded it. A row of an event whose payload could not be read is not called an orphan:
-    that payload's problem is already named."""
-    by_type: dict[str, list[tuple[int, str, str, str, Any]]] = {}
-    for event in events:  # each rule reads only the events of its types
-        by_type.setdefault(event[2], []).append(event)
-    for rule in PROJECTION_RULES:
-        stored = tables[rule.table]
-        expected = expected_rows(rule, _of_types(by_type, rule.event_types))
-        for key, want in expected.items():
-            row = stored.pop(key, None)
-            if row is None:
-                found.add(
-                    want.sequence,
-                    rule.table,
-                    f"{rule.label} {key} recorded by the chained event at sequence "
-                    f"{want.sequence} is missing from {rule.table}",
-                )
-                continue
-            problem = compare_row(rule, want, row, _same_record)
-            if problem is not None:
-                found.add(want.sequence, rule.table, problem)
-            found.checked["projections"] += 1
-        for key, row in stored.items():
-            if row.get("sequence") in unread:
-                continue
-            found.add(
-                row.get("sequence"),
-                rule.table,
-                f"{rule.label} {key} in {rule.table} is not recorded by any chained event",
-            )
-
-
-def _decoded(row: dict[str, Any]) -> dict[str, Any]:
-    """A lookup row as the driver gave it, its ``record`` (JSON text) parsed."""
-    record = row.get("record")
-    if isinstance(record, str | bytes):
-        try:
-            row["record"] = _loads(record)
-        except ValueError:
-            pass  # compare_row names a record that is not a JSON object
-    return row
-
-
-def _of_types(
-    by_type: Mapping[str, list[tuple[int, str, str, str, Any]]], types: frozenset[str]
-) -> list[tuple[int, str, str, str, Any]]:
-    """The events of ``types``, in sequence order."""
-    lists = [by_type[t] for t in types if t in by_type]
-    if len(lists) == 1:
-        return lists[0]
-    return sorted((e for events in lists for e in events), key=lambda e: e[0])
-
-
-def _same_record(stored: Mapping[str, Any], chained: Mapping[str, Any]) -> bool:
-    try:
-        return canonical_hash(dict(stored)) == canonical_hash(dict(chained))
-    except ValueError:
-        return False
-
-
-async def _check_heads(
-    db: Database, anchors: AnchorLog | None, run_id: str, hashes: list[str], found: _Found
-) -> None:
-    """The run's latest external anchor and its freeze records name heads the chain must still
-    hold; a truncated, re-chained or rewritten run does not."""
+async def _freezes(db: Database, run_id: str) -> Sequence[Any]:
+    """The run's freeze records."""
     f = schema.evidence_freezes.c
     try:
         async with db.read() as conn:
-            freezes = (
+            return (
                 await conn.execute(
                     select(
                         f.freeze_id, f.chain_head_sequence, f.chain_head_hash, f.created_at
@@ -500,9 +378,14 @@ async def _check_heads(
             ).all()
     except StoreError:
         # a database still at migration 0001 has no freeze records to check against (the
-        # anchor below does not depend on the database)
-        freezes = []
-    for freeze in freezes:
+        # anchor does not depend on the database)
+        return []
+
+
+def _check_heads(rows: RunRows, run_id: str, hashes: Sequence[str], found: Found) -> None:
+    """The run's latest external anchor and its freeze records name heads the chain must still
+    hold; a truncated, re-chained or rewritten run does not."""
+    for freeze in rows.freezes:
         anchor = Anchor(
             run_id=run_id,
             sequence=freeze.chain_head_sequence,
@@ -512,13 +395,10 @@ async def _check_heads(
         problem = check_head(anchor, hashes, what=f"freeze {freeze.freeze_id}")
         if problem is not None:
             found.problems.append(problem)
-    if anchors is None:
-        return
-    entry = await anchors.latest(run_id)
-    if entry is None:
+    if rows.anchor is None:
         return
     found.checked["anchors"] += 1
-    problem = check_head(entry.anchor, hashes)
+    problem = check_head(rows.anchor.anchor, hashes)
     if problem is not None:
         found.problems.append(problem)
 
