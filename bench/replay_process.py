@@ -5,6 +5,7 @@ The process does only what a worker does for one replay: prepare (chain verifica
 completeness, the replay's header), every batch of steps through the sandbox runner (bubblewrap
 unless ``--unsandboxed``), then the comparison of the two trajectories. Its peak RSS is the
 worker's for that replay alone (``bench.bench_source`` records the run in another process).
+Both peaks are read from ``/proc`` (``VmHWM``; see ``_peak_mb`` for why not ``ru_maxrss``).
 The sandboxed processes' peak is read from ``/proc`` (their ``VmHWM``, sampled while they
 live): ``RUSAGE_CHILDREN`` would not do, a child forked from the worker counts the worker's
 pages as its own until it execs, and bubblewrap does not pass its children's usage up.
@@ -50,8 +51,14 @@ def settings_for(home: Path) -> Settings:
     )
 
 
-def _peak_mb(who: int) -> float:
-    return resource.getrusage(who).ru_maxrss / 1024
+def _peak_mb() -> float:
+    """This process's peak RSS: ``VmHWM``, the high-water mark of its own address space. Not
+    ``ru_maxrss``: Linux keeps that across ``exec``, so a process started from a large parent
+    (``python -m bench``, after the benches before this one) would report the parent's size."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmHWM in /proc/self/status")
 
 
 class SandboxPeak(threading.Thread):
@@ -127,7 +134,7 @@ async def replay(home: Path, run_id: str, *, sandboxed: bool, batch: int) -> dic
         prepared = await engine.prepare(plan)
         assert prepared.ok, prepared.problems
         timings["prepare_s"] = time.perf_counter() - started
-        timings["prepare_peak_mb"] = _peak_mb(resource.RUSAGE_SELF)
+        timings["prepare_peak_mb"] = _peak_mb()
         step = StepInput(
             plan=plan,
             step_id=prepared.start_step,
@@ -160,7 +167,7 @@ async def replay(home: Path, run_id: str, *, sandboxed: bool, batch: int) -> dic
         "steps": steps,
         "reproduced": reproduced,
         "processes": runner.started,
-        "worker_peak_mb": _peak_mb(resource.RUSAGE_SELF),
+        "worker_peak_mb": _peak_mb(),
         "child_peak_mb": sandboxes.peak_kb / 1024,
         # CPU seconds of the worker (robust to the machine's load, unlike wall-clock timings)
         "worker_cpu_s": _cpu_s(resource.RUSAGE_SELF),
