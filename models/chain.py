@@ -17,11 +17,8 @@ destroyed (crypto-shredding) while the chain still verifies (rule 17).
 from __future__ import annotations
 
 import hashlib
-import itertools
-import operator
 import re
-import typing
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -184,76 +181,6 @@ TEMPLATE_FIELDS = (
 #: the fixed text around the fields: ``TEMPLATE_LITERALS[i]`` comes before ``TEMPLATE_FIELDS[i]``
 #: and the last one closes the object (a store writes the chained text from these)
 TEMPLATE_LITERALS = tuple(re.split("%[sd]", _TEMPLATE))
-#: the quotes of the template (9 keys, 7 texts) and of nothing else
-_TEMPLATE_QUOTES = _TEMPLATE.count('"')
-#: texts checked for escapes together (bounds the memory of the joined text)
-_CHUNK = 4096
-_hexdigest = operator.methodcaller("hexdigest")
-#: the characters a JSON text holds as themselves (printable ASCII but the quote and backslash)
-_PLAIN = bytes(sorted(set(range(0x20, 0x7F)) - {ord('"'), ord("\\")}))
-_QUOTES = b'"'
-
-
-def _digests(data: Iterable[bytes]) -> list[str]:
-    """``sha256_digest`` of each, iterated natively (no Python frame per item)."""
-    return list(map(DIGEST_PREFIX.__add__, map(_hexdigest, map(hashlib.sha256, data))))
-
-
-@dataclass(frozen=True, slots=True)
-class ChainColumns:
-    """A run's stored events as columns, in ascending ``sequence`` order, with each event's
-    chained text (``previous_hash ‖ metadata ‖ payload_hash``, the metadata written from the
-    template by the store, None where it could not)."""
-
-    sequences: Sequence[int]
-    previous_hashes: Sequence[str]
-    texts: Sequence[str | None]
-    payload_hashes: Sequence[str]
-    hashes: Sequence[str]
-    #: inline payloads (None when held elsewhere)
-    payloads: Sequence[bytes | None]
-
-
-def verify_chain_columns(
-    run_id: str, columns: ChainColumns, *, expected_head: tuple[int, str]
-) -> ChainVerification | None:
-    """``verify_chain`` for an intact chain whose chained texts were written from the template:
-    the verification when the chain is intact, None when anything does not verify or a text is
-    not plain printable ASCII without escapes (``verify_chain`` then names what and where, or
-    verifies what the template cannot write). Each check runs over whole columns natively: the
-    only per-event work is hashing."""
-    c = columns
-    count = len(c.sequences)
-    head = c.hashes[-1] if count else GENESIS_HASH
-    if expected_head != (count, head):
-        return None
-    if list(c.sequences) != list(range(1, count + 1)):
-        return None
-    if count and (
-        c.previous_hashes[0] != GENESIS_HASH
-        or list(c.previous_hashes[1:]) != list(c.hashes[: count - 1])
-    ):
-        return None
-    if None in c.texts:
-        return None
-    # every text as bytes (a non-ASCII one is not written by the template: its UTF-8 bytes
-    # fail the check below)
-    data = list(map(str.encode, typing.cast(Sequence[str], c.texts)))
-    for start in range(0, count, _CHUNK):
-        chunk = data[start : start + _CHUNK]
-        # the template is the canonical form only when no text needs escaping: deleting the
-        # printable ASCII characters that need none must leave only the template's quotes
-        if b"".join(chunk).translate(None, _PLAIN) != _QUOTES * (_TEMPLATE_QUOTES * len(chunk)):
-            return None
-    if _digests(data) != list(c.hashes):
-        return None
-    inline = list(map(operator.is_not, c.payloads, itertools.repeat(None)))
-    payloads = typing.cast(Iterable[bytes], itertools.compress(c.payloads, inline))
-    if _digests(payloads) != list(itertools.compress(c.payload_hashes, inline)):
-        return None
-    return ChainVerification(
-        run_id=run_id, intact=True, event_count=count, head_sequence=count, head_hash=head
-    )
 
 
 class BreakReason(StrEnum):

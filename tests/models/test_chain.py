@@ -10,13 +10,11 @@ from models.canonical import canonicalize, canonicalize_flat
 from models.chain import (
     GENESIS_HASH,
     BreakReason,
-    ChainColumns,
     ChainRow,
     chain_metadata,
     link_hash,
     row_hash,
     verify_chain,
-    verify_chain_columns,
 )
 from models.digest import sha256_digest
 
@@ -138,52 +136,3 @@ def test_each_kind_of_break_names_its_sequence_and_reason() -> None:
 def test_content_can_be_destroyed_without_breaking_the_chain() -> None:
     rows = [dataclasses.replace(r, payload=None) for r in build_chain(5)]
     assert verify_chain("run-1", rows).intact
-
-
-def _columns(rows: list[ChainRow]) -> ChainColumns:
-    texts = [
-        row.previous_hash + canonicalize_flat(chain_metadata(row)).decode() + row.payload_hash
-        for row in rows
-    ]
-    return ChainColumns(
-        sequences=[row.sequence for row in rows],
-        previous_hashes=[row.previous_hash for row in rows],
-        texts=texts,
-        payload_hashes=[row.payload_hash for row in rows],
-        hashes=[row.hash for row in rows],
-        payloads=[row.payload for row in rows],
-    )
-
-
-def test_chain_columns_verify_as_the_rows_do() -> None:
-    rows = build_chain(9)
-    fast = verify_chain_columns("run-1", _columns(rows), expected_head=(9, rows[-1].hash))
-    assert fast == verify_chain("run-1", rows, expected_head=(9, rows[-1].hash))
-    empty = ChainColumns([], [], [], [], [], [])
-    assert verify_chain_columns("run-1", empty, expected_head=(0, GENESIS_HASH)) is not None
-
-
-def test_chain_columns_answer_none_for_anything_that_does_not_verify() -> None:
-    rows = build_chain(6)
-    head = (6, rows[-1].hash)
-    good = _columns(rows)
-    texts = list(good.texts)
-    quoted = texts[2]
-    assert isinstance(quoted, str)
-    broken = [
-        dataclasses.replace(good, sequences=[1, 2, 4, 4, 5, 6]),
-        dataclasses.replace(good, previous_hashes=[GENESIS_HASH] * 6),
-        dataclasses.replace(good, texts=[*texts[:2], None, *texts[3:]]),
-        # a text needing an escape (a quote in a value): the template is not the canonical form
-        dataclasses.replace(good, texts=[*texts[:2], quoted.replace("e-3", 'e"3'), *texts[3:]]),
-        dataclasses.replace(good, texts=[*texts[:2], quoted.replace("e-3", "é-3"), *texts[3:]]),
-        dataclasses.replace(good, texts=[*texts[:2], quoted.replace("e-3", "e\x7f3"), *texts[3:]]),
-        dataclasses.replace(good, payloads=[b"{}", *good.payloads[1:]]),
-    ]
-    for columns in broken:
-        assert verify_chain_columns("run-1", columns, expected_head=head) is None, columns
-    assert verify_chain_columns("run-1", good, expected_head=(5, rows[4].hash)) is None
-    forged = "sha256:" + "0" * 64  # a last hash that is not the hash of its text
-    last = dataclasses.replace(good, hashes=[*good.hashes[:5], forged])
-    assert verify_chain_columns("run-1", last, expected_head=(6, forged)) is None
-    assert verify_chain_columns("run-1", good, expected_head=head) is not None
