@@ -56,6 +56,8 @@ def utc(value: datetime) -> datetime:
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
+#: the execution option ``Database.read`` sets on its connections (SQLite: a deferred BEGIN)
+READS_ONLY = "replaybook_reads_only"
 #: how long a SQLite write transaction waits for the write lock (``PRAGMA busy_timeout``)
 SQLITE_BUSY_SECONDS = 10.0
 
@@ -117,8 +119,12 @@ class Database:
 
     @contextlib.asynccontextmanager
     async def read(self) -> AsyncIterator[AsyncConnection]:
+        """A connection for reads. On SQLite its transaction is a plain (deferred) BEGIN: a
+        snapshot of the WAL that takes no lock a writer or another read would wait for."""
         try:
             async with self.engine.connect() as conn:
+                if not self.is_postgresql:
+                    await conn.execution_options(**{READS_ONLY: True})
                 yield conn
         except _UNAVAILABLE as exc:
             raise _store_error(exc) from exc
@@ -158,6 +164,13 @@ def install_sqlite_pragmas(engine: AsyncEngine, *, foreign_keys: bool = True) ->
 
     @event.listens_for(engine.sync_engine, "begin")
     def _on_begin(conn: Connection) -> None:
+        if conn.get_execution_options().get(READS_ONLY):
+            # ``Database.read``: a read snapshot. BEGIN IMMEDIATE here made every read take
+            # the write lock, so reads of one request on several connections (the full run
+            # check) queued on the busy handler, and one whose task was canceled could keep
+            # the lock until the busy timeout failed every writer ("database is locked")
+            conn.exec_driver_sql("BEGIN")
+            return
         # IMMEDIATE takes the write lock up front: two writers can never both read the
         # same chain head and then deadlock (or fork) when upgrading to a write lock
         conn.exec_driver_sql("BEGIN IMMEDIATE")
