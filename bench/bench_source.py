@@ -21,7 +21,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -40,10 +39,6 @@ WORKER_RSS_GOAL_MB = 500
 SANDBOX_LIMIT_MB = 2048
 #: interleaved rounds of loading the long and the short run (medians reported)
 LOAD_ROUNDS = 5
-
-
-def _median(values: Iterable[float]) -> float:
-    return statistics.median(values)
 
 
 def _rss_mb() -> float:
@@ -105,10 +100,10 @@ async def _run(steps: int) -> dict[str, Any]:
             "steps": steps,
             "record_s": record_s,
             "provider_s": provider_s,
-            "load_s": _median(t for t, _ in big_s),
-            "baseline_load_s": _median(t for t, _ in small_s),
-            "load_cpu_s": _median(c for _, c in big_s),
-            "baseline_load_cpu_s": _median(c for _, c in small_s),
+            "load_s": statistics.median(t for t, _ in big_s),
+            "baseline_load_s": statistics.median(t for t, _ in small_s),
+            "load_cpu_s": statistics.median(c for _, c in big_s),
+            "baseline_load_cpu_s": statistics.median(c for _, c in small_s),
             "rss_growth_mb": rss_growth,
             "peak_rss_mb": _peak_rss_mb(),
             "replay": replays["big"],

@@ -63,12 +63,15 @@ INLINE_IO_BYTES = 64 * 1024
 def _intact_copy(path: str, digest: str) -> bool:
     """Whether ``path`` holds the object ``digest`` (small files only: read inline)."""
     try:
-        if os.stat(path).st_size > INLINE_IO_BYTES:
-            return False
-        with open(path, "rb") as f:
-            return sha256_digest(f.read()) == digest
+        return os.stat(path).st_size <= INLINE_IO_BYTES and _holds(path, digest)
     except OSError:
         return False
+
+
+def _holds(path: str, digest: str) -> bool:
+    """Whether the file at ``path`` is there and hashes to ``digest``."""
+    existing = _read_if_there(path)
+    return existing is not None and sha256_digest(existing) == digest
 
 
 #: numbers of temporary files (with the process id, unique to a write of this process)
@@ -186,8 +189,7 @@ class LocalArtifactStore:
         try:
             # Content-addressed: an intact copy is already the object. A corrupted one is
             # replaced. (One this process is writing is waited for: ``write_soon``.)
-            existing = _read_if_there(path)
-            if existing is None or sha256_digest(existing) != digest:
+            if not _holds(path, digest):
                 _atomic_write(path, data)
         except OSError as e:
             raise StoreError(f"cannot write artifact {digest} to {self.location}: {e}") from e

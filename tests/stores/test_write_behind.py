@@ -270,18 +270,20 @@ async def test_a_failed_batch_loses_only_the_unacknowledged_events(
     assert (await ledger.append(run_id, event_(7))).sequence == acknowledged + 2
 
 
-async def test_a_killed_recorder_loses_only_unacknowledged_events(
-    database: Database, tmp_path: Path
+async def killed_after_acknowledgements(
+    database: Database, run_id: str, artifacts: Path, *options: str
 ) -> None:
-    url = database.engine.url.render_as_string(hide_password=False)
-    run_id = f"wb-kill-{uuid.uuid4().hex[:8]}"
+    """Run ``tests.stores.write_behind_child`` recording ``run_id`` until it has ``ACKED``
+    events acknowledged and has handed on more (events, and artifacts with
+    ``--with-artifacts``), some of them committed; then SIGKILL it."""
     child = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
         "tests.stores.write_behind_child",
-        url,
+        database.engine.url.render_as_string(hide_password=False),
         run_id,
-        str(tmp_path / "a"),
+        str(artifacts),
+        *options,
         cwd=ROOT,
         env=os.environ.copy(),
         stdout=asyncio.subprocess.PIPE,
@@ -291,11 +293,18 @@ async def test_a_killed_recorder_loses_only_unacknowledged_events(
         assert child.stdout is not None
         first = (await asyncio.wait_for(child.stdout.readline(), 120)).split()
         assert first == [b"ACKED", str(ACKED).encode()]
-        for _ in range(3):  # more events handed to the writer, some of them committed
+        for _ in range(3):
             assert (await asyncio.wait_for(child.stdout.readline(), 120)).strip() == b"MORE"
     finally:
         child.send_signal(signal.SIGKILL)
         await asyncio.wait_for(child.wait(), 30)
+
+
+async def test_a_killed_recorder_loses_only_unacknowledged_events(
+    database: Database, tmp_path: Path
+) -> None:
+    run_id = f"wb-kill-{uuid.uuid4().hex[:8]}"
+    await killed_after_acknowledgements(database, run_id, tmp_path / "a")
     ledger = SqlLedger(database)
     committed = await database_events(database, run_id)
     # every acknowledged event is there; whatever else is there is the prefix after it
@@ -312,30 +321,8 @@ async def test_a_killed_recorder_never_committed_an_event_before_its_artifact(
     """Crash consistency of the artifact writes (started at once, on writer threads, and
     the appends behind them handed on together): after a SIGKILL, every committed event's
     artifact is there and intact."""
-    url = database.engine.url.render_as_string(hide_password=False)
     run_id = f"wb-kill-art-{uuid.uuid4().hex[:8]}"
-    child = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "tests.stores.write_behind_child",
-        url,
-        run_id,
-        str(tmp_path / "a"),
-        "--with-artifacts",
-        cwd=ROOT,
-        env=os.environ.copy(),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.DEVNULL,
-    )
-    try:
-        assert child.stdout is not None
-        first = (await asyncio.wait_for(child.stdout.readline(), 120)).split()
-        assert first == [b"ACKED", str(ACKED).encode()]
-        for _ in range(3):  # more events and artifacts handed off, some of them committed
-            assert (await asyncio.wait_for(child.stdout.readline(), 120)).strip() == b"MORE"
-    finally:
-        child.send_signal(signal.SIGKILL)
-        await asyncio.wait_for(child.wait(), 30)
+    await killed_after_acknowledgements(database, run_id, tmp_path / "a", "--with-artifacts")
     artifacts = LocalArtifactStore(tmp_path / "a")
     ledger = SqlLedger(database, artifacts)
     referenced = [
