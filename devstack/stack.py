@@ -188,7 +188,11 @@ def component_status(name: str, record: Mapping[str, Any]) -> dict[str, Any]:
             "address": record.get("endpoint_url"),
         }
     elif name == "models":
-        status |= {"address": record.get("base_url"), "models": record.get("models")}
+        status |= {
+            "address": record.get("base_url"),
+            "models": record.get("models"),
+            "tool_calls": record.get("tool_calls"),
+        }
     elif name == "worker":
         status |= {
             "command": record.get("command"),
