@@ -42,7 +42,8 @@ so they are never renamed. Each class carries a stable ``code`` for the CLI and 
         ├── SandboxUnavailableError    the sandbox cannot be created: steps are refused
         ├── SandboxViolationError      a sandboxed step asked for what a replay may not do
         ├── SandboxQuotaError          a replay's sandboxed steps wrote, called or sent too much
-        └── SandboxedStepFailedError   the sandboxed step process died (a limit, a crash)
+        ├── SandboxedStepFailedError   the sandboxed step process died (a limit, a crash)
+        └── SandboxStartTimeoutError   a sandboxed process did not become ready in time
 
 Every error declares, besides its message:
 
@@ -336,3 +337,11 @@ class SandboxedStepFailedError(SandboxError):
     file size, processes), by the wall-clock timeout, or crashed. The message names why."""
 
     code = "sandboxed_step_failed"
+
+
+class SandboxStartTimeoutError(SandboxError):
+    """A sandboxed step process that did not report ready within the start timeout
+    (``REPLAYBOOK_SANDBOX_START_SECONDS``): it was killed and the activity fails with this
+    error instead of waiting for ever. Retryable: a new attempt starts a new process."""
+
+    code = "sandbox_start_timeout"

@@ -5,18 +5,20 @@ and the project's packages (nothing else of the host: no /etc/shadow, no home di
 Replaybook database); a private size-limited tmpfs at /tmp, the only writable place; fresh
 pid, ipc, uts and network namespaces (only ``lo``, so nothing on the host's loopback is
 reachable); an empty environment. rlimits (CPU seconds, address space, file size, process
-count) are set before bwrap starts and are inherited by everything inside.
+count) are set by ``prlimit`` (util-linux), which execs bwrap with them, so everything inside
+inherits them. No Python runs between fork and exec (no ``preexec_fn``): a forked child of a
+threaded worker that ran Python there could deadlock on a lock another thread held at the
+fork, before exec, and the event loop that waits for the exec with it (the worker hung).
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-import resource
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from activities.sandbox.config import SandboxSettings
@@ -115,22 +117,21 @@ def bwrap_command(
     return [*args, "--", *command]
 
 
-def rlimit_setter(settings: SandboxSettings) -> Callable[[], None]:
-    """A preexec function: only ``setrlimit`` calls (no locks, no allocation of note), which
-    is what is safe between fork and exec in a threaded process."""
-    limits = (
-        (resource.RLIMIT_CPU, settings.cpu_seconds, settings.cpu_seconds + 1),
-        (resource.RLIMIT_AS, settings.address_space_bytes, settings.address_space_bytes),
-        (resource.RLIMIT_FSIZE, settings.file_size_bytes, settings.file_size_bytes),
-        (resource.RLIMIT_NPROC, settings.max_processes, settings.max_processes),
-        (resource.RLIMIT_CORE, 0, 0),
-    )
-
-    def apply() -> None:
-        for which, soft, hard in limits:
-            resource.setrlimit(which, (soft, hard))
-
-    return apply
+def limited(settings: SandboxSettings, command: Sequence[str]) -> list[str]:
+    """``command`` run under the sandbox's rlimits: ``prlimit`` sets them on itself and execs
+    ``command`` (same pid), so bwrap and everything in it inherit them."""
+    prlimit = shutil.which("prlimit") or "/usr/bin/prlimit"
+    cpu, memory, size = settings.cpu_seconds, settings.address_space_bytes, settings.file_size_bytes
+    return [
+        prlimit,
+        f"--cpu={cpu}:{cpu + 1}",
+        f"--as={memory}:{memory}",
+        f"--fsize={size}:{size}",
+        f"--nproc={settings.max_processes}:{settings.max_processes}",
+        "--core=0:0",
+        "--",
+        *command,
+    ]
 
 
 def python_argv(module: str, *extra: str) -> list[str]:
@@ -158,12 +159,13 @@ def check_available(settings: SandboxSettings) -> None:
         )
     if os.geteuid() == 0 and shutil.which("setpriv") is None:
         raise SandboxUnavailableError("setpriv (util-linux) is needed to drop root in the sandbox")
+    if shutil.which("prlimit") is None:
+        raise SandboxUnavailableError("prlimit (util-linux) is needed to limit the sandbox")
     try:
         done = subprocess.run(
-            bwrap_command(settings, ["/bin/true"]),
+            limited(settings, bwrap_command(settings, ["/bin/true"])),
             capture_output=True,
             timeout=30,
-            preexec_fn=rlimit_setter(settings),  # setrlimit only: safe after fork
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise SandboxUnavailableError(f"cannot start bubblewrap: {exc}") from exc
@@ -179,12 +181,12 @@ async def spawn(
 ) -> asyncio.subprocess.Process:
     """Start ``argv`` in a new sandbox with pipes on stdin, stdout and stderr."""
     try:
+        # no preexec_fn: the fork (a vfork) runs no Python before exec (module docstring)
         return await asyncio.create_subprocess_exec(
-            *bwrap_command(settings, argv, uid),
+            *limited(settings, bwrap_command(settings, argv, uid)),
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
-            preexec_fn=rlimit_setter(settings),  # setrlimit only: safe after fork
             env={},
             start_new_session=True,
         )

@@ -41,6 +41,9 @@ def main() -> None:
     # imported only now: nothing of ours runs before the protocol channel is set aside
     from activities.sandbox import codec, rpc
 
+    # the worker's start watchdog waits for this frame (``StepProcess.start``)
+    rpc.write_frame(rpc_out, {"ready": os.getpid()})
+
     #: artifacts put since the last frame: they ride on the next one (one message a step)
     unsent: list[dict[str, Any]] = []
 

@@ -54,6 +54,10 @@ class SandboxSettings(BaseModel):
     #: a step's live model call may take that long less 30 s (``REPLAYBOOK_MODELS_TIMEOUT``):
     #: one answer of a small local model took 8 minutes on two cores at a load average of 12
     wall_seconds: float = 900.0
+    #: a sandboxed process that has not reported ready this many seconds after its spawn is
+    #: killed and the step's activity fails with ``SandboxStartTimeoutError`` (~0.6-0.8 s
+    #: here when idle; generous for a loaded machine)
+    start_seconds: WholeSeconds = Field(60.0, validation_alias="REPLAYBOOK_SANDBOX_START_SECONDS")
     #: a replay's sandboxed process is kept for its next batch this long (see runner)
     idle_seconds: WholeSeconds = Field(30.0, validation_alias="REPLAYBOOK_SANDBOX_IDLE_SECONDS")
     #: batches one sandboxed process may run before it is replaced (1: a fresh one each)

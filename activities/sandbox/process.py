@@ -13,6 +13,7 @@ from typing import Any
 from activities.sandbox import rpc
 from activities.sandbox.bwrap import python_argv, spawn
 from activities.sandbox.config import SandboxSettings
+from models.errors import SandboxStartTimeoutError, SandboxUnavailableError
 
 #: the last bytes of the step's stderr kept for the failure report
 STDERR_TAIL = 4096
@@ -43,7 +44,33 @@ class StepProcess:
     async def start(
         cls, settings: SandboxSettings, uid: int, slot: int, replay_id: str
     ) -> StepProcess:
-        return cls(await spawn(settings, python_argv(CHILD_MODULE), uid), slot, replay_id)
+        """A started process that has reported ready (its first frame). One that does not
+        within ``settings.start_seconds`` is killed: ``SandboxStartTimeoutError``, not a wait
+        for ever; one that exits first: ``SandboxUnavailableError`` with its stderr."""
+        child = cls(await spawn(settings, python_argv(CHILD_MODULE), uid), slot, replay_id)
+        try:
+            async with asyncio.timeout(settings.start_seconds):
+                ready = await child.receive(rpc.MAX_READY_BYTES)
+        except TimeoutError:
+            await child.close()
+            raise SandboxStartTimeoutError(
+                f"the sandboxed process (pid {child.process.pid}) did not report ready within "
+                f"{settings.start_seconds:g} s (REPLAYBOOK_SANDBOX_START_SECONDS): killed"
+                f"{child.stderr_tail()}"
+            ) from None
+        except (asyncio.IncompleteReadError, rpc.ProtocolError) as exc:
+            await child.close()
+            raise SandboxUnavailableError(
+                f"the sandboxed process ended before it was ready ({exc or 'exited'})"
+                f"{child.stderr_tail()}"
+            ) from None
+        except BaseException:
+            await child.close()
+            raise
+        if not (isinstance(ready, dict) and "ready" in ready):
+            await child.close()
+            raise SandboxUnavailableError(f"unexpected first frame: {str(ready)[:200]}")
+        return child
 
     @property
     def alive(self) -> bool:

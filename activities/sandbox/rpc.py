@@ -1,7 +1,8 @@
 """The pipe protocol between a replay worker and its sandboxed step process.
 
-One frame = 4-byte big-endian length + UTF-8 JSON. The worker sends a job; the child sends
-``{"call": method, "params": {...}}`` (with ``"puts": [{"data", "digest"}, ...]``: artifacts
+One frame = 4-byte big-endian length + UTF-8 JSON. The child's first frame is
+``{"ready": pid}`` (the worker's start watchdog waits for it). The worker sends a job; the
+child sends ``{"call": method, "params": {...}}`` (with ``"puts": [{"data", "digest"}, ...]``: artifacts
 it put since its last call, stored by the worker before the call is served — so a step costs
 one message) and waits for ``{"ok": value}`` or ``{"error": {...}}``;
 it ends the job with ``{"done": output, "cpu_seconds": used}`` or ``{"failed": {...}}`` and
@@ -21,6 +22,8 @@ from typing import Any, BinaryIO
 #: anyway; the largest legitimate frame is a step's batch of events)
 MAX_FRAME = 256 * 1024 * 1024
 _HEADER = struct.Struct(">I")
+#: the child's first frame, ``{"ready": pid}``, is tiny: anything larger is not it
+MAX_READY_BYTES = 1024
 
 
 class ProtocolError(Exception):
