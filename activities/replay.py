@@ -116,9 +116,9 @@ class ReplayActivities:
         Reads the ledger only: records nothing in either run and calls no model or provider."""
         after = 0
         async with heartbeating(plan.replay_id):
-            if plan.from_step:  # a fork is compared on what it re-executed
+            if plan.from_step:  # a fork is compared on what it regenerated (the step on)
                 source_run = await self.engine.source(plan.source_run_id)
-                after = source_run.marks[plan.from_step].sequence
+                after = source_run.starts[plan.from_step].sequence
             source = await load_trajectory(
                 self.engine.ledger, plan.source_run_id, after_sequence=after
             )

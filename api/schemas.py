@@ -67,6 +67,8 @@ class ReplayCreate(Body):
     candidate_model: str | None = Version()
     #: replays with this model when the recorded one is not configured (in the manifest)
     substitute_model: str | None = Version()
+    #: the first step regenerated: history before it, the step itself and every step after it
+    #: re-run (``"planner"`` re-runs the planner under the candidate)
     start_from_step: str | None = Version()
     policy_version: str | None = Version()
     retriever_version: str | None = Version()

@@ -100,7 +100,8 @@ async def _run(steps: int) -> dict[str, float]:
                 # the workers' default: steps in bubblewrap
                 async with running_workers(settings, "all", client):
                     full = await through_temporal(_plan(source.run_id), "bubblewrap")
-                    fork_step = f"s{int(steps * 0.9) - 1:05d}"
+                    # the last 10% regenerated, from the step named
+                    fork_step = f"s{int(steps * 0.9):05d}"
                     fork = await through_temporal(
                         _plan(source.run_id, mode=ReplayMode.FORK_FROM_STEP, from_step=fork_step),
                         "bubblewrap",

@@ -117,7 +117,11 @@ async def replay_start(
         ),
     ] = None,
     from_step: Annotated[
-        str | None, typer.Option("--from-step", help="Fork after this step.")
+        str | None,
+        typer.Option(
+            "--from-step",
+            help="Regenerate from this step: history before it, it and the steps after re-run.",
+        ),
     ] = None,
     policy: Annotated[str | None, typer.Option(help="Policy version override.")] = None,
     retriever: Annotated[str | None, typer.Option(help="Retriever version override.")] = None,

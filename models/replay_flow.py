@@ -54,6 +54,8 @@ class ReplayPlan(Record):
     policy_version: str | None = None
     retriever_version: str | None = None
     deny_approvals: tuple[str, ...] = ()
+    #: the first step regenerated: its first run and everything after it re-run, what came
+    #: before it taken from the source (its state from the previous step's checkpoint)
     from_step: str | None = None
     miss_policy: FixtureMissPolicy = FixtureMissPolicy.FAIL
     budget: ReplayBudget = ReplayBudget()

@@ -53,7 +53,8 @@ class ForkPhases(IncidentState):
                 ReplayMode.FORK_FROM_STEP,
                 replay_id=f"{request.incident_id}-fork{i + 1}-{'exact' if cf is None else f'cf{j + 1}'}",
                 sampling_seed=1000 + 100 * i + j,
-                from_step=point.fork_from,
+                # the point itself is the first step regenerated (its decision taken again)
+                from_step=point.step_id,
                 prompt=cf.value if cf and cf.kind == "prompt" else None,
                 model=cf.value if cf and cf.kind == "model" else None,
                 policy=cf.value if cf and cf.kind == "policy" else None,

@@ -173,15 +173,20 @@ class ReplayEngine:
         state_ref: str | None = None
         cursors = ReplayCursorsView()
         if plan.from_step is not None:
-            marks = source.marks.get(plan.from_step)
-            resumed = source.checkpoints.get(plan.from_step)
-            if marks is None or resumed is None:
+            # the named step is the first one regenerated: history up to it, the step itself
+            # and everything after it re-executed (the seed: "before step_17 use history,
+            # from step_18 regenerate"); its state is the previous step's checkpoint
+            marks = source.starts.get(plan.from_step)
+            resumed = source.checkpoint_before(plan.from_step)
+            first = source.steps[:1] == [plan.from_step]  # starts from the empty state
+            if marks is None or (resumed is None and not first):
                 problems.append(
-                    f"step {plan.from_step!r} has no checkpoint in run {plan.source_run_id} "
-                    f"(steps: {', '.join(source.steps)})"
+                    f"step {plan.from_step!r} has no checkpoint to regenerate from in run "
+                    f"{plan.source_run_id} (steps: {', '.join(dict.fromkeys(source.steps))})"
                 )
             else:
-                start_step, state_ref = marks.next_step, resumed.state_ref
+                start_step = marks.next_step
+                state_ref = resumed.state_ref if resumed is not None else None
                 cursors = ReplayCursorsView(
                     model_calls=marks.model_calls,
                     clock_reads=marks.clock_reads,

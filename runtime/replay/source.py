@@ -31,7 +31,8 @@ T = TypeVar("T")
 
 @dataclass
 class StepMarks:
-    """How much of each recorded stream had been used when a step finished (for forks).
+    """How much of each recorded stream had been used when a step first started: where a fork
+    that regenerates the step resumes (everything before it is history).
 
     Positions only (O(1) per step): the counts per request hash of the fixtures and retrievals
     used up to the step are computed on demand, for the one fork step that needs them, from
@@ -39,11 +40,14 @@ class StepMarks:
 
     model_calls: int = 0
     clock_reads: int = 0
+    #: the step the fork runs first (the marked step itself)
     next_step: str | None = None
+    #: the random state the step started from (the previous step's; None for the first)
     random_state_ref: str | None = None
-    #: the sequence of the step's STEP_COMPLETED event
+    #: the sequence of the last event before the step's first STEP_STARTED: the history a
+    #: fork keeps (a fork is compared on what came after it)
     sequence: int = 0
-    #: how many TOOL_CALL and RETRIEVAL events came before the step's end, and the run's
+    #: how many TOOL_CALL and RETRIEVAL events came before the step started, and the run's
     #: request (query) hashes in recorded order, shared by every step's marks
     fixture_calls: int = 0
     retrieval_calls: int = 0
@@ -52,20 +56,21 @@ class StepMarks:
 
     @property
     def fixtures(self) -> dict[str, int]:
-        """Per request hash, the tool fixtures used up to the end of the step."""
+        """Per request hash, the tool fixtures used before the step started."""
         return dict(Counter(self.fixture_order[: self.fixture_calls]))
 
     @property
     def retrievals(self) -> dict[str, int]:
-        """Per query hash, the retrieval fixtures used up to the end of the step."""
+        """Per query hash, the retrieval fixtures used before the step started."""
         return dict(Counter(self.retrieval_order[: self.retrieval_calls]))
 
 
 @dataclass(frozen=True)
 class ForkPoint:
-    """Where a fork resumes in its source: the fixtures and retrievals the source had used up
-    to the end of the step (per request / query hash) and its checkpoint's schema version
-    (None: the step has no checkpoint)."""
+    """Where a fork that regenerates a step resumes in its source: the fixtures and retrievals
+    the source had used before the step started (per request / query hash) and the schema
+    version of the checkpoint it resumes from (the previous step's; None: no checkpoint, e.g.
+    the run's first step, which starts from the empty state)."""
 
     fixtures: dict[str, int]
     retrievals: dict[str, int]
@@ -146,13 +151,16 @@ class SourceEvidence:
     approvals: dict[str, ApprovalRecord]
     policy_decisions: dict[str, PolicyDecisionRecord]
     side_effects: dict[str, SideEffectRecord]
+    #: per step, its last checkpoint (what the migration check reads)
     checkpoints: dict[str, ReplayCheckpoint]
-    #: per completed step (last occurrence), the stream positions after it
-    marks: dict[str, StepMarks]
+    #: per step (its first run), the stream positions before it started
+    starts: dict[str, StepMarks]
     steps: list[str]
     event_count: int
     #: the bytes of evidence payloads loaded: what the engine's cache is bounded by
     loaded_bytes: int = 0
+    #: every checkpoint, by sequence (a fork resumes from the last one before its step)
+    checkpoints_in_order: list[ReplayCheckpoint] = field(default_factory=list, repr=False)
     #: the run's tool request hashes and retrieval query hashes in recorded order
     fixture_order: list[str] = field(default_factory=list, repr=False)
     retrieval_order: list[str] = field(default_factory=list, repr=False)
@@ -232,10 +240,20 @@ class SourceEvidence:
             self.retrieval_order, self.retrievals, self._retrieval_index, query_hash, used, limit
         )
 
-    def fork_point(self, step_id: str) -> ForkPoint | None:
-        marks, checkpoint = self.marks.get(step_id), self.checkpoints.get(step_id)
+    def checkpoint_before(self, step_id: str) -> ReplayCheckpoint | None:
+        """The checkpoint a fork regenerating ``step_id`` resumes from: the last one recorded
+        before the step first started (None before the run's first step)."""
+        marks = self.starts.get(step_id)
         if marks is None:
             return None
+        before = [c for c in self.checkpoints_in_order if c.sequence <= marks.sequence]
+        return before[-1] if before else None
+
+    def fork_point(self, step_id: str) -> ForkPoint | None:
+        marks = self.starts.get(step_id)
+        if marks is None:
+            return None
+        checkpoint = self.checkpoint_before(step_id)
         version = checkpoint.state_schema_version if checkpoint is not None else None
         return ForkPoint(marks.fixtures, marks.retrievals, version)
 
@@ -250,8 +268,9 @@ async def load_source_evidence(
     fixtures: dict[str, list[ToolFixture]] = {}
     retrievals: dict[str, list[RetrievalFixture]] = {}
     effects: dict[str, SideEffectRecord] = {}
-    marks: dict[str, StepMarks] = {}
+    starts: dict[str, StepMarks] = {}
     steps: list[str] = []
+    random_state_ref: str | None = None
     agent_input: Any = None
     seed = 0
     start = loaded[0][0].logical_time if loaded else run.created_at
@@ -285,19 +304,21 @@ async def load_source_evidence(
             ended = True
         elif event.type is E.STEP_STARTED:
             steps.append(event.step_id)
+            if event.step_id not in starts:
+                starts[event.step_id] = StepMarks(
+                    model_calls=len(responses),
+                    clock_reads=len(reads),
+                    next_step=event.step_id,
+                    random_state_ref=random_state_ref,
+                    sequence=event.sequence - 1,
+                    fixture_calls=len(fixture_order),
+                    retrieval_calls=len(retrieval_order),
+                    fixture_order=fixture_order,
+                    retrieval_order=retrieval_order,
+                )
         elif event.type is E.STEP_COMPLETED:
-            marks[event.step_id] = StepMarks(
-                model_calls=len(responses),
-                clock_reads=len(reads),
-                next_step=payload.get("next"),
-                random_state_ref=payload.get("random_state_ref"),
-                sequence=event.sequence,
-                fixture_calls=len(fixture_order),
-                retrieval_calls=len(retrieval_order),
-                fixture_order=fixture_order,
-                retrieval_order=retrieval_order,
-            )
-    approvals, decisions, checkpoints = await _looked_up(evidence, run_id)
+            random_state_ref = payload.get("random_state_ref")
+    approvals, decisions, in_order = await _looked_up(evidence, run_id)
     return SourceEvidence(
         run=run,
         agent_input=agent_input,
@@ -311,8 +332,9 @@ async def load_source_evidence(
         approvals=approvals,
         policy_decisions=decisions,
         side_effects=effects,
-        checkpoints=checkpoints,
-        marks=marks,
+        checkpoints={c.step_id: c for c in in_order},
+        checkpoints_in_order=in_order,
+        starts=starts,
         steps=steps,
         # the run's last event (RUN_COMPLETED/RUN_FAILED) is among those loaded
         event_count=loaded[-1][0].sequence if loaded else 0,
@@ -324,12 +346,13 @@ async def load_source_evidence(
 
 async def _looked_up(
     evidence: EvidenceReader, run_id: str
-) -> tuple[dict[str, ApprovalRecord], dict[str, PolicyDecisionRecord], dict[str, ReplayCheckpoint]]:
-    """The run's approvals by action, policy decisions by input and checkpoints by step."""
+) -> tuple[dict[str, ApprovalRecord], dict[str, PolicyDecisionRecord], list[ReplayCheckpoint]]:
+    """The run's approvals by action, policy decisions by input and checkpoints in recorded
+    order."""
     approvals = {a.action_hash: a for a in await evidence.records(ApprovalRecord, run_id)}
     decisions = {d.input_hash: d for d in await evidence.records(PolicyDecisionRecord, run_id)}
-    checkpoints = {c.step_id: c for c in await evidence.records(ReplayCheckpoint, run_id)}
-    return approvals, decisions, checkpoints
+    checkpoints = await evidence.records(ReplayCheckpoint, run_id)
+    return approvals, decisions, sorted(checkpoints, key=lambda c: c.sequence)
 
 
 _INTERESTING = {

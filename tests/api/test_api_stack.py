@@ -219,14 +219,14 @@ def test_the_seeds_prompt_swap_from_a_step_over_http(stack: Stack) -> None:
         assert done["manifest"]["promptBundleHash"] == PROMPTS["v18"].bundle_hash()
         assert done["budgetUsed"]["modelCalls"] <= 5 and done["writesExecuted"] == 0
 
-        # the fork re-executes the steps after the planner, not the planner
+        # the fork regenerates the planner (the named step) and what follows it
         def started(run: str) -> list[str]:
             events = viewer.get(f"/api/runs/{run}").json()["events"]
             return [e["step_id"] for e in events if e["type"] == "STEP_STARTED"]
 
         replayed, recorded = started(replay_id), started(run_id)
-        assert recorded[0] == "planner" and "planner" not in replayed
-        assert replayed == recorded[1:] and done["stepsExecuted"] == len(replayed)
+        assert recorded[0] == "planner" and replayed[0] == "planner"
+        assert done["stepsExecuted"] == len(replayed)
 
 
 def test_a_full_incident_over_http(stack: Stack) -> None:

@@ -1,4 +1,4 @@
-"""Replay evidence in O(n): each step's marks are positions (no per-step copy of the fixture
+"""Replay evidence in O(n): each step's start marks are positions (no per-step copy of the fixture
 counts), the fork step's consumption is computed on demand with the counts the old per-step
 copies held, and the engine's source cache is bounded by the bytes it holds."""
 
@@ -19,23 +19,24 @@ from tests.runtime.conftest import Recording
 async def test_marks_give_the_cumulative_consumption_of_each_step(rec: Recording) -> None:
     run = await record_synthetic_run(rec.ledger, rec.artifacts, 10)
     source = await load_source_evidence(rec.ledger, rec.evidence, rec.artifacts, run.run_id)
-    # the counts the loader used to copy at every STEP_COMPLETED, recomputed from the events
+    # the counts before each step started (where a fork regenerating it resumes), recomputed
+    # from the events
     expected: dict[str, dict[str, int]] = {}
     counts: dict[str, int] = {}
     for event, data in await rec.ledger.events_with_payloads(
-        run.run_id, types=frozenset({E.TOOL_CALL, E.STEP_COMPLETED})
+        run.run_id, types=frozenset({E.TOOL_CALL, E.STEP_STARTED})
     ):
         if event.type is E.TOOL_CALL:
             request = json.loads(data or b"{}")["request_hash"]
             counts[request] = counts.get(request, 0) + 1
         else:
-            expected[event.step_id] = dict(counts)
-    assert len(source.marks) == 10
-    for step, marks in source.marks.items():
-        assert marks.fixtures == expected[step]
+            expected.setdefault(event.step_id, dict(counts))
+    assert len(source.starts) == 10
+    for step, marks in source.starts.items():
+        assert marks.fixtures == expected[step] and marks.next_step == step
         assert marks.retrievals == {}
     # one shared order list, not a copy per step
-    orders = {id(m.fixture_order) for m in source.marks.values()}
+    orders = {id(m.fixture_order) for m in source.starts.values()}
     assert len(orders) == 1
     assert source.loaded_bytes > 0
 

@@ -123,7 +123,7 @@ async def test_every_item_a_step_can_read_is_the_workers(
             assert child.provider_fixture(effect.provider_request_id) == (
                 evidence.provider_fixture(effect.provider_request_id)
             )
-        for step in [*evidence.marks, "no-such-step"]:
+        for step in [*evidence.starts, "no-such-step"]:
             assert child.fork_point(step) == evidence.fork_point(step)
         # nothing here loaded the run: only the windows the reads asked for
         assert set(calls[calls_before:]) <= {
@@ -200,7 +200,7 @@ async def test_a_sandboxed_replay_records_the_same_without_loading_the_run(
         engine = replays.engine
         source_run_id = replays.source_run_id
         extra: dict[str, Any] = (
-            {"mode": ReplayMode.FORK_FROM_STEP, "from_step": "s00006"} if fork else {}
+            {"mode": ReplayMode.FORK_FROM_STEP, "from_step": "s00007"} if fork else {}
         )
 
         def plan(prefix: str) -> ReplayPlan:

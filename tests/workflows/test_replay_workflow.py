@@ -130,10 +130,10 @@ async def test_a_prompt_swap_stopped_by_fixture_misses_is_inconclusive_not_fixed
     assert live.summary["not_reproduced"] >= 4 and live.summary["inconclusive"] == 0
 
 
-async def test_fork_executes_only_the_steps_after_the_fork(replay_stack) -> None:  # type: ignore[no-untyped-def]
+async def test_fork_regenerates_the_named_step_and_the_steps_after_it(replay_stack) -> None:  # type: ignore[no-untyped-def]
     stack = replay_stack
     source = await record_synthetic_run(stack.stores.ledger, stack.stores.artifacts, 200)
-    forked = await stack.replay(plan(source.run_id, ReplayMode.FORK_FROM_STEP, from_step="s00179"))
+    forked = await stack.replay(plan(source.run_id, ReplayMode.FORK_FROM_STEP, from_step="s00180"))
     assert forked.status is ReplayStatus.COMPLETED and forked.steps_executed == 20
     events = await stack.stores.ledger.events(forked.replay_id)
     started = [e.step_id for e in events if e.type is ExecutionEventType.STEP_STARTED]
