@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import structlog
 
-from ingest.events import record_event
+from ingest.events import close_open_writes, record_event
 from ingest.recorder import IngestRecorder, content_digest
 from ingest.state import IngestState, is_read, load_ingest_state, state_from_events, states_of
 from models import ExecutionEventType, RunRecord, RunStatus
@@ -202,7 +202,7 @@ async def _record_batch(
     duplicates = recorded = 0
     end: RunEndEvent | None = None
     for event in sorted(events, key=lambda e: e.sequence):
-        digest = content_digest(event.model_dump(mode="json"))
+        digest = content_digest(event.digest_body())
         known = state.recorded.get(event.sequence)
         if known is not None:
             if known != digest:
@@ -251,6 +251,7 @@ class _StaleSnapshot(Exception):
 
 async def _end(recorder: IngestRecorder, state: IngestState, event: RunEndEvent) -> None:
     outcome = loop_outcome(state.ended_by()) if state.is_tool_loop else event.outcome
+    await close_open_writes(recorder, state)
     await recorder.record(E.STEP_COMPLETED, payload={"next": None, "output": outcome})
     recorder.step_id = "run"
     if event.status is RunStatus.FAILED:

@@ -38,6 +38,8 @@ from models.ingest import (
     RunEndEvent,
     SideEffectStateEvent,
     ToolCallEvent,
+    ToolIntentEvent,
+    ToolResultEvent,
     UserMessageEvent,
 )
 from models.model_call import ModelResponse
@@ -58,7 +60,7 @@ from runtime.tools import request_hash
 
 E = ExecutionEventType
 _OWN_STEP = {"model_call": MODEL, "user_message": USER}
-_STEP_KIND = {**_OWN_STEP, "tool_call": TOOLS}
+_STEP_KIND = {**_OWN_STEP, "tool_call": TOOLS, "tool_intent": TOOLS, "tool_result": TOOLS}
 _STATUS_OUTCOME = {
     ToolOutcome.SUCCESS: SideEffectStatus.CONFIRMED,
     ToolOutcome.ERROR: SideEffectStatus.FAILED,
@@ -148,8 +150,12 @@ async def record_event(
                 step_id=recorder.step_id,
             ),
         )
+    elif isinstance(event, ToolIntentEvent):
+        await _tool_intent(recorder, state, event)
+    elif isinstance(event, ToolResultEvent):
+        await _tool_result(recorder, state, event)
     elif isinstance(event, SideEffectStateEvent):
-        await _side_effect_change(recorder, evidence, event)
+        await _side_effect_change(recorder, evidence, state, event)
     elif isinstance(event, CheckpointEvent):
         await recorder.checkpoint(
             recorder.step_id, dict(event.state), event.state_schema_version, None
@@ -183,57 +189,44 @@ async def _model_call(recorder: IngestRecorder, state: IngestState, event: Model
         response_id=event.response_id,
     )
     profile = state.run.pinned.model_profile or f"imported:{event.model}"
+    extra: dict[str, JsonValue] = {}
+    if event.parameters:
+        extra["request_parameters"] = event.parameters
+    if event.latency_ms is not None:
+        extra["latency_ms"] = event.latency_ms
     await record_model_response(
-        recorder, profile, state.conversation.prompt_artifact_id, snapshot, response
+        recorder,
+        profile,
+        state.conversation.prompt_artifact_id,
+        snapshot,
+        response,
+        extra or None,
+        seed=event.seed,
     )
     state.apply_model(response)
 
 
 async def _tool_call(recorder: IngestRecorder, state: IngestState, event: ToolCallEvent) -> None:
-    if event.name == USER_REPLY:
-        raise InvalidInputError(
-            f"event {event.sequence}: {USER_REPLY} is reserved; send a user_message event"
-        )
+    _refuse_reserved(event.sequence, event.name)
     declared = state.tool_classes.get(event.name)
     effect_class = event.side_effect_class or SideEffectClass(declared or "WRITE")
     call_id = event.tool_call_id or f"call-{event.sequence}"
     preq: str | None = None
     if effect_class is SideEffectClass.WRITE:
-        preq = (
-            event.provider_request_id or f"preq-{run_key(recorder.run_id, 'preq', event.sequence)}"
+        executing = await _open_write(
+            recorder,
+            state,
+            event.sequence,
+            event.name,
+            event.arguments,
+            None,
+            event.provider_request_id,
         )
+        preq = executing.provider_request_id
         status = event.side_effect_status or _STATUS_OUTCOME.get(
             event.outcome, SideEffectStatus.UNKNOWN
         )
-        ahash = action_hash(event.name, event.arguments)
-        planned = SideEffectRecord(
-            side_effect_id=side_effect_id(recorder.run_id, event.sequence),
-            run_id=recorder.run_id,
-            step_id=recorder.step_id,
-            capability_id=event.name,
-            idempotency_key=f"idem-{run_key(recorder.run_id, 'idem', event.sequence)}",
-            action_hash=ahash,
-            status=SideEffectStatus.PLANNED,
-            provider_request_id=preq,
-        )
-        await recorder.record(E.SIDE_EFFECT, record=planned)
-        executing = planned.model_copy(update={"status": SideEffectStatus.EXECUTING})
-        await recorder.record(E.SIDE_EFFECT, record=executing)
-        receipt = event.receipt
-        if receipt is None and event.output is not None:
-            receipt = (
-                event.output if isinstance(event.output, str) else canonical_hash(event.output)
-            )
-        final = executing.model_copy(
-            update={
-                "status": status,
-                "provider_receipt": receipt,
-                "executed_at": recorder.logical_time()
-                if status is SideEffectStatus.CONFIRMED
-                else None,
-            }
-        )
-        await recorder.record(E.SIDE_EFFECT, record=final)
+        await _close_write(recorder, state, executing, status, event.receipt, event.output)
     await _fixture(
         recorder,
         call_id,
@@ -245,6 +238,134 @@ async def _tool_call(recorder: IngestRecorder, state: IngestState, event: ToolCa
         preq,
     )
     state.apply_tool(call_id, event.name, event.output)
+
+
+def _refuse_reserved(sequence: int, name: str) -> None:
+    if name == USER_REPLY:
+        raise InvalidInputError(
+            f"event {sequence}: {USER_REPLY} is reserved; send a user_message event"
+        )
+
+
+async def _open_write(
+    recorder: IngestRecorder,
+    state: IngestState,
+    sequence: int,
+    name: str,
+    arguments: dict[str, Any],
+    idempotency_key: str | None,
+    provider_request_id: str | None,
+) -> SideEffectRecord:
+    """Record the write of client event ``sequence`` PLANNED then EXECUTING."""
+    planned = SideEffectRecord(
+        side_effect_id=side_effect_id(recorder.run_id, sequence),
+        run_id=recorder.run_id,
+        step_id=recorder.step_id,
+        capability_id=name,
+        idempotency_key=idempotency_key or f"idem-{run_key(recorder.run_id, 'idem', sequence)}",
+        action_hash=action_hash(name, arguments),
+        status=SideEffectStatus.PLANNED,
+        provider_request_id=provider_request_id
+        or f"preq-{run_key(recorder.run_id, 'preq', sequence)}",
+    )
+    await _effect(recorder, state, planned)
+    executing = planned.model_copy(update={"status": SideEffectStatus.EXECUTING})
+    await _effect(recorder, state, executing)
+    return executing
+
+
+async def _close_write(
+    recorder: IngestRecorder,
+    state: IngestState,
+    executing: SideEffectRecord,
+    status: SideEffectStatus,
+    receipt: str | None,
+    output: JsonValue,
+) -> None:
+    """Record the write's final state, with the output (or its hash) as the receipt."""
+    if receipt is None and output is not None:
+        receipt = output if isinstance(output, str) else canonical_hash(output)
+    final = executing.model_copy(
+        update={
+            "status": status,
+            "provider_receipt": receipt,
+            "executed_at": recorder.logical_time()
+            if status is SideEffectStatus.CONFIRMED
+            else None,
+        }
+    )
+    await _effect(recorder, state, final)
+
+
+async def _effect(recorder: IngestRecorder, state: IngestState, record: SideEffectRecord) -> None:
+    await recorder.record(E.SIDE_EFFECT, record=record, step_id=record.step_id)
+    state.track_effect(record)
+
+
+async def _tool_intent(
+    recorder: IngestRecorder, state: IngestState, event: ToolIntentEvent
+) -> None:
+    """Write-ahead: the write is EXECUTING from now on, until its ``tool_result``."""
+    _refuse_reserved(event.sequence, event.name)
+    await _open_write(
+        recorder,
+        state,
+        event.sequence,
+        event.name,
+        event.arguments,
+        event.idempotency_key,
+        event.provider_request_id,
+    )
+
+
+async def _tool_result(
+    recorder: IngestRecorder, state: IngestState, event: ToolResultEvent
+) -> None:
+    key = side_effect_id(recorder.run_id, event.tool_call_sequence)
+    executing = state.open_writes.get(key)
+    if executing is None:
+        raise InvalidInputError(
+            f"event {event.sequence}: tool_call_sequence {event.tool_call_sequence} names no "
+            "open write (not a tool_intent, not recorded yet, or already completed)"
+        )
+    if executing.action_hash != action_hash(event.name, event.arguments):
+        raise InvalidInputError(
+            f"event {event.sequence}: name and arguments differ from those of the intent "
+            f"(event {event.tool_call_sequence})"
+        )
+    status = event.side_effect_status or _STATUS_OUTCOME.get(
+        event.outcome, SideEffectStatus.UNKNOWN
+    )
+    if status in (SideEffectStatus.PLANNED, SideEffectStatus.EXECUTING):
+        raise InvalidInputError(
+            f"event {event.sequence}: side_effect_status must be a final state, not {status.value}"
+        )
+    await _close_write(recorder, state, executing, status, event.receipt, event.output)
+    call_id = event.tool_call_id or f"call-{event.tool_call_sequence}"
+    await _fixture(
+        recorder,
+        call_id,
+        event.name,
+        event.arguments,
+        event.output,
+        event.outcome,
+        SideEffectClass.WRITE,
+        executing.provider_request_id,
+    )
+    state.apply_tool(call_id, event.name, event.output)
+
+
+#: what an UNKNOWN recorded because the run ended with the write open says
+RUN_ENDED_OPEN = "outcome unknown: the run ended before the write's result was recorded"
+
+
+async def close_open_writes(recorder: IngestRecorder, state: IngestState) -> None:
+    """The run ends: every write still EXECUTING (its result never came) becomes UNKNOWN."""
+    for executing in list(state.open_writes.values()):
+        unknown = executing.model_copy(
+            update={"status": SideEffectStatus.UNKNOWN, "provider_receipt": RUN_ENDED_OPEN}
+        )
+        await _effect(recorder, state, unknown)
 
 
 async def _fixture(
@@ -275,11 +396,16 @@ async def _fixture(
 
 
 async def _side_effect_change(
-    recorder: IngestRecorder, evidence: EvidenceReader, event: SideEffectStateEvent
+    recorder: IngestRecorder,
+    evidence: EvidenceReader,
+    state: IngestState,
+    event: SideEffectStateEvent,
 ) -> None:
     key = side_effect_id(recorder.run_id, event.tool_call_sequence)
     try:
-        current: SideEffectRecord = await evidence.record(SideEffectRecord, key)
+        current: SideEffectRecord = state.open_writes.get(key) or await evidence.record(
+            SideEffectRecord, key
+        )
     except NotFoundError:
         raise InvalidInputError(
             f"event {event.sequence}: event {event.tool_call_sequence} recorded no side effect "
@@ -292,4 +418,4 @@ async def _side_effect_change(
             "reconciled_applied": event.reconciled_applied,
         }
     )
-    await recorder.record(E.SIDE_EFFECT, record=updated, step_id=current.step_id)
+    await _effect(recorder, state, updated)

@@ -16,7 +16,7 @@ from typing import Any
 from weakref import WeakKeyDictionary
 
 from ingest.recorder import marker_of_id
-from models import ExecutionEventType, RunRecord
+from models import ExecutionEventType, RunRecord, SideEffectRecord, SideEffectStatus
 from models.errors import InvalidInputError
 from models.ingest import TOOL_LOOP_GRAPH_ID
 from models.model_call import ChatMessage, ModelResponse
@@ -48,8 +48,11 @@ _READ = frozenset(
         E.STEP_COMPLETED,
         E.RUN_COMPLETED,
         E.RUN_FAILED,
+        E.SIDE_EFFECT,
     }
 )
+#: a write in these states has no outcome yet (``tool_intent`` without its ``tool_result``)
+_OPEN = frozenset({SideEffectStatus.PLANNED, SideEffectStatus.EXECUTING})
 
 
 @dataclass
@@ -72,6 +75,8 @@ class IngestState:
     last_response: ModelResponse | None = None
     last_tools: list[str] = field(default_factory=list)
     last_done: bool = False
+    #: side effect id -> the record of every write still without an outcome
+    open_writes: dict[str, SideEffectRecord] = field(default_factory=dict)
 
     #: the highest client sequence recorded (kept, not recomputed: a batch stays O(batch))
     top: int = 0
@@ -118,6 +123,12 @@ class IngestState:
         self.conversation.user_turns += 1
         self.conversation.messages.append(ChatMessage(role="user", content=content))
         self.last_done = done
+
+    def track_effect(self, record: SideEffectRecord) -> None:
+        if record.status in _OPEN:
+            self.open_writes[record.side_effect_id] = record
+        else:
+            self.open_writes.pop(record.side_effect_id, None)
 
     def begin_step(self, step: str) -> None:
         self.step = step
@@ -192,6 +203,8 @@ async def state_from_events(
                 state.apply_user(reply.get("content"), bool(reply.get("done")))
             else:
                 state.apply_tool(payload.get("tool_call_id"), payload["capability_id"], response)
+        elif type_ is E.SIDE_EFFECT:
+            state.track_effect(SideEffectRecord.model_validate(payload))
         elif type_ in (E.RUN_COMPLETED, E.RUN_FAILED):
             state.ended = True
     if not state.recorded:

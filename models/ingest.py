@@ -18,7 +18,7 @@ import math
 import re
 from collections.abc import Mapping
 from decimal import Decimal
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field, JsonValue, StrictBool, StrictInt, model_validator
 
@@ -193,6 +193,20 @@ class _Event(_NoNul):
     #: the step it belongs to; by default model calls, tool batches and user turns are steps
     step_id: str | None = None
 
+    #: fields added to the format later: left out of the content digest while they hold their
+    #: default, so an event an older client recorded is still recognised when it is re-sent
+    ADDED_FIELDS: ClassVar[frozenset[str]] = frozenset()
+
+    def digest_body(self) -> dict[str, JsonValue]:
+        """The event as its content digest (``ingest.recorder.content_digest``) sees it."""
+        body: dict[str, JsonValue] = self.model_dump(mode="json")
+        for name in self.ADDED_FIELDS:
+            if getattr(self, name) == type(self).model_fields[name].get_default(
+                call_default_factory=True
+            ):
+                body.pop(name, None)
+        return body
+
 
 class ModelCallEvent(_Event):
     """One model call. ``messages`` is what the model saw besides the system prompt; when
@@ -207,6 +221,15 @@ class ModelCallEvent(_Event):
     usage: TokenUsage = TokenUsage()
     cost: Decimal = Decimal(0)
     response_id: str | None = None
+    #: the sampling seed the request was sent with
+    seed: StrictInt | None = None
+    #: the request's other parameters as sent (temperature, top_p, max_tokens, tool_choice,
+    #: response_format, stream…)
+    parameters: dict[str, JsonValue] = Field(default_factory=dict)
+    #: how long the call took in the agent, in milliseconds
+    latency_ms: float | None = Field(default=None, ge=0)
+
+    ADDED_FIELDS: ClassVar[frozenset[str]] = frozenset({"seed", "parameters", "latency_ms"})
 
 
 class ToolCallEvent(_Event):
@@ -225,6 +248,41 @@ class ToolCallEvent(_Event):
     side_effect_status: SideEffectStatus | None = None
     receipt: str | None = None
     provider_request_id: str | None = None
+
+
+class ToolIntentEvent(_Event):
+    """A WRITE about to run (write-ahead): recorded at once as a side effect ``EXECUTING``, before
+    the client runs the tool; a later ``tool_result`` naming this event's ``sequence`` completes
+    it. A run that ends with the write still open records it UNKNOWN, and so does the side-effect
+    lease sweep when the client never comes back (a killed process): never missing, never
+    silently retried."""
+
+    type: Literal["tool_intent"] = "tool_intent"
+    tool_call_id: str | None = None
+    name: Identifier
+    arguments: dict[str, JsonValue] = Field(default_factory=dict)
+    #: the key the client gave the tool for this intent (default: derived from the run and event)
+    idempotency_key: Identifier | None = None
+    provider_request_id: str | None = None
+
+
+class ToolResultEvent(_Event):
+    """The result of the write announced by the ``tool_intent`` event ``tool_call_sequence``:
+    its side effect's final state and the tool-call fixture. ``name`` and ``arguments`` repeat
+    the intent's (checked against its action hash), so the fixture is complete on its own."""
+
+    type: Literal["tool_result"] = "tool_result"
+    #: the ``sequence`` of the ``tool_intent`` event this completes
+    tool_call_sequence: StrictInt = Field(ge=1)
+    tool_call_id: str | None = None
+    name: Identifier
+    arguments: dict[str, JsonValue] = Field(default_factory=dict)
+    #: the result as the agent received it (a string or any JSON value)
+    output: JsonValue = None
+    outcome: ToolOutcome = ToolOutcome.SUCCESS
+    #: CONFIRMED, FAILED (changed nothing) or UNKNOWN; default from ``outcome``
+    side_effect_status: SideEffectStatus | None = None
+    receipt: str | None = None
 
 
 class UserMessageEvent(_Event):
@@ -302,6 +360,8 @@ class RunEndEvent(_Event):
 IngestEvent = Annotated[
     ModelCallEvent
     | ToolCallEvent
+    | ToolIntentEvent
+    | ToolResultEvent
     | UserMessageEvent
     | RetrievalEvent
     | PolicyDecisionEvent

@@ -222,7 +222,7 @@ async def record_model_response(
     prompt_artifact_id: str | None,
     snapshot: ContextSnapshot,
     response: ModelResponse,
-    sent: Mapping[str, str] | None = None,
+    sent: Mapping[str, JsonValue] | None = None,
     seed: int | None = None,
 ) -> None:
     """The MODEL_CALL event, in the shape of ``runtime.model_gateway``'s; ``sent``: the body
