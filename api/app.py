@@ -15,6 +15,7 @@ from api import (
     errors,
     routes_alerts,
     routes_incidents,
+    routes_otlp,
     routes_replays,
     routes_runs,
     routes_side_effects,
@@ -50,7 +51,8 @@ def create_app(settings: Settings | None = None, config: ApiConfig | None = None
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         try:
-            yield
+            async with routes_otlp.assembly(app):
+                yield
         finally:
             await state.close()
 
@@ -67,6 +69,7 @@ def create_app(settings: Settings | None = None, config: ApiConfig | None = None
     app.include_router(routes_incidents.router)
     app.include_router(routes_side_effects.router)
     app.include_router(routes_alerts.router)
+    app.include_router(routes_otlp.router)
     _ingestion(app)
     answers.document(app)
 

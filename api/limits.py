@@ -2,7 +2,8 @@
 
 Control endpoints accept ``ApiConfig.max_body_bytes`` (64 KiB by default: their bodies are
 a few hundred bytes); the ingestion endpoints (``POST /api/runs``, ``POST
-/api/runs/{id}/events``) accept ``max_ingest_bytes`` (8 MiB). A declared ``Content-Length``
+/api/runs/{id}/events``, the OTLP receiver's ``POST /v1/traces``) accept ``max_ingest_bytes``
+(8 MiB). A declared ``Content-Length``
 over the limit is refused at once; a chunked body is counted as it arrives.
 """
 
@@ -16,7 +17,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.errors import error_body
 
-INGEST_PATHS = re.compile(r"^/api/runs(/[^/]+/events)?/?$")
+INGEST_PATHS = re.compile(r"^(/api/runs(/[^/]+/events)?/?|/v1/traces)$")
 
 
 class BodySizeLimit:

@@ -30,7 +30,7 @@ from ingest.otel import _spans, convert_trace
 from models.errors import InvalidInputError
 from runtime.ports import ArtifactStore, EvidenceReader, IngestLedger
 
-__all__ = ["convert_openinference_file", "import_openinference"]
+__all__ = ["convert_openinference_file", "import_openinference", "normalised_spans"]
 
 KIND = "openinference.span.kind"
 GROUPING = ("AGENT", "CHAIN")
@@ -108,8 +108,10 @@ def _rewrite(span: dict[str, Any], is_root: bool) -> dict[str, Any] | None:
     return {**span, "attributes": {**attrs, **mapped}}
 
 
-def _normalised(spans: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Every span rewritten; children of a dropped grouping span hang from its parent."""
+def normalised_spans(spans: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every span rewritten (spans without ``openinference.span.kind`` are kept as they
+    are); children of a dropped grouping span hang from its parent. The OTLP receiver runs
+    every trace through it, so GenAI and OpenInference traces share one path."""
     by_id = {s["span_id"]: s for s in spans}
     kept: dict[Any, dict[str, Any]] = {}
     for span in spans:
@@ -138,7 +140,7 @@ def convert_openinference_file(
     for span in spans:
         traces.setdefault(span["trace_id"], []).append(span)
     writes = frozenset(write_tools) if write_tools is not None else None
-    return [convert_trace(_normalised(t), path, writes) for t in traces.values()]
+    return [convert_trace(normalised_spans(t), path, writes) for t in traces.values()]
 
 
 async def import_openinference(

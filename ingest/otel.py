@@ -15,7 +15,8 @@ arguments as a JSON text or an object; tool-call ids present or not. Each is rea
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -244,9 +245,26 @@ def _tool_class(name: str, attrs: dict[str, Any], write_tools: frozenset[str] | 
     ).value
 
 
+@dataclass(frozen=True)
+class RunNaming:
+    """How a converted trace is named and ended: a file's run is named after its content
+    (``otel-<digest>``); a trace received live (``ingest.otlp_receiver``) after its trace id,
+    since its content grows while it arrives."""
+
+    run_id: str | None = None
+    source: str = "otel"
+    labels: Mapping[str, str] = field(default_factory=dict)
+    #: the ``run_end`` event's outcome (e.g. ``{"ended_by": "idle_timeout"}``)
+    end_outcome: Any = None
+
+
 def convert_trace(
-    spans: list[dict[str, Any]], path: Path, write_tools: frozenset[str] | None
+    spans: list[dict[str, Any]],
+    path: Path | str,
+    write_tools: frozenset[str] | None,
+    naming: RunNaming = RunNaming(),
 ) -> ConvertedRun:
+    """One trace's spans as a run: header and events (see the module docstring)."""
     ordered = _ordered(spans)
     root = ordered[0]
     events: list[dict[str, Any]] = []
@@ -274,10 +292,12 @@ def convert_trace(
         else:
             opaque.append(f"{path}: {span['where']}: span {span['name']!r} ({op}) not interpreted")
             events.append(_opaque_event(span, at))
-    events.append({"type": "run_end", "outcome": None})
+    events.append({"type": "run_end", "outcome": naming.end_outcome})
     for n, event in enumerate(events, start=1):
         event["sequence"] = n
-    header = _run_header(path, ordered, events, first_input or [], tools, model_name, write_tools)
+    header = _run_header(
+        path, ordered, events, (first_input or [], tools, model_name), write_tools, naming
+    )
     batch = build(f"{path}", IngestEventBatch, {"events": events})
     return ConvertedRun(header=header, events=batch.events, opaque=tuple(opaque))
 
@@ -380,16 +400,17 @@ def _opaque_event(span: dict[str, Any], at: str) -> dict[str, Any]:
 
 
 def _run_header(
-    path: Path,
+    path: Path | str,
     ordered: list[dict[str, Any]],
     events: list[dict[str, Any]],
-    first_input: list[dict[str, Any]],
-    tools: dict[str, dict[str, Any]],
-    model_name: str | None,
+    found: tuple[list[dict[str, Any]], dict[str, dict[str, Any]], str | None],
     write_tools: frozenset[str] | None,
+    naming: RunNaming,
 ) -> IngestRunHeader:
-    """The run's header: its id (the trace's content and the write classification), labels,
-    first messages, declared tools and how the tool loop ends."""
+    """The run's header: its id (``naming``'s, else the trace's content and the write
+    classification), labels, first messages, declared tools and how the tool loop ends.
+    ``found`` is the first model input, the tools declared and the model's name."""
+    first_input, tools, model_name = found
     root = ordered[0]
     model_events = [e for e in events if e["type"] == "model_call"]
     system = next((m["content"] for m in first_input if m["role"] == "system"), None)
@@ -412,14 +433,16 @@ def _run_header(
         IngestRunHeader,
         {
             # the classification is part of what was imported: another one is another run
-            "run_id": "otel-"
+            "run_id": naming.run_id
+            or "otel-"
             + content_id(
                 [{k: v for k, v in s.items() if k != "where"} for s in ordered],
                 sorted(write_tools) if write_tools is not None else None,
             ),
             "started_at": datetime.fromtimestamp(root["start"] / 1e9, UTC),
             "labels": {
-                "source": "otel",
+                **naming.labels,
+                "source": naming.source,
                 "trace_id": str(trace_id),
                 "agent": str(_attr(root["attributes"], "gen_ai.agent.name") or root["name"]),
                 **({"model": model_name} if model_name else {}),

@@ -171,3 +171,68 @@ class EvidenceReader(Protocol):
     async def record(self, record_type: type[HashedRecord], key: str) -> Any:
         """One record by its key; ``NotFoundError`` naming it when absent."""
         ...
+
+
+@dataclass(frozen=True)
+class StagedSpan:
+    """A span received by the OTLP receiver, as stored before the export is answered."""
+
+    #: lower-case hex, 32 and 16 digits (OTLP/JSON's spelling)
+    trace_id: str
+    span_id: str
+    parent_span_id: str | None
+    #: the ``service.name`` of the resource that sent it
+    service: str | None
+    #: the protobuf ``opentelemetry.proto.trace.v1.Span`` message
+    data: bytes
+
+
+@dataclass(frozen=True)
+class StageOutcome:
+    """What storing one export did."""
+
+    accepted: int = 0
+    duplicates: int = 0
+    #: spans of traces already claimed for assembly: kept, but not part of the run
+    late: int = 0
+    #: trace id → the run of a trace that refused late spans (None while still assembling)
+    late_traces: dict[str, str | None] = field(default_factory=dict)
+    #: open traces whose root span has arrived (candidates for assembly now)
+    rooted: tuple[str, ...] = ()
+
+
+@runtime_checkable
+class OtlpSpanStore(Protocol):
+    """The OTLP receiver's staging tables (``stores.sql.otlp_spans.SqlOtlpSpans``)."""
+
+    async def stage(self, spans: Sequence[StagedSpan], now: datetime) -> StageOutcome:
+        """Store the spans not stored yet (by trace and span id) in one transaction."""
+        ...
+
+    async def claim(
+        self, trace_id: str, ended_by: str, now: datetime, stale_before: datetime
+    ) -> str | None:
+        """Claim an open trace (or one claimed before ``stale_before`` by an assembler that
+        died) for assembly; its span set is frozen from then on. Returns how the trace ended
+        (the first claim's ``ended_by``), None when not claimed."""
+        ...
+
+    async def spans(self, trace_id: str) -> list[StagedSpan]:
+        """The trace's spans that are not late, in id order."""
+        ...
+
+    async def finish(
+        self, trace_id: str, state: str, run_id: str | None, error: str | None = None
+    ) -> None: ...
+
+    async def due(
+        self, idle_before: datetime, stale_before: datetime, limit: int = 100
+    ) -> list[tuple[str, str]]:
+        """Traces to assemble, as (trace id, reason): ``rooted`` (open, its root arrived),
+        ``idle`` (open, no span since ``idle_before``) or ``stale`` (claimed before
+        ``stale_before`` and never finished)."""
+        ...
+
+    async def state(self, trace_id: str) -> dict[str, Any] | None:
+        """The trace's row (state, run_id, ended_by, error …), None when unknown."""
+        ...

@@ -16,6 +16,7 @@ from stores.encryption import load_kek
 from stores.sql.database import Database, open_database
 from stores.sql.evidence import SqlEvidenceReader
 from stores.sql.ledger import SqlLedger
+from stores.sql.otlp_spans import SqlOtlpSpans
 from stores.sql.privacy import SqlRawVault
 from stores.sql.privacy_records import SqlPrivacyRecords
 from stores.sql.side_effect_leases import sweep_expired_side_effects
@@ -35,6 +36,8 @@ class Stores:
     side_effect_lease_seconds: float = 60.0
     #: the side effects whose lease had expired when the stores opened (now UNKNOWN)
     swept: list[SideEffectRecord] = field(default_factory=list)
+    #: the OTLP receiver's staging tables (``POST /v1/traces``)
+    otlp_spans: SqlOtlpSpans | None = None
 
 
 @contextlib.asynccontextmanager
@@ -74,6 +77,7 @@ async def open_stores(settings: StoreSettings) -> AsyncIterator[Stores]:
             anchors=anchors,
             side_effect_lease_seconds=settings.database.side_effect_lease_seconds,
             swept=swept,
+            otlp_spans=SqlOtlpSpans(db),
         )
     finally:
         await db.dispose()

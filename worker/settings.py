@@ -95,6 +95,9 @@ class ApiSettings(BaseModel):
     max_ingest_bytes: ByteCount = Field(
         DEFAULT_MAX_INGEST_BYTES, validation_alias="REPLAYBOOK_API_MAX_INGEST_BYTES"
     )
+    #: seconds without a new span after which an OTLP trace whose root never arrived is
+    #: finished as it is (``ingest.otlp_receiver``)
+    otlp_idle_seconds: float = Field(300.0, gt=0, validation_alias="REPLAYBOOK_OTLP_IDLE_SECONDS")
 
 
 class MetricsSettings(BaseModel):

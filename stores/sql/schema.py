@@ -292,3 +292,40 @@ deletion_receipts = Table(
     # a models.privacy.DeletionReceipt
     Column("record", Json, nullable=False),
 )
+
+# OTLP staging (migration 0005) ----------------------------------------------------------------
+
+# one row per trace received at POST /v1/traces: ``open`` while spans arrive, ``assembling``
+# once claimed (its span set is then frozen: later spans are ``late``), ``assembled`` when its
+# run is written, ``failed`` when the spans could not be converted (they stay here)
+otlp_traces = Table(
+    "otlp_traces",
+    metadata,
+    Column("trace_id", String(32), primary_key=True),
+    Column("state", String(16), nullable=False),
+    # a span without a parent (the root, which OpenTelemetry exports when it ends) arrived
+    Column("has_root", Boolean, nullable=False),
+    Column("first_seen", _utc(), nullable=False),
+    Column("last_seen", _utc(), nullable=False),
+    Column("claimed_at", _utc(), nullable=True),
+    # root_span | idle_timeout
+    Column("ended_by", String(32), nullable=True),
+    Column("run_id", Id, nullable=True),
+    Column("error", String(), nullable=True),
+)
+Index("ix_otlp_traces_state", otlp_traces.c.state, otlp_traces.c.last_seen)
+
+# every span as received (the protobuf ``Span`` message), stored before the export is answered
+otlp_spans = Table(
+    "otlp_spans",
+    metadata,
+    Column("trace_id", String(32), primary_key=True),
+    Column("span_id", String(16), primary_key=True),
+    Column("parent_span_id", String(16), nullable=True),
+    Column("received_at", _utc(), nullable=False),
+    # arrived after its trace was claimed: kept, not part of the run, refused in the answer
+    Column("late", Boolean, nullable=False),
+    # the resource's service.name
+    Column("service", String(255), nullable=True),
+    Column("span", LargeBinary, nullable=False),
+)

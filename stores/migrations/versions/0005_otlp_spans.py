@@ -1,0 +1,57 @@
+"""otlp spans: the staging tables of the OTLP/HTTP receiver (POST /v1/traces)
+
+Revision ID: 0005
+Revises: 0004
+Create Date: 2026-12-02
+
+Spans are stored here, deduplicated by trace and span id, before an export is answered; a
+trace is assembled into a run from them once its root span arrived (or after an idle timeout).
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0005"
+down_revision = "0004"
+branch_labels = None
+depends_on = None
+
+
+def _utc() -> sa.DateTime:
+    return sa.DateTime(timezone=True)
+
+
+def upgrade() -> None:
+    op.create_table(
+        "otlp_traces",
+        sa.Column("trace_id", sa.String(length=32), nullable=False),
+        sa.Column("state", sa.String(length=16), nullable=False),
+        sa.Column("has_root", sa.Boolean(), nullable=False),
+        sa.Column("first_seen", _utc(), nullable=False),
+        sa.Column("last_seen", _utc(), nullable=False),
+        sa.Column("claimed_at", _utc(), nullable=True),
+        sa.Column("ended_by", sa.String(length=32), nullable=True),
+        sa.Column("run_id", sa.String(length=512), nullable=True),
+        sa.Column("error", sa.String(), nullable=True),
+        sa.PrimaryKeyConstraint("trace_id", name=op.f("pk_otlp_traces")),
+    )
+    op.create_index("ix_otlp_traces_state", "otlp_traces", ["state", "last_seen"])
+    op.create_table(
+        "otlp_spans",
+        sa.Column("trace_id", sa.String(length=32), nullable=False),
+        sa.Column("span_id", sa.String(length=16), nullable=False),
+        sa.Column("parent_span_id", sa.String(length=16), nullable=True),
+        sa.Column("received_at", _utc(), nullable=False),
+        sa.Column("late", sa.Boolean(), nullable=False),
+        sa.Column("service", sa.String(length=255), nullable=True),
+        sa.Column("span", sa.LargeBinary(), nullable=False),
+        sa.PrimaryKeyConstraint("trace_id", "span_id", name=op.f("pk_otlp_spans")),
+    )
+
+
+def downgrade() -> None:
+    op.drop_table("otlp_spans")
+    op.drop_index("ix_otlp_traces_state", table_name="otlp_traces")
+    op.drop_table("otlp_traces")
