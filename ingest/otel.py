@@ -282,6 +282,7 @@ def convert_trace(
             )
             if first_input is None:
                 first_input = _messages(attrs)
+            _declare_offered_tools(attrs, tools, write_tools)
             events.append(_model_event(ordered, index, at, model_name))
         elif op in TOOL_OPS:
             name = str(_attr(attrs, "gen_ai.tool.name") or span["name"].split(" ", 1)[-1])
@@ -358,6 +359,26 @@ def _model_event(
         "usage": usage,
         "cost": f"{cost:.10f}",
     }
+
+
+def _declare_offered_tools(
+    attrs: dict[str, Any], tools: dict[str, dict[str, Any]], write_tools: frozenset[str] | None
+) -> None:
+    """The tools a model span says were offered (``gen_ai.tool.definitions``, as PydanticAI
+    writes them: ``{type, name, description, parameters}`` or OpenAI's ``{type, function}``),
+    declared with their parameter schemas: a replay offers the model the same tools."""
+    offered = _json(_attr(attrs, "gen_ai.tool.definitions"))
+    for item in offered if isinstance(offered, list) else ():
+        spec = item.get("function", item) if isinstance(item, dict) else None
+        if not isinstance(spec, dict) or not isinstance(spec.get("name"), str):
+            continue
+        declared = tools.setdefault(
+            spec["name"], _tool_declaration(spec["name"], attrs, write_tools)
+        )
+        if isinstance(spec.get("description"), str) and not declared["description"]:
+            declared["description"] = spec["description"]
+        if isinstance(spec.get("parameters"), dict):
+            declared.setdefault("parameters", spec["parameters"])
 
 
 def _tool_declaration(

@@ -30,6 +30,8 @@ from runtime.ports import StagedSpan
 
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
+#: the resource attribute naming the tools that are WRITE (see ``_write_tools``)
+WRITE_TOOLS = "replaybook.write_tools"
 _STATUS = {Status.STATUS_CODE_OK: "ok", Status.STATUS_CODE_ERROR: "error"}
 
 
@@ -130,22 +132,34 @@ def staged_spans(request: ExportTraceServiceRequest) -> list[StagedSpan]:
     """Every span of the export, checked; the first malformed one is refused by position."""
     spans = []
     for i, resource in enumerate(request.resource_spans):
-        service = next(
-            (
-                a.value.string_value
-                for a in resource.resource.attributes
-                if a.key == "service.name" and a.value.HasField("string_value")
-            ),
-            None,
-        )
+        attrs = {a.key: a.value for a in resource.resource.attributes}
+        service = attrs["service.name"].string_value if "service.name" in attrs else None
+        writes = _write_tools(attrs.get(WRITE_TOOLS), f"resourceSpans[{i}].resource")
         for j, scope in enumerate(resource.scope_spans):
             for k, span in enumerate(scope.spans):
                 where = f"resourceSpans[{i}].scopeSpans[{j}].spans[{k}]"
-                spans.append(_staged(span, service, where))
+                spans.append(_staged(span, (service, writes), where))
     return spans
 
 
-def _staged(span: Span, service: str | None, where: str) -> StagedSpan:
+def _write_tools(value: AnyValue | None, where: str) -> str | None:
+    """``replaybook.write_tools`` as a comma-separated text: a string (names separated by
+    commas, semicolons or spaces: ``OTEL_RESOURCE_ATTRIBUTES`` cannot hold a comma) or an
+    array of strings."""
+    if value is None:
+        return None
+    names = any_value(value)
+    if isinstance(names, str):
+        names = names.replace(";", " ").replace(",", " ").split()
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise InvalidInputError(
+            f"{where}: {WRITE_TOOLS} must be tool names (a text or an array of texts)",
+            field="body",
+        )
+    return ",".join(sorted(set(names)))
+
+
+def _staged(span: Span, resource: tuple[str | None, str | None], where: str) -> StagedSpan:
     trace_id, span_id, parent = span.trace_id, span.span_id, span.parent_span_id
     if len(trace_id) != 16 or not any(trace_id):
         raise InvalidInputError(f"{where}.traceId: expected 16 bytes, not all zero", field="body")
@@ -157,12 +171,14 @@ def _staged(span: Span, service: str | None, where: str) -> StagedSpan:
         raise InvalidInputError(f"{where}.startTimeUnixNano: missing", field="body")
     if span.end_time_unix_nano and span.end_time_unix_nano < span.start_time_unix_nano:
         raise InvalidInputError(f"{where}.endTimeUnixNano: before its start", field="body")
+    service, write_tools = resource
     return StagedSpan(
         trace_id=trace_id.hex(),
         span_id=span_id.hex(),
         parent_span_id=parent.hex() if parent and any(parent) else None,
         service=service[:255] if service else None,
         data=span.SerializeToString(),
+        write_tools=write_tools,
     )
 
 

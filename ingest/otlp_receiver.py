@@ -112,7 +112,9 @@ def convert_staged(trace_id: str, spans: Sequence[StagedSpan], ended_by: str) ->
         labels=labels,
         end_outcome={"ended_by": IDLE_TIMEOUT} if ended_by == IDLE_TIMEOUT else None,
     )
-    return convert_trace(dicts, f"trace {trace_id}", None, naming)
+    declared = [s.write_tools for s in spans if s.write_tools is not None]
+    writes = frozenset(n for d in declared for n in d.split(",") if n) if declared else None
+    return convert_trace(dicts, f"trace {trace_id}", writes, naming)
 
 
 def _utcnow() -> datetime:

@@ -185,6 +185,9 @@ class StagedSpan:
     service: str | None
     #: the protobuf ``opentelemetry.proto.trace.v1.Span`` message
     data: bytes
+    #: the resource's ``replaybook.write_tools`` (tool names, comma-separated): the tools
+    #: that are WRITE (the others READ); None: each tool's hints decide (none: WRITE)
+    write_tools: str | None = None
 
 
 @dataclass(frozen=True)

@@ -56,6 +56,7 @@ class SqlOtlpSpans:
                             "received_at": now,
                             "late": states[s.trace_id][0] != OPEN,
                             "service": s.service,
+                            "write_tools": s.write_tools,
                             "span": s.data,
                         }
                         for s in new
@@ -125,14 +126,23 @@ class SqlOtlpSpans:
 
     async def spans(self, trace_id: str) -> list[StagedSpan]:
         query = (
-            select(S.c.trace_id, S.c.span_id, S.c.parent_span_id, S.c.service, S.c.span)
+            select(
+                S.c.trace_id,
+                S.c.span_id,
+                S.c.parent_span_id,
+                S.c.service,
+                S.c.span,
+                S.c.write_tools,
+            )
             .where(S.c.trace_id == trace_id, S.c.late.is_(False))
             .order_by(S.c.span_id)
         )
         async with self.db.read() as conn:
             rows = (await conn.execute(query)).all()
         return [
-            StagedSpan(r.trace_id, r.span_id, r.parent_span_id, r.service, bytes(r.span))
+            StagedSpan(
+                r.trace_id, r.span_id, r.parent_span_id, r.service, bytes(r.span), r.write_tools
+            )
             for r in rows
         ]
 

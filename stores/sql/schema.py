@@ -327,5 +327,7 @@ otlp_spans = Table(
     Column("late", Boolean, nullable=False),
     # the resource's service.name
     Column("service", String(255), nullable=True),
+    # the resource's replaybook.write_tools, comma-separated
+    Column("write_tools", String(), nullable=True),
     Column("span", LargeBinary, nullable=False),
 )

@@ -46,6 +46,7 @@ def upgrade() -> None:
         sa.Column("received_at", _utc(), nullable=False),
         sa.Column("late", sa.Boolean(), nullable=False),
         sa.Column("service", sa.String(length=255), nullable=True),
+        sa.Column("write_tools", sa.String(), nullable=True),
         sa.Column("span", sa.LargeBinary(), nullable=False),
         sa.PrimaryKeyConstraint("trace_id", "span_id", name=op.f("pk_otlp_spans")),
     )
