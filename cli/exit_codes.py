@@ -13,6 +13,7 @@ code   meaning
 4      a store or service is unavailable or failed (database, artifact store, Temporal)
 5      an internal error (a bug): one line on stderr, the traceback in
        ``$REPLAYBOOK_HOME/logs/cli-errors.log``
+6      inconclusive: a gate that neither shows the case holds nor that it breaks (``case run``)
 =====  ==========================================================================================
 
 ``COMMAND_EXIT_CODES`` says which of them each command can end with beyond 0, 2, 4 and 5
@@ -38,6 +39,7 @@ EXIT_BAD_INPUT = 2
 EXIT_RECONCILE = 3
 EXIT_STORE = 4
 EXIT_INTERNAL = 5
+EXIT_INCONCLUSIVE = 6
 
 #: command -> what ends it with 1 or 3 (every command can also end with 0, 2, 4 and 5)
 COMMAND_EXIT_CODES: dict[str, dict[int, str]] = {
@@ -86,6 +88,15 @@ COMMAND_EXIT_CODES: dict[str, dict[int, str]] = {
     "forensics world": {},
     "sandbox check": {1: "a probe found the sandbox weaker than required"},
     "slo": {1: "an objective is not met"},
+    "case export": {},
+    "case verify": {1: "the capsule fails a check (the check is named)"},
+    "case run": {
+        1: "the case does not hold with the candidate, or the capsule fails a check (named)",
+        6: "inconclusive: no replay broke the case, and not every replay showed it holds",
+    },
+    "case import": {1: "the capsule fails a check, or its run does not verify in the store"},
+    "case list": {},
+    "case public-key": {},
     "dev up": {},
     "dev status": {1: "a component of the stack is down"},
     "dev down": {},

@@ -22,6 +22,7 @@ from cli import (
     agent,
     anchors,
     api_server,
+    case,
     demo,
     dev,
     evidence,
@@ -122,6 +123,7 @@ for group in (
     sandbox,
     slo,
     model_registry,
+    case,
     dev,
     api_server,
 ):

@@ -19,7 +19,8 @@ so they are never renamed. Each class carries a stable ``code`` for the CLI and 
     │   └── EvidenceLockedError        deletion refused: legal hold, retention or freeze
     ├── IntegrityError                 stored evidence does not match its recorded hash
     │   ├── ArtifactIntegrityError     artifact bytes do not hash to their key
-    │   └── ChainBrokenError           an event chain failed verification
+    │   ├── ChainBrokenError           an event chain failed verification
+    │   └── CapsuleRefusedError        an incident capsule failed a check (``check`` names it)
     ├── SideEffectError
     │   ├── ReconciliationRequiredError   retry of an UNKNOWN side effect (rule 5)
     │   ├── SideEffectOutcomeUnknownError a provider call whose outcome cannot be known
@@ -182,6 +183,19 @@ class ChainBrokenError(IntegrityError):
     ) -> None:
         super().__init__(message, field=field, retryable=retryable)
         self.sequence = sequence
+
+
+class CapsuleRefusedError(IntegrityError):
+    """An incident capsule (``.rbcase``) that failed a check; ``check`` names it (format,
+    signature, manifest, entries, chain)."""
+
+    code = "capsule_refused"
+
+    def __init__(
+        self, check: str, message: str, *, field: str | None = None, retryable: bool = False
+    ) -> None:
+        super().__init__(f"check {check!r} failed: {message}", field=field, retryable=retryable)
+        self.check = check
 
 
 class SideEffectError(ReplaybookError):

@@ -1,0 +1,161 @@
+"""A run's rows as plain JSON, out of one database and into another (the incident capsule).
+
+Rows are written column by column as the schema declares them (``DateTime`` as ISO 8601,
+``LargeBinary`` as base64, JSON as it is), so the receiving database holds the same values and
+the run verifies there exactly as it did at home. Only the evidence of the run itself travels:
+no data keys (raw payloads keep only the ciphertext the origin holds), no freeze records, no
+privacy audit.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import DateTime, LargeBinary, Table, insert, select
+
+from models.errors import ConflictError, InvalidInputError
+from stores.sql import schema
+from stores.sql.database import Database, utc
+
+#: the tables a run's evidence lives in, parents first (the order rows are inserted in)
+RUN_TABLES: tuple[Table, ...] = (
+    schema.runs,
+    schema.execution_events,
+    schema.tool_fixtures,
+    schema.prompt_artifacts,
+    schema.context_snapshots,
+    schema.retrieval_fixtures,
+    schema.policy_decisions,
+    schema.approvals,
+    schema.side_effects,
+    schema.checkpoints,
+    schema.artifacts,
+    schema.raw_payloads,
+)
+_BY_NAME = {t.name: t for t in RUN_TABLES}
+
+
+def _encode(table: Table, row: Mapping[Any, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for column in table.columns:
+        value = row[column.name]
+        if value is not None and isinstance(column.type, LargeBinary):
+            value = base64.b64encode(bytes(value)).decode()
+        elif isinstance(value, datetime):
+            value = utc(value).isoformat()
+        out[column.name] = value
+    return out
+
+
+def _decode(table: Table, row: Mapping[str, Any]) -> dict[str, Any]:
+    unknown = set(row) - set(table.columns.keys())
+    if unknown:
+        raise InvalidInputError(f"table {table.name} has no column {sorted(unknown)[0]!r}")
+    out: dict[str, Any] = {}
+    for column in table.columns:
+        value = row.get(column.name)
+        if value is not None and isinstance(column.type, LargeBinary):
+            value = base64.b64decode(value)
+        elif value is not None and isinstance(column.type, DateTime):
+            value = datetime.fromisoformat(value)
+        out[column.name] = value
+    return out
+
+
+async def export_run_rows(db: Database, run_id: str) -> dict[str, list[dict[str, Any]]]:
+    """Every row of ``run_id`` in the run tables, by table name, as JSON-ready values (events
+    in sequence order; other tables by their key), read in one snapshot."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    async with db.snapshot() as conn:
+        for table in RUN_TABLES:
+            order = list(table.primary_key.columns)
+            result = await conn.execute(
+                select(table).where(table.c.run_id == run_id).order_by(*order)
+            )
+            out[table.name] = [_encode(table, r._mapping) for r in result]
+    return out
+
+
+async def import_run_rows(db: Database, rows: Mapping[str, Sequence[Mapping[str, Any]]]) -> None:
+    """Insert the rows ``export_run_rows`` gave (one transaction); a run already in ``db`` is
+    refused with ``ConflictError`` (nothing is overwritten)."""
+    unknown = set(rows) - set(_BY_NAME)
+    if unknown:
+        raise InvalidInputError(f"no run table named {sorted(unknown)[0]!r}")
+    run_ids = {r["run_id"] for r in rows.get("runs", ())}
+    async with db.transaction() as conn:
+        for run_id in sorted(run_ids):
+            found = await conn.execute(
+                select(schema.runs.c.run_id).where(schema.runs.c.run_id == run_id)
+            )
+            if found.first() is not None:
+                raise ConflictError(f"run {run_id} is already in this store")
+        for table in RUN_TABLES:
+            values = [_decode(table, r) for r in rows.get(table.name, ())]
+            if values:
+                await conn.execute(insert(table), values)
+
+
+def _replays_of(source_run_id: str) -> Any:
+    """The runs that replayed ``source_run_id`` (their label says so)."""
+    runs = schema.runs
+    return runs.c.record["labels"]["source_run_id"].as_string() == source_run_id
+
+
+async def live_read_answers(
+    db: Database, source_run_id: str
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """The answers READ tools gave replays of ``source_run_id`` live (``sandbox-live``), one
+    per request hash (the earliest), and the replays they came from: what lets a replay with
+    another candidate be answered offline as the incident's own replays were."""
+    fixtures, runs = schema.tool_fixtures, schema.runs
+    query = (
+        select(fixtures.c.run_id, fixtures.c.record)
+        .join(runs, runs.c.run_id == fixtures.c.run_id)
+        .where(_replays_of(source_run_id), fixtures.c.outcome == "SUCCESS")
+        .order_by(runs.c.created_at, fixtures.c.run_id, fixtures.c.sequence)
+    )
+    answers: dict[str, dict[str, Any]] = {}
+    sources: set[str] = set()
+    async with db.read() as conn:
+        for row in await conn.execute(query):
+            record = row.record
+            response = record.get("sanitized_response")
+            if record.get("side_effect_class") != "READ" or not isinstance(response, dict):
+                continue
+            if response.get("sandbox_live") is not True or record["request_hash"] in answers:
+                continue
+            answers[record["request_hash"]] = {
+                "capability_id": record["capability_id"],
+                "request_hash": record["request_hash"],
+                "request": record.get("sanitized_request"),
+                "response": {k: v for k, v in response.items() if k != "sandbox_live"},
+                "replay_run_id": row.run_id,
+            }
+            sources.add(row.run_id)
+    return list(answers.values()), sorted(sources)
+
+
+async def newest_gate_replay(db: Database, source_run_id: str) -> dict[str, Any] | None:
+    """The newest regression-gate replay (``regress-…``) of ``source_run_id``: its run id,
+    status, time and pinned versions; None when the gate never replayed it."""
+    runs = schema.runs
+    query = (
+        select(runs.c.run_id, runs.c.status, runs.c.created_at, runs.c.record)
+        .where(_replays_of(source_run_id), runs.c.run_id.like("regress-%"))
+        .order_by(runs.c.created_at.desc())
+        .limit(1)
+    )
+    async with db.read() as conn:
+        row = (await conn.execute(query)).first()
+    if row is None:
+        return None
+    return {
+        "replay_id": row.run_id,
+        "status": row.status,
+        "at": utc(row.created_at).isoformat(),
+        "pinned": row.record.get("pinned"),
+    }
