@@ -58,6 +58,8 @@ def utc(value: datetime) -> datetime:
 
 #: the execution option ``Database.read`` sets on its connections (SQLite: a deferred BEGIN)
 READS_ONLY = "replaybook_reads_only"
+#: the statement that begins ``Database.snapshot``'s snapshot, by ``is_postgresql``
+_SNAPSHOT_START = {True: "SELECT 1", False: "SELECT count(*) FROM sqlite_master"}
 #: how long a SQLite write transaction waits for the write lock (``PRAGMA busy_timeout``)
 SQLITE_BUSY_SECONDS = 10.0
 
@@ -126,6 +128,30 @@ class Database:
                 if not self.is_postgresql:
                     await conn.execution_options(**{READS_ONLY: True})
                 yield conn
+        except _UNAVAILABLE as exc:
+            raise _store_error(exc) from exc
+
+    @contextlib.asynccontextmanager
+    async def snapshot(self) -> AsyncIterator[AsyncConnection]:
+        """A connection whose every statement (SQLAlchemy's or the raw driver's) reads one
+        consistent snapshot, taken on entry: PostgreSQL's REPEATABLE READ, READ ONLY
+        transaction; SQLite's read transaction on the WAL. What verification reads a run
+        with: its chain, lookup rows and freezes as of one moment, so a run being written
+        verifies intact up to the head it read instead of rows newer than its chain."""
+        try:
+            async with self.engine.connect() as conn:
+                if self.is_postgresql:
+                    await conn.execution_options(
+                        isolation_level="REPEATABLE READ", postgresql_readonly=True
+                    )
+                else:
+                    await conn.execution_options(**{READS_ONLY: True})
+                async with conn.begin():
+                    # the snapshot begins with the first statement that reads the database
+                    # (PostgreSQL: any; SQLite: one that reads the file), not with BEGIN, and
+                    # the raw driver's statements would not begin the transaction at all
+                    await conn.execute(text(_SNAPSHOT_START[self.is_postgresql]))
+                    yield conn
         except _UNAVAILABLE as exc:
             raise _store_error(exc) from exc
 

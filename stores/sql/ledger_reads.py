@@ -3,12 +3,12 @@ chain and evidence. Part of ``stores.sql.ledger.SqlLedger``."""
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from models import ExecutionEvent, ExecutionEventType, RunRecord
 from models.chain import ChainRow, ChainVerification, verify_chain
@@ -27,7 +27,8 @@ from stores.sql.run_check import (
     RunRows,
     check_headless,
     check_run,
-    lookup_read,
+    latest_anchor,
+    run_rows,
 )
 
 
@@ -175,65 +176,52 @@ class LedgerReads:
     async def verify(self, run_id: str, *, full: bool = True) -> ChainVerification:
         """Verify the run: its chain from the stored columns and inline payloads and, unless
         ``full`` is False, everything later read as its evidence (``stores.sql.run_check``):
-        artifact-stored payloads, referenced artifacts, lookup rows, freeze records, anchor."""
+        artifact-stored payloads, referenced artifacts, lookup rows, freeze records, anchor.
+        Everything of the database is read in one snapshot (``Database.snapshot``): a run
+        being written verifies intact up to the head that snapshot holds."""
         if not full:
-            return await self._verify(run_id, full=False)
+            async with self.db.snapshot() as conn:
+                return await self._verify(conn, run_id, None)
+        # read before the snapshot: an honest anchor then names a head the snapshot holds
+        anchor = await latest_anchor(self.anchors, run_id)
         # the full check's rows and parsed payloads hold no cycles: the collector would only
         # walk the heap (``stores.sql.cycle_pause``)
         with cycle_collection_paused():
-            # the lookup rows are read on a connection of their own while the chain is read
-            async with lookup_read(self.db, self.anchors, run_id) as lookup:
-                return await self._verify(run_id, full=True, lookup=lookup)
+            async with self.db.snapshot() as conn:
+                rows = await run_rows(conn, anchor, run_id)
+                return await self._verify(conn, run_id, rows)
 
     async def _verify(
-        self, run_id: str, *, full: bool, lookup: asyncio.Future[RunRows] | None = None
+        self, conn: AsyncConnection, run_id: str, rows: RunRows | None
     ) -> ChainVerification:
+        """The chain check (and with ``rows``, the full check) on ``conn``'s snapshot."""
         # an intact chain verifies from raw columns (read once, also for the full check: its
         # events handed over chunk by chunk as they verify); a broken one is diagnosed below
-        read = EventsRead() if full else None
-        async with self.db.read() as conn:
-            intact = await verify_intact_chain(
-                conn, run_id, on_events=None if read is None else read.add
-            )
+        read = EventsRead() if rows is not None else None
+        intact = await verify_intact_chain(
+            conn, run_id, on_events=None if read is None else read.add
+        )
         if intact is not None:
-            if read is None:
+            if read is None or rows is None:
                 return intact
-            return await check_run(
-                self.db,
-                self.artifacts,
-                self.anchors,
-                run_id,
-                read.events(),
-                intact,
-                lookup=lookup,
-                parsed=read.parsed,
-            )
+            return await check_run(self.artifacts, read.events(), intact, rows, parsed=read.parsed)
         r = schema.runs.c
         e = schema.execution_events.c
-        async with self.db.read() as conn:
-            head = (
-                await conn.execute(select(r.head_sequence, r.head_hash).where(r.run_id == run_id))
-            ).first()
-            rows = (
-                await conn.execute(
-                    select(schema.execution_events).where(e.run_id == run_id).order_by(e.sequence)
-                )
-            ).all()
-        chain_rows = [_chain_row(row) for row in rows]
+        head = (
+            await conn.execute(select(r.head_sequence, r.head_hash).where(r.run_id == run_id))
+        ).first()
+        stored = (
+            await conn.execute(
+                select(schema.execution_events).where(e.run_id == run_id).order_by(e.sequence)
+            )
+        ).all()
+        chain_rows = [_chain_row(row) for row in stored]
         if head is None:
             return await check_headless(self.anchors, run_id, chain_rows)
         chain = verify_chain(run_id, chain_rows, expected_head=(head.head_sequence, head.head_hash))
-        if not full:
+        if rows is None:
             return chain
-        return await check_run(
-            self.db,
-            self.artifacts,
-            self.anchors,
-            run_id,
-            chained_events(chain_rows),
-            chain,
-            lookup=lookup,
-        )
+        return await check_run(self.artifacts, chained_events(chain_rows), chain, rows)
 
 
 def _chain_row(row: Any) -> ChainRow:

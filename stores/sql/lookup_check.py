@@ -15,6 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from sqlalchemy.ext.asyncio import AsyncConnection
+
 from models import ExecutionEventType
 from models.canonical import canonical_hash
 from models.chain import VerificationProblem
@@ -26,7 +28,6 @@ from models.verification import (
     rows_as_expected,
 )
 from stores.sql.chain_read import fetch_lookup_rows
-from stores.sql.database import Database
 
 __all__ = ["PROJECTION_RULES", "Found", "LookupRows", "check_projections", "lookup_rows"]
 
@@ -158,11 +159,11 @@ class Found:
 LookupRows = dict[str, list[Sequence[Any]]]
 
 
-async def lookup_rows(db: Database, run_id: str) -> LookupRows:
-    """The run's rows of each lookup table, their records parsed."""
+async def lookup_rows(conn: AsyncConnection, run_id: str) -> LookupRows:
+    """The run's rows of each lookup table, their records parsed, read on ``conn`` (the
+    snapshot the run's chain is read in)."""
     columns = {rule.table: (rule.key_column, *rule.compared) for rule in PROJECTION_RULES}
-    async with db.read() as conn:
-        return await fetch_lookup_rows(conn, columns, run_id)
+    return await fetch_lookup_rows(conn, columns, run_id)
 
 
 def check_projections(

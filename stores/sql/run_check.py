@@ -5,20 +5,22 @@ lookup tables, the freeze records and the external anchor.
 The chain proves the events. Each other thing is checked against them: a payload and an
 artifact must hash to the digest a chained event names, a lookup row must be what the chained
 event that recorded it says (``models.verification``, ``stores.sql.lookup_check``), and the latest anchor's head must still
-be in the chain at its sequence (``models.anchor``).
+be in the chain at its sequence (``models.anchor``). The rows are read in the snapshot the
+chain is read in (``Database.snapshot``): rows and chain of a run being written are of one
+moment, never rows newer than the chain read (which looked like orphans: a false alarm).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import operator
 import typing
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from sqlalchemy import inspect, select
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from models import ExecutionEventType
 from models.anchor import Anchor, AnchorEntry, check_head
@@ -38,7 +40,7 @@ from runtime.ports import ArtifactStore
 from stores.anchors import AnchorLog
 from stores.sql import schema
 from stores.sql.chain_read import json_values
-from stores.sql.database import Database, utc
+from stores.sql.database import utc
 from stores.sql.lookup_check import (
     PROJECTION_RULES,
     Found,
@@ -53,7 +55,8 @@ __all__ = [
     "RunRows",
     "check_headless",
     "check_run",
-    "lookup_read",
+    "latest_anchor",
+    "run_rows",
 ]
 
 E = ExecutionEventType
@@ -79,34 +82,18 @@ class RunRows(NamedTuple):
     anchor: AnchorEntry | None
 
 
-@contextlib.asynccontextmanager
-async def lookup_read(
-    db: Database, anchors: AnchorLog | None, run_id: str
-) -> AsyncIterator[asyncio.Future[RunRows]]:
-    """The read of the run's lookup rows, raw-payload rows, freeze records and anchor, under
-    way (on a connection of its own) while the caller reads and hashes the chain (``check_run``
-    awaits it); ended when the body ends. Read before the chain, a freeze or raw row recorded
-    meanwhile is of events the chain read holds."""
-    task = asyncio.ensure_future(_run_rows(db, anchors, run_id))
-    try:
-        yield task
-    finally:
-        task.cancel()  # nothing when it is done
-        await asyncio.gather(task, return_exceptions=True)
+async def run_rows(conn: AsyncConnection, anchor: AnchorEntry | None, run_id: str) -> RunRows:
+    """The run's lookup rows, raw-payload rows and freeze records, read on ``conn`` (the
+    snapshot its chain is read in: ``Database.snapshot``), with ``anchor``, its latest
+    external anchor (read before the snapshot began: an anchor names a head already
+    committed, so an honest one is never newer than the chain read)."""
+    lookup = await lookup_rows(conn, run_id)
+    raw = await _raw_rows(conn, run_id)
+    freezes = await _freezes(conn, run_id)
+    return RunRows(lookup, raw, freezes, anchor)
 
 
-async def _run_rows(db: Database, anchors: AnchorLog | None, run_id: str) -> RunRows:
-    # each read on its own (each result waits for a loop busy hashing the chain: they wait
-    # together)
-    async with asyncio.TaskGroup() as reads:
-        lookup = reads.create_task(lookup_rows(db, run_id))
-        raw = reads.create_task(_raw_rows(db, run_id))
-        freezes = reads.create_task(_freezes(db, run_id))
-        anchor = reads.create_task(_latest_anchor(anchors, run_id))
-    return RunRows(lookup.result(), raw.result(), freezes.result(), anchor.result())
-
-
-async def _latest_anchor(anchors: AnchorLog | None, run_id: str) -> AnchorEntry | None:
+async def latest_anchor(anchors: AnchorLog | None, run_id: str) -> AnchorEntry | None:
     return None if anchors is None else await anchors.latest(run_id)
 
 
@@ -130,24 +117,17 @@ class EventsRead:
 
 
 async def check_run(
-    db: Database,
     artifacts: ArtifactStore | None,
-    anchors: AnchorLog | None,
-    run_id: str,
     events: ChainedEvents,
     chain: ChainVerification,
+    rows: RunRows,
     *,
-    lookup: asyncio.Future[RunRows] | None = None,
     parsed: list[tuple[int, str, str, str, Any]] | None = None,
 ) -> ChainVerification:
     """``chain`` (the verification of ``events``) with every problem found beyond the chain;
-    ``lookup``: the read of its other rows (``lookup_read``) if already under way; ``parsed``:
-    its inline payloads the checks read, already parsed (``EventsRead``)."""
-    if lookup is None:
-        async with lookup_read(db, anchors, run_id) as started:
-            return await check_run(
-                db, artifacts, anchors, run_id, events, chain, lookup=started, parsed=parsed
-            )
+    ``rows``: the run's other rows read in the same snapshot as ``events`` (``run_rows``);
+    ``parsed``: its inline payloads the checks read, already parsed (``EventsRead``)."""
+    run_id = chain.run_id
     found = Found()
     in_store = list(map(str.startswith, events.payload_refs, itertools.repeat(CAS_PREFIX)))
     payloads, from_store = await _payloads(artifacts, events, in_store, found)
@@ -157,7 +137,6 @@ async def check_run(
         stored = _parsed_events(events.selected(in_store), from_store)
         parsed = sorted([*parsed, *stored], key=operator.itemgetter(0))
     await _check_artifacts(artifacts, _references(parsed), found)
-    rows = await lookup
     unread = set(events.sequences).difference(payloads)
     check_projections(rows.lookup, parsed, unread, found)
     _check_heads(rows, run_id, events.hashes, found)
@@ -218,7 +197,7 @@ def _references(parsed: Iterable[tuple[int, str, str, str, Any]]) -> dict[str, i
     return refs
 
 
-async def _raw_rows(db: Database, run_id: str) -> Sequence[Any]:
+async def _raw_rows(conn: AsyncConnection, run_id: str) -> Sequence[Any]:
     """The run's raw-payload rows (none before migration 0003, nor after a downgrade: a
     database opened without migrating is verified on what it has)."""
     r = schema.raw_payloads.c
@@ -231,10 +210,13 @@ async def _raw_rows(db: Database, run_id: str) -> Sequence[Any]:
         r.destroyed_at,
         r.ciphertext.is_not(None).label("inline"),
     ).where(r.run_id == run_id, r.sequence.is_not(None))
-    async with db.read() as conn:
-        if not await conn.run_sync(lambda c: inspect(c).has_table("raw_payloads")):
-            return []
-        return (await conn.execute(query)).all()
+    if not await _has_table(conn, "raw_payloads"):
+        return []
+    return (await conn.execute(query)).all()
+
+
+async def _has_table(conn: AsyncConnection, table: str) -> bool:
+    return bool(await conn.run_sync(lambda c: inspect(c).has_table(table)))
 
 
 def _check_raw_rows(raw_rows: Sequence[Any], sanitized: Mapping[int, str], found: Found) -> None:
@@ -364,22 +346,20 @@ async def _check_artifacts(
     await asyncio.gather(*(read(d, s) for d, s in refs.items()))
 
 
-async def _freezes(db: Database, run_id: str) -> Sequence[Any]:
-    """The run's freeze records."""
-    f = schema.evidence_freezes.c
-    try:
-        async with db.read() as conn:
-            return (
-                await conn.execute(
-                    select(
-                        f.freeze_id, f.chain_head_sequence, f.chain_head_hash, f.created_at
-                    ).where(f.run_id == run_id)
-                )
-            ).all()
-    except StoreError:
-        # a database still at migration 0001 has no freeze records to check against (the
-        # anchor does not depend on the database)
+async def _freezes(conn: AsyncConnection, run_id: str) -> Sequence[Any]:
+    """The run's freeze records (none in a database still at migration 0001: the anchor does
+    not depend on the database). Asked first, not tried: a failed statement would end the
+    snapshot's transaction on PostgreSQL."""
+    if not await _has_table(conn, "evidence_freezes"):
         return []
+    f = schema.evidence_freezes.c
+    return (
+        await conn.execute(
+            select(f.freeze_id, f.chain_head_sequence, f.chain_head_hash, f.created_at).where(
+                f.run_id == run_id
+            )
+        )
+    ).all()
 
 
 def _check_heads(rows: RunRows, run_id: str, hashes: Sequence[str], found: Found) -> None:
