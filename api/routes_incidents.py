@@ -79,8 +79,13 @@ async def create_incident(body: IncidentCreate, state: State, caller: Operator) 
         retry_not_applied=body.retry_not_applied,
         fork_points=body.fork_points,
     )
-    ledger = (await state.stores()).ledger
-    await open_incident(state.client, ledger, request, source_field="sourceRunId")
+    await open_incident(
+        state.client,
+        await state.stores(),
+        request,
+        source_field="sourceRunId",
+        catalogs=state.catalogs(),
+    )
     log.info("incident opened", incident_id=request.incident_id, caller=caller.caller)
     return IncidentAccepted(incident_id=request.incident_id, source_run_id=body.source_run_id)
 

@@ -29,6 +29,11 @@ API_FIELDS = PlanFields(
     repeat="repeat",
     candidate="candidate",
     max_loop_calls="maxLoopCalls",
+    policy="policyVersion",
+    retriever="retrieverVersion",
+    substitute_model="substituteModel",
+    deny_approvals="denyApprovals",
+    replay_id="replayId",
     mode_names={mode: mode.value for mode in ReplayMode},
 )
 
@@ -57,8 +62,15 @@ async def create_replay(body: ReplayCreate, state: State, caller: Operator) -> R
         substitute_model=body.substitute_model,
         max_loop_calls=body.max_loop_calls,
     )
-    ledger = (await state.stores()).ledger
-    await start_replay(state.client, ledger, plan, source_field="sourceRunId")
+    stores = await state.stores()
+    await start_replay(
+        state.client,
+        stores,
+        plan,
+        source_field="sourceRunId",
+        catalogs=state.catalogs(),
+        fields=API_FIELDS,
+    )
     log.info(
         "replay started", replay_id=plan.replay_id, run_id=plan.source_run_id, caller=caller.caller
     )

@@ -16,7 +16,11 @@ from stores.bundle import Stores, open_stores
 from worker.settings import Settings
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from temporalio.client import Client
+
+    from runtime.replay.catalog import AgentCatalog
 
 
 class ApiState:
@@ -25,6 +29,7 @@ class ApiState:
         self.config = config
         self._stores: Stores | None = None
         self._client: Client | None = None
+        self._catalogs: Mapping[str, AgentCatalog] | None = None
         self._lock = asyncio.Lock()
         self._exit = contextlib.AsyncExitStack()
 
@@ -49,6 +54,14 @@ class ApiState:
                             f"cannot reach Temporal at {self.settings.temporal.address}: {exc}"
                         ) from exc
         return self._client
+
+    def catalogs(self) -> Mapping[str, AgentCatalog]:
+        """The deployment's agents, to check a request before it starts a workflow."""
+        if self._catalogs is None:
+            from worker.catalogs import deployment_catalogs
+
+            self._catalogs = deployment_catalogs(self.settings)
+        return self._catalogs
 
     async def close(self) -> None:
         await self._exit.aclose()

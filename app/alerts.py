@@ -52,7 +52,7 @@ async def _take(
             pass
         request = new_incident_request(str(run_id), [], incident_id=incident_id, repeat=repeat)
         try:
-            await open_incident(client, stores.ledger, request)
+            await open_incident(client, stores, request)
         except ConflictError:  # a concurrent delivery of the same alert opened it first
             return answer | {"action": "attached", "incident_id": incident_id}
         except RunNotFoundError:

@@ -8,7 +8,8 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from app.replays import ClientSource, check_source_run
+from app.replay_checks import Catalogs, check_candidates, check_incident_id_free
+from app.replays import ClientSource, check_source_run, workflow_status_name
 from app.workflow_queries import query_status
 from models.enums import AgentFailureType
 from models.errors import ConflictError, InvalidInputError, NotFoundError
@@ -22,7 +23,6 @@ from models.incident_flow import (
 )
 from models.queues import CONTROL_QUEUE
 from models.validation import validated
-from runtime.ports import EventLedger
 
 if TYPE_CHECKING:
     from temporalio.client import Client, WorkflowHandle
@@ -78,25 +78,46 @@ async def incident_handle(client: Client, incident_id: str) -> WorkflowHandle[An
 
 async def open_incident(
     client: ClientSource,
-    ledger: EventLedger,
+    stores: Stores,
     request: IncidentRequest,
     *,
     source_field: str | None = None,
+    catalogs: Catalogs | None = None,
+    id_field: str = "incident_id",
+    candidate_field: str = "counterfactuals",
 ) -> None:
-    """Check that the run exists, then connect (``client``) and start the ``Incident`` workflow
-    (id = incident id). An unknown run is ``RunNotFoundError``, or ``InvalidInputError`` naming
-    ``source_field``; either comes before any connection to Temporal."""
+    """Check the request, then connect (``client``) and start the ``Incident`` workflow (id =
+    incident id). Before any connection to Temporal: an unknown run is ``RunNotFoundError``,
+    or ``InvalidInputError`` naming ``source_field``; an incident id already recorded is
+    ``ConflictError`` naming it (``id_field``); a counterfactual the run's agent does not know
+    (``catalogs``) is ``InvalidInputError`` naming ``candidate_field``. Temporal refuses an id
+    any workflow ever had (``REJECT_DUPLICATE``): a finished incident is never replaced."""
+    from temporalio.common import WorkflowIDReusePolicy
     from temporalio.exceptions import WorkflowAlreadyStartedError
 
     from workflows.incident import IncidentWorkflow
 
-    await check_source_run(ledger, request.source_run_id, source_field)
+    await check_source_run(stores.ledger, request.source_run_id, source_field)
+    await check_incident_id_free(stores, request.incident_id, id_field)
+    run = await stores.ledger.get_run(request.source_run_id)
+    catalog = (catalogs or {}).get(run.graph_id)
+    check_candidates(catalog, [(c.kind, c.value) for c in request.counterfactuals], candidate_field)
+    connected = await client()
     try:
-        await (await client()).start_workflow(
-            IncidentWorkflow.run, request, id=request.incident_id, task_queue=CONTROL_QUEUE
+        await connected.start_workflow(
+            IncidentWorkflow.run,
+            request,
+            id=request.incident_id,
+            task_queue=CONTROL_QUEUE,
+            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
         )
     except WorkflowAlreadyStartedError:
-        raise ConflictError(f"incident {request.incident_id!r} already exists") from None
+        status = await workflow_status_name(connected, request.incident_id)
+        raise ConflictError(
+            f"{id_field} {request.incident_id}: incident {request.incident_id!r} already "
+            f"exists (workflow {status}); choose another id",
+            field=id_field,
+        ) from None
 
 
 async def incident_status_view(client: Client, incident_id: str) -> dict[str, Any]:

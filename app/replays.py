@@ -9,6 +9,7 @@ from datetime import timedelta
 from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Any
 
+from app.replay_checks import Catalogs, check_replay_plan
 from app.workflow_queries import query_status
 from models import FixtureMissPolicy, ReplayBudget, ReplayMode, ReplayStatus
 from models.errors import ConflictError, InvalidInputError, NotFoundError, RunNotFoundError
@@ -19,6 +20,8 @@ from runtime.ports import EventLedger
 
 if TYPE_CHECKING:
     from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+
+    from stores.bundle import Stores
 
 #: how an operation gets its Temporal client: called only once the input has been checked
 ClientSource = Callable[[], Awaitable["Client"]]
@@ -127,29 +130,53 @@ async def check_source_run(ledger: EventLedger, run_id: str, source_field: str |
 
 async def start_replay(
     client: ClientSource,
-    ledger: EventLedger,
+    stores: Stores,
     plan: ReplayPlan,
     *,
     source_field: str | None = None,
+    catalogs: Catalogs | None = None,
+    fields: PlanFields = PLAN_FIELDS,
 ) -> WorkflowHandle[Any, ReplayOutcome]:
-    """Check that the source run exists, then connect (``client``) and start the ``Replay``
-    workflow (id = replay id). An unknown run is ``RunNotFoundError``, or ``InvalidInputError``
-    naming ``source_field`` when the caller names the run in a request body; either comes
-    before any connection to Temporal."""
+    """Check the request, then connect (``client``) and start the ``Replay`` workflow (id =
+    replay id). Before any connection to Temporal: an unknown run is ``RunNotFoundError``, or
+    ``InvalidInputError`` naming ``source_field`` when the caller names the run in a request
+    body; a used replay id is ``ConflictError``; every input ``check_replay_plan`` judges
+    (with the deployment's ``catalogs``) is refused naming its field in ``fields``. Temporal
+    refuses an id any workflow ever had (``REJECT_DUPLICATE``), not only a running one."""
+    from temporalio.common import WorkflowIDReusePolicy
     from temporalio.exceptions import WorkflowAlreadyStartedError
 
     from workflows.replay import ReplayWorkflow
 
-    await check_source_run(ledger, plan.source_run_id, source_field)
+    await check_source_run(stores.ledger, plan.source_run_id, source_field)
+    await check_replay_plan(stores, plan, catalogs, fields)
+    connected = await client()
     try:
-        return await (await client()).start_workflow(
+        return await connected.start_workflow(
             ReplayWorkflow.run,
             ReplayWorkflowInput(plan=plan),
             id=plan.replay_id,
             task_queue=CONTROL_QUEUE,
+            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
         )
     except WorkflowAlreadyStartedError:
-        raise ConflictError(f"replay {plan.replay_id!r} already exists") from None
+        status = await workflow_status_name(connected, plan.replay_id)
+        raise ConflictError(
+            f"{fields.replay_id} {plan.replay_id}: replay {plan.replay_id!r} already exists "
+            f"(workflow {status}); choose another id",
+            field=fields.replay_id,
+        ) from None
+
+
+async def workflow_status_name(client: Client, workflow_id: str) -> str:
+    """The status of the workflow that holds ``workflow_id`` (``RUNNING``, ``COMPLETED`` …)."""
+    from temporalio.service import RPCError
+
+    try:
+        status = (await client.get_workflow_handle(workflow_id).describe()).status
+    except RPCError:
+        return "UNKNOWN"
+    return status.name if status else "UNKNOWN"
 
 
 async def replay_view(client: Client, replay_id: str) -> dict[str, Any]:

@@ -8,7 +8,8 @@ code   meaning
        FAILED or CANCELED, a regression case that does not hold, an objective not met, a
        component that is down
 2      bad input: an unknown id, option or candidate, a value that breaks a rule, a request the
-       current state refuses (the message on stderr names the field and the rule)
+       current state refuses, an incident or replay id already used (the message on stderr
+       names the field and the rule); checked before any workflow starts
 3      reconciliation required: a side effect whose outcome is UNKNOWN
 4      a store or service is unavailable or failed (database, artifact store, Temporal)
 5      an internal error (a bug): one line on stderr, the traceback in

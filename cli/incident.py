@@ -114,11 +114,9 @@ async def incident_open(
 ) -> None:
     """Open an incident for RUN_ID: starts the Incident workflow (id = incident id). Its
     replays share one budget (no limit unless given)."""
-    from app.incidents import new_incident_request, open_incident, parse_candidates
+    from app.incidents import new_incident_request, parse_candidates
     from app.replays import parse_budget, parse_miss_policy
     from models.replay_plans import CANDIDATE_KINDS
-    from stores.bundle import open_stores
-    from worker.temporal import connect
 
     pairs = parse_candidates(counterfactual, "--counterfactual", CANDIDATE_KINDS)
     miss = parse_miss_policy(on_fixture_miss)
@@ -141,10 +139,27 @@ async def incident_open(
         watch_clean_runs=watch_clean_runs,
         watch_days=watch_days,
     )
-    async with open_stores(settings.stores) as stores:
-        await open_incident(lambda: connect(settings), stores.ledger, request)
+    await _open(settings, request)
     view = {"incident_id": request.incident_id, "source_run_id": run_id, "phase": "FREEZING"}
     print_json(view) if as_json else typer.echo(f"opened {request.incident_id} for {run_id}")
+
+
+async def _open(settings: Any, request: Any) -> None:
+    """Open the incident; a used id or an unknown counterfactual is refused first (exit 2)."""
+    from app.incidents import open_incident
+    from stores.bundle import open_stores
+    from worker.catalogs import deployment_catalogs
+    from worker.temporal import connect
+
+    async with open_stores(settings.stores) as stores:
+        await open_incident(
+            lambda: connect(settings),
+            stores,
+            request,
+            catalogs=deployment_catalogs(settings),
+            id_field="--incident-id",
+            candidate_field="--counterfactual",
+        )
 
 
 @incident_app.command("status")

@@ -18,7 +18,6 @@ from cli.common import (
 )
 from cli.exit_codes import EXIT_BROKEN
 from models import ReplayMode
-from models.errors import InvalidInputError
 
 #: the end states of a replay that are a failed result (exit code 1)
 FAILED_STATES = ("FAILED", "CANCELED")
@@ -70,6 +69,11 @@ def cli_fields() -> PlanFields:
         repeat="--repeat",
         candidate="--candidate",
         max_loop_calls="--max-loop-calls",
+        policy="--policy",
+        retriever="--retriever",
+        substitute_model="--substitute-model",
+        deny_approvals="--deny-approval",
+        replay_id="--replay-id",
         mode_names={mode: cli.value for cli, mode in MODES.items()},
     )
 
@@ -100,6 +104,15 @@ MaxLoopCalls = Annotated[
 ]
 
 
+FromStep = Annotated[
+    str | None,
+    typer.Option(
+        "--from-step",
+        help="Regenerate from this step: history before it, it and the steps after re-run.",
+    ),
+]
+
+
 @replay_app.command("start")
 @run_async
 async def replay_start(
@@ -116,13 +129,7 @@ async def replay_start(
             help="Replay with M when the recorded model is not configured (in the manifest).",
         ),
     ] = None,
-    from_step: Annotated[
-        str | None,
-        typer.Option(
-            "--from-step",
-            help="Regenerate from this step: history before it, it and the steps after re-run.",
-        ),
-    ] = None,
+    from_step: FromStep = None,
     policy: Annotated[str | None, typer.Option(help="Policy version override.")] = None,
     retriever: Annotated[str | None, typer.Option(help="Retriever version override.")] = None,
     deny_approval: Annotated[
@@ -182,21 +189,27 @@ async def replay_start(
         substitute_model=substitute_model,
         max_loop_calls=max_loop_calls,
     )
-    await _start(plan, deny_approval or [], wait=wait, as_json=as_json)
+    await _start(plan, wait=wait, as_json=as_json)
 
 
-async def _start(plan: Any, deny_approval: list[str], *, wait: bool, as_json: bool) -> None:
-    """Start the replay; with ``wait``, follow it (a progress bar on a terminal) to its end."""
+async def _start(plan: Any, *, wait: bool, as_json: bool) -> None:
+    """Start the replay (its every checkable input refused first, exit 2); with ``wait``,
+    follow it (a progress bar on a terminal) to its end."""
     from app.replays import start_replay
     from stores.bundle import open_stores
+    from worker.catalogs import deployment_catalogs
     from worker.temporal import connect
 
     run_id = plan.source_run_id
     settings = load_settings()
     async with open_stores(settings.stores) as stores:
-        if deny_approval:
-            await _check_denials(stores, run_id, deny_approval)
-        handle = await start_replay(lambda: connect(settings), stores.ledger, plan)
+        handle = await start_replay(
+            lambda: connect(settings),
+            stores,
+            plan,
+            catalogs=deployment_catalogs(settings),
+            fields=cli_fields(),
+        )
         if not wait:
             view = {"replay_id": plan.replay_id, "status": "CREATED", "source_run_id": run_id}
             print_json(view) if as_json else typer.echo(f"started {plan.replay_id}")
@@ -213,24 +226,6 @@ async def _start(plan: Any, deny_approval: list[str], *, wait: bool, as_json: bo
         )
     print_json(view) if as_json else _print_view(view)
     exit_if_unsuccessful(view)
-
-
-async def _check_denials(stores: Any, run_id: str, capabilities: list[str]) -> None:
-    """``--deny-approval C`` only for a capability whose approval the run recorded: denying an
-    approval that never happened would replay nothing different and say nothing."""
-    from models import ApprovalRecord, SideEffectRecord
-
-    await stores.ledger.get_run(run_id)  # an unknown run is named as such first
-    approved = {a.action_hash for a in await stores.evidence.records(ApprovalRecord, run_id)}
-    effects = await stores.evidence.records(SideEffectRecord, run_id)
-    with_approval = sorted({e.capability_id for e in effects if e.action_hash in approved})
-    for capability in capabilities:
-        if capability not in with_approval:
-            raise InvalidInputError(
-                f"--deny-approval {capability}: run {run_id} recorded no approval for it "
-                f"(approved: {', '.join(with_approval) or 'none'})",
-                field="--deny-approval",
-            )
 
 
 async def _finished_view(handle: Any, replay_id: str) -> dict[str, Any]:

@@ -35,6 +35,11 @@ class PlanFields:
     repeat: str = "repeat"
     candidate: str = "candidate"
     max_loop_calls: str = "max_loop_calls"
+    policy: str = "policy_version"
+    retriever: str = "retriever_version"
+    substitute_model: str = "substitute_model"
+    deny_approvals: str = "deny_approvals"
+    replay_id: str = "replay_id"
     mode_names: Mapping[ReplayMode, str] = field(
         default_factory=lambda: {mode: mode.value for mode in ReplayMode}
     )

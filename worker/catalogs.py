@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from runtime.providers.endpoint import ModelEndpointSettings
     from runtime.providers.openai_compat import OpenAICompatibleProvider
     from runtime.providers.registry import ModelRegistrySettings
+    from worker.settings import Settings
 
 log = structlog.get_logger(__name__)
 
@@ -74,3 +75,9 @@ def catalogs(
             world_tool_names(),
         ),
     }
+
+
+def deployment_catalogs(settings: Settings) -> Mapping[str, AgentCatalog]:
+    """The agents as a face (CLI, API) sees them to check a request before it starts a
+    workflow: the worker's models (endpoint and registry), no world (nothing is called)."""
+    return catalogs(None, settings.models, settings.model_registry)
