@@ -6,6 +6,11 @@
 or ``pytest --replaybook-candidate prompt=v18`` to run the gate as its own test item. It
 uses the same cases and replays as ``replaybook regress`` (the same settings: the
 environment, and a ``replaybook dev up`` stack's addresses below it).
+
+``pytest --replaybook-capsules tests/cases/ --replaybook-candidate prompt=v18`` runs every
+incident capsule (``*.rbcase``) in the folder as a test instead, offline (``replaybook case
+run``: no Temporal, database or artifact store); a capsule that fails a check, a case that
+breaks and an inconclusive case each fail their test.
 """
 
 from __future__ import annotations
@@ -77,6 +82,23 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="KIND=VALUE",
         help="run Replaybook's regression gate for this candidate (prompt=V, model=M, …)",
     )
+    group.addoption(
+        "--replaybook-capsules",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="run every incident capsule (*.rbcase) in DIR as a test, offline, with the "
+        "--replaybook-candidate",
+    )
+    group.addoption(
+        "--replaybook-repeat", type=int, default=5, help="replays of each capsule's case"
+    )
+    group.addoption(
+        "--replaybook-public-key",
+        default=None,
+        metavar="FILE",
+        help="the PEM public key capsules must be signed with (default: as `case run`)",
+    )
 
 
 class _GateItem(pytest.Item):
@@ -97,9 +119,15 @@ def pytest_collection_modifyitems(
     session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
 ) -> None:
     values = config.getoption("--replaybook-candidate")
+    candidates = [tuple(v.split("=", 1)) for v in values if "=" in v]
+    folders = config.getoption("--replaybook-capsules")
+    if folders:
+        from cli.capsule_items import capsule_items
+
+        items.extend(capsule_items(session, config, folders, candidates))
+        return
     if not values:
         return
-    candidates = [tuple(v.split("=", 1)) for v in values if "=" in v]
     items.append(
         _GateItem.from_parent(session, name="replaybook-regression-gate", candidates=candidates)
     )

@@ -139,14 +139,14 @@ def manifest_bytes(manifest: CapsuleManifest) -> bytes:
 
 
 def split_signature(data: bytes) -> tuple[bytes, str, bytes]:
-    """``(signed bytes, key id, signature)``; ``format`` refused when the file does not end
-    with a signature line."""
+    """``(signed bytes, key id, signature)``; ``signature`` refused when the file does not end
+    with a well-formed signature line."""
     if len(data) <= SIGNATURE_LENGTH:
         raise CapsuleRefusedError("format", f"{len(data)} bytes is too short to be a capsule")
     match = _SIGNATURE_RE.match(data[-SIGNATURE_LENGTH:])
     if match is None:
         raise CapsuleRefusedError(
-            "format", "the file does not end with a replaybook-case signature line"
+            "signature", "the file does not end with a well-formed replaybook-case signature line"
         )
     return data[:-SIGNATURE_LENGTH], match.group(1).decode(), base64.b64decode(match.group(2))
 
