@@ -3,14 +3,20 @@
 Prints one table (``bench.common.TABLE_HEADER``): each figure, its baseline measured in the same
 run (interleaved rounds, medians where a figure is timed repeatedly), their ratio, the goal, and
 the machine's load when it was taken. ``docs/performance.md`` keeps the latest table.
+
+``--only NAME`` (repeatable) runs some parts; ``--quick`` runs every part at a small size (a
+smoke run of the whole table in about a minute: its figures are noisier and its goals are not
+the acceptance sizes); ``--list`` names the parts.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +34,56 @@ from bench.common import TABLE_HEADER, Row, emit, machine_load
 
 #: rows of issue 21's table this bench does not measure yet (printed as such, never guessed)
 NOT_MEASURED: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class Part:
+    """One benchmark of the table: what it measures, and how to run it at full and quick size."""
+
+    title: str
+    full: Callable[[], Any]
+    quick: Callable[[], Any]
+
+
+PARTS: dict[str, Part] = {
+    "canonical": Part(
+        "canonical hashing against rfc8785 and sha256",
+        bench_canonical.rows,
+        lambda: bench_canonical.rows(rounds=3),
+    ),
+    "ledger": Part(
+        "ledger appends",
+        bench_ledger.main,
+        lambda: bench_ledger.main(n=300, batch=50, verify_n=5_000),
+    ),
+    "ingest": Part(
+        "HTTP ingestion",
+        bench_ingest.main,
+        lambda: bench_ingest.main(rounds=3, runs_per_client=2, batches=30),
+    ),
+    # chain only from raw rows vs the full check, SQLite and PostgreSQL
+    "verify": Part(
+        "verification",
+        lambda: asyncio.run(bench_verify.main(pg=True)),
+        lambda: asyncio.run(bench_verify.main(pg=False)),
+    ),
+    # gateway time − provider time per call: support-desk runs (SQLite, PostgreSQL) and a
+    # 1,000-step synthetic run
+    "recording": Part(
+        "recording overhead per call",
+        bench_recording.main,
+        lambda: bench_recording.main(pg=False, runs=3),
+    ),
+    "source": Part(
+        "10,000-step recording and source load",
+        bench_source.main,
+        lambda: bench_source.main(steps=1_000),
+    ),
+    "pool": Part("child replay start-up", bench_pool.main, lambda: bench_pool.main(rounds=3)),
+    "replay": Part(
+        "replay through Temporal", bench_replay.main, lambda: bench_replay.main(steps=200)
+    ),
+}
 
 
 def _part(name: str, run: Callable[[], Any]) -> Any:
@@ -50,23 +106,43 @@ def _part(name: str, run: Callable[[], Any]) -> Any:
         return {"failed": repr(exc)}
 
 
-def main() -> None:
+def _arguments(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench",
+        description="Replaybook's benchmarks: every figure against a baseline measured in the "
+        "same run. Parts: " + ", ".join(PARTS) + ".",
+    )
+    parser.add_argument(
+        "--only",
+        action="append",
+        choices=list(PARTS),
+        metavar="NAME",
+        help="run only this part (repeatable); one of: " + ", ".join(PARTS),
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="every part at a small size (a smoke run in about a minute; noisier figures)",
+    )
+    parser.add_argument("--list", action="store_true", help="name the parts and exit")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = _arguments(argv)
+    if args.list:
+        for name, part in PARTS.items():
+            print(f"{name:<10} {part.title}")
+        return
+    chosen = args.only or list(PARTS)
     print(TABLE_HEADER, flush=True)
-    results = {
-        "canonical": _part("canonical", bench_canonical.rows),
-        "ledger": _part("ledger appends", bench_ledger.main),
-        "ingest": _part("HTTP ingestion", bench_ingest.main),
-        # chain only from raw rows vs the full check, SQLite and PostgreSQL
-        "verify": _part("verification", lambda: asyncio.run(bench_verify.main(pg=True))),
-        # gateway time − provider time per call: support-desk runs (SQLite, PostgreSQL) and a
-        # 1,000-step synthetic run
-        "recording": _part("recording overhead per call", bench_recording.main),
-        "source": _part("10,000-step recording and source load", bench_source.main),
-        "pool": _part("child replay start-up", bench_pool.main),
-        "replay": _part("replay through Temporal", bench_replay.main),
-    }
-    for figure, goal in NOT_MEASURED:
-        emit(Row(figure, "not measured by this bench", "—", None, goal, None, machine_load()))
+    results = {}
+    for name in chosen:
+        part = PARTS[name]
+        results[name] = _part(part.title, part.quick if args.quick else part.full)
+    if not args.only:
+        for figure, goal in NOT_MEASURED:
+            emit(Row(figure, "not measured by this bench", "—", None, goal, None, machine_load()))
     out = Path(".replaybook") / "bench-results.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2, default=str))
