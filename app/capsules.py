@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from models import RunStatus
 from models.capsule import (
     LIVE_DIR,
     ROWS_DIR,
@@ -29,8 +30,9 @@ from models.capsule import (
 )
 from models.digest import sha256_digest
 from models.errors import CapsuleRefusedError, ReplaybookError
-from models.regression import RegressionCase
+from models.regression import RegressionCase, evaluate_case
 from runtime.evidence_refs import collect_references
+from runtime.trajectory import load_trajectory
 from stores.case_signing import (
     CaseSigningKey,
     public_from_raw,
@@ -38,7 +40,12 @@ from stores.case_signing import (
     public_raw,
     verify_signature,
 )
-from stores.sql.capsule_rows import export_run_rows, import_run_rows, live_read_answers
+from stores.sql.capsule_rows import (
+    export_run_rows,
+    import_run_rows,
+    live_read_answers,
+    newest_gate_replay,
+)
 from stores.sql.incidents import SqlIncidentStore
 
 if TYPE_CHECKING:
@@ -222,16 +229,25 @@ async def list_cases(stores: Stores) -> list[dict[str, Any]]:
                 "status": case.status.value,
                 "description": case.description,
                 "assertions": len(case.assertions),
-                "last_gate": await _last_gate(stores, case.source_run_id),
+                "last_gate": await _last_gate(stores, case),
             }
         )
     return out
 
 
-async def _last_gate(stores: Stores, source_run_id: str) -> dict[str, Any] | None:
-    from stores.sql.capsule_rows import newest_gate_replay
-
-    return await newest_gate_replay(stores.db, source_run_id)
+async def _last_gate(stores: Stores, case: RegressionCase) -> dict[str, Any] | None:
+    """The newest gate replay of the case and what it showed: ``PASSED`` (every assertion
+    held), ``FAILED`` (with the first broken assertion) or ``INCONCLUSIVE`` (it did not end)."""
+    gate = await newest_gate_replay(stores.db, case.source_run_id)
+    if gate is None:
+        return None
+    if gate["status"] != RunStatus.COMPLETED.value:
+        return {**gate, "result": "INCONCLUSIVE"}
+    checked = evaluate_case(case, await load_trajectory(stores.ledger, gate["replay_id"]))
+    if checked.passed:
+        return {**gate, "result": "PASSED"}
+    first = checked.failures[0]
+    return {**gate, "result": "FAILED", "broken": f"{first.assertion}: {first.reason}"}
 
 
 def _json(value: Any) -> bytes:

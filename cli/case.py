@@ -260,7 +260,7 @@ async def list_(as_json: JsonOption = False) -> None:
         return
     for case in cases:
         gate = case["last_gate"]
-        last = f"{gate['status']} {gate['replay_id']} at {gate['at']}" if gate else "never gated"
+        last = f"{gate['result']} ({gate['replay_id']} at {gate['at']})" if gate else "never gated"
         typer.echo(f"{case['case_id']}  {case['incident_id']}  {case['status']}  last gate: {last}")
 
 

@@ -140,13 +140,15 @@ async def live_read_answers(
 
 
 async def newest_gate_replay(db: Database, source_run_id: str) -> dict[str, Any] | None:
-    """The newest regression-gate replay (``regress-…``) of ``source_run_id``: its run id,
-    status, time and pinned versions; None when the gate never replayed it."""
-    runs = schema.runs
+    """The newest regression-gate replay (``regress-…``) of ``source_run_id`` by when its first
+    event was written (a replay's ``created_at`` is its source's logical time): its run id,
+    status, mode and that time; None when the gate never replayed it."""
+    runs, events = schema.runs, schema.execution_events
     query = (
-        select(runs.c.run_id, runs.c.status, runs.c.created_at, runs.c.record)
+        select(runs.c.run_id, runs.c.status, runs.c.record, events.c.recorded_at)
+        .join(events, (events.c.run_id == runs.c.run_id) & (events.c.sequence == 1))
         .where(_replays_of(source_run_id), runs.c.run_id.like("regress-%"))
-        .order_by(runs.c.created_at.desc())
+        .order_by(events.c.recorded_at.desc())
         .limit(1)
     )
     async with db.read() as conn:
@@ -156,6 +158,6 @@ async def newest_gate_replay(db: Database, source_run_id: str) -> dict[str, Any]
     return {
         "replay_id": row.run_id,
         "status": row.status,
-        "at": utc(row.created_at).isoformat(),
-        "pinned": row.record.get("pinned"),
+        "mode": (row.record.get("labels") or {}).get("mode"),
+        "at": utc(row.recorded_at).isoformat(),
     }
