@@ -1,5 +1,5 @@
 """A plain ``openai`` tool loop recorded with the SDK: one READ tool, one WRITE tool. Run in
-the tests' process, or as a child (``python tests/sdk/refund_agent.py BASE_URL [--stream]``;
+the tests' process, or as a child (``python tests/sdk/refund_agent.py BASE_URL [--stream] [--run-id ID]``;
 with ``REFUND_AGENT_HANG=<file>`` the refund writes that file and then hangs, to be killed
 between dispatch and result)."""
 
@@ -42,7 +42,7 @@ def refund(order_id: str, amount: float, reason: str = "customer request") -> di
     return {"refund_id": f"rf-{order_id}", "amount": amount, "idempotency_key": key}
 
 
-TOOLS = {"lookup_order": lookup_order, "refund": refund}
+TOOLS: dict[str, Any] = {"lookup_order": lookup_order, "refund": refund}
 
 
 def chat(client: openai.OpenAI, messages: list[dict[str, Any]], stream: bool) -> dict[str, Any]:
@@ -57,7 +57,8 @@ def chat(client: openai.OpenAI, messages: list[dict[str, Any]], stream: bool) ->
     if not stream:
         message = client.chat.completions.create(**kwargs).choices[0].message
         return message.model_dump(exclude_none=True)
-    content, calls = "", {}
+    content = ""
+    calls: dict[int, dict[str, Any]] = {}
     with client.chat.completions.create(stream=True, **kwargs) as chunks:
         for chunk in chunks:
             if not chunk.choices:
@@ -72,10 +73,10 @@ def chat(client: openai.OpenAI, messages: list[dict[str, Any]], stream: bool) ->
                 slot["id"] = call.id or slot["id"]
                 slot["function"]["name"] += call.function.name or ""
                 slot["function"]["arguments"] += call.function.arguments or ""
-    message: dict[str, Any] = {"role": "assistant", "content": content or None}
+    assembled: dict[str, Any] = {"role": "assistant", "content": content or None}
     if calls:
-        message["tool_calls"] = [calls[i] for i in sorted(calls)]
-    return message
+        assembled["tool_calls"] = [calls[i] for i in sorted(calls)]
+    return assembled
 
 
 def refund_agent(base_url: str, stream: bool = False, run_id: str | None = None) -> str:
@@ -107,4 +108,6 @@ def refund_agent(base_url: str, stream: bool = False, run_id: str | None = None)
 
 
 if __name__ == "__main__":
-    print(json.dumps({"run_id": refund_agent(sys.argv[1], stream="--stream" in sys.argv)}))
+    given = sys.argv[sys.argv.index("--run-id") + 1] if "--run-id" in sys.argv else None
+    run_id = refund_agent(sys.argv[1], stream="--stream" in sys.argv, run_id=given)
+    print(json.dumps({"run_id": run_id}))

@@ -111,6 +111,9 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["content-length"])))
         self.server.requests.append(body)  # type: ignore[attr-defined]
+        hook = self.server.hook  # type: ignore[attr-defined]
+        if hook is not None:
+            hook(len(self.server.requests))  # type: ignore[attr-defined]
         answer = script_answer(body["messages"])
         if body.get("stream"):
             self._stream(body, answer)
@@ -201,12 +204,17 @@ class ChatServer:
     def __init__(self) -> None:
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
         self.httpd.requests = []  # type: ignore[attr-defined]
+        #: called with the request's number (from 1) before it is answered
+        self.httpd.hook = None  # type: ignore[attr-defined]
         self.base_url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
     @property
     def requests(self) -> list[dict[str, Any]]:
-        return self.httpd.requests  # type: ignore[attr-defined, no-any-return]
+        return self.httpd.requests  # type: ignore[attr-defined]
+
+    def on_request(self, hook: Any) -> None:
+        self.httpd.hook = hook  # type: ignore[attr-defined]
 
     def __enter__(self) -> ChatServer:
         self.thread.start()

@@ -21,13 +21,14 @@ from replaybook._explicit import approval, policy_decision, retrieval, user_mess
 from replaybook._openai import wrap
 from replaybook._run import SDK_VERSION, Run, current_run
 from replaybook._sender import reset_sender, sender
-from replaybook._tools import WriteFailed, idempotency_key, tool
+from replaybook._tools import Tool, WriteFailed, idempotency_key, tool
 
 __version__ = SDK_VERSION
 __all__ = [
     "Config",
     "RecordingError",
     "Run",
+    "Tool",
     "WriteFailed",
     "approval",
     "configure",

@@ -92,12 +92,12 @@ def _get(obj: Any, name: str, default: Any = None) -> Any:
 
 def _arguments(text: Any) -> dict[str, Any]:
     if isinstance(text, Mapping):
-        return json_safe(dict(text))  # type: ignore[no-any-return]
+        return json_safe(dict(text))
     try:
         value = json.loads(text or "{}")
     except (TypeError, ValueError):
         return {"_unparsed_arguments": str(text)}
-    return json_safe(value) if isinstance(value, dict) else {"_value": json_safe(value)}  # type: ignore[no-any-return]
+    return json_safe(value) if isinstance(value, dict) else {"_value": json_safe(value)}
 
 
 def _text(content: Any) -> str | None:
@@ -204,7 +204,7 @@ class _ChatRecording(_Recording):
         answer = chat_message(message) if message is not None else {"content": None}
         return self._event(
             answer.get("content"),
-            answer.get("tool_calls", []),
+            answer.get("tool_calls") or [],
             _get(choices[0], "finish_reason") if choices else None,
             _get(response, "model"),
             _get(response, "id"),

@@ -20,15 +20,31 @@ import json
 import threading
 import uuid
 from collections.abc import Callable, Mapping
-from typing import Any, Literal, TypeVar, overload
+from typing import Any, Literal, ParamSpec, Protocol, TypeVar, overload
 
 from replaybook._config import report
 from replaybook._jsonsafe import json_safe
 from replaybook._run import Run, current_run
 from replaybook._schema import function_schema
 
-F = TypeVar("F", bound=Callable[..., Any])
+P = ParamSpec("P")
+R = TypeVar("R")
+R_co = TypeVar("R_co", covariant=True)
 SideEffect = Literal["read", "write"]
+
+
+class Tool(Protocol[P, R_co]):
+    """A function decorated with ``@replaybook.tool``: called as before, recorded."""
+
+    #: the OpenAI tool schema (``{"type": "function", "function": {name, description,
+    #: parameters}}``)
+    schema: dict[str, Any]
+    #: the name the model sees
+    tool_name: str
+    side_effect: SideEffect
+    capability: str | None
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R_co: ...
 
 _KEY: contextvars.ContextVar[str | None] = contextvars.ContextVar("replaybook_key", default=None)
 #: tool name -> {"side_effect": "read"|"write", "capability": ...} of every decorated tool
@@ -94,7 +110,7 @@ def catalog_entry(tool: Any) -> dict[str, Any]:
 
 
 @overload
-def tool(fn: F) -> F: ...
+def tool(fn: Callable[P, R]) -> Tool[P, R]: ...
 
 
 @overload
@@ -105,11 +121,11 @@ def tool(
     capability: str | None = None,
     name: str | None = None,
     description: str | None = None,
-) -> Callable[[F], F]: ...
+) -> Callable[[Callable[P, R]], Tool[P, R]]: ...
 
 
 def tool(
-    fn: F | None = None,
+    fn: Callable[..., Any] | None = None,
     *,
     side_effect: SideEffect = "read",
     capability: str | None = None,
@@ -122,7 +138,7 @@ def tool(
     if side_effect not in ("read", "write"):
         raise ValueError(f"side_effect must be 'read' or 'write', not {side_effect!r}")
 
-    def decorate(function: F) -> F:
+    def decorate(function: Callable[..., Any]) -> Any:
         tool_name = name or function.__name__
         recorder = _ToolRecorder(function, tool_name, side_effect)
         if inspect.iscoroutinefunction(function):
@@ -165,7 +181,7 @@ def tool(
         wrapper.capability = capability
         with _REGISTRY_LOCK:
             _REGISTRY[tool_name] = {"side_effect": side_effect, "capability": capability}
-        return wrapper  # type: ignore[no-any-return]
+        return wrapper
 
     return decorate(fn) if fn is not None else decorate
 
@@ -191,7 +207,7 @@ class _ToolRecorder:
                 flat[key] = list(value)
             else:
                 flat[key] = value
-        return json_safe(flat)  # type: ignore[no-any-return]
+        return json_safe(flat)
 
     def begin(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> _Call:
         run = current_run()
