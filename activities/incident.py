@@ -18,7 +18,7 @@ from forensics.reconcile import SideEffectReconciler, reconcile_side_effect, res
 from forensics.regression_cases import derived_assertions, human_assertions, regression_case_for
 from models import EvidenceFreezeRequest, EvidenceType, SideEffectRecord, SideEffectStatus
 from models.canonical import canonicalize
-from models.enums import RunStatus
+from models.enums import AgentFailureType, RunStatus
 from models.errors import NotFoundError
 from models.evidence import PromptArtifact
 from models.execution import RunRecord
@@ -280,11 +280,10 @@ class IncidentActivities:
         sig = view.signature
         # the human's failure type, once confirmed, is the one incidents are counted under;
         # the automatic one stays in the view (``signature.failure_type``)
-        confirmed = view.confirmation.failure_type if view.confirmation else None
         await self.incidents.save_incident(
             incident_id=view.incident_id,
             source_run_id=view.source_run_id,
-            failure_type=confirmed.value if confirmed else sig.failure_type if sig else None,
+            failure_type=view.failure_type,
             signature=sig.signature if sig else None,
             signature_key=sig.key if sig else None,
             phase=view.phase.value,
@@ -312,6 +311,9 @@ class IncidentActivities:
             description=f"{view.signature.signature if view.signature else 'incident'}: {confirmation.root_cause}",
             extra=human_assertions(confirmation.expectations, source),
             now=_now(),
+            # the human's type wins over the automatic one (which stays in the view)
+            failure_type=confirmation.failure_type
+            or (AgentFailureType(view.signature.failure_type) if view.signature else None),
         )
         if case is None:
             return None

@@ -178,15 +178,17 @@ def incident_ended(view: IncidentView) -> None:
     if not metrics.once(f"incident:{view.incident_id}:{view.phase.value}"):
         return
     sig = view.signature
+    # counted under the human's failure type once confirmed (the automatic one is logged)
     metrics.INCIDENT_TOTAL.labels(
-        phase=view.phase.value, failure_type=sig.failure_type if sig else "UNSIGNED"
+        phase=view.phase.value, failure_type=view.failure_type or "UNSIGNED"
     ).inc()
     log.info(
         "incident summary",
         incident_id=view.incident_id,
         run_id=view.source_run_id,
         phase=view.phase.value,
-        failure_type=sig.failure_type if sig else None,
+        failure_type=view.failure_type,
+        automatic_failure_type=view.automatic_failure_type,
         signature=sig.signature if sig else None,
         side_effects={
             s.side_effect_id: f"{s.status} applied={s.applied}" for s in view.side_effects

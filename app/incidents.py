@@ -226,11 +226,11 @@ def view_json(view: IncidentView) -> dict[str, Any]:
     data = view.model_dump(mode="json")
     data["phase"] = view.phase.value
     data["signature"] = view.signature.signature if view.signature else None
-    classified = view.signature.failure_type if view.signature else None
-    confirmed = view.confirmation.failure_type if view.confirmation else None
     # the human's type wins once confirmed; the automatic one is kept beside it
-    data["failure_type"] = confirmed.value if confirmed else classified
-    data["classified_failure_type"] = classified
+    data["failure_type"] = view.failure_type
+    data["failure_type_confirmed"] = view.failure_type_confirmed
+    data["automatic_failure_type"] = view.automatic_failure_type
+    data["classified_failure_type"] = view.automatic_failure_type  # its earlier name
     if view.watch is not None:
         # the recurrence watch as ``incident status`` shows it (the cursor stays in the view)
         data["watch"] = {

@@ -321,18 +321,23 @@ async def report(
     incident_id: str,
     fmt: Annotated[str, typer.Option("--format", help="json | md | html")] = "md",
     output: Annotated[Path | None, typer.Option("-o", "--output", help="Write to FILE.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Same as --format json.")] = False,
 ) -> None:
     """The incident's FailureForensicsReport as JSON, Markdown or a single-file HTML page."""
     from app.incidents import load_report
     from stores.bundle import open_stores
 
     async with open_stores(load_settings().stores) as stores:
-        data = await load_report(stores, incident_id, fmt)
+        data = await load_report(stores, incident_id, "json" if as_json else fmt)
     if output:
         output.write_bytes(data)
         typer.echo(str(output))
     else:
         typer.echo(data.decode(), nl=False)
+
+
+# ``replaybook incident report INC --json`` as well (the issue's and the console's wording)
+incident_app.command("report")(report)
 
 
 @regress_app.callback()

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
+from models.enums import AgentFailureType
 from models.expectations import bind, parse_expectation
 from models.regression import (
     ArgumentConstraint,
@@ -82,6 +83,7 @@ def regression_case_for(
     description: str,
     extra: Sequence[RegressionAssertion] = (),
     now: datetime,
+    failure_type: AgentFailureType | None = None,
 ) -> RegressionCase | None:
     """The case, or None when neither the facts nor the human give anything to assert."""
     assertions = _unique([*derived_assertions(facts, source), *extra])
@@ -93,6 +95,7 @@ def regression_case_for(
         source_run_id=source_run_id,
         created_at=now,
         description=description,
+        failure_type=failure_type,
         assertions=tuple(assertions),
     )
 

@@ -359,8 +359,26 @@ def _drift_rows(bundle: ReportBundle) -> list[list[_Cell]]:
     ]
 
 
-def _page(bundle: ReportBundle) -> _Page:
+def _failure_type_facts(bundle: ReportBundle) -> list[tuple[str, _Cell]]:
+    """The failure type: a human's confirmed one is the incident's, and the automatic
+    classification stays shown, labelled as such."""
     report, c = bundle.report, bundle.classification
+    automatic = ("strong", "(automatic, not a root cause)")
+    facts: list[tuple[str, _Cell]] = []
+    if report.failure_type_confirmed and report.failure_type is not None:
+        confirmed = ("strong", "(confirmed by a human)")
+        facts.append(("Failure type", [("code", report.failure_type), confirmed]))
+        if c is not None:
+            facts.append(("Automatic failure type", [("code", c.failure_type), automatic]))
+    elif c is not None:
+        facts.append(("Failure type", [("code", c.failure_type), automatic]))
+    if c is not None:
+        facts.append(("Classification", [("code", c.signature), ("", c.explanation), automatic]))
+    return facts
+
+
+def _page(bundle: ReportBundle) -> _Page:
+    report = bundle.report
     comparison = bundle.comparison
     if comparison is None and bundle.replay is not None:
         comparison = compare_trajectories(bundle.source, bundle.replay)
@@ -373,10 +391,7 @@ def _page(bundle: ReportBundle) -> _Page:
     facts += [
         (f"Side effect {e.capability_id}", side_effect_answer(e)) for e in bundle.side_effects
     ]
-    if c is not None:
-        facts.append(("Failure type", _c(c.failure_type)))
-        automatic = ("strong", "(automatic, not a root cause)")
-        facts.append(("Classification", [("code", c.signature), ("", c.explanation), automatic]))
+    facts += _failure_type_facts(bundle)
     facts += [
         ("Fix version", _c(report.fix_version or "—")),
         ("Verified by", _t(report.verified_by or "—")),

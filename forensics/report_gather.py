@@ -100,6 +100,10 @@ async def report_bundle(
         incident_id=view.incident_id,
         source_run_id=run_id,
         failure_signature=view.signature.signature if view.signature else "UNSIGNED",
+        # the human's failure type wins; the automatic one is kept beside it
+        failure_type=_failure_type(view.failure_type),
+        failure_type_confirmed=view.failure_type_confirmed,
+        automatic_failure_type=_failure_type(view.automatic_failure_type),
         evidence=tuple(evidence),
         replays=tuple(replays),
         critical_diffs=tuple(d for d in comparison.diffs if d.critical) if comparison else (),
@@ -141,6 +145,10 @@ async def report_bundle(
         side_effects=await side_effect_truths(ledger, evidence_reader, run_id, view),
         prompt_drifts=await _prompt_drifts(ledger, view),
     )
+
+
+def _failure_type(value: str | None) -> AgentFailureType | None:
+    return AgentFailureType(value) if value else None
 
 
 async def _prompt_drifts(ledger: EventLedger, view: IncidentView) -> tuple[TrajectoryDiff, ...]:

@@ -34,6 +34,11 @@ class FailureForensicsReport(HashedRecord):
     incident_id: Identifier
     source_run_id: Identifier
     failure_signature: str
+    #: the incident's failure type: the human's when ``failure_type_confirmed``, else the
+    #: automatic classification's (``automatic_failure_type``, always kept)
+    failure_type: AgentFailureType | None = None
+    failure_type_confirmed: bool = False
+    automatic_failure_type: AgentFailureType | None = None
     evidence: tuple[EvidenceRef, ...] = ()
     replays: tuple[ReplayResult, ...] = ()
     critical_diffs: tuple[TrajectoryDiff, ...] = ()

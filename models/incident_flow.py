@@ -34,7 +34,9 @@ class IncidentPhase(StrEnum):
 class Counterfactual(Record):
     """One swap to try against the incident: ``prompt=v18``, ``model=M``, ``policy=V``…"""
 
-    kind: Literal["prompt", "model", "policy", "retriever"]
+    #: ``system_prompt`` and ``tools``: a tool-loop run's candidate system prompt and tool
+    #: catalogue, ``value`` their artifact digest
+    kind: Literal["prompt", "model", "policy", "retriever", "system_prompt", "tools"]
     value: str = Field(min_length=1)
 
     @property
@@ -69,6 +71,9 @@ class IncidentRequest(Record):
     watch_interval_seconds: float = Field(default=300.0, ge=0.5, le=86_400)
     #: the incident this one was opened from, when the failure recurred on its fix version
     linked_incident_id: str | None = None
+    #: the registered model every replay of the incident calls instead of the recorded one
+    #: (an imported run's model is rarely deployed here); pinned in each replay's manifest
+    substitute_model: str | None = Field(default=None, min_length=1)
     #: set by continue-as-new during the watch: the view to go on watching with
     resume: IncidentView | None = None
 
@@ -210,6 +215,25 @@ class IncidentView(Record):
     #: the recurrence watch's counts (WATCHING), and the incident this one recurs from
     watch: WatchCounts | None = None
     linked_incident_id: str | None = None
+    #: the model every replay called instead of the recorded one (``substitute_model``)
+    substitute_model: str | None = None
+
+    @property
+    def automatic_failure_type(self) -> str | None:
+        """The automatic classification's failure type (None before the failure is signed)."""
+        return self.signature.failure_type if self.signature else None
+
+    @property
+    def failure_type(self) -> str | None:
+        """The incident's failure type everywhere it is shown or counted: the human's once
+        confirmed with one (rule 18: a human's word wins), else the automatic one."""
+        confirmed = self.confirmation.failure_type if self.confirmation else None
+        return confirmed.value if confirmed is not None else self.automatic_failure_type
+
+    @property
+    def failure_type_confirmed(self) -> bool:
+        """Whether ``failure_type`` is a human's."""
+        return self.confirmation is not None and self.confirmation.failure_type is not None
 
 
 IncidentRequest.model_rebuild()

@@ -31,6 +31,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, JsonValue, model_validator
 
 from models.base import HashedRecord, Identifier, Instant, Record
+from models.enums import AgentFailureType
 from models.errors import ConflictError, InvalidInputError
 from models.expectations import check_expectation, parse_expectation
 from models.json_match import MISSING, resolve, same
@@ -126,6 +127,9 @@ class RegressionCase(HashedRecord):
     retired_reason: str | None = None
     retired_at: Instant | None = None
     description: str = ""
+    #: the incident's failure type when the case was made: the human's confirmed one when
+    #: given, else the automatic classification's
+    failure_type: AgentFailureType | None = None
     require_completed: bool = True
     assertions: tuple[RegressionAssertion, ...] = Field(min_length=1)
 

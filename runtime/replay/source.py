@@ -305,17 +305,8 @@ async def load_source_evidence(
         elif event.type is E.STEP_STARTED:
             steps.append(event.step_id)
             if event.step_id not in starts:
-                starts[event.step_id] = StepMarks(
-                    model_calls=len(responses),
-                    clock_reads=len(reads),
-                    next_step=event.step_id,
-                    random_state_ref=random_state_ref,
-                    sequence=event.sequence - 1,
-                    fixture_calls=len(fixture_order),
-                    retrieval_calls=len(retrieval_order),
-                    fixture_order=fixture_order,
-                    retrieval_order=retrieval_order,
-                )
+                streams = (len(responses), len(reads), fixture_order, retrieval_order)
+                starts[event.step_id] = _marks_before(event, random_state_ref, *streams)
         elif event.type is E.STEP_COMPLETED:
             random_state_ref = payload.get("random_state_ref")
     approvals, decisions, in_order = await _looked_up(evidence, run_id)
@@ -339,6 +330,28 @@ async def load_source_evidence(
         # the run's last event (RUN_COMPLETED/RUN_FAILED) is among those loaded
         event_count=loaded[-1][0].sequence if loaded else 0,
         loaded_bytes=loaded_bytes,
+        fixture_order=fixture_order,
+        retrieval_order=retrieval_order,
+    )
+
+
+def _marks_before(
+    started: Any,
+    random_state_ref: str | None,
+    model_calls: int,
+    clock_reads: int,
+    fixture_order: list[str],
+    retrieval_order: list[str],
+) -> StepMarks:
+    """The positions in every stream when the step of ``started`` (its STEP_STARTED) began."""
+    return StepMarks(
+        model_calls=model_calls,
+        clock_reads=clock_reads,
+        next_step=started.step_id,
+        random_state_ref=random_state_ref,
+        sequence=started.sequence - 1,
+        fixture_calls=len(fixture_order),
+        retrieval_calls=len(retrieval_order),
         fixture_order=fixture_order,
         retrieval_order=retrieval_order,
     )

@@ -165,11 +165,14 @@ class SqlIncidentStore:
         return [_incident(row) for row in rows]
 
     async def signature_groups(self) -> list[dict[str, Any]]:
-        """Signed incidents grouped by signature: ``signature``, ``failure_type``, ``count`` and
-        ``incident_ids`` (oldest first); the largest group first, ties by signature."""
+        """Signed incidents grouped by signature: ``signature``, ``failure_type`` (the type a
+        human confirmed last in the group, else the automatic one), ``automatic_failure_type``,
+        ``confirmed_failure_types`` (per type, how many incidents a human confirmed with it),
+        ``count`` and ``incident_ids`` (oldest first); the largest group first, ties by
+        signature."""
         c = schema.incidents.c
         query = (
-            select(c.incident_id, c.signature, c.failure_type)
+            select(c.incident_id, c.signature, c.failure_type, c.record)
             .where(c.signature.is_not(None))
             .order_by(c.created_at, c.incident_id)
         )
@@ -177,15 +180,22 @@ class SqlIncidentStore:
             rows = (await conn.execute(query)).all()
         groups: dict[str, dict[str, Any]] = {}
         for row in rows:
+            automatic, confirmed = _failure_types(row.record, row.failure_type)
             group = groups.setdefault(
                 row.signature,
                 {
                     "signature": row.signature,
-                    "failure_type": row.failure_type,
+                    "failure_type": automatic,
+                    "automatic_failure_type": automatic,
+                    "confirmed_failure_types": {},
                     "count": 0,
                     "incident_ids": [],
                 },
             )
+            if confirmed is not None:  # a human's word wins over the classifier's
+                group["failure_type"] = confirmed
+                counts = group["confirmed_failure_types"]
+                counts[confirmed] = counts.get(confirmed, 0) + 1
             group["count"] += 1
             group["incident_ids"].append(row.incident_id)
         return sorted(groups.values(), key=lambda g: (-g["count"], g["signature"]))
@@ -395,3 +405,14 @@ def _case_row(case: RegressionCase, body: dict[str, Any]) -> dict[str, Any]:
         "retired_reason": case.retired_reason,
         "record": body,
     }
+
+
+def _failure_types(record: Any, stored: str | None) -> tuple[str | None, str | None]:
+    """The automatic failure type of an incident's saved view and the one a human confirmed
+    (None: not confirmed with a type); a row without a view has only the stored type."""
+    view = record if isinstance(record, dict) else {}
+    signature = view.get("signature")
+    confirmation = view.get("confirmation")
+    automatic = signature.get("failure_type") if isinstance(signature, dict) else stored
+    confirmed = confirmation.get("failure_type") if isinstance(confirmation, dict) else None
+    return automatic, confirmed

@@ -122,14 +122,24 @@ async def test_incidents_group_by_signature_with_counts(store, database) -> None
     await store.save_incident(unsigned, run_id, None, None, None, "FREEZING", {}, at=T0)
 
     groups = [g for g in await store.signature_groups() if g["signature"] in (duplicate, wrong)]
+    unconfirmed = {"confirmed_failure_types": {}}
     assert groups == [
         {
             "signature": duplicate,
             "failure_type": "SIDE_EFFECT",
+            "automatic_failure_type": "SIDE_EFFECT",
+            **unconfirmed,
             "count": 3,
             "incident_ids": ids[:3],
         },
-        {"signature": wrong, "failure_type": "DATA", "count": 2, "incident_ids": ids[3:]},
+        {
+            "signature": wrong,
+            "failure_type": "DATA",
+            "automatic_failure_type": "DATA",
+            **unconfirmed,
+            "count": 2,
+            "incident_ids": ids[3:],
+        },
     ]
     all_grouped = {i for g in await store.signature_groups() for i in g["incident_ids"]}
     assert unsigned not in all_grouped
