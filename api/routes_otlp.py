@@ -30,7 +30,7 @@ from ingest.otlp_decode import (
     export_response,
     media_type,
     parse_export,
-    staged_spans,
+    staged_chunks,
     status_message,
 )
 from ingest.otlp_receiver import (
@@ -83,7 +83,7 @@ async def export_traces(request: Request, state: State, caller: Ingester) -> Res
                 "body",
                 f"the decompressed body is larger than the limit of {limit} bytes",
             )
-        spans = staged_spans(parse_export(data, kind))
+        chunks = staged_chunks(parse_export(data, kind))
     except InvalidInputError as exc:
         log.info("otlp export refused", caller=caller.caller, error=str(exc))
         if kind == PROTOBUF:
@@ -93,13 +93,13 @@ async def export_traces(request: Request, state: State, caller: Ingester) -> Res
     stores = await state.stores()
     if stores.otlp_spans is None:
         raise StoreError("the stores have no OTLP staging tables")
-    outcome = await stores.otlp_spans.stage(spans, datetime.now(UTC))
+    outcome = await stores.otlp_spans.stage(chunks, datetime.now(UTC))
     count_staged(outcome)
     assembly_of(request.app).notify(outcome.rooted)
     log.info(
         "otlp export stored",
         caller=caller.caller,
-        spans=len(spans),
+        spans=sum(len(c.span_ids) for c in chunks),
         accepted=outcome.accepted,
         duplicates=outcome.duplicates,
         late=outcome.late,

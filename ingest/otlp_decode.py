@@ -14,6 +14,8 @@ from __future__ import annotations
 import base64
 import json
 import zlib
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from google.protobuf import json_format
@@ -23,10 +25,10 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
-from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
+from opentelemetry.proto.trace.v1.trace_pb2 import ScopeSpans, Span, Status
 
 from models.errors import InvalidInputError
-from runtime.ports import StagedSpan
+from runtime.ports import StagedChunk
 
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
@@ -128,18 +130,48 @@ def _hex_fields(item: Any, where: str, keys: tuple[str, ...]) -> None:
             raise InvalidInputError(f"{where}.{key}: {value!r} is not hex", field="body") from None
 
 
-def staged_spans(request: ExportTraceServiceRequest) -> list[StagedSpan]:
-    """Every span of the export, checked; the first malformed one is refused by position."""
-    spans = []
+@dataclass(frozen=True)
+class StagedSpan:
+    """A staged span, decoded for assembly."""
+
+    trace_id: str
+    span_id: str
+    parent_span_id: str | None
+    service: str | None
+    write_tools: str | None
+    span: Span
+
+
+def staged_chunks(request: ExportTraceServiceRequest) -> list[StagedChunk]:
+    """The export's spans, a chunk per trace and resource, every span checked first: the first
+    malformed one is refused by its position."""
+    chunks = []
     for i, resource in enumerate(request.resource_spans):
         attrs = {a.key: a.value for a in resource.resource.attributes}
-        service = attrs["service.name"].string_value if "service.name" in attrs else None
+        service = attrs["service.name"].string_value[:255] if "service.name" in attrs else None
         writes = _write_tools(attrs.get(WRITE_TOOLS), f"resourceSpans[{i}].resource")
+        by_trace: dict[bytes, list[Span]] = {}
         for j, scope in enumerate(resource.scope_spans):
             for k, span in enumerate(scope.spans):
-                where = f"resourceSpans[{i}].scopeSpans[{j}].spans[{k}]"
-                spans.append(_staged(span, (service, writes), where))
-    return spans
+                _check(span, f"resourceSpans[{i}].scopeSpans[{j}].spans[{k}]")
+                by_trace.setdefault(span.trace_id, []).append(span)
+        for trace_id, spans in by_trace.items():
+            chunks.append(
+                StagedChunk(
+                    trace_id=trace_id.hex(),
+                    span_ids=tuple(s.span_id.hex() for s in spans),
+                    has_root=any(not any(s.parent_span_id) for s in spans),
+                    service=service or None,
+                    write_tools=writes,
+                    parts=tuple(_spans_field(s.SerializeToString()) for s in spans),
+                )
+            )
+    return chunks
+
+
+def _spans_field(span: bytes) -> bytes:
+    """``span`` as the encoded ``spans`` field (number 2, length-delimited) of ScopeSpans."""
+    return b"\x12" + _varint(len(span)) + span
 
 
 def _write_tools(value: AnyValue | None, where: str) -> str | None:
@@ -159,7 +191,7 @@ def _write_tools(value: AnyValue | None, where: str) -> str | None:
     return ",".join(sorted(set(names)))
 
 
-def _staged(span: Span, resource: tuple[str | None, str | None], where: str) -> StagedSpan:
+def _check(span: Span, where: str) -> None:
     trace_id, span_id, parent = span.trace_id, span.span_id, span.parent_span_id
     if len(trace_id) != 16 or not any(trace_id):
         raise InvalidInputError(f"{where}.traceId: expected 16 bytes, not all zero", field="body")
@@ -171,21 +203,31 @@ def _staged(span: Span, resource: tuple[str | None, str | None], where: str) -> 
         raise InvalidInputError(f"{where}.startTimeUnixNano: missing", field="body")
     if span.end_time_unix_nano and span.end_time_unix_nano < span.start_time_unix_nano:
         raise InvalidInputError(f"{where}.endTimeUnixNano: before its start", field="body")
-    service, write_tools = resource
-    return StagedSpan(
-        trace_id=trace_id.hex(),
-        span_id=span_id.hex(),
-        parent_span_id=parent.hex() if parent and any(parent) else None,
-        service=service[:255] if service else None,
-        data=span.SerializeToString(),
-        write_tools=write_tools,
-    )
+
+
+def spans_of(chunks: Iterable[StagedChunk]) -> list[StagedSpan]:
+    """The chunks' spans, each once (the first received wins), in the order they arrived."""
+    out: dict[str, StagedSpan] = {}
+    for chunk in chunks:
+        for span in ScopeSpans.FromString(b"".join(chunk.parts)).spans:
+            span_id = span.span_id.hex()
+            if span_id not in out:
+                parent = span.parent_span_id
+                out[span_id] = StagedSpan(
+                    trace_id=chunk.trace_id,
+                    span_id=span_id,
+                    parent_span_id=parent.hex() if any(parent) else None,
+                    service=chunk.service,
+                    write_tools=chunk.write_tools,
+                    span=span,
+                )
+    return list(out.values())
 
 
 def span_dict(staged: StagedSpan) -> dict[str, Any]:
     """A staged span as ``ingest.otel`` reads spans (ids in hex, times in ns, attributes as
     plain values)."""
-    span = Span.FromString(staged.data)
+    span = staged.span
     return {
         "name": span.name,
         "span_id": staged.span_id,
@@ -260,6 +302,7 @@ __all__ = [
     "media_type",
     "parse_export",
     "span_dict",
-    "staged_spans",
+    "spans_of",
+    "staged_chunks",
     "status_message",
 ]

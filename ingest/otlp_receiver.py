@@ -32,14 +32,13 @@ from prometheus_client import Counter
 from ingest.import_common import ConvertedRun, ImportReport, record_converted
 from ingest.openinference import normalised_spans
 from ingest.otel import RunNaming, convert_trace
-from ingest.otlp_decode import span_dict
+from ingest.otlp_decode import StagedSpan, span_dict, spans_of
 from models.errors import ConflictError, InvalidInputError, ReplaybookError
 from runtime.ports import (
     ArtifactStore,
     EvidenceReader,
     IngestLedger,
     OtlpSpanStore,
-    StagedSpan,
     StageOutcome,
 )
 
@@ -138,7 +137,7 @@ class TraceAssembler:
         """Assemble the trace when ``reason`` allows (``rooted``: only if complete; ``idle``:
         as it is; ``stale``: a claim left unfinished). The run id, or None when not now."""
         now = self.clock()
-        if reason == "rooted" and not is_complete(await self.store.spans(trace_id)):
+        if reason == "rooted" and not is_complete(spans_of(await self.store.chunks(trace_id))):
             return None  # a parent is still missing: a later span or the idle sweep ends it
         ended_by = await self.store.claim(
             trace_id,
@@ -148,7 +147,7 @@ class TraceAssembler:
         )
         if ended_by is None:
             return None  # another assembler has it, or it is done
-        spans = await self.store.spans(trace_id)
+        spans = spans_of(await self.store.chunks(trace_id))
         try:
             run = convert_staged(trace_id, spans, ended_by)
             report = await record_converted(

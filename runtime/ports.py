@@ -174,20 +174,25 @@ class EvidenceReader(Protocol):
 
 
 @dataclass(frozen=True)
-class StagedSpan:
-    """A span received by the OTLP receiver, as stored before the export is answered."""
+class StagedChunk:
+    """The spans of one trace from one export (and one resource), as the OTLP receiver
+    stores them before the export is answered: a chunk, not a row per span, so that storing
+    an export costs a row per trace."""
 
-    #: lower-case hex, 32 and 16 digits (OTLP/JSON's spelling)
+    #: lower-case hex, 32 digits (OTLP/JSON's spelling), as the span ids (16)
     trace_id: str
-    span_id: str
-    parent_span_id: str | None
-    #: the ``service.name`` of the resource that sent it
+    span_ids: tuple[str, ...]
+    #: a span without a parent (the trace's root) is among them
+    has_root: bool
+    #: the ``service.name`` of the resource that sent them
     service: str | None
-    #: the protobuf ``opentelemetry.proto.trace.v1.Span`` message
-    data: bytes
     #: the resource's ``replaybook.write_tools`` (tool names, comma-separated): the tools
     #: that are WRITE (the others READ); None: each tool's hints decide (none: WRITE)
-    write_tools: str | None = None
+    write_tools: str | None
+    #: the spans as encoded fields of a protobuf ``opentelemetry.proto.trace.v1.ScopeSpans``
+    #: message, one a span in ``span_ids`` order (a read chunk may hold them all in one):
+    #: joined, any of them make that message, so a store keeps the new ones by joining them
+    parts: tuple[bytes, ...]
 
 
 @dataclass(frozen=True)
@@ -196,7 +201,7 @@ class StageOutcome:
 
     accepted: int = 0
     duplicates: int = 0
-    #: spans of traces already claimed for assembly: kept, but not part of the run
+    #: new spans of traces already claimed for assembly: kept, but not part of the run
     late: int = 0
     #: trace id → the run of a trace that refused late spans (None while still assembling)
     late_traces: dict[str, str | None] = field(default_factory=dict)
@@ -208,8 +213,9 @@ class StageOutcome:
 class OtlpSpanStore(Protocol):
     """The OTLP receiver's staging tables (``stores.sql.otlp_spans.SqlOtlpSpans``)."""
 
-    async def stage(self, spans: Sequence[StagedSpan], now: datetime) -> StageOutcome:
-        """Store the spans not stored yet (by trace and span id) in one transaction."""
+    async def stage(self, chunks: Sequence[StagedChunk], now: datetime) -> StageOutcome:
+        """Store the chunks in one transaction; a chunk whose spans are all stored already
+        (by trace and span id) is not stored again."""
         ...
 
     async def claim(
@@ -220,8 +226,8 @@ class OtlpSpanStore(Protocol):
         (the first claim's ``ended_by``), None when not claimed."""
         ...
 
-    async def spans(self, trace_id: str) -> list[StagedSpan]:
-        """The trace's spans that are not late, in id order."""
+    async def chunks(self, trace_id: str) -> list[StagedChunk]:
+        """The trace's chunks that are not late, in the order they arrived."""
         ...
 
     async def finish(

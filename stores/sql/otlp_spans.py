@@ -1,5 +1,6 @@
-"""The OTLP receiver's staging tables: spans stored on arrival (deduplicated by trace and span
-id) before an export is answered, and the state of each trace on its way to a run.
+"""The OTLP receiver's staging tables: spans stored on arrival, a chunk per trace and export
+(a span already stored is not stored again), before an export is answered, and the state of
+each trace on its way to a run.
 
 Writers of one trace serialise on its ``otlp_traces`` row: an export upserts the row first
 (PostgreSQL locks it; SQLite has one writer), so a claim and the spans of a concurrent export
@@ -17,12 +18,12 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from runtime.ports import StagedSpan, StageOutcome
+from runtime.ports import StagedChunk, StageOutcome
 from stores.sql import schema
-from stores.sql.database import Database
+from stores.sql.database import Database, utc
 
 T = schema.otlp_traces
-S = schema.otlp_spans
+C = schema.otlp_span_chunks
 OPEN, ASSEMBLING, ASSEMBLED, FAILED = "open", "assembling", "assembled", "failed"
 
 
@@ -34,47 +35,69 @@ class SqlOtlpSpans:
     def __init__(self, db: Database) -> None:
         self.db = db
 
-    async def stage(self, spans: Sequence[StagedSpan], now: datetime) -> StageOutcome:
-        unique = {(s.trace_id, s.span_id): s for s in spans}
-        traces = sorted({s.trace_id for s in unique.values()})  # one lock order for all
+    async def stage(self, chunks: Sequence[StagedChunk], now: datetime) -> StageOutcome:
+        traces = sorted({c.trace_id for c in chunks})  # one lock order for every writer
         if not traces:
             return StageOutcome()
-        rooted = {s.trace_id for s in unique.values() if s.parent_span_id is None}
+        rooted = {c.trace_id for c in chunks if c.has_root}
+        accepted = duplicates = late = 0
+        late_traces: dict[str, str | None] = {}
+        rows = []
         async with self.db.transaction() as conn:
             states = await self._touch(conn, traces, rooted, now)
-            known = await self._known(conn, traces)
-            new = [s for key, s in unique.items() if key not in known]
-            late = [s for s in new if states[s.trace_id][0] != OPEN]
-            if new:
-                await conn.execute(
-                    _insert(conn, S).on_conflict_do_nothing(index_elements=["trace_id", "span_id"]),
-                    [
-                        {
-                            "trace_id": s.trace_id,
-                            "span_id": s.span_id,
-                            "parent_span_id": s.parent_span_id,
-                            "received_at": now,
-                            "late": states[s.trace_id][0] != OPEN,
-                            "service": s.service,
-                            "write_tools": s.write_tools,
-                            "span": s.data,
-                        }
-                        for s in new
-                    ],
+            # a trace first seen by this export has nothing stored to compare with
+            known = await self._known(conn, [t for t in traces if states[t][3] != now])
+            for chunk in chunks:
+                seen = known.setdefault(chunk.trace_id, set())
+                new = [k for k, i in enumerate(chunk.span_ids) if i not in seen]
+                duplicates += len(chunk.span_ids) - len(new)
+                if not new:
+                    continue  # everything in it is stored already: nothing to keep twice
+                seen.update(chunk.span_ids[k] for k in new)
+                is_late = states[chunk.trace_id][0] != OPEN
+                if is_late:
+                    late += len(new)
+                    late_traces[chunk.trace_id] = states[chunk.trace_id][1]
+                else:
+                    accepted += len(new)
+                rows.append(
+                    {
+                        "trace_id": chunk.trace_id,
+                        "span_ids": ",".join(chunk.span_ids[k] for k in new),
+                        "received_at": now,
+                        "late": is_late,
+                        "service": chunk.service,
+                        "write_tools": chunk.write_tools,
+                        "spans": b"".join(chunk.parts[k] for k in new),
+                    }
                 )
+            if rows:
+                await conn.execute(C.insert(), rows)
         return StageOutcome(
-            accepted=len(new) - len(late),
-            duplicates=len(spans) - len(new),
-            late=len(late),
-            late_traces={s.trace_id: states[s.trace_id][1] for s in late},
+            accepted=accepted,
+            duplicates=duplicates,
+            late=late,
+            late_traces=late_traces,
             rooted=tuple(t for t in traces if states[t][0] == OPEN and states[t][2]),
         )
 
     async def _touch(
         self, conn: AsyncConnection, traces: list[str], rooted: set[str], now: datetime
-    ) -> dict[str, tuple[str, str | None, bool]]:
-        """Upsert the traces' rows (taking their locks); trace id → (state, run id, has root)."""
-        statement = _insert(conn, T).values(
+    ) -> dict[str, tuple[str, str | None, bool, datetime]]:
+        """Upsert the traces' rows (taking their locks); trace id → (state, run id, has root,
+        first seen).
+        One cached statement run over many parameter sets (not a VALUES list compiled per
+        export)."""
+        statement = _insert(conn, T)
+        statement = statement.on_conflict_do_update(
+            index_elements=["trace_id"],
+            set_={
+                "last_seen": statement.excluded.last_seen,
+                "has_root": or_(T.c.has_root, statement.excluded.has_root),
+            },
+        )
+        await conn.execute(
+            statement,
             [
                 {
                     "trace_id": t,
@@ -82,23 +105,30 @@ class SqlOtlpSpans:
                     "has_root": t in rooted,
                     "first_seen": now,
                     "last_seen": now,
+                    "claimed_at": None,
+                    "ended_by": None,
+                    "run_id": None,
+                    "error": None,
                 }
                 for t in traces
-            ]
+            ],
         )
-        statement = statement.on_conflict_do_update(
-            index_elements=["trace_id"],
-            set_={
-                "last_seen": statement.excluded.last_seen,
-                "has_root": or_(T.c.has_root, statement.excluded.has_root),
-            },
-        ).returning(T.c.trace_id, T.c.state, T.c.run_id, T.c.has_root)
-        rows = (await conn.execute(statement)).all()
-        return {r.trace_id: (r.state, r.run_id, bool(r.has_root)) for r in rows}
+        # the rows are locked by this transaction now: what it reads of them stays true
+        query = select(T.c.trace_id, T.c.state, T.c.run_id, T.c.has_root, T.c.first_seen).where(
+            T.c.trace_id.in_(traces)
+        )
+        rows = (await conn.execute(query)).all()
+        return {r.trace_id: (r.state, r.run_id, bool(r.has_root), utc(r.first_seen)) for r in rows}
 
-    async def _known(self, conn: AsyncConnection, traces: list[str]) -> set[tuple[str, str]]:
-        rows = await conn.execute(select(S.c.trace_id, S.c.span_id).where(S.c.trace_id.in_(traces)))
-        return {(r.trace_id, r.span_id) for r in rows}
+    async def _known(self, conn: AsyncConnection, traces: list[str]) -> dict[str, set[str]]:
+        """The span ids stored of each trace (late ones too)."""
+        if not traces:
+            return {}
+        query = select(C.c.trace_id, C.c.span_ids).where(C.c.trace_id.in_(traces))
+        known: dict[str, set[str]] = {}
+        for row in await conn.execute(query):
+            known.setdefault(row.trace_id, set()).update(row.span_ids.split(","))
+        return known
 
     async def claim(
         self, trace_id: str, ended_by: str, now: datetime, stale_before: datetime
@@ -124,24 +154,22 @@ class SqlOtlpSpans:
             row = (await conn.execute(select(T.c.ended_by).where(T.c.trace_id == trace_id))).one()
             return str(row.ended_by)
 
-    async def spans(self, trace_id: str) -> list[StagedSpan]:
+    async def chunks(self, trace_id: str) -> list[StagedChunk]:
         query = (
-            select(
-                S.c.trace_id,
-                S.c.span_id,
-                S.c.parent_span_id,
-                S.c.service,
-                S.c.span,
-                S.c.write_tools,
-            )
-            .where(S.c.trace_id == trace_id, S.c.late.is_(False))
-            .order_by(S.c.span_id)
+            select(C.c.span_ids, C.c.service, C.c.write_tools, C.c.spans)
+            .where(C.c.trace_id == trace_id, C.c.late.is_(False))
+            .order_by(C.c.chunk_id)
         )
         async with self.db.read() as conn:
             rows = (await conn.execute(query)).all()
         return [
-            StagedSpan(
-                r.trace_id, r.span_id, r.parent_span_id, r.service, bytes(r.span), r.write_tools
+            StagedChunk(
+                trace_id=trace_id,
+                span_ids=tuple(r.span_ids.split(",")),
+                has_root=False,  # not kept per chunk: the trace's row knows
+                service=r.service,
+                write_tools=r.write_tools,
+                parts=(bytes(r.spans),),
             )
             for r in rows
         ]

@@ -315,19 +315,21 @@ otlp_traces = Table(
 )
 Index("ix_otlp_traces_state", otlp_traces.c.state, otlp_traces.c.last_seen)
 
-# every span as received (the protobuf ``Span`` message), stored before the export is answered
-otlp_spans = Table(
-    "otlp_spans",
+# the spans as received, a chunk per trace and export (a protobuf ``ScopeSpans`` message),
+# stored before the export is answered
+otlp_span_chunks = Table(
+    "otlp_span_chunks",
     metadata,
-    Column("trace_id", String(32), primary_key=True),
-    Column("span_id", String(16), primary_key=True),
-    Column("parent_span_id", String(16), nullable=True),
+    Column("chunk_id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True),
+    Column("trace_id", String(32), nullable=False, index=True),
+    # the chunk's span ids (16 hex digits each), comma-separated: deduplication without
+    # decoding the chunk
+    Column("span_ids", String(), nullable=False),
     Column("received_at", _utc(), nullable=False),
     # arrived after its trace was claimed: kept, not part of the run, refused in the answer
     Column("late", Boolean, nullable=False),
-    # the resource's service.name
+    # the resource's service.name and replaybook.write_tools (comma-separated)
     Column("service", String(255), nullable=True),
-    # the resource's replaybook.write_tools, comma-separated
     Column("write_tools", String(), nullable=True),
-    Column("span", LargeBinary, nullable=False),
+    Column("spans", LargeBinary, nullable=False),
 )

@@ -84,7 +84,7 @@ def kinds(run: dict[str, Any]) -> list[str]:
 async def test_split_out_of_order_duplicated_exports_make_one_intact_run(
     receiver: tuple[str, SqlOtlpSpans],
 ) -> None:
-    base, _ = receiver
+    base, store = receiver
     chat1, tool, chat2, root = finished_spans(genai_agent)
     # children in another order than they ended, split over three exports, twice each,
     # gzip on one exporter and not on the other; the root comes last, as it ends last
@@ -97,8 +97,13 @@ async def test_split_out_of_order_duplicated_exports_make_one_intact_run(
     assert run["status"] == "COMPLETED"
     assert run["labels"]["ended_by"] == "root_span" and run["labels"]["agent"] == "support"
     assert kinds(run).count("MODEL_CALL") == 2 and kinds(run).count("TOOL_CALL") == 1
-    # every span again after the run is written: duplicates, nothing added
+    stored = await store.chunks(trace_id_of([root]))
+    assert sorted(i for c in stored for i in c.span_ids) == sorted(
+        format(s.context.span_id, "016x") for s in (chat1, tool, chat2, root)
+    ), "every span stored, the duplicates of the second export once"
+    # every span again after the run is written: duplicates, nothing stored, nothing added
     assert await export(base, [root, chat1, tool, chat2]) is SpanExportResult.SUCCESS
+    assert len(await store.chunks(trace_id_of([root]))) == len(stored)
     with client(base) as http:
         again = http.get(f"/api/runs/{run_id}", headers=VIEWER).json()
         verified = http.get(f"/api/runs/{run_id}/verify", headers=VIEWER).json()
