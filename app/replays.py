@@ -16,6 +16,7 @@ from models.errors import ConflictError, InvalidInputError, NotFoundError, RunNo
 from models.queues import CONTROL_QUEUE
 from models.replay_flow import ReplayOutcome, ReplayPlan, ReplayWorkflowInput
 from models.replay_plans import PLAN_FIELDS, PlanFields, build_replay_plan
+from models.verdicts import outcome_summary, repeat_verdict
 from runtime.ports import EventLedger
 
 if TYPE_CHECKING:
@@ -229,6 +230,15 @@ async def _closed_view(
     }
 
 
+async def finished_replay_view(
+    handle: WorkflowHandle[Any, ReplayOutcome], replay_id: str
+) -> dict[str, Any]:
+    """What a waiter (``replay start --wait``) shows once the replay's workflow closes: the
+    view ``replay status`` shows, so a replay cancelled (or terminated) from elsewhere reads
+    CANCELED to both, never "FAILED: Workflow cancelled"."""
+    return await _closed_view(handle, replay_id)
+
+
 async def cancel_replay(client: Client, replay_id: str) -> None:
     """Ask a running replay to stop; it ends CANCELED. Unknown → ``NotFoundError``, already
     finished → ``ConflictError`` (Temporal would accept the request and do nothing)."""
@@ -263,7 +273,7 @@ def outcome_view(outcome: ReplayOutcome) -> dict[str, Any]:
         if comparison is None
         else {**comparison.model_dump(mode="json"), "critical": comparison.critical},
         "reproduced": outcome.reproduced,
-        # REPRODUCED | NOT_REPRODUCED | INCONCLUSIVE (null for a --repeat parent: see summary)
+        # REPRODUCED | NOT_REPRODUCED | INCONCLUSIVE (a --repeat parent's from its runs' counts)
         "verdict": outcome.verdict.value if outcome.verdict else None,
         "inconclusive_reason": (
             outcome.inconclusive_reason.value if outcome.inconclusive_reason else None
@@ -289,6 +299,9 @@ def outcome_view(outcome: ReplayOutcome) -> dict[str, Any]:
         view["counterfactual_reason"] = outcome.counterfactual_reason
     if outcome.summary is not None:
         view["summary"] = outcome.summary
+        if outcome.verdict is None:  # a --repeat parent: one verdict over its runs
+            verdict, why = repeat_verdict(outcome_summary(outcome))
+            view["verdict"], view["verdict_reason"] = verdict.value, why
         # each child with its verdict and what it drew from the request's one budget
         view["children"] = (
             [child.model_dump(mode="json") for child in outcome.child_results]

@@ -9,6 +9,7 @@ becomes an ``InvalidInputError`` naming the option, an unreachable Temporal a se
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -91,6 +92,8 @@ def run_async(fn: Callable[..., Coroutine[Any, Any, T]]) -> Callable[..., T]:
             error = user_error(exc)
             leave_if_temporal_was_used(exit_code_for(error), f"replaybook: {error}")
             fail(str(error), exit_code_for(error))
+        except BrokenPipeError:  # the reader left (``| head``): end as the entry point does
+            raise
         except (KeyboardInterrupt, typer.Abort):
             leave_if_temporal_was_used(130, "replaybook: interrupted")
             fail("interrupted", 130)
@@ -105,6 +108,25 @@ def run_async(fn: Callable[..., Coroutine[Any, Any, T]]) -> Callable[..., T]:
         return result
 
     return wrapper
+
+
+def end_on_broken_pipe() -> NoReturn:
+    """The reader of stdout went away (``replaybook runs list | head -1``): end quietly with
+    exit code 0, as ``git`` and ``gh`` do — the output was not wanted any more, nothing
+    failed. stdout is pointed at /dev/null first, so the interpreter's last flush of the
+    unwritten rest cannot raise again on the way out."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    leave_if_temporal_was_used(0)
+    sys.exit(0)
+
+
+def stdout_pipe_broke() -> bool:
+    """Whether Typer (its own copy of click) already met a broken stdout and ended the
+    command with exit code 1: it then wraps the streams in ``PacifyFlushWrapper``, which
+    nothing else does (matched by name: the class lives in a private module)."""
+    return type(sys.stdout).__name__ == "PacifyFlushWrapper"
 
 
 def leave_if_temporal_was_used(code: int, message: str | None = None) -> None:

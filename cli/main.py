@@ -36,13 +36,20 @@ from cli import (
     sandbox,
     slo,
 )
-from cli.common import internal_error, user_error, user_errors
+from cli.common import (
+    end_on_broken_pipe,
+    internal_error,
+    stdout_pipe_broke,
+    user_error,
+    user_errors,
+)
 from cli.exit_codes import EXIT_INTERNAL, exit_code_for
 
 
 class ReplaybookApp(typer.Typer):
     """The root application: an error that escapes a command outside ``run_async`` (the
-    synchronous commands) still ends in one line and its exit code, never a traceback."""
+    synchronous commands) still ends in one line and its exit code, never a traceback; a
+    broken pipe on stdout (``| head``), for every command, ends quietly with exit code 0."""
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         # logs go to stderr from the first line on (structlog's default is stdout), readable on
@@ -53,7 +60,11 @@ class ReplaybookApp(typer.Typer):
         try:
             return super().__call__(*args, **kwargs)
         except SystemExit:  # --help and every normal end: nothing to translate
+            if stdout_pipe_broke():  # click ended a synchronous command on EPIPE with 1
+                end_on_broken_pipe()
             raise
+        except BrokenPipeError:  # ``| head``: the reader left; that is no failure
+            end_on_broken_pipe()
         except user_errors() as exc:  # evaluated only once something is raised
             error = user_error(exc)  # type: ignore[arg-type]
             typer.echo(f"replaybook: {error}", err=True)

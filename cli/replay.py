@@ -195,7 +195,9 @@ async def replay_start(
 async def _start(plan: Any, *, wait: bool, as_json: bool) -> None:
     """Start the replay (its every checkable input refused first, exit 2); with ``wait``,
     follow it (a progress bar on a terminal) to its end."""
-    from app.replays import start_replay
+    import asyncio
+
+    from app.replays import finished_replay_view, start_replay
     from stores.bundle import open_stores
     from worker.catalogs import deployment_catalogs
     from worker.temporal import connect
@@ -221,27 +223,25 @@ async def _start(plan: Any, *, wait: bool, as_json: bool) -> None:
                 await replay_progress(client, stores.ledger, plan.replay_id, await _status(handle))
             )
 
-        view = await with_progress(
-            _finished_view(handle, plan.replay_id), poll, f"replay {plan.replay_id}"
-        )
+        try:
+            view = await with_progress(
+                finished_replay_view(handle, plan.replay_id), poll, f"replay {plan.replay_id}"
+            )
+        except asyncio.CancelledError:  # Ctrl-C: asyncio.run cancels the command, not the replay
+            typer.echo(waiting_stopped(plan.replay_id), err=True)
+            raise
     print_json(view) if as_json else _print_view(view)
     exit_if_unsuccessful(view)
 
 
-async def _finished_view(handle: Any, replay_id: str) -> dict[str, Any]:
-    """The finished replay's view; a workflow that failed outright (not a FAILED outcome) is
-    shown as its status says, never as a traceback."""
-    from temporalio.client import WorkflowFailureError
-
-    from app.replays import outcome_view
-    from models.replay_flow import ReplayOutcome
-
-    try:
-        outcome: ReplayOutcome = await handle.result()
-    except WorkflowFailureError as exc:
-        cause = getattr(exc.cause, "message", None) or str(exc.cause or exc)
-        return {"replay_id": replay_id, "status": "FAILED", "reason": cause}
-    return outcome_view(outcome)
+def waiting_stopped(replay_id: str) -> str:
+    """What Ctrl-C during ``--wait`` says: only the waiting stopped; the replay is a workflow
+    and goes on (its budget still applies) until it ends or is cancelled."""
+    return (
+        f"replaybook: stopped waiting; replay {replay_id} continues in Temporal "
+        f"(follow it: replaybook replay status {replay_id}; "
+        f"cancel it: replaybook replay cancel {replay_id})"
+    )
 
 
 def exit_if_unsuccessful(view: dict[str, Any]) -> None:
@@ -270,11 +270,18 @@ def _print_view(view: dict[str, Any]) -> None:
 
 
 def _print_outcome(view: dict[str, Any]) -> None:
+    """The verdict first (with --repeat, the runs' counts under it), then what it rests on:
+    the comparison, its differences, the writes blocked."""
     from models.verdicts import summary_line
 
     typer.echo(
         f"{view['replay_id']}: {view['status']} ({view['mode']}, confidence {view['confidence']}, completeness {view['completeness']})"
     )
+    if view.get("verdict"):
+        why = f" ({view['verdict_reason']})" if view.get("verdict_reason") else ""
+        typer.echo(f"  verdict {view['verdict']}{why}")
+    if "summary" in view and summary_line(view["summary"]) != view.get("verdict_reason"):
+        typer.echo(f"  {summary_line(view['summary'])}")
     if view.get("reason"):
         typer.echo(f"  reason: {view['reason']}")
     comparison = view.get("comparison")
@@ -292,11 +299,6 @@ def _print_outcome(view: dict[str, Any]) -> None:
     typer.echo(
         f"  writes blocked {view['writes_blocked']}, executed {view['writes_executed']}, fixture misses {view['fixture_misses']}"
     )
-    if view.get("verdict"):
-        why = f" ({view['verdict_reason']})" if view.get("verdict_reason") else ""
-        typer.echo(f"  verdict {view['verdict']}{why}")
-    if "summary" in view:
-        typer.echo(f"  {summary_line(view['summary'])}")
 
 
 @replay_app.command("status")

@@ -22,6 +22,7 @@ __all__ = [
     "manifest_drift",
     "outcome_summary",
     "outcome_verdict",
+    "repeat_verdict",
     "stop_verdict",
     "summary_line",
     "verdict_summary",
@@ -155,6 +156,22 @@ def outcome_summary(outcome: ReplayOutcome) -> dict[str, Any]:
         "inconclusive": 0,
         "inconclusive_reasons": {},
     }
+
+
+def repeat_verdict(summary: dict[str, Any]) -> tuple[ReplayVerdict, str]:
+    """The one verdict of a ``--repeat`` replay, from its runs' counts, with why: REPRODUCED
+    when any conclusive run reproduced the failure (it happens, at the summary's rate);
+    NOT_REPRODUCED only when every run concluded and none did; else INCONCLUSIVE — a run cut
+    short might have reproduced it, so "no longer reproduces" is not shown."""
+    reproduced = int(summary.get("reproduced") or 0)
+    inconclusive = int(summary.get("inconclusive") or 0)
+    runs = int(summary.get("runs") or 0)
+    counted = summary_line(summary)
+    if reproduced:
+        return ReplayVerdict.REPRODUCED, counted
+    if runs and not inconclusive:
+        return ReplayVerdict.NOT_REPRODUCED, counted
+    return ReplayVerdict.INCONCLUSIVE, counted
 
 
 def manifest_drift(recorded: Record | None, current: Record | None, prefix: str) -> list[str]:
