@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from models import RunStatus
 from models.capsule import (
     LIVE_DIR,
+    MANIFEST_ENTRY,
     ROWS_DIR,
     CapsuleManifest,
     ChainHead,
@@ -148,7 +149,8 @@ def open_capsule(data: bytes, trusted: Ed25519PublicKey | None = None) -> Opened
     signed, key_id, signature = split_signature(data)
     key = trusted
     if key is None:
-        manifest = parse_manifest(read_entries(data))
+        # the manifest alone: a changed byte elsewhere is the signature's to report
+        manifest = parse_manifest(read_entries(data, only=MANIFEST_ENTRY))
         try:
             key = public_from_raw(base64.b64decode(manifest.public_key))
         except ValueError as exc:

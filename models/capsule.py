@@ -151,9 +151,9 @@ def split_signature(data: bytes) -> tuple[bytes, str, bytes]:
     return data[:-SIGNATURE_LENGTH], match.group(1).decode(), base64.b64decode(match.group(2))
 
 
-def read_entries(data: bytes) -> dict[str, bytes]:
-    """Every entry of the archive by path (``format`` refused when it is not a readable ZIP,
-    ``entries`` when an entry's stored checksum does not match its bytes)."""
+def read_entries(data: bytes, only: str | None = None) -> dict[str, bytes]:
+    """Every entry of the archive by path, or just ``only`` (``format`` refused when it is not
+    a readable ZIP, ``entries`` when an entry's stored checksum does not match its bytes)."""
     try:
         archive = zipfile.ZipFile(io.BytesIO(data))
     except (zipfile.BadZipFile, ValueError, OSError) as exc:
@@ -161,6 +161,8 @@ def read_entries(data: bytes) -> dict[str, bytes]:
     out: dict[str, bytes] = {}
     with archive:
         for info in archive.infolist():
+            if only is not None and info.filename != only:
+                continue
             try:
                 out[info.filename] = archive.read(info)
             except (zipfile.BadZipFile, ValueError, OSError, EOFError) as exc:
