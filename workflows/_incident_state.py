@@ -113,6 +113,10 @@ class IncidentState:
         self._update(phase=phase)
         self._event(phase, detail)
         workflow.upsert_search_attributes([INCIDENT_PHASE.value_set(phase.value)])
+        # as a replay's: the list shows IncidentPhase, the workflow's page these details
+        workflow.set_current_details(
+            f"Replaybook incident: {phase.value}" + (f": {detail}" if detail else "")
+        )
         if phase in (IncidentPhase.COMPLETED, IncidentPhase.FAILED):
             await self._save()
 

@@ -99,6 +99,14 @@ class ReplayWorkflow:
     def _set(self, status: ReplayStatus, **changes: object) -> None:
         self._progress = self._progress.model_copy(update={"status": status, **changes})
         workflow.upsert_search_attributes([REPLAY_STATUS.value_set(status.value)])
+        # Temporal shows a replay that Replaybook judged FAILED as a COMPLETED workflow (its
+        # result is the outcome parents and the API read): the Web UI's list shows this
+        # ReplayStatus search attribute (a column or ReplayStatus="FAILED"), the workflow's
+        # page these current details (no command: saved histories replay unchanged)
+        reason = self._progress.reason
+        workflow.set_current_details(
+            f"Replaybook: {status.value}" + (f": {reason}" if reason else "")
+        )
 
     @workflow.run
     async def run(self, inp: ReplayWorkflowInput) -> ReplayOutcome:
