@@ -78,7 +78,8 @@ class ReplayCreate(Body):
     fixture_miss_policy: FixtureMissPolicy = FixtureMissPolicy.FAIL
     simulation: bool = False
     #: live model calls one replay of a tool-loop run may make (each repeat on its own);
-    #: absent: 6, 0: no cap but the recorded run's own limit
+    #: absent: 6 (an imported tau-bench run: its own limit, the benchmark's 30), 0: no cap but
+    #: the recorded run's own limit
     max_loop_calls: int | None = Field(default=None, ge=0, le=10_000)
 
     model_config = ConfigDict(

@@ -99,7 +99,8 @@ MaxLoopCalls = Annotated[
     typer.Option(
         "--max-loop-calls",
         help="A replayed tool loop (imported/ingested agent) stops after N live model calls, "
-        "each --repeat child on its own (INCONCLUSIVE, BUDGET); default 6, 0 = no cap.",
+        "each --repeat child on its own (INCONCLUSIVE, BUDGET); default 6 (an imported "
+        "tau-bench run: its own limit, the benchmark's 30), 0 = no cap.",
     ),
 ]
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from pydantic import Field, JsonValue
 
 from models.base import Instant, Record
@@ -21,6 +23,10 @@ from models.replay import ReplayBudget, ReplayComparison, ReplayManifest
 #: conversation (its recorded runs allow 30 model calls); what it costs on a small local model
 #: is measured in the README ("Imported tau-bench runs replayed against a model")
 DEFAULT_MAX_LOOP_CALLS = 6
+#: the ``source`` labels of imported benchmark runs: each records the benchmark's own step
+#: limit (tau-bench: 30) as the run's own, and by default its replays run to that limit, not
+#: to ``DEFAULT_MAX_LOOP_CALLS`` (a shorter cap cuts episodes the benchmark allows)
+BENCHMARK_SOURCES = ("tau-bench",)
 
 
 class ReplayCursorsView(Record):
@@ -67,6 +73,9 @@ class ReplayPlan(Record):
     #: may make, each child of a ``--repeat`` on its own; past it the replay stops, INCONCLUSIVE
     #: (BUDGET). None: only the recorded run's own limit (``--max-loop-calls 0``)
     max_loop_calls: int | None = Field(default=DEFAULT_MAX_LOOP_CALLS, ge=1)
+    #: ``max_loop_calls`` is the default, not asked for: a benchmark run (``BENCHMARK_SOURCES``)
+    #: then replays under its own recorded limit instead
+    default_loop_cap: bool = False
     #: steps one activity may run, each still recorded atomically; 0 = automatic: up to
     #: ``AUTO_BATCH_STEPS`` steps or ``AUTO_BATCH_SECONDS`` of them, or 1 when a duration budget
     #: must be checked between steps (model, token and cost budgets are enforced inside a step)
@@ -80,10 +89,16 @@ class ReplayPlan(Record):
     #: four runs and 1-2 s of a 1,000-step replay)
     activities_per_run: int = Field(default=200, ge=1, le=2000)
 
-    def loop_call_cap(self, graph_id: str) -> int | None:
-        """The cap on live model calls of this replay when it replays ``graph_id``: the tool
-        loop's (whose length is the model's choice), no other graph's (theirs is fixed)."""
-        return self.max_loop_calls if graph_id == TOOL_LOOP_GRAPH_ID else None
+    def loop_call_cap(self, graph_id: str, labels: Mapping[str, str] | None = None) -> int | None:
+        """The cap on live model calls of this replay when it replays ``graph_id`` (a run with
+        ``labels``): the tool loop's (whose length is the model's choice), no other graph's
+        (theirs is fixed). By default an imported benchmark run has no cap but its own
+        recorded limit (the benchmark's: tau-bench allows 30 steps)."""
+        if graph_id != TOOL_LOOP_GRAPH_ID:
+            return None
+        if self.default_loop_cap and (labels or {}).get("source") in BENCHMARK_SOURCES:
+            return None
+        return self.max_loop_calls
 
     def activity_batch(self) -> int:
         if self.steps_per_activity:

@@ -124,6 +124,7 @@ def build_replay_plan(
         simulation=simulation,
         sampling_seed=sampling_seed,
         max_loop_calls=cap,
+        default_loop_cap=max_loop_calls is None,
     )
 
 

@@ -323,7 +323,11 @@ class ReplayWorkflow:
                 "confidence": ReplayConfidence.LIMITED if drifted else outcome.confidence,
                 # counted by the worker from the replay's own run (what reached a provider)
                 "writes_executed": result.writes_executed,
-                "counterfactual_reward": result.counterfactual_reward,
+                # an inconclusive replay (stopped before its end) is no benchmark result:
+                # never scored, so never counted in ``counterfactual_scored``
+                "counterfactual_reward": result.counterfactual_reward
+                if verdict.conclusive
+                else None,
                 "counterfactual_reason": result.counterfactual_reason,
             }
         )
@@ -497,12 +501,16 @@ class ReplayWorkflow:
         self._set(ReplayStatus.COMPARING)
         verdicts = [outcome_verdict(o) for o in outcomes]
         summary = verdict_summary(verdicts)
+        # imported tau-bench runs: how many conclusive children would have passed the task
+        # (an inconclusive child's reward is None: Replaybook cut it short, nothing to score)
         rewards = [o.counterfactual_reward for o in outcomes if o.counterfactual_reward is not None]
-        if rewards:  # imported tau-bench runs: how many children would have passed the task
+        judged = [o for o in outcomes if o.counterfactual_reason is not None]
+        if rewards or judged:
             summary = {
                 **summary,
                 "counterfactual_passed": sum(rewards),
                 "counterfactual_scored": len(rewards),
+                "counterfactual_unscored": len(judged) - len(rewards),
             }
         self._memo_verdicts(verdicts)
         ran = [o for o in outcomes if o.status is ReplayStatus.COMPLETED]

@@ -148,7 +148,7 @@ class ReplayGuard:
                 f"model.complete past the budget: max_model_calls {budget.max_model_calls} "
                 f"reached (counted by the worker)",
             )
-        cap = self.plan.loop_call_cap(self.run.graph_id)
+        cap = self.plan.loop_call_cap(self.run.graph_id, self.run.labels)
         if cap is not None and used.model_calls >= cap:
             raise Refused(
                 "model.complete",

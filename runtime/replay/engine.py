@@ -566,7 +566,7 @@ class ReplayEngine:
                 used,
                 plan.sampling_seed,
                 recorded_seed=plan.mode is ReplayMode.EXACT,
-                max_loop_calls=plan.loop_call_cap(run.graph_id),
+                max_loop_calls=plan.loop_call_cap(run.graph_id, run.labels),
             )
         bundle = (
             catalog.bundle(plan.prompt_version)

@@ -1,7 +1,7 @@
 """The per-replay cap on a tool loop's model calls (``--max-loop-calls``), on a sandboxed
 model-swap replay of an imported tau-bench run: a model that keeps calling tools is stopped at
-the cap, the replay is INCONCLUSIVE for the reason BUDGET, and it still gets the benchmark's
-verdict (reward 0: an episode ended early). The model is a scripted chat-completions server
+the cap, the replay is INCONCLUSIVE for the reason BUDGET, and the benchmark does not score it
+(Replaybook's own truncation is no benchmark result). The model is a scripted chat-completions server
 (real HTTP) offered the tools in the prompt, and each model call records the body the worker's
 provider sent, although the step ran in the sandboxed child."""
 
@@ -41,7 +41,7 @@ async def stores(tmp_path: Path) -> AsyncIterator[Stores]:
         yield opened
 
 
-async def test_a_tool_loop_stopped_by_its_cap_is_inconclusive_and_scored(
+async def test_a_tool_loop_stopped_by_its_cap_is_inconclusive_and_not_scored(
     stores: Stores, tmp_path: Path
 ) -> None:
     run_id = await import_shortest_airline_run(stores, tmp_path)
@@ -94,10 +94,10 @@ async def test_a_tool_loop_stopped_by_its_cap_is_inconclusive_and_scored(
     assert verdict.verdict is ReplayVerdict.INCONCLUSIVE
     assert verdict.inconclusive_reason is InconclusiveReason.BUDGET
 
-    # the benchmark's verdict on the final state: reward 0, an episode ended early
+    # cut short by Replaybook's own cap: no benchmark verdict (not a reward 0)
     scored = await replay_counterfactual(worlds, plan.replay_id, run_id)
-    assert scored is not None and scored.counterfactual_reward == 0
-    assert f"max_loop_calls {CAP}" in scored.reason and "reward 0" in scored.reason
+    assert scored is not None and scored.counterfactual_reward is None
+    assert f"max_loop_calls {CAP}" in scored.reason and "not scored" in scored.reason
     assert scored.mutating_calls == 0
 
     # each model call recorded the body the worker sent (the sandboxed child compiled it the
@@ -141,3 +141,43 @@ def test_the_plan_defaults_to_a_cap_and_zero_means_none() -> None:
     # only a tool loop's length is the model's choice: other graphs are not capped
     assert plan.loop_call_cap("tool-loop") == DEFAULT_MAX_LOOP_CALLS
     assert plan.loop_call_cap("support-desk") is None
+    # an imported tau-bench run replays by default to its own (the benchmark's) limit, 30
+    # steps as the importer records it; a cap asked for still applies
+    tau = {"source": "tau-bench"}
+    assert plan.loop_call_cap("tool-loop", tau) is None
+    asked = new_plan("run-1", ReplayMode.EXACT, max_loop_calls=6)
+    assert asked.loop_call_cap("tool-loop", tau) == 6
+
+
+async def test_an_imported_tau_bench_run_replays_to_the_benchmarks_own_limit(
+    stores: Stores, tmp_path: Path
+) -> None:
+    """Without ``--max-loop-calls`` a tau-bench run is not cut at the default 6 calls: the
+    benchmark allows 30 steps, and a replay that keeps calling tools gets them."""
+    from app.replays import new_plan
+    from models.replay_flow import DEFAULT_MAX_LOOP_CALLS
+
+    run_id = await import_shortest_airline_run(stores, tmp_path)
+    worlds = TauWorlds(stores.ledger, stores.artifacts, stores.evidence, ENV_DATA)
+    calls = DEFAULT_MAX_LOOP_CALLS + 2
+    with ChatServer() as server:
+        server.script(*(text_answer(json.dumps(READ), prompt_tokens=50) for _ in range(calls)))
+        server.script(*(text_answer('{"content": "Done."}') for _ in range(4)))
+        endpoint = {"base_url": server.base_url, "model_id": "m", "tool_calling": "prompt"}
+        registry = ModelRegistrySettings.model_validate(
+            {"REPLAYBOOK_MODELS": json.dumps({"scripted": endpoint})}
+        )
+        agents = catalogs(None, None, registry, worlds)
+        engine = ReplayEngine(stores.ledger, stores.evidence, stores.artifacts, agents)
+        plan = new_plan(
+            run_id, ReplayMode.MODEL_SWAP, model="scripted", miss=FixtureMissPolicy.SANDBOX_LIVE
+        )
+        prepared = await engine.prepare(plan)
+        assert prepared.ok, prepared.problems
+        try:
+            totals = await run_prepared(engine, plan, prepared)
+        finally:
+            for model in agents["tool-loop"].models.values():
+                await model.aclose()  # type: ignore[attr-defined]
+    assert totals.model_calls > DEFAULT_MAX_LOOP_CALLS
+    assert "max_loop_calls" not in (totals.stopped or "")

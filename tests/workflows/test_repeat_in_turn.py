@@ -22,6 +22,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 
 from devstack.temporal_server import start_temporal_dev_server
 from models import FixtureMissPolicy, ReplayMode, ReplayStatus
+from models.enums import ReplayVerdict
 from models.queues import CONTROL_QUEUE
 from models.replay_flow import ReplayOutcome, ReplayPlan, ReplayWorkflowInput
 from stores.bundle import Stores, open_stores
@@ -80,10 +81,13 @@ async def stack(
         temporal.stop(timeout=20)
 
 
-async def _repeat(stack: Stack, model: str) -> tuple[ReplayOutcome, list[str]]:
-    """A model-swap ``--repeat`` of the imported run to ``model`` (one model call per child);
-    its outcome and the parent's child events in history order (``start``/``done`` + id)."""
-    stack.server.script(*(text_answer('{"content": "Done."}') for _ in range(REPEAT)))
+async def _repeat(
+    stack: Stack, model: str, answer: str = '{"content": "Done."}'
+) -> tuple[ReplayOutcome, list[str]]:
+    """A model-swap ``--repeat`` of the imported run to ``model`` (one model call per child,
+    each answered ``answer``); its outcome and the parent's child events in history order
+    (``start``/``done`` + id)."""
+    stack.server.script(*(text_answer(answer) for _ in range(REPEAT)))
     plan = ReplayPlan(
         replay_id=f"replay-{model}-{uuid.uuid4().hex[:8]}",
         source_run_id=stack.run_id,
@@ -116,7 +120,10 @@ def _scored(outcome: ReplayOutcome) -> None:
     assert len(outcome.child_results) == REPEAT
     for child in outcome.child_results:
         assert child.status is ReplayStatus.COMPLETED
-        assert child.counterfactual_reward in (0, 1) and child.counterfactual_reason
+        # judged by the benchmark; a child cut by Replaybook's cap is not scored (issue 30)
+        cut = child.verdict is ReplayVerdict.INCONCLUSIVE
+        assert child.counterfactual_reward in ((None,) if cut else (0, 1))
+        assert child.counterfactual_reason
         assert child.budget_used.model_calls == 1
 
 
@@ -135,3 +142,20 @@ async def test_children_calling_another_model_run_at_once(stack: Stack) -> None:
     # all started before the first completed
     assert order[:REPEAT] == [f"start {c}" for c in children]
     assert sorted(order[REPEAT:]) == sorted(f"done {c}" for c in children)
+
+
+async def test_children_cut_by_replaybooks_cap_are_not_scored(stack: Stack) -> None:
+    """Each child asks for a tool and would call the model again: Replaybook's own cap (1 call)
+    stops it before the episode's end. That truncation is no benchmark result: INCONCLUSIVE,
+    no reward, left out of ``counterfactual_scored`` (issue 30)."""
+    read = {"tool_call": {"name": "get_user_details", "arguments": {"user_id": "anya_garcia_5901"}}}
+    outcome, _ = await _repeat(stack, "at-once", json.dumps(read))
+    assert len(outcome.child_results) == REPEAT
+    for child in outcome.child_results:
+        assert child.verdict is ReplayVerdict.INCONCLUSIVE, child
+        assert child.counterfactual_reward is None
+        assert child.counterfactual_reason and "not scored" in child.counterfactual_reason
+    assert outcome.summary is not None
+    assert outcome.summary["counterfactual_scored"] == 0
+    assert outcome.summary["counterfactual_unscored"] == REPEAT
+    assert outcome.summary["inconclusive"] == REPEAT

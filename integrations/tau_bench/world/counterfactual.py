@@ -6,7 +6,9 @@ copy of the database version the source run was recorded against (``World``: the
 is never written; each changed record is copied first), then tau-bench's rule is applied:
 reward 1 when the episode ended, the final database hash equals the hash after the task's
 ground-truth actions, and every required output was said to the user; 0 otherwise, with the
-reason.
+reason. A replay Replaybook itself stopped before the episode's end (its cap on model calls,
+its budget, a fixture miss) is not scored at all: the benchmark never saw that truncation, so
+it is no benchmark result (INCONCLUSIVE, left out of ``counterfactual_scored``).
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ __all__ = ["CounterfactualVerdict", "counterfactual_verdict"]
 
 
 class CounterfactualVerdict(BaseModel):
-    counterfactual_reward: int
+    #: 1 or 0 as the benchmark scores the episode; None: not scored (Replaybook stopped it)
+    counterfactual_reward: int | None
     reason: str
     db_version: str
     final_hash: str
@@ -47,9 +50,9 @@ def counterfactual_verdict(
 ) -> CounterfactualVerdict:
     """The verdict on ``messages`` (OpenAI chat messages of the replayed conversation, without
     the system prompt) for ``source``'s task, on a private copy of ``base``. ``stopped``: why
-    the replay stopped before the episode's end (e.g. its cap on model calls): the episode is
-    then scored 0, as tau2-bench scores every episode that neither the agent nor the user
-    ended (``max_steps``, ``too_many_errors``…: "terminated prematurely")."""
+    Replaybook stopped the replay before the episode's end (its cap on model calls, its
+    budget…): the episode is then not scored (reward None). Reaching the benchmark's own step
+    limit (the run's recorded limit) is no such stop: the benchmark scores that 0."""
     calls = tool_calls(messages, set(source.write_tools))
     replayed = source.model_copy(
         update={
@@ -67,8 +70,8 @@ def counterfactual_verdict(
     state_ok = world.final_hash == world.expected_hash
     if stopped is not None:
         reason = (
-            f"the replay stopped before the episode's end ({stopped}): reward 0, as the "
-            "benchmark scores an episode ended early (max steps)"
+            f"not scored: Replaybook stopped the replay before the episode's end ({stopped}); "
+            "a truncation by Replaybook's own limits is no benchmark result (INCONCLUSIVE)"
         )
     elif not finished:
         reason = "the episode did not reach its end (never scored)"
@@ -85,7 +88,9 @@ def counterfactual_verdict(
             outputs if source.expected_outputs else ""
         )
     return CounterfactualVerdict(
-        counterfactual_reward=int(finished and state_ok and not missing),
+        counterfactual_reward=None
+        if stopped is not None
+        else int(finished and state_ok and not missing),
         reason=reason,
         db_version=base.version,
         final_hash=world.final_hash,
