@@ -35,11 +35,13 @@ from models.errors import (
     SideEffectError,
     StoreError,
 )
+from stores.sql.database import UNAVAILABLE_ERRORS
 
 log = structlog.get_logger(__name__)
 
-#: errors of a store that is down or unreachable
-_UNAVAILABLE = (OSError, TimeoutError)
+#: errors of a store that is down, unreachable or shutting down (PostgreSQL's "the database
+#: system is shutting down" among them)
+_UNAVAILABLE = UNAVAILABLE_ERRORS
 
 #: most specific first
 STATUS: tuple[tuple[type[ReplaybookError], int], ...] = (

@@ -54,13 +54,31 @@ async def strict_body(request: Request, model: type[M]) -> M:
 
 
 def _body_schema(model: type[BaseModel]) -> dict[str, Any]:
-    """The OpenAPI request body of a route that parses its body itself."""
+    """The OpenAPI request body of a route that parses its body itself: the model's schema
+    with its definitions written in place (a ``#/$defs/…`` reference inside an operation
+    would point at the root of the OpenAPI document, where there are none)."""
+    schema = model.model_json_schema()
+    definitions = schema.pop("$defs", {})
     return {
         "requestBody": {
             "required": True,
-            "content": {"application/json": {"schema": model.model_json_schema()}},
+            "content": {"application/json": {"schema": _inlined(schema, definitions)}},
         }
     }
+
+
+def _inlined(node: Any, definitions: dict[str, Any]) -> Any:
+    """``node`` with each ``{"$ref": "#/$defs/X", …}`` replaced by definition X (and the
+    reference's other keys); the ingestion models' definitions hold no cycle."""
+    if isinstance(node, list):
+        return [_inlined(item, definitions) for item in node]
+    if not isinstance(node, dict):
+        return node
+    ref = node.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#/$defs/"):
+        rest = {k: v for k, v in node.items() if k != "$ref"}
+        return _inlined({**definitions[ref.removeprefix("#/$defs/")], **rest}, definitions)
+    return {key: _inlined(value, definitions) for key, value in node.items()}
 
 
 @router.post(

@@ -4,7 +4,7 @@ run ids, and recording converted runs through the one ingestion path."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -80,6 +80,25 @@ def read_json_file(path: Path) -> Any:
         raise InvalidInputError(f"{path}: invalid JSON: {exc}") from None
     except RecursionError:
         raise InvalidInputError(f"{path}: invalid JSON: nested too deeply") from None
+
+
+def check_number(
+    record: Mapping[str, Any], key: str, where: str, *, whole: bool = False, optional: bool = False
+) -> None:
+    """Refuse ``record[key]`` unless it is a JSON number (a whole one with ``whole``; with
+    ``optional`` also absent or null), naming the place: a text that reads as a number is not
+    coerced (``"0"`` and ``0`` would make two runs of one trial, ``"1.0"`` a reward that never
+    equals 1.0)."""
+    value = record.get(key)
+    if value is None and optional:
+        return
+    kind = "a whole number" if whole else "a number"
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or (whole and isinstance(value, float))
+    ):
+        raise InvalidInputError(f"{where}.{key}: must be {kind}, not {value!r}")
 
 
 def content_id(*parts: Any) -> str:

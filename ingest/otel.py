@@ -114,8 +114,10 @@ def _spans(data: Any, path: Path) -> list[dict[str, Any]]:
     return spans
 
 
-def _ordered(spans: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Parents before children, siblings by start time (then end time, then position)."""
+def _ordered(spans: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], set[int]]:
+    """Parents before children, siblings by start time (then end time, then position); then
+    the spans no root leads to (their parents form a cycle), by start time, and their ``id``s
+    (kept and reported as opaque, never dropped)."""
     by_id = {s["span_id"]: s for s in spans}
     children: dict[Any, list[dict[str, Any]]] = {}
     roots: list[dict[str, Any]] = []
@@ -132,7 +134,13 @@ def _ordered(spans: list[dict[str, Any]]) -> list[dict[str, Any]]:
             walk(children.get(node["span_id"], []))
 
     walk(roots)
-    return out
+    cyclic: set[int] = set()
+    if len(out) < len(spans):
+        reached = {id(s) for s in out}
+        cycle = sorted((s for s in spans if id(s) not in reached), key=key)
+        cyclic = {id(s) for s in cycle}
+        out += cycle
+    return out, cyclic
 
 
 def _operation(span: dict[str, Any]) -> str:
@@ -230,6 +238,22 @@ def _messages(attrs: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+def _unread_messages(attrs: dict[str, Any]) -> str | None:
+    """What is wrong with a span's input messages attribute that ``_messages`` cannot read (a
+    text that is not JSON, JSON that is not a list), or None."""
+    for name in ("gen_ai.input.messages", "gen_ai.prompt"):
+        value = _attr(attrs, name)
+        if value is None:
+            continue
+        parsed = _json(value)
+        if isinstance(value, str) and parsed is value:
+            return f"{name} is not JSON: its messages (the system prompt) were not read"
+        if not isinstance(parsed, list):
+            return f"{name} is not a list of messages: its messages were not read"
+        return None
+    return None
+
+
 def _tool_class(name: str, attrs: dict[str, Any], write_tools: frozenset[str] | None) -> str:
     if is_terminator(name):  # final_answer, final_output, terminate…: never a side effect
         return "READ"
@@ -265,7 +289,9 @@ def convert_trace(
     naming: RunNaming = RunNaming(),
 ) -> ConvertedRun:
     """One trace's spans as a run: header and events (see the module docstring)."""
-    ordered = _ordered(spans)
+    ordered, cyclic = _ordered(spans)
+    # what a model span's tools are looked for in: the spans a root leads to
+    reachable = ordered[: len(ordered) - len(cyclic)]
     root = ordered[0]
     events: list[dict[str, Any]] = []
     opaque: list[str] = []
@@ -275,15 +301,24 @@ def convert_trace(
     for index, span in enumerate(ordered):
         attrs, op = span["attributes"], _operation(span)
         at = datetime.fromtimestamp(span["start"] / 1e9, UTC).isoformat()
-        if op in MODEL_OPS:
+        if id(span) in cyclic:
+            opaque.append(f"{path}: {span['where']}: span {span['name']!r} is in a parent cycle")
+            events.append(_opaque_event(span, at))
+        elif op in MODEL_OPS:
             model_name = str(
                 _attr(attrs, "gen_ai.response.model", "gen_ai.request.model")
                 or span["name"].split(" ", 1)[-1]
             )
             if first_input is None:
                 first_input = _messages(attrs)
+                unread = _unread_messages(attrs)
+                if unread is not None:  # the system prompt and first messages are not known
+                    opaque.append(f"{path}: {span['where']}: {unread}")
+                    events.append(
+                        {"type": "opaque", "source": "otel", "reason": unread, "data": attrs}
+                    )
             _declare_offered_tools(attrs, tools, write_tools)
-            events.append(_model_event(ordered, index, at, model_name))
+            events.append(_model_event(reachable, index, at, model_name))
         elif op in TOOL_OPS:
             name = str(_attr(attrs, "gen_ai.tool.name") or span["name"].split(" ", 1)[-1])
             tools.setdefault(name, _tool_declaration(name, attrs, write_tools))

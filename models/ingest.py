@@ -20,7 +20,16 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import Annotated, ClassVar, Literal
 
-from pydantic import Field, JsonValue, StrictBool, StrictInt, model_validator
+from pydantic import (
+    AfterValidator,
+    BeforeValidator,
+    Field,
+    JsonValue,
+    StrictBool,
+    StrictInt,
+    field_validator,
+    model_validator,
+)
 
 from models.base import Identifier, Instant, Record, RunId, object_schema
 from models.canonical import SAFE_INTEGER_MAX
@@ -137,6 +146,33 @@ class _NoNul(Record):
         return data
 
 
+def _instant_text(value: object) -> object:
+    # a number would be read as seconds since 1970: a time the client may never have meant
+    if isinstance(value, int | float | Decimal):
+        raise ValueError(
+            f"must be an ISO 8601 date-time text with a time zone, not the number {value}"
+        )
+    return value
+
+
+#: an instant as the ingestion format takes it: ISO 8601 text with a zone, never a number
+IngestInstant = Annotated[Instant, BeforeValidator(_instant_text)]
+
+#: the chat roles a model's conversation has (OpenAI's, with ``developer`` and the legacy
+#: ``function``): another is refused, not recorded as a conversation no model could have seen
+CHAT_ROLES = ("assistant", "developer", "function", "system", "tool", "user")
+
+
+def _known_role(message: ChatMessage) -> ChatMessage:
+    if message.role not in CHAT_ROLES:
+        raise ValueError(f"role {message.role!r} is not one of {', '.join(CHAT_ROLES)}")
+    return message
+
+
+#: a message of an ingested conversation (a known role)
+IngestMessage = Annotated[ChatMessage, AfterValidator(_known_role)]
+
+
 class IngestTool(Record):
     """A tool the agent could call, as offered to its model."""
 
@@ -159,7 +195,7 @@ class IngestRunHeader(_NoNul):
     graph_id: Identifier = TOOL_LOOP_GRAPH_ID
     graph_version: Identifier = TOOL_LOOP_GRAPH_VERSION
     #: the agent's logical start time (``logical_time`` of the first events)
-    started_at: Instant
+    started_at: IngestInstant
     pinned: PinnedVersions = PinnedVersions()
     environment: EnvironmentManifest | None = None
     source_code: SourceCodeManifest | None = None
@@ -168,7 +204,7 @@ class IngestRunHeader(_NoNul):
     system_prompt: str | None = None
     tools: tuple[IngestTool, ...] = ()
     #: messages the conversation starts with besides the system prompt (e.g. the task)
-    initial_messages: tuple[ChatMessage, ...] = ()
+    initial_messages: tuple[IngestMessage, ...] = ()
     #: whether user turns are recorded as ``user_message`` events (a chat with a user)
     user_turns: StrictBool = True
     #: the agent's own limit of model calls; the loop stops there (as the source agent did)
@@ -180,6 +216,17 @@ class IngestRunHeader(_NoNul):
     #: JSON documents kept with the run as artifacts (expected behaviour, source outcome, …)
     attachments: dict[str, JsonValue] = Field(default_factory=dict)
 
+    @field_validator("tools")
+    @classmethod
+    def _one_tool_a_name(cls, tools: tuple[IngestTool, ...]) -> tuple[IngestTool, ...]:
+        # the model calls a tool by its name: two of one name (one READ, one WRITE) would leave
+        # replay to guess which one a call ran
+        names = [tool.name for tool in tools]
+        twice = next((name for name in names if names.count(name) > 1), None)
+        if twice is not None:
+            raise ValueError(f"two tools are named {twice!r}: a tool's name must be unique")
+        return tools
+
 
 # the ingestion format's booleans and counts are strict: ``"yes"`` is not true and ``true``
 # is not 1 (a coerced value would be recorded as evidence the client never sent)
@@ -189,7 +236,7 @@ class _Event(_NoNul):
     #: the client's sequence number of this event in the run, from 1, without gaps
     sequence: StrictInt = Field(ge=1)
     #: when it happened in the agent's time; defaults to the run's start time
-    at: Instant | None = None
+    at: IngestInstant | None = None
     #: the step it belongs to; by default model calls, tool batches and user turns are steps
     step_id: str | None = None
 
@@ -214,12 +261,12 @@ class ModelCallEvent(_Event):
 
     type: Literal["model_call"] = "model_call"
     model: str
-    messages: tuple[ChatMessage, ...] | None = None
+    messages: tuple[IngestMessage, ...] | None = None
     content: str | None = None
     tool_calls: tuple[ToolCallRequest, ...] = ()
     finish_reason: str | None = None
     usage: TokenUsage = TokenUsage()
-    cost: Decimal = Decimal(0)
+    cost: Decimal = Field(default=Decimal(0), ge=0)
     response_id: str | None = None
     #: the sampling seed the request was sent with
     seed: StrictInt | None = None
@@ -319,7 +366,7 @@ class ApprovalEvent(_Event):
     capability: Identifier
     arguments: dict[str, JsonValue] = Field(default_factory=dict)
     decision: ApprovalDecision = ApprovalDecision.APPROVED
-    expires_at: Instant | None = None
+    expires_at: IngestInstant | None = None
 
 
 class SideEffectStateEvent(_Event):

@@ -3,7 +3,13 @@
 Layout (under the artifact store's root directory or bucket prefix)::
 
     anchors/log/<index, 12 digits>.json                    the hash-chained log (models.anchor)
-    anchors/runs/<quoted run id>/<sequence>-<index>.json   the same entry, to find a run's latest
+    anchors/run-anchors/<sha256 of the run id>/<sequence>-<index>.json
+                                                           the same entry, to find a run's latest
+
+A run's directory is named by a digest of its id: a fixed-length name whatever the id (an id of
+the documented pattern, quoted, could pass the file system's 255-byte limit on a name: "File
+name too long"). Entries written under ``anchors/runs/<quoted run id>/`` by earlier versions
+are still read.
 
 Entries are written once and never replaced: a local file is created exclusively and left
 read-only; an S3 object is written only when absent and, in a bucket with Object Lock, under
@@ -14,6 +20,7 @@ also controls that Object Lock (or the anchor directory) is out of scope.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -175,10 +182,13 @@ class AnchorLog:
 
     async def latest(self, run_id: str) -> AnchorEntry | None:
         """The run's anchor with the highest sequence (then the latest), or None."""
-        names = await self.objects.names(_run_dir(run_id))
-        if not names:
+        found = [
+            (name, where) for where in _run_dirs(run_id) for name in await self.objects.names(where)
+        ]
+        if not found:
             return None
-        return await self._entry(f"{_run_dir(run_id)}{names[-1]}")
+        name, where = max(found)
+        return await self._entry(f"{where}{name}")
 
     async def entries(self) -> list[AnchorEntry]:
         return [await self._entry(f"log/{n}") for n in await self.objects.names("log/")]
@@ -200,7 +210,20 @@ class AnchorLog:
 
 
 def _run_dir(run_id: str) -> str:
-    return f"runs/{quote(run_id, safe='')}/"
+    """Where the run's anchors are written (module docstring)."""
+    return f"run-anchors/{hashlib.sha256(run_id.encode()).hexdigest()}/"
+
+
+#: the longest quoted run id an earlier version could have written a directory for
+_NAME_LIMIT = 255
+
+
+def _run_dirs(run_id: str) -> list[str]:
+    """Where the run's anchors may be: where they are written, and where earlier versions
+    wrote them (when that name can exist at all)."""
+    quoted = quote(run_id, safe="")
+    legacy = [f"runs/{quoted}/"] if len(quoted) <= _NAME_LIMIT else []
+    return [_run_dir(run_id), *legacy]
 
 
 def open_anchor_log(artifacts: ArtifactStore) -> AnchorLog | None:

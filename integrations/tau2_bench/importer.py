@@ -27,7 +27,13 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ingest.import_common import ConvertedRun, ImportReport, read_json_file, record_converted
+from ingest.import_common import (
+    ConvertedRun,
+    ImportReport,
+    check_number,
+    read_json_file,
+    record_converted,
+)
 from integrations.tau_bench.importer import (
     ToolsInfo,
     convert_tau_run,
@@ -65,13 +71,25 @@ def _tool_message(message: dict[str, Any]) -> dict[str, Any]:
 
 
 def tau_record(
-    simulation: dict[str, Any], task: dict[str, Any] | None, policy: str | None
+    simulation: dict[str, Any],
+    task: dict[str, Any] | None,
+    policy: str | None,
+    where: str = "simulation",
 ) -> tuple[dict[str, Any], int]:
-    """A simulation as a tau-bench record, and how many user tool messages were left out."""
+    """A simulation as a tau-bench record, and how many user tool messages were left out. A
+    message of another role than assistant, user, tool or system is refused naming it
+    (``where``)."""
     traj: list[dict[str, Any]] = [{"role": "system", "content": policy}] if policy else []
     left_out = 0
-    for message in simulation.get("messages") or ():
-        role = message.get("role")
+    for index, message in enumerate(simulation.get("messages") or ()):
+        role = message.get("role") if isinstance(message, dict) else None
+        if role not in ("assistant", "user", "tool", "system"):
+            raise InvalidInputError(
+                f"{where}.messages[{index}].role: {role!r} is not assistant, user, tool or system"
+            )
+        if role == "system":  # kept: the tau-bench importer reads or reports it
+            traj.append({"role": "system", "content": message.get("content")})
+            continue
         if (
             role == "assistant"
             and not any(m["role"] == "user" for m in traj)
@@ -154,7 +172,11 @@ def convert_tau2_file(
         if not isinstance(simulation, dict) or "task_id" not in simulation:
             raise InvalidInputError(f"{where}: expected a simulation with a task_id")
         task = tasks.get(str(simulation["task_id"]))
-        record, skipped = tau_record(simulation, task, environment.get("policy"))
+        check_number(simulation, "trial", where, whole=True, optional=True)
+        check_number(
+            simulation.get("reward_info") or {}, "reward", f"{where}.reward_info", optional=True
+        )
+        record, skipped = tau_record(simulation, task, environment.get("policy"), where)
         left_out += skipped
         run = convert_tau_run(record, domain, tools, declared, where)
         labels = {

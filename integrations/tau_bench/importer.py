@@ -24,6 +24,7 @@ from ingest.import_common import (
     ConvertedRun,
     ImportReport,
     build,
+    check_number,
     content_id,
     read_json_file,
     record_converted,
@@ -175,6 +176,8 @@ def _checked_traj(raw: Any, where: str) -> list[dict[str, Any]]:
     for key in ("task_id", "trial", "traj"):
         if key not in raw:
             raise InvalidInputError(f"{where}: missing {key!r}")
+    check_number(raw, "trial", where, whole=True)
+    check_number(raw, "reward", where, optional=True)
     traj = raw["traj"]
     if not isinstance(traj, list) or not traj:
         raise InvalidInputError(f"{where}.traj: expected a non-empty list of messages")

@@ -313,6 +313,10 @@ class PostgresBatchWriter(BatchWriter):
         except asyncpg.IntegrityConstraintViolationError as exc:
             await self._give_back(conn)
             raise NeedsGeneralPath(str(exc)) from exc
+        except (asyncpg.OperatorInterventionError, asyncpg.PostgresConnectionError) as exc:
+            # the server is shutting down or the connection is gone: not a failed statement
+            await self._give_back(conn, broken=True)
+            raise StoreError(f"database error: {exc!r}") from exc
         except asyncpg.PostgresError as exc:  # the statement failed; the connection is fine
             await self._give_back(conn)
             raise StoreError(f"database error: {exc!r}") from exc

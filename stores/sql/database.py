@@ -163,9 +163,35 @@ class Database:
         await self.engine.dispose()
 
 
-#: what a database that is down, restarting or out of connections raises: a driver error, a
-#: refused or reset connection (asyncpg raises plain ``OSError``s), a pool or connect timeout
-_UNAVAILABLE = (DBAPIError, OSError, TimeoutError, SATimeoutError)
+def _driver_unavailable() -> tuple[type[BaseException], ...]:
+    """asyncpg's own errors of a server that is going away or not taking connections: they
+    reach us unwrapped from a connect (SQLAlchemy wraps only the DB-API's classes) and from the
+    raw driver (``chain_read``, the batch writer): "the database system is shutting down" or
+    "is starting up" (57P03), an administrator's or a crash shutdown (57P01, 57P02), a lost
+    connection (class 08), too many connections (class 53)."""
+    try:
+        from asyncpg import exceptions
+    except ImportError:  # an installation without PostgreSQL
+        return ()
+    return (
+        exceptions.OperatorInterventionError,
+        exceptions.PostgresConnectionError,
+        exceptions.InsufficientResourcesError,
+    )
+
+
+#: what a database that is down, restarting, shutting down or out of connections raises: a
+#: driver error, a refused or reset connection (asyncpg raises plain ``OSError``s), a pool or
+#: connect timeout
+_UNAVAILABLE: tuple[type[BaseException], ...] = (
+    DBAPIError,
+    OSError,
+    TimeoutError,
+    SATimeoutError,
+    *_driver_unavailable(),
+)
+#: the same, for the faces' last resort (a store error that escaped the stores' mapping is 503)
+UNAVAILABLE_ERRORS = _UNAVAILABLE
 
 
 def _store_error(exc: BaseException) -> StoreError:
