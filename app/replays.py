@@ -89,6 +89,11 @@ def parse_miss_policy(text: str, field: str = "--on-fixture-miss") -> FixtureMis
     return FixtureMissPolicy[name]
 
 
+#: the longest ``--max-duration``: 30 days, as the API's ``maxDuration`` (``inf`` or 1e300
+#: fit no timedelta)
+_LONGEST_SECONDS = 30 * 24 * 3600
+
+
 def parse_budget(
     *,
     max_model_calls: int | None = None,
@@ -110,6 +115,12 @@ def parse_budget(
     ):
         if value is not None and value < 0:
             raise InvalidInputError(f"{name} must not be negative", field=name)
+    if max_duration is not None and not max_duration <= _LONGEST_SECONDS:  # inf, nan, 1e300
+        raise InvalidInputError(
+            f"--max-duration must be a number of seconds up to {_LONGEST_SECONDS} (30 days), "
+            f"not {max_duration:g}",
+            field="--max-duration",
+        )
     return ReplayBudget(
         max_model_calls=max_model_calls,
         max_tokens=max_tokens,
