@@ -189,3 +189,13 @@ def wait_for_run(client: httpx.Client, run_id: str, timeout: float = 20.0) -> di
         assert answer.status_code in (200, 404), answer.text
         assert time.monotonic() < deadline, f"run {run_id} did not appear: {answer.text}"
         time.sleep(0.05)
+
+
+def write_trace_pb(path: Path) -> str:
+    """The recipe of docs/otlp.md: a GenAI trace made by the OpenTelemetry SDK, encoded by
+    the OTLP exporter's own encoder into ``path``; returns the run id it becomes."""
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+    spans = finished_spans(genai_agent)
+    path.write_bytes(encode_spans(spans).SerializeToString())
+    return f"otlp-{trace_id_of(spans)}"

@@ -8,7 +8,9 @@ from __future__ import annotations
 import asyncio
 import gzip
 import json
+import subprocess
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -35,11 +37,13 @@ from tests.api.otlp_support import (
     served_api,
     trace_id_of,
     wait_for_run,
+    write_trace_pb,
 )
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 PROTOBUF_TYPE = "application/x-protobuf"
 PROTOBUF = {"content-type": PROTOBUF_TYPE, **ENGINEER}
+ENGINEER_HEADER = "Authorization: " + ENGINEER["Authorization"]
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session", params=["sqlite", "postgresql"])
@@ -235,3 +239,26 @@ def _opaque_count(metrics: str) -> float:
         "x 0",
     )
     return float(line.split()[-1])
+
+
+async def test_curl_posts_a_trace_pb_and_the_run_is_listed(
+    receiver: tuple[str, SqlOtlpSpans], tmp_path: Path
+) -> None:
+    """The acceptance: ``curl -X POST $API/v1/traces -H 'content-type:
+    application/x-protobuf' --data-binary @trace.pb`` with a token → 200, the run listed."""
+    base, _ = receiver
+    run_id = write_trace_pb(tmp_path / "trace.pb")
+    command = [
+        *("curl", "-sS", "-o", str(tmp_path / "answer"), "-w", "%{http_code}"),
+        *("-X", "POST", f"{base}/v1/traces", "-H", "content-type: application/x-protobuf"),
+        *("-H", ENGINEER_HEADER, "--data-binary", f"@{tmp_path / 'trace.pb'}"),
+    ]
+    done = await asyncio.to_thread(subprocess.run, command, capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout == "200", done
+    assert ExportTraceServiceResponse.FromString((tmp_path / "answer").read_bytes()) == (
+        ExportTraceServiceResponse()
+    )
+    await run_of(base, run_id)
+    with client(base) as http:
+        listed = http.get("/api/runs", headers=VIEWER).json()["runs"]
+    assert run_id in [r["run_id"] for r in listed]
