@@ -21,6 +21,9 @@ from runtime.replay.engine import ReplayEngine
 from runtime.trajectory import load_trajectory, writes_executed
 
 log = structlog.get_logger(__name__)
+#: JSON bytes of a comparison's differences carried in ``compare_replay``'s result (and so in
+#: the replay's outcome); the whole comparison is an artifact
+CARRIED_DIFF_BYTES = 64 * 1024
 
 
 async def _heartbeat(detail: str, every: float = 1.0) -> None:
@@ -123,7 +126,11 @@ class ReplayActivities:
                 self.engine.ledger, plan.source_run_id, after_sequence=after
             )
             replay = await load_trajectory(self.engine.ledger, plan.replay_id)
-        comparison = compare_trajectories(source, replay)
+        whole = compare_trajectories(source, replay)
+        # the whole comparison travels by reference: a long diverging run's differences would
+        # pass Temporal's payload limit (TMPRL1103); the first ones are carried for the views
+        ref = await self.engine.artifacts.put(whole.model_dump_json().encode())
+        comparison = whole.carried(ref, CARRIED_DIFF_BYTES)
         result = ComparisonResult(
             comparison=comparison,
             reproduced=reproduces(comparison),
@@ -146,7 +153,9 @@ class ReplayActivities:
                         "counterfactual_reason": verdict.reason,
                     }
                 )
-        await observe.replay_compared(self.engine.ledger, plan, result)
+        # counted over every difference, not only the carried ones
+        counted = result.model_copy(update={"comparison": whole})
+        await observe.replay_compared(self.engine.ledger, plan, counted)
         return result
 
     @activity.defn(name="repeat_in_turn")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 from decimal import Decimal
+from typing import Any
 
 from pydantic import Field
 
@@ -49,6 +50,10 @@ class ReplayManifest(HashedRecord):
     recorded_model_profile: str | None = None
     #: set when ``--substitute-model`` replaced the recorded model: the substitute's name
     substituted_model: str | None = None
+    #: a tool-loop run's candidate system prompt and tool catalogue (artifact digests), when
+    #: swapped in (``--system-prompt-file``, ``--tools-file``)
+    candidate_system_prompt: Digest | None = None
+    candidate_tools: Digest | None = None
     prompt_bundle_hash: Digest | None = None
     graph_version: Identifier
     policy_version: str | None = None
@@ -59,6 +64,14 @@ class ReplayManifest(HashedRecord):
     environment_hash: Digest | None = None
     mode: ReplayMode
     simulation: bool = False
+
+    def canonical_payload(self) -> dict[str, Any]:
+        # a manifest with no candidate hashes as manifests did before candidates existed
+        data = super().canonical_payload()
+        for key in ("candidate_system_prompt", "candidate_tools"):
+            if data.get(key) is None:
+                data.pop(key, None)
+        return data
 
 
 class TrajectoryDiff(Record):
@@ -84,10 +97,34 @@ class ReplayComparison(Record):
     answer_similarity: float = Field(ge=0.0, le=1.0)
     diffs: tuple[TrajectoryDiff, ...] = ()
     first_divergent_step: str | None = None
+    #: how many differences the whole comparison holds, when ``diffs`` carries only the first
+    #: of them (``carried``); None when ``diffs`` is all of them
+    diffs_total: int | None = None
+    #: the artifact digest (id and hash at once) of the whole comparison, as JSON
+    ref: str | None = None
 
     @property
     def critical(self) -> bool:
         return any(diff.critical for diff in self.diffs)
+
+    def carried(self, ref: str, max_bytes: int) -> ReplayComparison:
+        """This comparison as it travels through Temporal: a reference to the whole one (the
+        artifact ``ref``) and its differences in order while their JSON stays under
+        ``max_bytes`` (a long diverging run has thousands: past Temporal's 2 MB payload limit,
+        TMPRL1103). The first critical difference is always carried, so ``critical`` says what
+        the whole comparison's says."""
+        kept: list[TrajectoryDiff] = []
+        size = 0
+        for diff in self.diffs:
+            size += len(diff.model_dump_json())
+            if size > max_bytes:
+                break
+            kept.append(diff)
+        first_critical = next((d for d in self.diffs if d.critical), None)
+        if first_critical is not None and first_critical not in kept:
+            kept.append(first_critical)
+        total = len(self.diffs) if len(kept) < len(self.diffs) else None
+        return self.model_copy(update={"diffs": tuple(kept), "diffs_total": total, "ref": ref})
 
 
 class ReplayResult(Record):
