@@ -118,7 +118,10 @@ class IncidentCreate(Body):
     #: one budget shared by every replay of the incident (fields as for replays)
     budget: Budget = Budget()
     retry_not_applied: bool = False
+    #: fork-replay the top K ranked fork points, before the whole-run counterfactuals
     fork_points: int = Field(default=0, ge=0, le=20)
+    #: with ``forkPoints``: the fork replays instead of the whole-run counterfactuals
+    fork_first: bool = False
 
 
 class IncidentAccepted(Body):

@@ -35,11 +35,20 @@ def new_incident_request(
     counterfactuals: list[tuple[str, str]],
     *,
     incident_id: str | None = None,
+    fork_names: tuple[str, str] = ("fork_first", "fork_points"),
     **options: Any,
 ) -> IncidentRequest:
-    """The request that opens an incident for ``run_id`` (id drawn unless given)."""
+    """The request that opens an incident for ``run_id`` (id drawn unless given);
+    ``fork_names``: what the caller calls ``fork_first`` and ``fork_points`` (for the error)."""
     from activities.incident import new_incident_id
 
+    if options.get("fork_first") and not options.get("fork_points"):
+        first, points = fork_names
+        raise InvalidInputError(
+            f"{first} needs {points} K > 0: it runs the top K fork replays instead of the "
+            "whole-run counterfactuals",
+            field=first,
+        )
     return IncidentRequest(
         incident_id=incident_id or new_incident_id(),
         source_run_id=run_id,

@@ -4,10 +4,11 @@ outcome, ranked from the evidence (pure).
 A candidate is a step where the run made a consequential decision: the first divergence of an
 earlier replay of the incident (weight 5 per replay that diverged there), a write (4), a policy
 denial (4), an approval asked for (3), a reviewer's rejection (3), a tool choice (a tool called in the
-step, or asked for by the model in it: 2). Points are ranked by score, then by how early the step came. A fork replay of a point
-resumes from the checkpoint of the step *before* it (``fork_from``), so that the decision at
-the point itself is taken again; a point at the run's first step has nothing before it and is
-left to the whole-run replays.
+step, or asked for by the model in it: 2). Points are ranked by score, then by how early the step
+came. A fork replay of a point regenerates the point itself (its ``from_step`` is the point:
+history before it, the decision at the point taken again), resuming from the checkpoint of the
+step before it (``fork_from``); every step can be a point, the run's first one included (it
+has nothing before it: its fork starts from the run's input, ``fork_from`` None).
 """
 
 from __future__ import annotations
@@ -31,8 +32,9 @@ WEIGHTS = {
 
 class ForkPoint(Record):
     step_id: str
-    #: the step whose checkpoint the fork replay resumes from (the step before ``step_id``)
-    fork_from: str
+    #: the step whose checkpoint the fork replay resumes from (the step before ``step_id``;
+    #: None for the run's first step, whose fork starts from the run's input)
+    fork_from: str | None = None
     score: int = Field(ge=1)
     #: why it is a candidate, e.g. ``("side effect", "tool choice")``
     reasons: tuple[str, ...]
@@ -88,12 +90,11 @@ def rank_fork_points(
     points = []
     for step, why in reasons.items():
         index = order.get(step)
-        if not index:  # the first step, or not a step of this run
+        if index is None:  # not a step of this run
             continue
         unique = tuple(dict.fromkeys(why))
         score = sum(WEIGHTS[w] * (why.count(w) if w == "first divergence" else 1) for w in unique)
-        points.append(
-            ForkPoint(step_id=step, fork_from=source.steps[index - 1], score=score, reasons=unique)
-        )
+        before = source.steps[index - 1] if index else None
+        points.append(ForkPoint(step_id=step, fork_from=before, score=score, reasons=unique))
     points.sort(key=lambda p: (-p.score, order[p.step_id]))
     return points

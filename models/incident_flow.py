@@ -61,8 +61,12 @@ class IncidentRequest(Record):
     #: after reconciling, retry durably each side effect reconciled NOT applied
     #: (``SideEffectRetry`` child workflows, id = the side effect id)
     retry_not_applied: bool = False
-    #: fork replays from the top K ranked fork points, with each counterfactual (0: none)
+    #: fork replays from the top K ranked fork points, with each counterfactual (0: none); they
+    #: run before the whole-run counterfactual replays (divergence first)
     fork_points: int = Field(default=0, ge=0, le=20)
+    #: with ``fork_points``: the fork replays instead of the whole-run counterfactual replays
+    #: (the exact replay still runs: it shows the failure reproduces)
+    fork_first: bool = False
     #: after the report, watch new runs with the fix version until this many are clean
     #: (0: no watch), at most ``watch_days``; looks every ``watch_interval_seconds`` (or when
     #: signalled ``run_recorded``)

@@ -22,13 +22,13 @@ from workflows._incident_state import RETRY, SHORT, IncidentState, incident_repl
 
 
 class ForkPhases(IncidentState):
-    """The fork-point replays, after the counterfactuals."""
+    """The fork-point replays, before the whole-run counterfactuals (or instead of them)."""
 
-    async def _fork_replays(self, request: IncidentRequest) -> None:
-        """COUNTERFACTUALS, when asked (``--fork-points K``): rank the run's candidate fork
-        points from its evidence and the replays' first divergences, then fork-replay the top
-        K with each counterfactual (or exactly, when there is none), N times each, as child
-        ``Replay`` workflows. A fork that cannot run (no checkpoint) is reported, not fatal."""
+    async def _fork_replays(self, request: IncidentRequest, reserve: int = 0) -> None:
+        """COUNTERFACTUALS, when asked (``--fork-points K``): rank the run's fork points (its
+        first step included) and fork-replay the top K with each counterfactual (or exactly),
+        N times each, as child ``Replay`` workflows regenerating from the point; one that
+        cannot run is reported, not fatal. ``reserve``: replays still to come on the budget."""
         points: list[ForkPoint] = await workflow.execute_activity_method(
             IncidentActivities.rank_fork_points,
             args=[request.source_run_id, [r.first_divergent_step for r in self._current.replays]],
@@ -45,7 +45,7 @@ class ForkPhases(IncidentState):
         # the forks draw from the incident's one budget like its other replays, and count in
         # its memo (issue 16)
         counted = workflow.patched("incident-fork-budget")
-        allotments = self._allotments(request, len(forks)) if counted else None
+        allotments = self._allotments(request, len(forks) + reserve) if counted else None
         started = []
         for n, (i, point, j, cf) in enumerate(forks):
             plan = build_replay_plan(

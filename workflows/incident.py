@@ -207,10 +207,17 @@ class IncidentWorkflow(EvidencePhases, ReplayPhases, ForkPhases, ClosingPhases):
         await self._enter(IncidentPhase.REPLAYING)
         await self._replays(request, [None])
         await self._enter(IncidentPhase.COUNTERFACTUALS)
-        await self._replays(request, list(request.counterfactuals))
+        # divergence first: the fork replays before (with ``fork_first`` instead of) the
+        # whole-run counterfactuals; incidents started before ran them after (issue 30)
+        forks_first = bool(request.fork_points) and workflow.patched("incident-forks-first")
+        if forks_first:
+            later = 0 if request.fork_first else len(request.counterfactuals)
+            await self._fork_replays(request, reserve=later)
+        if not (forks_first and request.fork_first):
+            await self._replays(request, list(request.counterfactuals))
         if prompt_swap_fixes(self._current.replays) and workflow.patched("sign-with-replays"):
             await self._sign_with_replays(request)
-        if request.fork_points:
+        if request.fork_points and not forks_first:
             await self._fork_replays(request)
         await self._await_confirmation(request)
         await self._create_regression_case()

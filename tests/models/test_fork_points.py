@@ -36,14 +36,14 @@ def run() -> Trajectory:
 
 def test_points_are_ranked_by_evidence_and_forked_from_the_step_before() -> None:
     points = rank_fork_points(run(), ["email", "email", None])
-    assert [p.step_id for p in points] == ["email", "refund", "reviewer", "crm"]
-    email, refund, reviewer, crm = points
+    assert [p.step_id for p in points] == ["email", "refund", "reviewer", "planner", "crm"]
+    email, refund, reviewer, planner, crm = points
     assert email.score == 5 * 2 + 4 and email.reasons == ("first divergence", "side effect")
     assert email.fork_from == "refund"
     assert refund.score == 4 + 3 and refund.fork_from == "reviewer"
     assert reviewer.reasons == ("reviewer rejection",) and crm.reasons == ("tool choice",)
-    # the first step has nothing before it to resume from: whole-run replays cover it
-    assert "planner" not in {p.step_id for p in points}
+    # the first step is a point too (issue 30): its fork starts from the run's input
+    assert planner.reasons == ("tool choice",) and planner.fork_from is None
 
 
 def test_no_evidence_no_points() -> None:

@@ -19,9 +19,11 @@ from models.replay_flow import ReplayOutcome
 from tests.workflows.test_incident_workflow import open_incident, wait_phase, wrong_customer_run
 
 #: the incident's one budget of model calls: the exact replay (two runs of two calls: planner,
-#: writer) takes four, the two v18 runs one each before their fixture miss: none is left for
-#: the forks (the fork from `search` would call the writer again: 8 calls without the one budget)
-CALLS = 6
+#: writer) takes four; the six left are shared by the two fork replays, which run first
+#: (divergence first), and the whole-run v18 replay still to come: two calls each, and v18's
+#: two runs take one each before their fixture miss (without the one budget the forks alone
+#: would call the model 8 times)
+CALLS = 10
 
 
 async def test_inconclusive_counterfactuals_are_not_established_and_forks_share_the_budget(
@@ -39,7 +41,8 @@ async def test_inconclusive_counterfactuals_are_not_established_and_forks_share_
         budget=ReplayBudget(max_model_calls=CALLS),
     )
     view = await wait_phase(handle, IncidentPhase.AWAITING_CONFIRMATION, deadline_s=300)
-    exact, v18 = view.replays[:2]
+    # divergence first: the fork replays ran before the whole-run counterfactual
+    exact, v18 = view.replays[0], view.replays[-1]
     assert v18.label == "prompt=v18" and v18.runs == 2 and v18.inconclusive == 2
     assert v18.inconclusive_reasons == {"FIXTURE_MISS": 2} and v18.rate is None
     assert v18.confidence.value == "LIMITED" and not v18.established
