@@ -2,25 +2,27 @@
 capsule's evidence goes into a throw-away store (a SQLite file and a directory under a temporary
 directory), and the real ``ReplayEngine`` replays it in this process (``app.local_replay``, the
 steps the ``Replay`` workflow runs as activities). The verdicts are the gate's: each replay's as
-the workflow gives it, the case's by ``app.regression.case_verdict``."""
+the workflow gives it, the case's as ``regress`` decides it (``models.gate_power``)."""
 
 from __future__ import annotations
 
 import dataclasses
-import secrets
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from app.candidates import store_candidates
 from app.capsules import OpenedCapsule, import_capsule
 from app.local_replay import run_prepared
-from app.regression import candidate_plan, case_verdict, gated_graphs
+from app.regression import GateRepeats, candidate_plan, gated_graphs
 from models import FixtureMissPolicy
 from models.comparison import compare_trajectories, reproduces
 from models.errors import InvalidInputError, ReplaybookError
+from models.gate_power import gate_verdict, repeats_to_decide
 from models.regression import evaluate_case
 from models.replay_flow import ReplayPlan
+from models.statistics import wilson_interval
 from models.verdicts import Verdict, failure_verdict, stop_verdict
 from runtime.replay.catalog import AgentCatalog
 from runtime.replay.engine import ReplayEngine
@@ -28,9 +30,6 @@ from runtime.tools import ToolCallContext, ToolProvider, request_hash
 from runtime.trajectory import load_trajectory
 from stores.bundle import Stores, open_stores
 from stores.config import ArtifactSettings, DatabaseSettings, StoreSettings
-
-#: seeds are drawn from this range (``--seeds`` replays a gate run with the same ones)
-_SEED_RANGE = 1_000_000
 
 
 def capsule_store_settings(workdir: Path) -> StoreSettings:
@@ -69,31 +68,22 @@ def offline_catalog(catalog: AgentCatalog, capsule: OpenedCapsule) -> AgentCatal
     return dataclasses.replace(catalog, read_providers=read_providers)
 
 
-def draw_seeds(repeat: int, seeds: Sequence[int] = ()) -> list[int]:
-    """``seeds`` when given (``repeat`` of them), else ``repeat`` fresh ones."""
-    if repeat < 1:
-        raise InvalidInputError("--repeat must be at least 1", field="--repeat")
-    if seeds:
-        if len(seeds) != repeat:
-            raise InvalidInputError(
-                f"--seeds names {len(seeds)} seeds for --repeat {repeat}", field="--seeds"
-            )
-        return list(seeds)
-    return [secrets.randbelow(_SEED_RANGE) + 1 for _ in range(repeat)]
-
-
 async def run_capsule(
     capsule: OpenedCapsule,
     candidates: Sequence[tuple[str, str]],
     catalogs: Mapping[str, AgentCatalog],
     *,
-    repeat: int = 5,
-    seeds: Sequence[int] = (),
+    repeat: int | GateRepeats = 5,
     miss: FixtureMissPolicy = FixtureMissPolicy.SANDBOX_LIVE,
+    candidate_texts: Mapping[str, str] | None = None,
     workdir: Path | None = None,
 ) -> dict[str, Any]:
     """The gate's result for the capsule's case (the shape ``regress --json`` gives per case,
-    plus ``seeds`` and ``offline``). The chain is checked again in the throw-away store."""
+    plus ``verdicts`` and ``offline``): ``repeat`` as ``regress`` takes it (a count, or
+    ``GateRepeats`` for ``--repeat auto``, ``--seeds``, ``--threshold``), decided against the
+    capsule's threshold unless one is given. ``candidate_texts``: a system prompt or tool
+    catalogue (``app.candidates.read_candidates``), stored in the throw-away store and swapped
+    in by digest. The chain is checked again in the throw-away store."""
     graph = capsule.manifest.graph_id
     if graph not in catalogs:
         raise InvalidInputError(
@@ -101,10 +91,21 @@ async def run_capsule(
             f"(known: {', '.join(sorted(catalogs))})",
             field="capsule",
         )
-    gated_graphs(catalogs, candidates, [graph])  # an unknown candidate: bad input, before work
-    drawn = draw_seeds(repeat, seeds)
+    repeats = repeat if isinstance(repeat, GateRepeats) else GateRepeats(count=repeat)
+    repeats.check()
+    threshold = capsule.manifest.threshold if repeats.threshold is None else repeats.threshold
+    seeds = repeats.draw(repeats.per_case(threshold))
     with tempfile.TemporaryDirectory(prefix="rbcase-", dir=workdir) as tmp:
         async with open_stores(capsule_store_settings(Path(tmp))) as stores:
+            texts = candidate_texts or {}
+            stored = await store_candidates(
+                stores.artifacts,
+                system_prompt=texts.get("system_prompt"),
+                tools=texts.get("tools"),
+            )
+            pairs = [*candidates, *stored.items()]
+            # an unknown candidate is bad input, before any replay
+            gated_graphs(catalogs, pairs, [graph])
             run_id = await import_capsule(stores, capsule, with_case=False)
             engine = ReplayEngine(
                 stores.ledger,
@@ -112,12 +113,32 @@ async def run_capsule(
                 stores.artifacts,
                 {graph: offline_catalog(catalogs[graph], capsule)},
             )
-            plans = [candidate_plan(run_id, candidates, miss, seed) for seed in drawn]
+            plans = [candidate_plan(run_id, pairs, miss, seed) for seed in seeds]
             replays = [await _replay(engine, stores, capsule, plan) for plan in plans]
+    return _decided(capsule, pairs, plans, seeds, replays, repeats.threshold)
+
+
+def _decided(
+    capsule: OpenedCapsule,
+    candidates: Sequence[tuple[str, str]],
+    plans: Sequence[ReplayPlan],
+    seeds: Sequence[int],
+    replays: Sequence[dict[str, Any]],
+    threshold: float | None,
+) -> dict[str, Any]:
+    """The case decided as ``regress`` decides it (``models.gate_power``) against the threshold
+    the capsule carries (or ``threshold``), in the shape of one case of ``regress --json``."""
     failures = [f for r in replays for f in r["failures"]]
     inconclusive = [r["inconclusive"] for r in replays if r["inconclusive"]]
+    if threshold is None:
+        threshold, source = capsule.manifest.threshold, capsule.manifest.threshold_source
+    else:
+        source = "--threshold"
+    conclusive = len(replays) - len(inconclusive)
+    reproduced = len({f["replay_id"] for f in failures})
+    verdict = gate_verdict(reproduced, conclusive, threshold)  # as regress decides
+    low, high = wilson_interval(reproduced, conclusive)
     case = capsule.case
-    verdict = case_verdict(failures, inconclusive)
     return {
         "case_id": case.case_id,
         "incident_id": case.incident_id,
@@ -125,8 +146,16 @@ async def run_capsule(
         "candidate": dict(candidates),
         "verdict": verdict,
         "passed": verdict == "PASSED",
+        "reproduced": reproduced,
+        "conclusive": conclusive,
+        "ci95": [round(low, 4), round(high, 4)],
+        "threshold": round(threshold, 4),
+        "threshold_source": source,
+        "repeats_to_decide": None
+        if verdict != "INCONCLUSIVE"
+        else repeats_to_decide(reproduced, conclusive, threshold),
+        "seeds": list(seeds),
         "replays": [p.replay_id for p in plans],
-        "seeds": drawn,
         "failures": failures,
         "inconclusive": inconclusive,
         "verdicts": [r["verdict"] for r in replays],

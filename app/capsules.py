@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from app.regression import case_threshold
 from models import RunStatus
 from models.capsule import (
     LIVE_DIR,
@@ -106,6 +107,7 @@ async def export_case(
     for digest in sorted(d.removeprefix("cas:") for d in digests):
         files[artifact_path(digest)] = await stores.artifacts.get(digest)
     answers, live_from = await live_read_answers(stores.db, run_id)
+    threshold, threshold_source = await case_threshold(stores, case)
     for answer in answers:
         files[live_path(answer["request_hash"])] = _json(answer)
     raw_key = public_raw(key.public)
@@ -125,6 +127,8 @@ async def export_case(
                     hash=verification.head_hash,
                 )
             ],
+            "threshold": threshold,
+            "threshold_source": threshold_source,
             "live_from": live_from,
             "notes": {
                 "events": verification.event_count,

@@ -46,17 +46,9 @@ def trusted_key(path: Path | None) -> tuple[Ed25519PublicKey | None, str]:
     """The public key a capsule is checked with, and where it came from."""
     import os
 
-    from stores.case_signing import PUBLIC_KEY_VARIABLE, existing_signing_key, load_public_key
+    from stores.case_signing import PUBLIC_KEY_VARIABLE, trusted_public_key
 
-    if path is not None:
-        return load_public_key(path), str(path)
-    configured = os.environ.get(PUBLIC_KEY_VARIABLE)
-    if configured:
-        return load_public_key(Path(configured), PUBLIC_KEY_VARIABLE), configured
-    key = existing_signing_key(*_signing_settings())
-    if key is not None:
-        return key.public, f"the signing key {key.source}"
-    return None, "the key the capsule names (no trusted key given)"
+    return trusted_public_key(path, os.environ.get(PUBLIC_KEY_VARIABLE), *_signing_settings())
 
 
 def open_file(path: Path, public_key: Path | None) -> OpenedCapsule:
@@ -124,6 +116,11 @@ def verify(path: Path, public_key: PublicKeyOption = None, as_json: JsonOption =
         )
 
 
+RepeatOption = Annotated[
+    str, typer.Option(help="Replays of the case: a number, or auto (--power at --rate).")
+]
+
+
 @case_app.command("run")
 def run(
     path: Path,
@@ -138,9 +135,18 @@ def run(
         Path | None,
         typer.Option("--system-prompt-file", help="A new compiled system prompt (tool loop)."),
     ] = None,
-    repeat: Annotated[int, typer.Option(help="Replays of the case; it holds only if all do.")] = 5,
+    tools_file: Annotated[
+        Path | None, typer.Option("--tools-file", help="A changed tool catalogue (tool loop).")
+    ] = None,
+    repeat: RepeatOption = "5",
+    power: Annotated[float, typer.Option(help="--repeat auto: chance to catch")] = 0.9,
+    rate: Annotated[float, typer.Option(help="--repeat auto: a regression at this rate")] = 0.5,
     seeds: Annotated[
-        str | None, typer.Option("--seeds", help="Comma-separated seeds (one per repeat).")
+        str | None, typer.Option("--seeds", help="Comma-separated seeds (one per replay).")
+    ] = None,
+    threshold: Annotated[
+        float | None,
+        typer.Option(help="The reproduction rate the candidate may show (default: the case's)."),
     ] = None,
     on_fixture_miss: Annotated[
         str, typer.Option("--on-fixture-miss", help="fail | stub | sandbox-live")
@@ -149,12 +155,22 @@ def run(
     as_json: JsonOption = False,
 ) -> None:
     """Replay the capsule's case with the candidate in this process — no Temporal, database or
-    artifact store — and exit as ``regress`` does: 0 it holds, 1 it breaks (or the capsule
-    fails a check), 6 inconclusive."""
-    pairs = _candidates(candidate, model, system_prompt_file)
-    seed_list = _seeds(seeds)
+    artifact store — decided as ``regress`` decides (the 95% interval of its reproduction
+    rate against the case's threshold); exit 0 it holds, 1 it breaks (or the capsule fails a
+    check), 6 inconclusive."""
+    from app.candidates import read_candidates
+
+    pairs = _candidates(candidate, model)
+    texts = read_candidates(system_prompt_file, tools_file)
+    if not pairs and not texts:
+        raise InvalidInputError(
+            "name the candidate: --candidate prompt=V, --model M, --system-prompt-file F or "
+            "--tools-file F",
+            field="--candidate",
+        )
+    repeats = _repeats(repeat, power, rate, seeds, threshold)
     capsule = open_file(path, public_key)
-    result = _run(capsule, pairs, repeat, seed_list, on_fixture_miss)
+    result = _run(capsule, pairs, texts, repeats, on_fixture_miss)
     print_json(result) if as_json else _print_result(result)
     if result["verdict"] == "FAILED":
         raise typer.Exit(EXIT_BROKEN)
@@ -166,8 +182,8 @@ def run(
 async def _run(
     capsule: OpenedCapsule,
     pairs: list[tuple[str, str]],
-    repeat: int,
-    seeds: list[int],
+    texts: dict[str, str],
+    repeats: Any,
     on_fixture_miss: str,
 ) -> dict[str, Any]:
     from app.capsule_run import run_capsule
@@ -177,43 +193,56 @@ async def _run(
     settings = load_settings()
     known = catalogs(None, settings.models, settings.model_registry)
     miss = parse_miss_policy(on_fixture_miss)
-    return await run_capsule(capsule, pairs, known, repeat=repeat, seeds=seeds, miss=miss)
+    return await run_capsule(
+        capsule, pairs, known, repeat=repeats, miss=miss, candidate_texts=texts
+    )
 
 
-def _candidates(
-    values: list[str] | None, model: str | None, system_prompt_file: Path | None
-) -> list[tuple[str, str]]:
+def _candidates(values: list[str] | None, model: str | None) -> list[tuple[str, str]]:
     from app.incidents import parse_candidates
-    from models.replay_plans import CANDIDATE_KINDS
 
-    pairs = parse_candidates(values, "--candidate", (*CANDIDATE_KINDS, "graph"))
-    if model:
-        pairs.append(("model", model))
-    if system_prompt_file is not None:
-        if "system_prompt" not in CANDIDATE_KINDS:
+    # the file candidates come as files (--system-prompt-file, --tools-file), not digests
+    pairs = parse_candidates(values, "--candidate", ("prompt", "model", "policy", "retriever"))
+    return pairs + ([("model", model)] if model else [])
+
+
+def _repeats(
+    repeat: str, power: float, rate: float, seeds: str | None, threshold: float | None
+) -> Any:
+    """``--repeat N|auto``, ``--power``, ``--rate``, ``--seeds``, ``--threshold`` as
+    ``regress`` reads them (``app.regression.GateRepeats``); bad input names its flag."""
+    from app.regression import GateRepeats
+
+    count: int | None = None
+    if repeat.strip().lower() != "auto":
+        try:
+            count = int(repeat)
+        except ValueError:
             raise InvalidInputError(
-                "--system-prompt-file: this installation's replays take no system-prompt "
-                "candidate yet",
-                field="--system-prompt-file",
-            )
-        pairs.append(("system_prompt", str(system_prompt_file)))
-    if not pairs:
+                f"--repeat must be a whole number or auto, not {repeat!r}", field="--repeat"
+            ) from None
+    drawn: tuple[int, ...] = ()
+    if seeds:
+        try:
+            drawn = tuple(int(s) for s in seeds.split(",") if s.strip())
+        except ValueError:
+            raise InvalidInputError(
+                f"--seeds must be whole numbers separated by commas, not {seeds!r}",
+                field="--seeds",
+            ) from None
+    if threshold is not None and not 0 <= threshold < 1:
         raise InvalidInputError(
-            "name the candidate: --candidate prompt=V, --model M or --system-prompt-file F",
-            field="--candidate",
+            f"--threshold must be in [0, 1), not {threshold}", field="--threshold"
         )
-    return pairs
-
-
-def _seeds(text: str | None) -> list[int]:
-    if not text:
-        return []
-    try:
-        return [int(s) for s in text.split(",") if s.strip()]
-    except ValueError:
-        raise InvalidInputError(
-            f"--seeds {text!r}: expected integers separated by commas", field="--seeds"
-        ) from None
+    repeats = GateRepeats(
+        count=len(drawn) if drawn else count,
+        power=power,
+        rate=rate,
+        seeds=drawn,
+        threshold=threshold,
+    )
+    repeats.check()
+    return repeats
 
 
 def _print_result(result: dict[str, Any]) -> None:
@@ -226,10 +255,14 @@ def _print_result(result: dict[str, Any]) -> None:
     for reason in reasons:
         typer.echo(f"      {reason}")
     candidate = ", ".join(f"{k}={v}" for k, v in result["candidate"].items())
+    low, high = result["ci95"]
+    decide = result.get("repeats_to_decide")
     typer.echo(
         f"capsule gate {result['verdict']} for {candidate}: {len(result['replays'])} replays "
-        f"offline (seeds {','.join(map(str, result['seeds']))}), "
-        f"{sum(v == 'REPRODUCED' for v in result['verdicts'])} reproduced the incident"
+        f"offline (seeds {','.join(map(str, result['seeds']))}), broke the case in "
+        f"{result['reproduced']} of {result['conclusive']} conclusive (95% {low:.2f}–{high:.2f}, "
+        f"threshold {result['threshold']:.2f} from {result['threshold_source']})"
+        + (f"; about {decide} conclusive replays would decide" if decide else "")
     )
 
 

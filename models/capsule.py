@@ -39,6 +39,7 @@ from models.base import Digest, Identifier, Instant, Record
 from models.canonical import canonicalize
 from models.digest import sha256_digest
 from models.errors import CapsuleRefusedError
+from models.gate_power import DEFAULT_THRESHOLD
 from models.regression import RegressionCase
 
 CAPSULE_FORMAT = "replaybook-case/1"
@@ -85,6 +86,10 @@ class CapsuleManifest(Record):
     public_key: str = Field(min_length=1)
     key_id: str = Field(pattern=r"^[0-9a-f]{16}$")
     chain_heads: tuple[ChainHead, ...] = Field(min_length=1)
+    #: the reproduction rate a candidate may show at most, as the gate of the store it came
+    #: from decides it (``models.gate_power``), and where that came from
+    threshold: float = Field(DEFAULT_THRESHOLD, ge=0, lt=1)
+    threshold_source: str = "default"
     #: the incident's replays whose live READ answers the capsule carries (``live/``)
     live_from: tuple[Identifier, ...] = ()
     entries: tuple[CapsuleEntry, ...]
