@@ -69,6 +69,7 @@ def create_app(settings: Settings | None = None, config: ApiConfig | None = None
     app.include_router(routes_incidents.router)
     app.include_router(routes_side_effects.router)
     app.include_router(routes_alerts.router)
+    app.include_router(routes_alerts.watches)
     app.include_router(routes_otlp.router)
     _ingestion(app)
     answers.document(app)

@@ -20,6 +20,7 @@ from api.schemas import (
     camel,
 )
 from api.state import State
+from app.alerts import incident_alerts
 from app.incidents import (
     confirm_root_cause,
     incident_status_view,
@@ -78,8 +79,6 @@ async def create_incident(body: IncidentCreate, state: State, caller: Operator) 
         budget=body.budget.to_model(),
         retry_not_applied=body.retry_not_applied,
         fork_points=body.fork_points,
-        fork_first=body.fork_first,
-        fork_names=("forkFirst", "forkPoints"),
     )
     await open_incident(
         state.client,
@@ -99,7 +98,10 @@ async def create_incident(body: IncidentCreate, state: State, caller: Operator) 
 )
 async def get_incident(incident_id: str, state: State, _: Reader) -> dict[str, Any]:
     with naming("incident_id"):
-        return camel(await incident_status_view(await state.client(), incident_id))
+        view = await incident_status_view(await state.client(), incident_id)
+    # the alerts taken into it (opened it or attached to it), with their deliveries
+    view["alerts"] = await incident_alerts(await state.stores(), incident_id)
+    return camel(view)
 
 
 @router.post(

@@ -1,20 +1,24 @@
 """Alert intake: Prometheus Alertmanager webhook notifications open, or attach to, incidents.
 
-Each firing alert is handled once per fingerprint: its labels name a run (``run_id``) or a
-failure signature (``signature``). A run opens the incident ``INC-alert-<fingerprint>`` (the
-fingerprint makes a re-delivered notification find the incident it opened, not open another);
-a signature attaches to the newest incident already signed with it. Resolved alerts and alerts
+Each firing alert's fingerprint is taken into one incident for ever (``alert_fingerprints``):
+its labels name a run (``run_id``: it opens the incident ``INC-alert-<fingerprint>``) or a
+failure signature (``signature``: it attaches to the newest incident signed so). A later
+delivery of the same fingerprint — a re-delivered notification, or the alert firing again —
+finds its row, is counted there, and opens or attaches nothing (``duplicate``). The alerts
+taken into an incident are shown with it (``incident_alerts``). Resolved alerts and alerts
 naming neither are acknowledged and ignored, each with the reason."""
 
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime
 from typing import Any
 
-from app.incidents import incident_handle, new_incident_request, open_incident
+from app.incidents import new_incident_request, open_incident
 from app.replays import ClientSource
-from models.errors import ConflictError, NotFoundError, RunNotFoundError
+from models.errors import ConflictError, RunNotFoundError
 from stores.bundle import Stores
+from stores.sql.alert_fingerprints import SqlAlertFingerprints
 
 _SAFE = re.compile(r"[^A-Za-z0-9._-]")
 
@@ -27,41 +31,89 @@ def alert_incident_id(fingerprint: str) -> str:
 async def take_alerts(
     client: ClientSource, stores: Stores, alerts: list[dict[str, Any]], *, repeat: int = 20
 ) -> list[dict[str, Any]]:
-    """One answer per alert: ``action`` ``opened``, ``attached`` or ``ignored`` with the
-    ``incident_id`` (or the ``reason`` it was ignored). Idempotent by fingerprint."""
+    """One answer per alert: ``action`` ``opened``, ``attached``, ``duplicate`` (the
+    fingerprint was taken before: ``incident_id`` and ``deliveries`` say where and how often)
+    or ``ignored`` (with the ``reason``)."""
     return [await _take(client, stores, alert, repeat) for alert in alerts]
+
+
+async def incident_alerts(stores: Stores, incident_id: str) -> list[dict[str, Any]]:
+    """The alerts taken into ``incident_id`` (opened it or attached to it), with their
+    deliveries: what ``incident status`` and ``GET /api/incidents/{id}`` show."""
+    return await SqlAlertFingerprints(stores.db).for_incident(incident_id)
 
 
 async def _take(
     client: ClientSource, stores: Stores, alert: dict[str, Any], repeat: int
 ) -> dict[str, Any]:
-    from stores.sql.incidents import SqlIncidentStore
-
     fingerprint = str(alert.get("fingerprint") or "")
     labels = alert.get("labels") or {}
     answer: dict[str, Any] = {"fingerprint": fingerprint, "alertname": labels.get("alertname")}
     if alert.get("status", "firing") != "firing":
         return answer | {"action": "ignored", "reason": "the alert is resolved"}
+    if not fingerprint:
+        return answer | {"action": "ignored", "reason": "the alert has no fingerprint"}
+    fingerprints = SqlAlertFingerprints(stores.db)
+    now = datetime.now(UTC)
+    if (seen := await fingerprints.taken(fingerprint, now)) is not None:
+        return answer | _duplicate(seen)
     run_id, signature = labels.get("run_id"), labels.get("signature")
     if run_id:
-        incident_id = alert_incident_id(fingerprint)
-        try:
-            await incident_handle(await client(), incident_id)
-            return answer | {"action": "attached", "incident_id": incident_id}
-        except NotFoundError:
-            pass
-        request = new_incident_request(str(run_id), [], incident_id=incident_id, repeat=repeat)
-        try:
-            await open_incident(client, stores, request)
-        except ConflictError:  # a concurrent delivery of the same alert opened it first
-            return answer | {"action": "attached", "incident_id": incident_id}
-        except RunNotFoundError:
-            return answer | {"action": "ignored", "reason": f"run {run_id!r} is not recorded"}
-        return answer | {"action": "opened", "incident_id": incident_id}
-    if signature:
-        found = await SqlIncidentStore(stores.db).list_incidents(signature=str(signature), limit=1)
-        if not found:
-            reason = f"no incident is signed {signature!r} and the alert names no run_id"
-            return answer | {"action": "ignored", "reason": reason}
-        return answer | {"action": "attached", "incident_id": found[0].incident_id}
-    return answer | {"action": "ignored", "reason": "its labels name no run_id and no signature"}
+        action, incident_id, why = await _open_for_run(
+            client, stores, fingerprint, str(run_id), repeat
+        )
+        matched = ("run_id", str(run_id))
+    elif signature:
+        action, incident_id, why = await _attach_to_signed(stores, str(signature))
+        matched = ("signature", str(signature))
+    else:
+        return answer | {
+            "action": "ignored",
+            "reason": "its labels name no run_id and no signature",
+        }
+    if incident_id is None:
+        return answer | {"action": "ignored", "reason": why}
+    row = await fingerprints.claim(
+        fingerprint,
+        incident_id,
+        action=action,
+        alertname=labels.get("alertname"),
+        matched_by=matched[0],
+        matched_value=matched[1],
+        at=now,
+    )
+    if row["incident_id"] != incident_id or row["deliveries"] > 1:  # a concurrent delivery won
+        return answer | _duplicate(row)
+    return answer | {"action": action, "incident_id": incident_id}
+
+
+def _duplicate(row: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "action": "duplicate",
+        "incident_id": row["incident_id"],
+        "first_action": row["action"],
+        "deliveries": row["deliveries"],
+    }
+
+
+async def _open_for_run(
+    client: ClientSource, stores: Stores, fingerprint: str, run_id: str, repeat: int
+) -> tuple[str, str | None, str]:
+    incident_id = alert_incident_id(fingerprint)
+    request = new_incident_request(run_id, [], incident_id=incident_id, repeat=repeat)
+    try:
+        await open_incident(client, stores, request)
+    except ConflictError:  # opened before this fingerprint was recorded (a crash between)
+        return "attached", incident_id, ""
+    except RunNotFoundError:
+        return "ignored", None, f"run {run_id!r} is not recorded"
+    return "opened", incident_id, ""
+
+
+async def _attach_to_signed(stores: Stores, signature: str) -> tuple[str, str | None, str]:
+    from stores.sql.incidents import SqlIncidentStore
+
+    found = await SqlIncidentStore(stores.db).list_incidents(signature=signature, limit=1)
+    if not found:
+        return "ignored", None, f"no incident is signed {signature!r} and the alert names no run_id"
+    return "attached", found[0].incident_id, ""

@@ -98,17 +98,9 @@ async def incident_open(
         int,
         typer.Option(
             "--fork-points",
-            help="Fork-replay the top K ranked fork points with each counterfactual (0: none), "
-            "before the whole-run counterfactuals.",
+            help="Fork-replay the top K ranked fork points with each counterfactual (0: none).",
         ),
     ] = 0,
-    fork_first: Annotated[
-        bool,
-        typer.Option(
-            "--fork-first",
-            help="With --fork-points: the fork replays instead of the whole-run counterfactuals.",
-        ),
-    ] = False,
     watch_clean_runs: Annotated[
         int,
         typer.Option(
@@ -144,8 +136,6 @@ async def incident_open(
         budget=budget,
         retry_not_applied=retry_not_applied,
         fork_points=fork_points,
-        fork_first=fork_first,
-        fork_names=("--fork-first", "--fork-points"),
         watch_clean_runs=watch_clean_runs,
         watch_days=watch_days,
     )
@@ -176,14 +166,25 @@ async def _open(settings: Any, request: Any) -> None:
 @run_async
 async def incident_status(incident_id: str, as_json: JsonOption = False) -> None:
     """Phase, signature, replays with rates, and the human tasks it waits for."""
+    from app.alerts import incident_alerts
     from app.incidents import incident_status_view
+    from stores.bundle import open_stores
     from worker.temporal import connect
 
-    data = await incident_status_view(await connect(load_settings()), incident_id)
+    settings = load_settings()
+    data = await incident_status_view(await connect(settings), incident_id)
+    async with open_stores(settings.stores) as stores:
+        data["alerts"] = await incident_alerts(stores, incident_id)
     if as_json:
         print_json(data)
     else:
         _print_incident(incident_id, data)
+        for alert in data["alerts"]:
+            typer.echo(
+                f"  alert {alert['fingerprint']} ({alert['alertname'] or '-'}, "
+                f"{alert['matched_by']}={alert['matched_value']}): {alert['action']}, "
+                f"{alert['deliveries']} deliveries"
+            )
     if data["phase"] == "FAILED":
         raise typer.Exit(EXIT_BROKEN)
 

@@ -333,3 +333,24 @@ otlp_span_chunks = Table(
     Column("write_tools", String(), nullable=True),
     Column("spans", LargeBinary, nullable=False),
 )
+
+# alert intake (migration 0006) -----------------------------------------------------------------
+
+# one row per Alertmanager fingerprint ever taken: the incident it opened or attached to, for
+# ever (a re-delivery, or the same alert firing again, finds this row and changes nothing but
+# its delivery count and last time)
+alert_fingerprints = Table(
+    "alert_fingerprints",
+    metadata,
+    Column("fingerprint", String(128), primary_key=True),
+    Column("incident_id", Id, nullable=False, index=True),
+    # opened | attached: what its first delivery did
+    Column("action", String(16), nullable=False),
+    Column("alertname", String(255), nullable=True),
+    # the label that chose the incident: run_id or signature
+    Column("matched_by", String(16), nullable=False),
+    Column("matched_value", String(512), nullable=False),
+    Column("deliveries", Integer, nullable=False),
+    Column("first_seen", _utc(), nullable=False),
+    Column("last_seen", _utc(), nullable=False),
+)
