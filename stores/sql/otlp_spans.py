@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from runtime.ports import StagedChunk, StageOutcome
 from stores.sql import schema
-from stores.sql.database import Database, utc
+from stores.sql.database import Database
 
 T = schema.otlp_traces
 C = schema.otlp_span_chunks
@@ -46,7 +46,7 @@ class SqlOtlpSpans:
         async with self.db.transaction() as conn:
             states = await self._touch(conn, traces, rooted, now)
             # a trace first seen by this export has nothing stored to compare with
-            known = await self._known(conn, [t for t in traces if states[t][3] != now])
+            known = await self._known(conn, [t for t in traces if not states[t][3]])
             for chunk in chunks:
                 seen = known.setdefault(chunk.trace_id, set())
                 new = [k for k, i in enumerate(chunk.span_ids) if i not in seen]
@@ -83,11 +83,9 @@ class SqlOtlpSpans:
 
     async def _touch(
         self, conn: AsyncConnection, traces: list[str], rooted: set[str], now: datetime
-    ) -> dict[str, tuple[str, str | None, bool, datetime]]:
-        """Upsert the traces' rows (taking their locks); trace id → (state, run id, has root,
-        first seen).
-        One cached statement run over many parameter sets (not a VALUES list compiled per
-        export)."""
+    ) -> dict[str, tuple[str, str | None, bool, bool]]:
+        """Upsert the traces' rows, taking their locks; trace id → (state, run id, has root,
+        first seen now). One statement for all (many parameter sets, the rows returned)."""
         statement = _insert(conn, T)
         statement = statement.on_conflict_do_update(
             index_elements=["trace_id"],
@@ -95,8 +93,15 @@ class SqlOtlpSpans:
                 "last_seen": statement.excluded.last_seen,
                 "has_root": or_(T.c.has_root, statement.excluded.has_root),
             },
+        ).returning(
+            T.c.trace_id,
+            T.c.state,
+            T.c.run_id,
+            T.c.has_root,
+            # a new row: first seen when last seen (no datetime parsed back)
+            (T.c.first_seen == T.c.last_seen).label("new"),
         )
-        await conn.execute(
+        rows = await conn.execute(
             statement,
             [
                 {
@@ -113,12 +118,7 @@ class SqlOtlpSpans:
                 for t in traces
             ],
         )
-        # the rows are locked by this transaction now: what it reads of them stays true
-        query = select(T.c.trace_id, T.c.state, T.c.run_id, T.c.has_root, T.c.first_seen).where(
-            T.c.trace_id.in_(traces)
-        )
-        rows = (await conn.execute(query)).all()
-        return {r.trace_id: (r.state, r.run_id, bool(r.has_root), utc(r.first_seen)) for r in rows}
+        return {r.trace_id: (r.state, r.run_id, bool(r.has_root), bool(r.new)) for r in rows}
 
     async def _known(self, conn: AsyncConnection, traces: list[str]) -> dict[str, set[str]]:
         """The span ids stored of each trace (late ones too)."""
