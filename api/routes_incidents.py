@@ -79,6 +79,8 @@ async def create_incident(body: IncidentCreate, state: State, caller: Operator) 
         budget=body.budget.to_model(),
         retry_not_applied=body.retry_not_applied,
         fork_points=body.fork_points,
+        fork_first=body.fork_first,
+        fork_names=("forkFirst", "forkPoints"),
     )
     await open_incident(
         state.client,

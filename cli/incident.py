@@ -98,9 +98,17 @@ async def incident_open(
         int,
         typer.Option(
             "--fork-points",
-            help="Fork-replay the top K ranked fork points with each counterfactual (0: none).",
+            help="Fork-replay the top K ranked fork points with each counterfactual (0: none), "
+            "before the whole-run counterfactuals.",
         ),
     ] = 0,
+    fork_first: Annotated[
+        bool,
+        typer.Option(
+            "--fork-first",
+            help="With --fork-points: the fork replays instead of the whole-run counterfactuals.",
+        ),
+    ] = False,
     watch_clean_runs: Annotated[
         int,
         typer.Option(
@@ -136,6 +144,8 @@ async def incident_open(
         budget=budget,
         retry_not_applied=retry_not_applied,
         fork_points=fork_points,
+        fork_first=fork_first,
+        fork_names=("--fork-first", "--fork-points"),
         watch_clean_runs=watch_clean_runs,
         watch_days=watch_days,
     )
