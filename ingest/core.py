@@ -14,9 +14,10 @@ from collections.abc import Sequence
 
 import structlog
 
-from ingest.events import close_open_writes, record_event
+from ingest.events import record_event
 from ingest.recorder import IngestRecorder, content_digest
 from ingest.state import IngestState, is_read, load_ingest_state, state_from_events, states_of
+from ingest.writes import close_open_writes
 from models import ExecutionEventType, RunRecord, RunStatus
 from models.canonical import canonicalize
 from models.capability import side_effect_class_from_hints

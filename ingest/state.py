@@ -77,6 +77,8 @@ class IngestState:
     last_done: bool = False
     #: side effect id -> the record of every write still without an outcome
     open_writes: dict[str, SideEffectRecord] = field(default_factory=dict)
+    #: idempotency key -> side effect id of every write of the run (a key names one write)
+    idempotency_keys: dict[str, str] = field(default_factory=dict)
 
     #: the highest client sequence recorded (kept, not recomputed: a batch stays O(batch))
     top: int = 0
@@ -125,6 +127,7 @@ class IngestState:
         self.last_done = done
 
     def track_effect(self, record: SideEffectRecord) -> None:
+        self.idempotency_keys[record.idempotency_key] = record.side_effect_id
         if record.status in _OPEN:
             self.open_writes[record.side_effect_id] = record
         else:

@@ -141,9 +141,11 @@ def test_an_agent_killed_between_dispatch_and_result_ends_unknown(
         try:
             poll(marker.exists, "the refund to be dispatched", 60)
             (spooled,) = spool.glob("*.jsonl")
-            lines = [json.loads(line) for line in spooled.read_text().splitlines()]
-            assert lines[-1]["e"]["type"] == "tool_intent"  # durable before the write ran
-            assert lines[-1]["e"]["idempotency_key"] == marker.read_text()
+            lines = spooled.read_text().splitlines()
+            assert lines[-1].startswith("e")  # an event line: "e" + its JSON
+            intent = json.loads(lines[-1][1:])
+            assert intent["type"] == "tool_intent"  # durable before the write ran
+            assert intent["idempotency_key"] == marker.read_text()
         finally:
             child.send_signal(signal.SIGKILL)
             child.wait(timeout=30)

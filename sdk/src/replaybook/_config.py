@@ -12,7 +12,7 @@ log = logging.getLogger("replaybook")
 
 #: events sent in one batch at most (and bytes: the server takes at most 8 MiB a request)
 MAX_BATCH_EVENTS = 500
-MAX_BATCH_BYTES = 4 * 1024 * 1024
+MAX_BATCH_BYTES = 1024 * 1024
 
 
 def default_spool_dir() -> Path:

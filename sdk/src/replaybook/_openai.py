@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 from replaybook._config import report
 from replaybook._jsonsafe import json_safe
 from replaybook._run import Run, current_run, elapsed_ms
+from replaybook._streams import AsyncRecordedStream, RecordedStream
 
 C = TypeVar("C")
 #: request parameters kept as the call's ``parameters`` (the messages, tools and model are
@@ -85,6 +86,8 @@ def _wrapped(create: Callable[..., Any], kind: type[_Recording]) -> Callable[...
 
 
 def _get(obj: Any, name: str, default: Any = None) -> Any:
+    if type(obj) is dict:  # the common case first: the abstract Mapping check is slow
+        return obj.get(name, default)
     if isinstance(obj, Mapping):
         return obj.get(name, default)
     return getattr(obj, name, default)
@@ -144,7 +147,7 @@ class _Recording:
 
     def returned(self, result: Any, is_async: bool) -> Any:
         if self.kwargs.get("stream"):
-            return (_AsyncStream if is_async else _Stream)(result, self)
+            return (AsyncRecordedStream if is_async else RecordedStream)(result, self)
         self.record(result)
         return result
 
@@ -374,86 +377,3 @@ class _ResponsesRecording(_Recording):
     def finish(self) -> None:
         if self.final is not None:
             self.record(self.final)
-
-
-class _Stream:
-    """The caller's stream, unchanged, with every chunk also given to the recording."""
-
-    def __init__(self, inner: Any, recording: _Recording) -> None:
-        self._inner = inner
-        self._recording = recording
-        self._done = False
-
-    def __iter__(self) -> _Stream:
-        return self
-
-    def __next__(self) -> Any:
-        try:
-            chunk = next(self._inner)
-        except StopIteration:
-            self._finish()
-            raise
-        self._recording.chunk(chunk)
-        return chunk
-
-    def _finish(self) -> None:
-        if not self._done:
-            self._done = True
-            self._recording.finish()
-
-    def close(self) -> None:
-        self._finish()
-        close = getattr(self._inner, "close", None)
-        if close is not None:
-            close()
-
-    def __enter__(self) -> _Stream:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-
-class _AsyncStream:
-    def __init__(self, inner: Any, recording: _Recording) -> None:
-        self._inner = inner
-        self._recording = recording
-        self._done = False
-        self._iterator: Any = None
-
-    def __aiter__(self) -> _AsyncStream:
-        return self
-
-    async def __anext__(self) -> Any:
-        if self._iterator is None:
-            self._iterator = self._inner.__aiter__()
-        try:
-            chunk = await self._iterator.__anext__()
-        except StopAsyncIteration:
-            self._finish()
-            raise
-        self._recording.chunk(chunk)
-        return chunk
-
-    def _finish(self) -> None:
-        if not self._done:
-            self._done = True
-            self._recording.finish()
-
-    async def close(self) -> None:
-        self._finish()
-        close = getattr(self._inner, "close", None)
-        if close is not None:
-            await close()
-
-    async def __aenter__(self) -> _AsyncStream:
-        return self
-
-    async def __aexit__(self, *exc: Any) -> None:
-        await self.close()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)

@@ -104,6 +104,7 @@ class Run:
         #: the model's last tool calls not yet matched to a tool execution: (id, name, args)
         self._open_calls: list[tuple[str, str, dict[str, Any]]] = []
         self._user_turns = 0
+        self._intents: dict[str, int] = {}
 
     # -- as a decorator ---------------------------------------------------------------------
 
@@ -337,6 +338,13 @@ class Run:
                         del self._open_calls[index]
                         return call_id
         return None
+
+    def count_intent(self, basis: str) -> int:
+        """How many intents with this basis came before in the run (this one counted)."""
+        with self._lock:
+            seen = self._intents.get(basis, 0)
+            self._intents[basis] = seen + 1
+            return seen
 
     # -- the small explicit calls -----------------------------------------------------------
 

@@ -31,16 +31,24 @@ REFUSED_DIR = "refused"
 
 @dataclass(frozen=True)
 class Item:
-    """One spooled line: ``kind`` ``"h"`` (the run header) or ``"e"`` (an event)."""
+    """One spooled line: ``kind`` ``"h"`` (the run header) or ``"e"`` (an event), and its JSON
+    text (sent as it is: the sender never parses an event, so it holds the interpreter's lock
+    as little as it can while the agent runs)."""
 
     kind: str
-    body: dict[str, Any]
+    body: bytes
     #: the file offset just after this line
     end: int
 
+    def json(self) -> dict[str, Any]:
+        return json.loads(self.body)
+
 
 def encode(kind: str, body: dict[str, Any]) -> bytes:
-    return json.dumps({kind: body}, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+    """A line: the kind's letter, the JSON document, a newline (JSON text has no raw newline)."""
+    return (
+        kind.encode() + json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+    )
 
 
 class RunSpool:
@@ -88,7 +96,7 @@ class RunSpool:
                 written += os.write(self._fd, data[written:])
             self.written += len(data)
             if durable:
-                os.fsync(self._fd)
+                _sync(self._fd)
                 if not self._dir_synced:  # the file's own entry must survive too
                     _fsync_dir(self.path.parent)
                     self._dir_synced = True
@@ -111,8 +119,7 @@ class RunSpool:
                     break  # the end, or a line still being written
                 offset += len(line)
                 size += len(line)
-                ((kind, body),) = json.loads(line).items()
-                items.append(Item(kind, body, offset))
+                items.append(Item(chr(line[0]), line[1:-1], offset))
         return items
 
     def acknowledge(self, offset: int) -> None:
@@ -164,6 +171,10 @@ def _lock(fd: int) -> bool:
     except BlockingIOError:
         return False
     return True
+
+
+#: the data and the size of the file (an append changes it), not its other metadata
+_sync = getattr(os, "fdatasync", os.fsync)
 
 
 def _fsync_dir(directory: Path) -> None:

@@ -46,6 +46,7 @@ class Tool(Protocol[P, R_co]):
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R_co: ...
 
+
 _KEY: contextvars.ContextVar[str | None] = contextvars.ContextVar("replaybook_key", default=None)
 #: tool name -> {"side_effect": "read"|"write", "capability": ...} of every decorated tool
 _REGISTRY: dict[str, dict[str, str | None]] = {}
@@ -218,7 +219,7 @@ class _ToolRecorder:
             if run is not None:
                 report(run.config, f"tool {self.name!r}: arguments not recorded", exc)
             run, arguments, call_id = None, {}, None
-        key = _key(run, call_id, self.name, arguments)
+        key = _key(run, call_id, self.name, arguments) if self.write else None
         call = _Call(self, run, arguments, call_id, key)
         if run is not None and self.write:
             call.intent()
@@ -226,12 +227,17 @@ class _ToolRecorder:
 
 
 def _key(run: Run | None, call_id: str | None, name: str, arguments: dict[str, Any]) -> str:
+    """The run, the model's call id, the tool, its arguments, and how many times this same
+    call came before in the run: the same intent gets the same key, a second identical write
+    (the agent refunding twice on purpose) its own."""
     if run is None:
         return f"rbk-{uuid.uuid4().hex}"
     basis = json.dumps(
         [run.run_id, call_id or "", name, arguments], sort_keys=True, ensure_ascii=False
     )
-    return "rbk-" + hashlib.sha256(basis.encode()).hexdigest()[:40]
+    occurrence = run.count_intent(basis)
+    digest = hashlib.sha256(f"{basis}#{occurrence}".encode()).hexdigest()
+    return "rbk-" + digest[:40]
 
 
 class _Call:
@@ -241,7 +247,7 @@ class _Call:
         run: Run | None,
         arguments: dict[str, Any],
         call_id: str | None,
-        key: str,
+        key: str | None,
     ) -> None:
         self.tool, self.run, self.arguments, self.call_id, self.key = (
             tool,

@@ -26,8 +26,8 @@ def _flush(config: Config, as_json: bool) -> int:
     sender = Sender(config)
     adopted = sender.adopt_orphans()
     done = sender.drain(config.exit_timeout, give_up_when_down=False) if adopted else True
-    left = len(spool_files(config.spool_dir))
     sender.shutdown_quietly()
+    left = len(spool_files(config.spool_dir))
     summary = {
         "runs": adopted,
         "events_sent": sender.sent_events,
