@@ -81,6 +81,7 @@ async def create_incident(body: IncidentCreate, state: State, caller: Operator) 
         fork_points=body.fork_points,
         fork_first=body.fork_first,
         fork_names=("forkFirst", "forkPoints"),
+        substitute_model=body.substitute_model or None,
     )
     await open_incident(
         state.client,
@@ -88,6 +89,7 @@ async def create_incident(body: IncidentCreate, state: State, caller: Operator) 
         request,
         source_field="sourceRunId",
         catalogs=state.catalogs(),
+        substitute_field="substituteModel",
     )
     log.info("incident opened", incident_id=request.incident_id, caller=caller.caller)
     return IncidentAccepted(incident_id=request.incident_id, source_run_id=body.source_run_id)

@@ -122,6 +122,8 @@ class IncidentCreate(Body):
     fork_points: int = Field(default=0, ge=0, le=20)
     #: with ``forkPoints``: the fork replays instead of the whole-run counterfactuals
     fork_first: bool = False
+    #: the registered model every replay of the incident calls instead of the recorded one
+    substitute_model: str | None = Version()
 
 
 class IncidentAccepted(Body):

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from app.candidates import tool_loop_problem
 from app.replay_checks import Catalogs, check_candidates, check_incident_id_free
 from app.replays import ClientSource, check_source_run, workflow_status_name
 from app.workflow_queries import query_status
@@ -94,12 +95,14 @@ async def open_incident(
     catalogs: Catalogs | None = None,
     id_field: str = "incident_id",
     candidate_field: str = "counterfactuals",
+    substitute_field: str = "substitute_model",
 ) -> None:
     """Check the request, then connect (``client``) and start the ``Incident`` workflow (id =
     incident id). Before any connection to Temporal: an unknown run is ``RunNotFoundError``,
     or ``InvalidInputError`` naming ``source_field``; an incident id already recorded is
     ``ConflictError`` naming it (``id_field``); a counterfactual the run's agent does not know
-    (``catalogs``) is ``InvalidInputError`` naming ``candidate_field``. Temporal refuses an id
+    (``catalogs``) is ``InvalidInputError`` naming ``candidate_field``, an unknown substitute
+    model one naming ``substitute_field``. Temporal refuses an id
     any workflow ever had (``REJECT_DUPLICATE``): a finished incident is never replaced."""
     from temporalio.common import WorkflowIDReusePolicy
     from temporalio.exceptions import WorkflowAlreadyStartedError
@@ -110,7 +113,14 @@ async def open_incident(
     await check_incident_id_free(stores, request.incident_id, id_field)
     run = await stores.ledger.get_run(request.source_run_id)
     catalog = (catalogs or {}).get(run.graph_id)
+    for cf in request.counterfactuals:  # a system prompt or tool catalogue: tool loops only
+        if problem := tool_loop_problem(run.graph_id, cf.kind):
+            raise InvalidInputError(
+                f"{candidate_field} {cf.kind}: {problem}", field=candidate_field
+            )
     check_candidates(catalog, [(c.kind, c.value) for c in request.counterfactuals], candidate_field)
+    if request.substitute_model:  # every replay of the incident calls it: it must exist
+        check_candidates(catalog, [("model", request.substitute_model)], substitute_field)
     connected = await client()
     try:
         await connected.start_workflow(

@@ -55,9 +55,11 @@ def new_plan(
     fields: PlanFields = PLAN_FIELDS,
     substitute_model: str | None = None,
     max_loop_calls: int | None = None,
+    candidates: dict[str, str] | None = None,
 ) -> ReplayPlan:
     """A plan for a new replay: ``build_replay_plan`` with a fresh id and sampling seed
-    unless the caller chose them."""
+    unless the caller chose them; ``candidates``: a tool-loop run's stored candidate system
+    prompt and tool catalogue (``app.candidates.store_candidates``)."""
     return build_replay_plan(
         run_id,
         mode,
@@ -76,6 +78,8 @@ def new_plan(
         fields=fields,
         substitute_model=substitute_model,
         max_loop_calls=max_loop_calls,
+        system_prompt=(candidates or {}).get("system_prompt"),
+        tools=(candidates or {}).get("tools"),
     )
 
 
@@ -227,18 +231,30 @@ async def _closed_view(
     when the workflow completed, else CANCELED or FAILED with the workflow's status."""
     from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
 
+    from workflows.failure_cause import failure_cause
+
+    reason: str | None = None
     if status is None or status == WorkflowExecutionStatus.COMPLETED:
         try:
             return outcome_view(await handle.result())
-        except WorkflowFailureError:
+        except WorkflowFailureError as exc:
             # canceled, failed, terminated or timed out while it was being waited for
+            reason = failure_cause(exc)
             status = (await handle.describe()).status
+    elif status == WorkflowExecutionStatus.FAILED:
+        try:
+            await handle.result()
+        except WorkflowFailureError as exc:  # the worker's error, not "Activity task failed"
+            reason = failure_cause(exc)
     name = status.name if status else "UNKNOWN"
-    return {
+    view: dict[str, Any] = {
         "replay_id": replay_id,
         "status": "CANCELED" if name in ("CANCELED", "TERMINATED") else "FAILED",
         "workflow_status": name,
     }
+    if reason:
+        view["reason"] = reason
+    return view
 
 
 async def finished_replay_view(

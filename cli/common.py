@@ -232,3 +232,37 @@ async def with_progress(
             bar.update(shown, description=f"{what} {state}".strip(), completed=done, total=total)
             await asyncio.wait({task}, timeout=0.5)
     return await task
+
+
+#: a tool-loop run's candidates (ingested or imported agents), stored as artifacts
+SystemPromptFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--system-prompt-file",
+        help="A new compiled system prompt for a tool-loop run (ingested/imported agent).",
+    ),
+]
+ToolsFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--tools-file",
+        help="A changed tool catalogue for a tool-loop run: a JSON list of tools "
+        "(name, description, parameters, side_effect_class).",
+    ),
+]
+
+
+async def stored_candidates(
+    system_prompt_file: Path | None, tools_file: Path | None
+) -> dict[str, str]:
+    """The candidate files, checked and stored as artifacts: their digests (none given: {})."""
+    from app.candidates import read_candidates, store_candidates
+    from stores.bundle import open_stores
+
+    texts = read_candidates(system_prompt_file, tools_file)
+    if not texts:
+        return {}
+    async with open_stores(load_settings().stores) as stores:
+        return await store_candidates(
+            stores.artifacts, system_prompt=texts.get("system_prompt"), tools=texts.get("tools")
+        )

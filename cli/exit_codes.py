@@ -74,8 +74,10 @@ COMMAND_EXIT_CODES: dict[str, dict[int, str]] = {
     "signatures": {},
     "report": {},
     "regress": {
-        1: "a regression case does not hold with the candidate, or is inconclusive (not shown "
-        "to hold)"
+        1: "a regression case does not hold with the candidate (its reproduction rate is shown "
+        "above the threshold)",
+        6: "inconclusive: a case is not shown to hold (the 95% upper bound of its reproduction "
+        "rate is above the threshold), and no regression is shown",
     },
     "regress retire": {},
     "evidence show": {},

@@ -7,8 +7,18 @@ from typing import Annotated, Any
 
 import typer
 
-from cli.common import JsonOption, Progress, load_settings, print_json, run_async, with_progress
-from cli.exit_codes import EXIT_BROKEN
+from cli.common import (
+    JsonOption,
+    Progress,
+    SystemPromptFile,
+    ToolsFile,
+    load_settings,
+    print_json,
+    run_async,
+    stored_candidates,
+    with_progress,
+)
+from cli.exit_codes import EXIT_BROKEN, EXIT_INCONCLUSIVE
 from models.errors import InvalidInputError
 
 #: the options each record field comes from, to name them in a refusal
@@ -66,6 +76,44 @@ app.add_typer(incident_app, name="incident")
 app.add_typer(regress_app, name="regress")
 
 
+RetryNotApplied = Annotated[
+    bool,
+    typer.Option(
+        "--retry-not-applied",
+        help="After reconciling, retry each side effect proved NOT applied (SideEffectRetry).",
+    ),
+]
+WatchCleanRuns = Annotated[
+    int,
+    typer.Option(
+        "--watch-clean-runs",
+        help="After the report, watch new runs with the fix version until N are clean "
+        "(WATCHING; a recurrence reopens a linked incident). 0: no watch.",
+    ),
+]
+#: every replay of the incident calls this model instead of the recorded one
+SubstituteModel = Annotated[
+    str | None,
+    typer.Option(
+        "--substitute-model",
+        help="Every replay calls this registered model instead of the recorded one "
+        "(pinned in each replay's manifest and named in the report).",
+    ),
+]
+CandidateModel = Annotated[
+    str | None, typer.Option("--model", help="A model counterfactual (model=M).")
+]
+
+
+async def _candidate_pairs(
+    model: str | None, system_prompt_file: Path | None, tools_file: Path | None
+) -> list[tuple[str, str]]:
+    """The candidates of any agent besides ``--counterfactual``: a model, and a tool-loop
+    run's system prompt and tool catalogue (stored as artifacts, named by digest)."""
+    pairs = [("model", model)] if model else []
+    return pairs + list((await stored_candidates(system_prompt_file, tools_file)).items())
+
+
 @incident_app.command("open")
 @run_async
 async def incident_open(
@@ -87,13 +135,7 @@ async def incident_open(
     max_tokens: MaxTokens = None,
     max_cost: MaxCost = None,
     max_duration: MaxDuration = None,
-    retry_not_applied: Annotated[
-        bool,
-        typer.Option(
-            "--retry-not-applied",
-            help="After reconciling, retry each side effect proved NOT applied (SideEffectRetry).",
-        ),
-    ] = False,
+    retry_not_applied: RetryNotApplied = False,
     fork_points: Annotated[
         int,
         typer.Option(
@@ -109,15 +151,12 @@ async def incident_open(
             help="With --fork-points: the fork replays instead of the whole-run counterfactuals.",
         ),
     ] = False,
-    watch_clean_runs: Annotated[
-        int,
-        typer.Option(
-            "--watch-clean-runs",
-            help="After the report, watch new runs with the fix version until N are clean "
-            "(WATCHING; a recurrence reopens a linked incident). 0: no watch.",
-        ),
-    ] = 0,
+    watch_clean_runs: WatchCleanRuns = 0,
     watch_days: Annotated[float, typer.Option("--watch-days", help="Longest watch.")] = 14.0,
+    substitute_model: SubstituteModel = None,
+    model: CandidateModel = None,
+    system_prompt_file: SystemPromptFile = None,
+    tools_file: ToolsFile = None,
     as_json: JsonOption = False,
 ) -> None:
     """Open an incident for RUN_ID: starts the Incident workflow (id = incident id). Its
@@ -127,6 +166,7 @@ async def incident_open(
     from models.replay_plans import CANDIDATE_KINDS
 
     pairs = parse_candidates(counterfactual, "--counterfactual", CANDIDATE_KINDS)
+    pairs += await _candidate_pairs(model, system_prompt_file, tools_file)
     miss = parse_miss_policy(on_fixture_miss)
     settings = load_settings()
     budget = parse_budget(
@@ -148,6 +188,7 @@ async def incident_open(
         fork_names=("--fork-first", "--fork-points"),
         watch_clean_runs=watch_clean_runs,
         watch_days=watch_days,
+        substitute_model=substitute_model or None,
     )
     await _open(settings, request)
     view = {"incident_id": request.incident_id, "source_run_id": run_id, "phase": "FREEZING"}
@@ -169,6 +210,7 @@ async def _open(settings: Any, request: Any) -> None:
             catalogs=deployment_catalogs(settings),
             id_field="--incident-id",
             candidate_field="--counterfactual",
+            substitute_field="--substitute-model",
         )
 
 
@@ -378,23 +420,96 @@ def regress(
         ),
     ] = None,
     repeat: Annotated[
-        int, typer.Option(help="Replays per case; a case holds only if all hold.")
-    ] = 5,
+        str,
+        typer.Option(
+            help="Replays per case, or auto: as many as catch a regression reproducing at "
+            "--rate with probability --power (and let a clean candidate pass)."
+        ),
+    ] = "5",
+    power: Annotated[
+        float, typer.Option(help="With --repeat auto: the probability of catching it.")
+    ] = 0.9,
+    rate: Annotated[
+        float, typer.Option(help="With --repeat auto: the reproduction rate to catch.")
+    ] = 0.5,
+    seeds: Annotated[
+        str | None,
+        typer.Option(
+            help="Replay these sampling seeds (comma-separated, one per repeat; a gate run's "
+            "recorded seeds) instead of fresh ones."
+        ),
+    ] = None,
+    threshold: Annotated[
+        float | None,
+        typer.Option(
+            help="The reproduction rate a candidate may show at most (default: the case's "
+            "incident counterfactual's 95% upper bound, or 0.10)."
+        ),
+    ] = None,
+    model: Annotated[
+        str | None, typer.Option("--model", help="Same as --candidate model=M.")
+    ] = None,
+    system_prompt_file: SystemPromptFile = None,
+    tools_file: ToolsFile = None,
     on_fixture_miss: Annotated[
         str, typer.Option("--on-fixture-miss", help="fail | stub | sandbox-live")
     ] = "sandbox-live",
     as_json: JsonOption = False,
 ) -> None:
-    """Replay every active regression case of the agents the candidate applies to; exit 0 only
-    if every case holds (1: a case fails, 2: an unknown candidate or agent)."""
+    """Replay every active regression case of the agents the candidate applies to, with fresh
+    seeds (recorded; --seeds replays them). A case passes only when the upper end of the 95%
+    Wilson interval of its reproduction rate is at or below its threshold. Exit 0 only if
+    every case passes (1: a case fails, 6: a case is inconclusive, 2: bad input)."""
     if ctx.invoked_subcommand is not None:
         return
-    _gate(candidate, graph or [], repeat, on_fixture_miss, as_json)
+    repeats = gate_repeats(repeat, power, rate, seeds, threshold)
+    files = (system_prompt_file, tools_file)
+    named = [*(candidate or []), *([f"model={model}"] if model else [])]
+    _gate(named, graph or [], repeats, on_fixture_miss, as_json, files)
+
+
+def gate_repeats(
+    repeat: str, power: float, rate: float, seeds: str | None, threshold: float | None
+) -> Any:
+    """``--repeat N|auto``, ``--power``, ``--rate``, ``--seeds``, ``--threshold`` as the gate's
+    ``GateRepeats``; each bad value is bad input naming its flag (exit 2)."""
+    from app.regression import GateRepeats
+
+    count: int | None = None
+    if repeat.strip().lower() != "auto":
+        try:
+            count = int(repeat)
+        except ValueError:
+            raise InvalidInputError(
+                f"--repeat must be a whole number or auto, not {repeat!r}", field="--repeat"
+            ) from None
+    drawn: tuple[int, ...] = ()
+    if seeds:
+        try:
+            drawn = tuple(int(s) for s in seeds.split(",") if s.strip())
+        except ValueError:
+            raise InvalidInputError(
+                f"--seeds must be whole numbers separated by commas, not {seeds!r}",
+                field="--seeds",
+            ) from None
+        count = len(drawn)  # the seeds say how many
+    if threshold is not None and not 0 <= threshold < 1:
+        raise InvalidInputError(
+            f"--threshold must be in [0, 1), not {threshold}", field="--threshold"
+        )
+    repeats = GateRepeats(count=count, power=power, rate=rate, seeds=drawn, threshold=threshold)
+    repeats.check()
+    return repeats
 
 
 @run_async
 async def _gate(
-    candidate: list[str] | None, graphs: list[str], repeat: int, on_fixture_miss: str, as_json: bool
+    candidate: list[str] | None,
+    graphs: list[str],
+    repeats: Any,
+    on_fixture_miss: str,
+    as_json: bool,
+    files: tuple[Path | None, Path | None] = (None, None),
 ) -> None:
     from app.incidents import parse_candidates
     from app.regression import gated_graphs, run_gate
@@ -402,12 +517,13 @@ async def _gate(
     from models.replay_plans import CANDIDATE_KINDS
     from stores.bundle import open_stores
     from worker.catalogs import catalogs
-    from worker.temporal import connect
 
     pairs = parse_candidates(candidate, "--candidate", (*CANDIDATE_KINDS, "graph"))
+    pairs += list((await stored_candidates(*files)).items())
     if not pairs:
         raise InvalidInputError(
-            "name the candidate: --candidate prompt=V (or model=, policy=, retriever=)",
+            "name the candidate: --candidate prompt=V (or model=, policy=, retriever=, "
+            "--system-prompt-file, --tools-file)",
             field="--candidate",
         )
     miss = parse_miss_policy(on_fixture_miss)
@@ -422,12 +538,14 @@ async def _gate(
     async def poll() -> Progress:
         return ("cases", seen["done"] or 0, seen["total"])
 
+    from worker.temporal import connect
+
     async with open_stores(settings.stores) as stores:
         gate = run_gate(
             await connect(settings),
             stores,
             pairs,
-            repeat=repeat,
+            repeat=repeats,
             miss=miss,
             catalogs=known,
             graphs=graphs,
@@ -435,8 +553,10 @@ async def _gate(
         )
         result = await with_progress(gate, poll, "regression gate")
     print_json(result) if as_json else _print_gate(result)
-    if not result["passed"]:
+    if result.get("regressions"):
         raise typer.Exit(EXIT_BROKEN)
+    if not result["passed"]:
+        raise typer.Exit(EXIT_INCONCLUSIVE)
 
 
 def _print_gate(result: dict[str, Any]) -> None:
@@ -446,6 +566,16 @@ def _print_gate(result: dict[str, Any]) -> None:
     for case in result["cases"]:
         verdict = case.get("verdict") or ("PASSED" if case["passed"] else "FAILED")
         typer.echo(f"{shown[verdict]}  {case['case_id']}  ({case['incident_id']})")
+        if "threshold" in case:
+            low, high = case["ci95"]
+            decide = case.get("repeats_to_decide")
+            typer.echo(
+                f"      reproduced {case['reproduced']}/{case['conclusive']} conclusive "
+                f"(95% Wilson {low:.2f}-{high:.2f}; threshold {case['threshold']:.2f}, "
+                f"{case['threshold_source']})"
+                + (f"; about {decide} conclusive repeats would decide" if decide else "")
+            )
+            typer.echo(f"      seeds {','.join(str(s) for s in case['seeds'])}")
         reasons = dict.fromkeys(f"{f['assertion']}: {f['reason']}" for f in case["failures"])
         reasons |= dict.fromkeys(
             f"inconclusive replay {i['replay_id']}: {i['reason']}"

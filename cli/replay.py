@@ -10,10 +10,13 @@ import typer
 from cli.common import (
     JsonOption,
     Progress,
+    SystemPromptFile,
+    ToolsFile,
     fail,
     load_settings,
     print_json,
     run_async,
+    stored_candidates,
     with_progress,
 )
 from cli.exit_codes import EXIT_BROKEN
@@ -72,6 +75,8 @@ def cli_fields() -> PlanFields:
         policy="--policy",
         retriever="--retriever",
         substitute_model="--substitute-model",
+        system_prompt="--system-prompt-file",
+        tools="--tools-file",
         deny_approvals="--deny-approval",
         replay_id="--replay-id",
         mode_names={mode: cli.value for cli, mode in MODES.items()},
@@ -160,6 +165,8 @@ async def replay_start(
         str | None, typer.Option("--replay-id", help="Use this id (default: generated).")
     ] = None,
     wait: Annotated[bool, typer.Option("--wait", help="Wait for the result.")] = False,
+    system_prompt_file: SystemPromptFile = None,
+    tools_file: ToolsFile = None,
     as_json: JsonOption = False,
 ) -> None:
     """Start a replay of RUN_ID (a Temporal workflow whose id is the replay id); with --wait,
@@ -189,6 +196,7 @@ async def replay_start(
         fields=cli_fields(),
         substitute_model=substitute_model,
         max_loop_calls=max_loop_calls,
+        candidates=await stored_candidates(system_prompt_file, tools_file),
     )
     await _start(plan, wait=wait, as_json=as_json)
 

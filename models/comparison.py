@@ -34,7 +34,12 @@ from itertools import zip_longest
 from typing import Any, TypeVar
 
 from models.canonical import canonicalize
-from models.comparison_evidence import approval_diffs, prompt_drift_diffs, retrieval_diffs
+from models.comparison_evidence import (
+    approval_diffs,
+    candidate_diffs,
+    prompt_drift_diffs,
+    retrieval_diffs,
+)
 from models.comparison_text import (
     MAX_SHOWN,
     answer_change,
@@ -75,6 +80,7 @@ _RANK = {
     # after the behavioural diffs (see compare_trajectories), or added by the replay workflow
     DiffType.PROMPT_DRIFT: 0,
     DiffType.ENVIRONMENT_DRIFT: 4,
+    DiffType.CANDIDATE_CHANGED: 0,
 }
 _AFTER_ALL = 1 << 62  # the outcome comes after every step
 
@@ -408,6 +414,8 @@ def compare_trajectories(source: Trajectory, replay: Trajectory) -> ReplayCompar
     diffs = _in_execution_order(found)
     # an EXACT replay sent the recorded prompts: a drift is no divergence, it is reported after
     drift = tuple(prompt_drift_diffs(replay.prompt_drifts))
+    # the candidates the replay was given, first: what it was asked to try
+    drift = tuple(candidate_diffs(replay.candidates)) + drift
     return ReplayComparison(
         same_outcome=same_outcome,
         same_tool_sequence=[(t.capability_id, t.request_hash) for t in source.tool_calls]

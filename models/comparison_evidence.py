@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from models.enums import DiffType
 from models.replay import TrajectoryDiff
-from models.trajectory import ApprovalFact, PromptDriftFact, RetrievalFact
+from models.trajectory import ApprovalFact, CandidateFact, PromptDriftFact, RetrievalFact
 
 __all__ = ["approval_diffs", "prompt_drift_diffs", "retrieval_diffs"]
 
@@ -113,4 +113,24 @@ def prompt_drift_diffs(drifts: Sequence[PromptDriftFact]) -> list[TrajectoryDiff
             prompt_diff=drift.diff,
         )
         for drift in drifts
+    ]
+
+
+def candidate_diffs(candidates: Sequence[CandidateFact]) -> list[TrajectoryDiff]:
+    """One ``CANDIDATE_CHANGED`` per candidate the replay was given (a tool-loop run's system
+    prompt or tool catalogue): both digests and the unified diff, source → candidate. What the
+    replay was given, not a divergence: it takes no part in the first divergent step."""
+    names = {"system_prompt": "system prompt", "tools": "tool catalogue"}
+    return [
+        TrajectoryDiff(
+            type=DiffType.CANDIDATE_CHANGED,
+            explanation=(
+                f"candidate {names.get(c.kind, c.kind)}: {c.candidate_hash[:19]}… instead of "
+                f"the recorded {(c.source_hash or 'none')[:19]}…"
+            ),
+            source_prompt_hash=c.source_hash,
+            replay_prompt_hash=c.candidate_hash,
+            prompt_diff=c.diff or None,
+        )
+        for c in candidates
     ]

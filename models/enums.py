@@ -146,6 +146,9 @@ class DiffType(StrEnum):
     ANSWER_CHANGED = "ANSWER_CHANGED"
     #: the compiled prompt recompiled with today's code differs from the recorded one
     PROMPT_DRIFT = "PROMPT_DRIFT"
+    #: a candidate swapped in (a tool-loop run's system prompt or tool catalogue): what the
+    #: replay was given, not how it behaved
+    CANDIDATE_CHANGED = "CANDIDATE_CHANGED"
     #: the replay worker's environment or source manifest differs from the recorded one
     ENVIRONMENT_DRIFT = "ENVIRONMENT_DRIFT"
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from pydantic import Field, JsonValue
 
@@ -57,6 +58,13 @@ class ReplayPlan(Record):
     model_name: str | None = None
     #: a live replay's explicit substitute for the recorded model (recorded in the manifest)
     substitute_model: str | None = None
+    #: a candidate compiled system prompt for a tool-loop run (``--system-prompt-file``): the
+    #: artifact digest of its text (id and hash at once; the text never travels through
+    #: Temporal)
+    candidate_system_prompt: str | None = None
+    #: a candidate tool catalogue for a tool-loop run (``--tools-file``: descriptions,
+    #: schemas): the artifact digest of its canonical JSON
+    candidate_tools: str | None = None
     policy_version: str | None = None
     retriever_version: str | None = None
     deny_approvals: tuple[str, ...] = ()
@@ -99,6 +107,21 @@ class ReplayPlan(Record):
         if self.default_loop_cap and (labels or {}).get("source") in BENCHMARK_SOURCES:
             return None
         return self.max_loop_calls
+
+    def agent_input_for(self, agent_input: Any) -> Any:
+        """The input the replayed agent starts with: the source's, with a tool-loop run's system
+        prompt and tool catalogue references swapped for the candidates'."""
+        swaps = {
+            key: ref
+            for key, ref in (
+                ("system_prompt_ref", self.candidate_system_prompt),
+                ("tools_ref", self.candidate_tools),
+            )
+            if ref is not None
+        }
+        if not swaps or not isinstance(agent_input, dict):
+            return agent_input
+        return {**agent_input, **swaps}
 
     def activity_batch(self) -> int:
         if self.steps_per_activity:

@@ -16,8 +16,11 @@ from models.errors import InvalidInputError
 from models.replay import ReplayBudget
 from models.replay_flow import DEFAULT_MAX_LOOP_CALLS, ReplayPlan
 
-#: what a counterfactual or a regression candidate may swap
-CANDIDATE_KINDS = ("prompt", "model", "policy", "retriever")
+#: what a counterfactual or a regression candidate may swap (``system_prompt`` and ``tools``:
+#: a tool-loop run's compiled system prompt and tool catalogue, by artifact digest)
+CANDIDATE_KINDS = ("prompt", "model", "policy", "retriever", "system_prompt", "tools")
+#: the candidates that change what the model is sent, as a prompt swap does
+PROMPT_CANDIDATES = ("prompt", "system_prompt", "tools")
 MAX_REPEAT = 1000
 #: the modes that may start from a recorded step's checkpoint
 FORKING_MODES = (ReplayMode.FORK_FROM_STEP, ReplayMode.PROMPT_SWAP, ReplayMode.MODEL_SWAP)
@@ -40,6 +43,8 @@ class PlanFields:
     substitute_model: str = "substitute_model"
     deny_approvals: str = "deny_approvals"
     replay_id: str = "replay_id"
+    system_prompt: str = "candidate_system_prompt"
+    tools: str = "candidate_tools"
     mode_names: Mapping[ReplayMode, str] = field(
         default_factory=lambda: {mode: mode.value for mode in ReplayMode}
     )
@@ -53,11 +58,25 @@ def _invalid(name: str, message: str) -> InvalidInputError:
 
 
 def _check_mode_inputs(
-    f: PlanFields, mode: ReplayMode, prompt: str | None, model: str | None, from_step: str | None
+    f: PlanFields,
+    mode: ReplayMode,
+    prompt: str | None,
+    model: str | None,
+    from_step: str | None,
+    swapped: tuple[str | None, str | None] = (None, None),
 ) -> None:
     named = f.mode_names[mode]
-    if mode is ReplayMode.PROMPT_SWAP and not prompt:
-        raise _invalid(f.prompt, f"{f.mode} {named} needs {f.prompt}")
+    system_prompt, tools = swapped
+    if mode is ReplayMode.PROMPT_SWAP and not (prompt or system_prompt or tools):
+        raise _invalid(
+            f.prompt, f"{f.mode} {named} needs {f.prompt} (or {f.system_prompt} or {f.tools})"
+        )
+    if mode is ReplayMode.RECORDED and (system_prompt or tools):
+        raise _invalid(
+            f.system_prompt if system_prompt else f.tools,
+            f"{f.mode} {named} replays the recorded model answers: "
+            f"{f.system_prompt}/{f.tools} need a live mode",
+        )
     if mode is ReplayMode.MODEL_SWAP and not model:
         raise _invalid(f.model, f"{f.mode} {named} needs {f.model}")
     if mode is ReplayMode.FORK_FROM_STEP and not from_step:
@@ -94,12 +113,16 @@ def build_replay_plan(
     fields: PlanFields = PLAN_FIELDS,
     substitute_model: str | None = None,
     max_loop_calls: int | None = None,
+    system_prompt: str | None = None,
+    tools: str | None = None,
 ) -> ReplayPlan:
     """Check that the inputs fit the mode (each mismatch named in the caller's ``fields``
     vocabulary) and build the plan; ``InvalidInputError`` with ``field`` set otherwise.
     ``max_loop_calls``: the per-replay cap on a tool loop's live model calls (None: the
-    default, ``DEFAULT_MAX_LOOP_CALLS``; 0: no cap but the recorded run's own limit)."""
-    _check_mode_inputs(fields, mode, prompt, model, from_step)
+    default, ``DEFAULT_MAX_LOOP_CALLS``; 0: no cap but the recorded run's own limit).
+    ``system_prompt``/``tools``: a tool-loop run's candidate system prompt and tool catalogue
+    (artifact digests)."""
+    _check_mode_inputs(fields, mode, prompt, model, from_step, (system_prompt, tools))
     if repeat < 1 or repeat > MAX_REPEAT:
         raise _invalid(
             fields.repeat, f"{fields.repeat} must be between 1 and {MAX_REPEAT}, not {repeat}"
@@ -114,6 +137,8 @@ def build_replay_plan(
         prompt_version=prompt,
         model_name=model,
         substitute_model=substitute_model,
+        candidate_system_prompt=system_prompt,
+        candidate_tools=tools,
         policy_version=policy,
         retriever_version=retriever,
         deny_approvals=tuple(deny_approvals),
@@ -129,9 +154,10 @@ def build_replay_plan(
 
 
 def candidate_mode(candidates: Mapping[str, str]) -> ReplayMode:
-    """The mode a set of swaps implies: a prompt swap, else a model swap, else an exact replay
-    under the swapped policy or retriever."""
-    if "prompt" in candidates:
+    """The mode a set of swaps implies: a prompt swap (a prompt bundle, or a tool-loop run's
+    system prompt or tool catalogue), else a model swap, else an exact replay under the
+    swapped policy or retriever."""
+    if any(kind in candidates for kind in PROMPT_CANDIDATES):
         return ReplayMode.PROMPT_SWAP
     if "model" in candidates:
         return ReplayMode.MODEL_SWAP
@@ -147,9 +173,11 @@ def plan_for_candidates(
     miss: FixtureMissPolicy,
     repeat: int = 1,
     fields: PlanFields = PLAN_FIELDS,
+    substitute_model: str | None = None,
 ) -> ReplayPlan:
     """The plan that replays ``run_id`` with ``candidates`` (``{"prompt": "v18"}``…) swapped
-    in: what a counterfactual of an incident and a regression-gate replay run."""
+    in: what a counterfactual of an incident and a regression-gate replay run;
+    ``substitute_model`` stands for the recorded model (a model swap's candidate wins)."""
     unknown = sorted(set(candidates) - set(CANDIDATE_KINDS))
     if unknown:
         raise _invalid(
@@ -165,7 +193,10 @@ def plan_for_candidates(
         model=candidates.get("model"),
         policy=candidates.get("policy"),
         retriever=candidates.get("retriever"),
+        system_prompt=candidates.get("system_prompt"),
+        tools=candidates.get("tools"),
         repeat=repeat,
         miss=miss,
         fields=fields,
+        substitute_model=substitute_model,
     )

@@ -80,6 +80,16 @@ class PromptDriftFact(Record):
     diff: str = ""
 
 
+class CandidateFact(Record):
+    """A candidate a replay was given instead of the source's (a tool-loop run's system prompt
+    or tool catalogue): both artifact digests and a unified diff of the texts."""
+
+    kind: str
+    source_hash: str | None = None
+    candidate_hash: str
+    diff: str = ""
+
+
 class Trajectory(Record):
     run_id: str
     #: step ids in execution order
@@ -92,6 +102,8 @@ class Trajectory(Record):
     retrievals: tuple[RetrievalFact, ...] = ()
     #: replays only (EXACT): where today's compiled prompt differs from the recorded one
     prompt_drifts: tuple[PromptDriftFact, ...] = ()
+    #: what the replay was given instead of the source's (``CandidateFact``)
+    candidates: tuple[CandidateFact, ...] = ()
     outcome: JsonValue = None
     #: the last text the model produced (what the user would read)
     final_answer: str | None = None

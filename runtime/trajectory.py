@@ -28,6 +28,7 @@ from models import ExecutionEventType
 from models.canonical import canonical_hash
 from models.trajectory import (
     ApprovalFact,
+    CandidateFact,
     ModelDecision,
     PolicyFact,
     PromptDriftFact,
@@ -127,6 +128,12 @@ def _side_effect_facts(
     )
 
 
+def _candidates(started: Any) -> tuple[CandidateFact, ...]:
+    """The candidates a replay's RUN_STARTED says it was given (none for any other run)."""
+    listed = started.get("candidates") if isinstance(started, dict) else None
+    return tuple(CandidateFact.model_validate(c) for c in (listed or []) if isinstance(c, dict))
+
+
 def _prompt_drifts(step_id: str, payload: dict[str, Any]) -> list[PromptDriftFact]:
     """An EXACT replay's model call whose prompt today's code compiles otherwise (its
     ``prompt_drift``), as a fact; none for any other call."""
@@ -189,7 +196,7 @@ async def load_trajectory(
     outcome: Any = None
     completed = False
     final_answer: str | None = None
-    agent_input: Any = None
+    started: Any = None
 
     for event, data in await ledger.events_with_payloads(
         run_id, types=frozenset({E.STEP_STARTED, *_READ})
@@ -197,7 +204,6 @@ async def load_trajectory(
         if event.type is E.RUN_STARTED:
             # the input is the run's whatever ``after_sequence`` says (expectations refer to it)
             started = json.loads(data or b"null")
-            agent_input = started.get("input") if isinstance(started, dict) else None
             continue
         if event.sequence <= after_sequence:
             continue
@@ -243,8 +249,9 @@ async def load_trajectory(
         approvals=tuple(approvals),
         retrievals=tuple(retrievals),
         prompt_drifts=tuple(drifts),
+        candidates=_candidates(started),
         outcome=outcome,
         final_answer=final_answer,
         completed=completed,
-        input=agent_input,
+        input=started.get("input") if isinstance(started, dict) else None,
     )

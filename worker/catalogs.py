@@ -39,13 +39,17 @@ def registry_providers(
     registry: ModelRegistrySettings | None,
 ) -> dict[str, OpenAICompatibleProvider]:
     """A provider for each registered model whose configuration is complete (one whose API key
-    variable is unset is left out, and logged)."""
+    variable is unset is left out, and logged), also under each of its aliases (the recorded
+    model ids it answers for: a replay finds a run's recorded model by that name)."""
     out: dict[str, OpenAICompatibleProvider] = {}
     for name in registry.entries() if registry is not None else {}:
         try:
             out[name] = registry.provider(name)  # type: ignore[union-attr]
         except ConfigurationError as exc:
             log.warning("registered model left out", model=name, reason=str(exc))
+    for alias, name in registry.aliases().items() if registry is not None else ():
+        if name in out:
+            out[alias] = out[name]
     return out
 
 

@@ -55,12 +55,11 @@ class ForkPhases(IncidentState):
                 sampling_seed=1000 + 100 * i + j,
                 # the point itself is the first step regenerated (its decision taken again)
                 from_step=point.step_id,
-                prompt=cf.value if cf and cf.kind == "prompt" else None,
-                model=cf.value if cf and cf.kind == "model" else None,
-                policy=cf.value if cf and cf.kind == "policy" else None,
-                retriever=cf.value if cf and cf.kind == "retriever" else None,
+                # the counterfactual's swap: its kind is the plan's parameter of that name
+                **({cf.kind: cf.value} if cf else {}),  # type: ignore[arg-type]
                 repeat=request.repeat,
                 miss=request.miss_policy,
+                substitute_model=request.substitute_model,
             )
             if allotments is not None:
                 plan = plan.model_copy(update={"budget": allotments[n]})

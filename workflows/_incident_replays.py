@@ -71,6 +71,7 @@ class ReplayPhases(IncidentState):
                 sampling_seed=index + 1,
                 miss=request.miss_policy,
                 repeat=request.repeat,
+                substitute_model=request.substitute_model,
             )
             if allotments is not None:
                 plan = plan.model_copy(update={"budget": allotments[index]})

@@ -37,6 +37,7 @@ from workflows._incident_evidence import EvidencePhases
 from workflows._incident_forks import ForkPhases
 from workflows._incident_replays import ReplayPhases
 from workflows._incident_state import INCIDENT_ID, RETRY, SOURCE_RUN_ID
+from workflows.failure_cause import failure_cause
 
 # the phases live in package-private modules (one per phase group, sharing
 # ``_incident_state.IncidentState``); the workflow's name, handlers, activities, patch ids and
@@ -175,13 +176,15 @@ class IncidentWorkflow(EvidencePhases, ReplayPhases, ForkPhases, ClosingPhases):
                 await self._watch(request)
                 await self._enter(IncidentPhase.COMPLETED)
             except (ActivityError, ChildWorkflowError) as exc:
-                self._update(error=str(exc.cause or exc))
-                await self._enter(IncidentPhase.FAILED, str(exc.cause or exc))
+                reason = self._failure_reason(exc)
+                self._update(error=reason)
+                await self._enter(IncidentPhase.FAILED, reason)
             return self._view
         self._view = IncidentView(
             incident_id=request.incident_id,
             source_run_id=request.source_run_id,
             linked_incident_id=request.linked_incident_id,
+            substitute_model=request.substitute_model,
         )
         workflow.upsert_search_attributes(
             [
@@ -192,11 +195,19 @@ class IncidentWorkflow(EvidencePhases, ReplayPhases, ForkPhases, ClosingPhases):
         try:
             await self._lifecycle(request)
         except (ActivityError, ChildWorkflowError) as exc:
-            reason = str(exc.cause or exc)
+            reason = self._failure_reason(exc)
             self._update(error=reason)
             await self._enter(IncidentPhase.FAILED, reason)
             workflow.logger.warning("incident %s failed: %s", request.incident_id, reason)
         return self._view
+
+    @staticmethod
+    def _failure_reason(exc: ActivityError | ChildWorkflowError) -> str:
+        """What failed, in one line: the worker's error (type and message) rather than the
+        wrapper's "Activity task failed" (histories from before kept the wrapper's words)."""
+        if workflow.patched("incident-failure-cause"):
+            return failure_cause(exc)
+        return str(exc.cause or exc)
 
     async def _lifecycle(self, request: IncidentRequest) -> None:
         await self._freeze(request)
@@ -204,7 +215,13 @@ class IncidentWorkflow(EvidencePhases, ReplayPhases, ForkPhases, ClosingPhases):
         if request.retry_not_applied:
             await self._retry_not_applied()
         await self._sign(request)
-        await self._enter(IncidentPhase.REPLAYING)
+        await self._enter(
+            IncidentPhase.REPLAYING,
+            f"every replay calls {request.substitute_model} instead of the recorded model "
+            "(substitute model, pinned in each replay's manifest)"
+            if request.substitute_model
+            else "",
+        )
         await self._replays(request, [None])
         await self._enter(IncidentPhase.COUNTERFACTUALS)
         # divergence first: the fork replays before (with ``fork_first`` instead of) the

@@ -187,7 +187,10 @@ class ReplayGuard:
             from runtime.tool_loop.graph import source_registry
 
             source = await self.engine.source(self.plan.source_run_id)
-            registry = await source_registry(self.engine.artifacts, source.agent_input)
+            # the candidate tool catalogue, when one is swapped in, says READ or WRITE
+            registry = await source_registry(
+                self.engine.artifacts, self.plan.agent_input_for(source.agent_input)
+            )
         try:
             capability = registry.get(str(capability_id))
             registry.validate_arguments(str(capability_id), arguments)

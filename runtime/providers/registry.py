@@ -7,8 +7,11 @@ Two sources, merged by name (configuration wins):
   ``REPLAYBOOK_LOCAL_MODELS_URL`` names the server ``replaybook dev up`` started (the stack
   writes that variable into its env file and the worker's environment);
 * ``REPLAYBOOK_MODELS``, a JSON object ``{"name": {"base_url": …, "model_id": …,
-  "api_key_env": …, "price_per_1k_input": …, "price_per_1k_output": …, "context_length": …, "tool_calling": "native" | "prompt", "one_at_a_time": bool}}``
-  for any other endpoint (OpenAI, vLLM, Ollama, a LiteLLM proxy).
+  "api_key_env": …, "price_per_1k_input": …, "price_per_1k_output": …, "context_length": …, "tool_calling": "native" | "prompt", "one_at_a_time": bool, "aliases": [...]}}``
+  for any other endpoint (OpenAI, vLLM, Ollama, a LiteLLM proxy). ``aliases`` are the
+  recorded model ids this endpoint answers for (``["openai:gpt-4o"]``): a replay of a run that
+  recorded one of them calls this entry, said once here instead of ``--substitute-model`` on
+  every replay.
 
 A clean lookup: ``entry(name)`` gives the endpoint and prices, ``provider(name)`` builds the
 provider (which prices each call with the usage the server reports). Light to import: the
@@ -70,6 +73,8 @@ class RegisteredModel(BaseModel):
     one_at_a_time: bool = False
     #: ``local`` (the embedded stack's server) or ``configured`` (``REPLAYBOOK_MODELS``)
     source: str = "configured"
+    #: recorded model ids (a run's pinned model profile) this entry answers for in replays
+    aliases: tuple[Annotated[str, Field(min_length=1)], ...] = ()
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -83,6 +88,7 @@ class RegisteredModel(BaseModel):
             "tool_calling": self.tool_calling,
             "one_at_a_time": self.one_at_a_time,
             "source": self.source,
+            "aliases": list(self.aliases),
         }
 
 
@@ -160,6 +166,17 @@ class ModelRegistrySettings(BaseModel):
                     source="local",
                 )
         return out | dict(self.configured)
+
+    def aliases(self) -> dict[str, str]:
+        """Recorded model id → the registered model that answers for it (a registered name is
+        never shadowed by another entry's alias; the first entry naming an alias keeps it)."""
+        entries = self.entries()
+        out: dict[str, str] = {}
+        for name, entry in entries.items():
+            for alias in entry.aliases:
+                if alias not in entries:
+                    out.setdefault(alias, name)
+        return out
 
     def entry(self, name: str) -> RegisteredModel:
         entries = self.entries()

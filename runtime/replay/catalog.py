@@ -120,13 +120,22 @@ def replay_model(
         catalog.model(substitute)
         return substitute
     if recorded is None:
+        if catalog.default_model not in catalog.models:
+            raise InvalidInputError(
+                f"run recorded no model profile and {catalog.graph_id} has no default model "
+                f"{catalog.default_model!r} configured (configured: "
+                f"{', '.join(sorted(catalog.models)) or 'none'}); --substitute-model M replays "
+                "with M instead, recorded in the replay's manifest",
+                field="substitute_model",
+            )
         return catalog.default_model
     name = catalog.recorded_model(recorded)
     if name is None:
         raise InvalidInputError(
             f"the recorded model {recorded!r} is not configured for {catalog.graph_id} "
-            f"(configured: {', '.join(sorted(catalog.models))}); --substitute-model M replays "
-            "with M instead, recorded in the replay's manifest",
+            f"(configured: {', '.join(sorted(catalog.models)) or 'none'}); --substitute-model M "
+            "replays with M instead, recorded in the replay's manifest (or name it once in "
+            f'REPLAYBOOK_MODELS: "aliases": ["{recorded}"])',
             field="substitute_model",
         )
     return name

@@ -51,6 +51,7 @@ from runtime.ports import ArtifactStore, EventLedger, EvidenceReader, NewEvent
 from runtime.privacy.redaction import destroyed_content_note, replay_redaction
 from runtime.prompts import PromptBundle
 from runtime.recorder import RunRecorder
+from runtime.replay.candidates import candidate_facts, candidate_problems
 from runtime.replay.catalog import AgentCatalog, replay_model
 from runtime.replay.evidence_gateways import ReplayApprovalGateway, ReplayKnowledgeGateway
 from runtime.replay.gateways import (
@@ -168,6 +169,7 @@ class ReplayEngine:
             return PreparedReplay(ok=False, problems=(str(exc),))
         problems += await self._unusable_evidence(plan, source, catalog, graph)
         problems += _unknown_overrides(plan, catalog, run)
+        problems += await candidate_problems(self.artifacts, plan, run.graph_id)
 
         start_step: str | None = graph.entry
         state_ref: str | None = None
@@ -270,9 +272,9 @@ class ReplayEngine:
         pinned = run.pinned.model_copy(
             update={
                 "model_profile": model_profile,
-                "prompt_bundle_hash": bundle.bundle_hash()
-                if bundle
-                else run.pinned.prompt_bundle_hash,
+                # a tool-loop run pins its system prompt as its bundle: a candidate replaces it
+                "prompt_bundle_hash": plan.candidate_system_prompt
+                or (bundle.bundle_hash() if bundle else run.pinned.prompt_bundle_hash),
                 "policy_version": plan.policy_version or run.pinned.policy_version,
                 "knowledge_snapshot": plan.retriever_version or run.pinned.knowledge_snapshot,
             }
@@ -305,11 +307,14 @@ class ReplayEngine:
         if existing:  # prepared before (a retried activity): the header is already there
             return existing[-1].sequence, manifest
         payload = {
-            "input": normalize_json(source.agent_input),
+            "input": normalize_json(plan.agent_input_for(source.agent_input)),
             "seed": source.seed,
             "manifest": manifest.model_dump(mode="json"),
             "from_step": plan.from_step,
         }
+        candidates = await candidate_facts(self.artifacts, plan, source.agent_input)
+        if candidates:  # what was swapped in, and how it differs (the trajectory's facts)
+            payload["candidates"] = candidates
         started = await self.ledger.append(
             plan.replay_id,
             NewEvent("run", E.RUN_STARTED, source.start_time, payload=payload),
@@ -656,6 +661,8 @@ def _manifest(plan: ReplayPlan, source: SourceEvidence, pinned: PinnedVersions) 
         model_profile=model_profile,
         recorded_model_profile=run.pinned.model_profile,
         substituted_model=plan.substitute_model if plan.mode is not ReplayMode.RECORDED else None,
+        candidate_system_prompt=plan.candidate_system_prompt,
+        candidate_tools=plan.candidate_tools,
         prompt_bundle_hash=pinned.prompt_bundle_hash,
         graph_version=run.graph_version,
         policy_version=pinned.policy_version,
@@ -692,7 +699,10 @@ def _unknown_overrides(plan: ReplayPlan, catalog: AgentCatalog, run: RunRecord) 
         if plan.prompt_version:
             catalog.bundle(plan.prompt_version)
         if plan.mode is not ReplayMode.RECORDED:
-            _model_name(plan, catalog, run)
+            # the model the replay would call must be one this worker has (a run recorded
+            # elsewhere names a model rarely deployed here): said here, as a problem of
+            # PREPARING (an INCONCLUSIVE verdict), never as a failed activity
+            catalog.model(_model_name(plan, catalog, run))
         if plan.policy_version:
             catalog.policy_set(plan.policy_version)
         if plan.retriever_version:
@@ -718,7 +728,10 @@ async def _execute_step(
     outcome: Any = None
     state_ref = step.state_ref
     try:
-        result = await graph.steps[step.step_id](env, state, source.agent_input)
+        # the candidates' system prompt and tool catalogue, when swapped in
+        result = await graph.steps[step.step_id](
+            env, state, step.plan.agent_input_for(source.agent_input)
+        )
     except FixtureMissError as exc:
         # the verdict names where and for what (issue 16): "fixture miss at step S for …"
         capability = exc.capability_id or "unknown"

@@ -148,10 +148,12 @@ def test_incident_commands_end_to_end(home: Path, tmp_path: Path) -> None:
         "DATA_NONUNIQUE_LOOKUP_WRONG_RECIPIENT"
     ] == 1
 
+    # v17 never passes (1: FAILED, 6: INCONCLUSIVE); v18 passes once 4 clean replays show a
+    # rate below the incident's own v18 evidence (0/4: upper end 0.49)
     v17 = run(["regress", "--candidate", "prompt=v17", "--repeat", "3", "--json"], home)
-    assert v17.returncode == 1 and json.loads(v17.stdout)["passed"] is False
+    assert v17.returncode in (1, 6) and json.loads(v17.stdout)["passed"] is False
     v18 = json.loads(
-        ok(run(["regress", "--candidate", "prompt=v18", "--repeat", "3", "--json"], home))
+        ok(run(["regress", "--candidate", "prompt=v18", "--repeat", "4", "--json"], home))
     )
     assert v18["passed"] is True and v18["cases"][0]["case_id"] == final["regression_case_id"]
 
@@ -159,7 +161,7 @@ def test_incident_commands_end_to_end(home: Path, tmp_path: Path) -> None:
     project = tmp_path / "project"
     project.mkdir()
     (project / "test_release.py").write_text(
-        "def test_v18(replaybook_gate):\n    replaybook_gate(prompt='v18', repeat=2)\n"
+        "def test_v18(replaybook_gate):\n    replaybook_gate(prompt='v18', repeat=4)\n"
         "def test_v17(replaybook_gate):\n    replaybook_gate(prompt='v17', repeat=3)\n"
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("REPLAYBOOK_")} | {

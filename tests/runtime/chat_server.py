@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -96,6 +97,9 @@ class ChatServer:
     def __init__(self) -> None:
         self.received: list[Received] = []
         self._script: deque[Scripted] = deque()
+        #: answers from the request itself (when set, before the queue): a scripted model
+        #: whose answer depends on what it was sent (its system prompt…)
+        self.answer_with: Callable[[Any], Scripted] | None = None
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._httpd = _QuietServer(("127.0.0.1", 0), _handler_class(self))
@@ -159,6 +163,8 @@ class ChatServer:
     def _record_and_pop(self, received: Received) -> Scripted:
         with self._lock:
             self.received.append(received)
+            if self.answer_with is not None:
+                return self.answer_with(received.body)
             if self._script:
                 return self._script.popleft()
         return error_answer(500, "chat server: no scripted response left", type_="server_error")

@@ -120,14 +120,29 @@ async def test_wrong_customer_incident_end_to_end(replay_stack) -> None:  # type
     groups = {g["signature"]: g for g in await incidents.signature_groups()}
     assert final.incident_id in groups["DATA_NONUNIQUE_LOOKUP_WRONG_RECIPIENT"]["incident_ids"]
 
-    from app.regression import run_gate
+    from app.regression import GateRepeats, run_gate
 
-    v17_gate = await run_gate(stack.client, stack.stores, [("prompt", "v17")], repeat=3)
-    v18_gate = await run_gate(stack.client, stack.stores, [("prompt", "v18")], repeat=3)
     mine = lambda gate: next(c for c in gate["cases"] if c["case_id"] == case.case_id)  # noqa: E731
-    assert mine(v17_gate)["passed"] is False and mine(v17_gate)["failures"]
-    assert mine(v18_gate)["passed"] is True
-    assert (mine(v17_gate)["verdict"], mine(v18_gate)["verdict"]) == ("FAILED", "PASSED")
+    # the known-bad v17 never passes: 2 replays cannot show a rate below the threshold (the
+    # upper end of v18's 0/10 in this incident, 0.2775), whatever they show (issue 32)
+    v17 = mine(await run_gate(stack.client, stack.stores, [("prompt", "v17")], repeat=2))
+    assert v17["passed"] is False and v17["verdict"] in ("INCONCLUSIVE", "FAILED")
+    assert v17["threshold"] == 0.2775 and v17["threshold_source"].startswith("counterfactual")
+    assert v17["verdict"] == "FAILED" or v17["repeats_to_decide"] > 2
+    # fresh seeds each gate run, recorded; the same seeds replay the same answers
+    assert len(v17["seeds"]) == 2
+    again = mine(
+        await run_gate(
+            stack.client,
+            stack.stores,
+            [("prompt", "v17")],
+            repeat=GateRepeats(seeds=tuple(v17["seeds"])),
+        )
+    )
+    assert (again["seeds"], again["reproduced"]) == (v17["seeds"], v17["reproduced"])
+    # v18 passes once its replays are enough to show it: 0 of 10 meets 0.2775
+    v18 = mine(await run_gate(stack.client, stack.stores, [("prompt", "v18")], repeat=10))
+    assert (v18["verdict"], v18["passed"], v18["reproduced"]) == ("PASSED", True, 0)
     # without live reads v18's CRM lookup misses a fixture: its replays show nothing either
     # way, so the case is INCONCLUSIVE — not a pass, and not a regression (issue 16)
     strict_gate = await run_gate(
