@@ -10,6 +10,9 @@ from typing import TYPE_CHECKING, Any
 from models.errors import ConfigurationError, InvalidInputError
 from models.privacy import FORENSIC_ROLE
 
+#: the largest event sequence (a signed 64-bit column)
+MAX_SEQUENCE = 2**63 - 1
+
 if TYPE_CHECKING:
     from runtime.privacy.service import PrivacyService
     from stores.bundle import Stores
@@ -48,6 +51,10 @@ async def read_evidence(
     reason is given; the privacy service audits every raw attempt, refused ones too)."""
     from runtime.privacy.views import evidence_view
 
+    if not 1 <= sequence <= MAX_SEQUENCE:  # past it no database column holds it
+        raise InvalidInputError(
+            f"sequence must be from 1 to {MAX_SEQUENCE}, not {sequence}", field="sequence"
+        )
     return await evidence_view(
         stores.ledger,
         stores.privacy,

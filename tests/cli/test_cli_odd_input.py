@@ -17,6 +17,7 @@ ODD_INPUT = [
     (["replay", "start", "run-1", "--max-duration", "inf"], "--max-duration"),
     (["replay", "start", "run-1", "--max-duration", "nan"], "--max-duration"),
     (["replay", "start", "run-1", "--max-duration", "1e300"], "--max-duration"),
+    (["evidence", "show", "run-1", str(2**64)], "sequence must be from 1"),
 ]
 
 
