@@ -6,6 +6,7 @@ run in a sandboxed child process.
 
 from __future__ import annotations
 
+import collections
 import json
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -131,7 +132,8 @@ async def _replay_compared(ledger: EventLedger, plan: ReplayPlan, result: Compar
         same_outcome=comparison.same_outcome,
         same_side_effects=comparison.same_side_effects,
         answer_similarity=round(comparison.answer_similarity, 3),
-        diffs=[d.type.value for d in comparison.diffs],
+        # by type, counted: a long diverging run has thousands (one log line, not 150 KB)
+        diffs=dict(collections.Counter(d.type.value for d in comparison.diffs)),
         first_divergent_step=comparison.first_divergent_step,
         steps=facts.steps,
         duration_seconds=round(facts.duration_seconds, 3),
