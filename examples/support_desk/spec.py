@@ -23,6 +23,7 @@ from models.redaction import REDACT_V2
 from runtime.executor import RunResult
 from runtime.ports import ArtifactStore, EventLedger, ModelProvider
 from runtime.session import AgentSpec, record_run
+from runtime.tools import ToolProvider
 
 ROOT = Path(__file__).resolve().parents[2]
 #: the scripted model's name (``catalog.MODEL_V1``)
@@ -36,8 +37,10 @@ def support_desk_spec(
     deny_approvals: bool = False,
     model: ModelProvider | None = None,
     model_name: str = MODEL_V1,
+    email_send: ToolProvider | None = None,
 ) -> AgentSpec:
-    """``model``/``model_name``: the model deciding (default: the scripted stand-in)."""
+    """``model``/``model_name``: the model deciding (default: the scripted stand-in);
+    ``email_send``: another ``email.send`` provider (the outbox's, ``outbox.OutboxEmail``)."""
     if prompt_version not in PROMPTS:
         raise InvalidInputError(
             f"unknown prompt bundle {prompt_version!r} (known: {', '.join(sorted(PROMPTS))})"
@@ -52,7 +55,7 @@ def support_desk_spec(
             "crm.get_customer": world.crm_get_customer,
             "crm.find_by_phone": world.crm_find_by_phone,
             "payment.refund": world.payment_refund,
-            "email.send": world.email_send,
+            "email.send": email_send or world.email_send,
         },
         model=model or ScriptedSupportModel(),
         model_name=model_name if model is not None else MODEL_V1,
@@ -101,13 +104,16 @@ async def run_scenario(
     run_id: str | None = None,
     model: ModelProvider | None = None,
     model_name: str = MODEL_V1,
+    email_send: ToolProvider | None = None,
 ) -> RunResult:
     """Record one live run of ``scenario`` against the simulated providers; ``model`` (named
     ``model_name``) decides, the scripted stand-in by default."""
     ticket, labels = scenario_run_input(world, scenario)
     await world.ensure()
     return await record_run(
-        support_desk_spec(world, prompt_version, model=model, model_name=model_name),
+        support_desk_spec(
+            world, prompt_version, model=model, model_name=model_name, email_send=email_send
+        ),
         ledger,
         artifacts,
         run_id=run_id or f"run-{uuid.uuid4().hex[:12]}",
