@@ -192,7 +192,10 @@ def test_a_full_replay_over_http(stack: Stack) -> None:
 
 def test_the_seeds_prompt_swap_from_a_step_over_http(stack: Stack) -> None:
     """The seed's own request example (issue 16): a prompt swap from a step is a fork with
-    the new prompt, accepted and run through the API, Temporal and the worker."""
+    the new prompt, accepted and run through the API, Temporal and the worker; the step named
+    is the first one regenerated (issue 30). With the seed's default miss policy (FAIL) the
+    v18 planner's lookup by customer_id was never recorded (INCONCLUSIVE, FIXTURE_MISS): READs
+    answered live in the sandbox show it no longer reproduces."""
     from examples.support_desk.agent import PROMPTS
 
     run_id = wrong_customer_run(stack)
@@ -204,6 +207,7 @@ def test_the_seeds_prompt_swap_from_a_step_over_http(stack: Stack) -> None:
                 "mode": "PROMPT_SWAP",
                 "candidatePromptVersion": "v18",
                 "startFromStep": "planner",
+                "fixtureMissPolicy": "SANDBOX_LIVE",
                 "budget": {"maxModelCalls": 5, "maxCost": 1.0},
             },
         )
@@ -215,18 +219,23 @@ def test_the_seeds_prompt_swap_from_a_step_over_http(stack: Stack) -> None:
             "the prompt swap from a step",
         )
         assert done["status"] == "COMPLETED" and done["mode"] == "PROMPT_SWAP", done
-        assert done["verdict"] in ("REPRODUCED", "NOT_REPRODUCED"), done["verdictReason"]
+        assert done["verdict"] == "NOT_REPRODUCED", done["verdictReason"]
         assert done["manifest"]["promptBundleHash"] == PROMPTS["v18"].bundle_hash()
         assert done["budgetUsed"]["modelCalls"] <= 5 and done["writesExecuted"] == 0
 
-        # the fork regenerates the planner (the named step) and what follows it
+        # the fork regenerates the planner (the named step), with a model call, and what
+        # follows it
+        def events(run: str) -> list[dict[str, Any]]:
+            return list(viewer.get(f"/api/runs/{run}").json()["events"])
+
         def started(run: str) -> list[str]:
-            events = viewer.get(f"/api/runs/{run}").json()["events"]
-            return [e["step_id"] for e in events if e["type"] == "STEP_STARTED"]
+            return [e["step_id"] for e in events(run) if e["type"] == "STEP_STARTED"]
 
         replayed, recorded = started(replay_id), started(run_id)
         assert recorded[0] == "planner" and replayed[0] == "planner"
         assert done["stepsExecuted"] == len(replayed)
+        calls = [e for e in events(replay_id) if e["type"] == "MODEL_CALL"]
+        assert any(e["step_id"] == "planner" for e in calls)
 
 
 def test_a_full_incident_over_http(stack: Stack) -> None:
