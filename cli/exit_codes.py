@@ -71,6 +71,7 @@ COMMAND_EXIT_CODES: dict[str, dict[int, str]] = {
     "incident status": {1: "the incident FAILED"},
     "incident resolve-side-effect": {},
     "incident confirm": {},
+    "incident report": {},
     "signatures": {},
     "report": {},
     "regress": {
