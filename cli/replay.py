@@ -305,6 +305,9 @@ def _print_outcome(view: dict[str, Any]) -> None:
             )
             if diff.get("prompt_diff"):  # PROMPT_DRIFT: the recorded → recompiled text
                 typer.echo("    " + diff["prompt_diff"].rstrip("\n").replace("\n", "\n    "))
+        if comparison.get("diffs_total"):  # a long comparison: the rest is in its artifact
+            more = comparison["diffs_total"] - len(comparison["diffs"])
+            typer.echo(f"  … {more} more differences in the whole comparison ({comparison['ref']})")
     typer.echo(
         f"  writes blocked {view['writes_blocked']}, executed {view['writes_executed']}, fixture misses {view['fixture_misses']}"
     )
