@@ -103,7 +103,8 @@ def is_complete(spans: Sequence[StagedSpan]) -> bool:
 def convert_staged(trace_id: str, spans: Sequence[StagedSpan], ended_by: str) -> ConvertedRun:
     """The run of a trace's staged spans (GenAI and OpenInference spans alike)."""
     dicts = normalised_spans([span_dict(s) for s in spans])
-    services = sorted({s.service for s in spans if s.service})
+    # the SDK's default name for a resource that names none says nothing
+    services = sorted({s.service for s in spans if s.service} - {"unknown_service:python"})
     labels = {"ended_by": ended_by, **({"service": services[0]} if services else {})}
     naming = RunNaming(
         run_id=run_id_of(trace_id),

@@ -1,8 +1,9 @@
-"""A real PydanticAI agent (its own OpenTelemetry instrumentation, ``Agent.instrument_all``)
-exporting with the real OTLP/HTTP exporter to ``POST /v1/traces``: one run with its model
-calls, tool calls, offered tools and the WRITE tool named by the resource. The model is
-PydanticAI's ``FunctionModel`` (the span shapes are the framework's; the local model server
-is the examples' business)."""
+"""Real frameworks exporting with the real OTLP/HTTP exporter to ``POST /v1/traces``: a
+PydanticAI agent (its own GenAI instrumentation, ``Agent.instrument_all``) and a LangGraph
+graph (OpenInference's ``LangChainInstrumentor``), each one run with its model calls, tool
+calls, offered tools and the WRITE tool named by the resource. The models are the frameworks'
+fakes (``FunctionModel``, ``FakeMessagesListChatModel``): the span shapes are the frameworks';
+the local model server is the examples' business."""
 
 from __future__ import annotations
 
@@ -92,3 +93,53 @@ def test_a_pydantic_ai_run_becomes_one_run(base: str) -> None:
     assert run["labels"]["agent"] == "refunds" and "OPAQUE" not in types
     writes: list[dict[str, Any]] = run["side_effects"]
     assert [w["capability_id"] for w in writes] == ["issue_refund"], writes
+
+
+def test_a_langgraph_run_instrumented_by_openinference_becomes_one_run(base: str) -> None:
+    from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
+    from langchain_core.messages import AIMessage, HumanMessage
+    from langchain_core.tools import tool
+    from langgraph.graph import START, MessagesState, StateGraph
+    from langgraph.prebuilt import ToolNode, tools_condition
+    from openinference.instrumentation.langchain import LangChainInstrumentor
+
+    @tool
+    def lookup_order(order_id: str) -> str:
+        """Look an order up."""
+        return f"order {order_id}: 10 EUR"
+
+    model = FakeMessagesListChatModel(
+        responses=[
+            AIMessage(
+                content="",
+                tool_calls=[{"name": "lookup_order", "args": {"order_id": "A1"}, "id": "c1"}],
+            ),
+            AIMessage(content="Order A1 costs 10 EUR."),
+        ]
+    )
+    graph = StateGraph(MessagesState)
+    graph.add_node("agent", lambda state: {"messages": [model.invoke(state["messages"])]})
+    graph.add_node("tools", ToolNode([lookup_order]))
+    graph.add_edge(START, "agent")
+    graph.add_conditional_edges("agent", tools_condition)
+    graph.add_edge("tools", "agent")
+    provider = TracerProvider()
+    provider.add_span_processor(
+        SimpleSpanProcessor(OTLPSpanExporter(endpoint=f"{base}/v1/traces", headers=ENGINEER))
+    )
+    run_ids = RunIds()
+    provider.add_span_processor(run_ids)
+    instrumentor = LangChainInstrumentor()
+    instrumentor.instrument(tracer_provider=provider)
+    try:
+        answer = graph.compile().invoke({"messages": [HumanMessage("price of A1?")]})
+        provider.force_flush()
+    finally:
+        instrumentor.uninstrument()
+        provider.shutdown()
+    assert answer["messages"][-1].content == "Order A1 costs 10 EUR."
+    with httpx.Client(base_url=base, timeout=30) as http:
+        run = wait_for_run(http, run_ids.run_ids[0])
+    types = [e["type"] for e in run["events"]]
+    assert types.count("MODEL_CALL") == 2 and types.count("TOOL_CALL") == 1, types
+    assert run["labels"]["agent"] == "LangGraph" and "service" not in run["labels"]
