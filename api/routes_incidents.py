@@ -11,6 +11,7 @@ from fastapi.responses import Response
 from api.answers import answers
 from api.auth import FORENSIC, OPERATE, READ, Principal, require_role
 from api.errors import naming
+from api.routes_replays import stored_candidates
 from api.schemas import (
     IncidentAccepted,
     IncidentCreate,
@@ -70,9 +71,11 @@ def _refusal_field(exc: ConflictError) -> str:
     responses=answers(404, 409),
 )
 async def create_incident(body: IncidentCreate, state: State, caller: Operator) -> IncidentAccepted:
+    stores = await state.stores()
+    swaps = list((await stored_candidates(stores, body)).items())
     request = new_incident_request(
         body.source_run_id,
-        [(c.kind, c.value) for c in body.counterfactuals],
+        [(c.kind, c.value) for c in body.counterfactuals] + swaps,
         repeat=body.repeat,
         miss_policy=body.fixture_miss_policy,
         retention_days=body.retention_days,
@@ -85,7 +88,7 @@ async def create_incident(body: IncidentCreate, state: State, caller: Operator) 
     )
     await open_incident(
         state.client,
-        await state.stores(),
+        stores,
         request,
         source_field="sourceRunId",
         catalogs=state.catalogs(),

@@ -32,10 +32,28 @@ API_FIELDS = PlanFields(
     policy="policyVersion",
     retriever="retrieverVersion",
     substitute_model="substituteModel",
+    system_prompt="candidateSystemPrompt",
+    tools="candidateTools",
     deny_approvals="denyApprovals",
     replay_id="replayId",
     mode_names={mode: mode.value for mode in ReplayMode},
 )
+
+
+async def stored_candidates(stores: Any, body: Any) -> dict[str, str]:
+    """A body's ``candidateSystemPrompt`` and ``candidateTools`` checked (422 naming the
+    field) and stored as artifacts: their digests."""
+    import json
+
+    from app.candidates import store_candidates
+
+    tools = body.candidate_tools
+    return await store_candidates(
+        stores.artifacts,
+        system_prompt=body.candidate_system_prompt,
+        tools=json.dumps(tools) if tools is not None else None,
+        fields=("candidateSystemPrompt", "candidateTools"),
+    )
 
 
 @router.post(
@@ -45,6 +63,8 @@ API_FIELDS = PlanFields(
     responses=answers(404, 409),
 )
 async def create_replay(body: ReplayCreate, state: State, caller: Operator) -> ReplayAccepted:
+    stores = await state.stores()
+    candidates = await stored_candidates(stores, body)
     plan = new_plan(
         body.source_run_id,
         body.mode,
@@ -61,8 +81,8 @@ async def create_replay(body: ReplayCreate, state: State, caller: Operator) -> R
         fields=API_FIELDS,
         substitute_model=body.substitute_model,
         max_loop_calls=body.max_loop_calls,
+        candidates=candidates,
     )
-    stores = await state.stores()
     await start_replay(
         state.client,
         stores,

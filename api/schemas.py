@@ -60,6 +60,19 @@ class Budget(Body):
         )
 
 
+def CandidateSystemPrompt() -> Any:
+    """A tool-loop run's candidate compiled system prompt (text; stored as an artifact, only
+    its digest goes on)."""
+    return Field(default=None, min_length=1, max_length=1024 * 1024)
+
+
+def CandidateTools() -> Any:
+    """A tool-loop run's candidate tool catalogue: tools as the run's catalogue records them
+    (``name``, ``description``, ``parameters``, ``side_effect_class``) or OpenAI function
+    schemas; stored as an artifact, only its digest goes on."""
+    return Field(default=None, max_length=1000)
+
+
 class ReplayCreate(Body):
     source_run_id: str = Id()
     mode: ReplayMode
@@ -67,6 +80,8 @@ class ReplayCreate(Body):
     candidate_model: str | None = Version()
     #: replays with this model when the recorded one is not configured (in the manifest)
     substitute_model: str | None = Version()
+    candidate_system_prompt: str | None = CandidateSystemPrompt()
+    candidate_tools: list[dict[str, Any]] | None = CandidateTools()
     #: the first step regenerated: history before it, the step itself and every step after it
     #: re-run (``"planner"`` re-runs the planner under the candidate)
     start_from_step: str | None = Version()
@@ -124,6 +139,9 @@ class IncidentCreate(Body):
     fork_first: bool = False
     #: the registered model every replay of the incident calls instead of the recorded one
     substitute_model: str | None = Version()
+    #: counterfactuals for a tool-loop run: a system prompt and a tool catalogue to try
+    candidate_system_prompt: str | None = CandidateSystemPrompt()
+    candidate_tools: list[dict[str, Any]] | None = CandidateTools()
 
 
 class IncidentAccepted(Body):

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from app.candidates import tool_loop_problem
 from models import ApprovalRecord, ExecutionEventType, ReplayMode, SideEffectRecord
 from models.errors import ConflictError, InvalidInputError, NotFoundError, RunNotFoundError
 from models.replay_flow import ReplayPlan
@@ -96,6 +97,12 @@ async def check_replay_plan(
 
     await check_replay_id_free(stores, plan.replay_id, fields.replay_id)
     run = await stores.ledger.get_run(plan.source_run_id)
+    for field, kind, digest in (
+        (fields.system_prompt, "system_prompt", plan.candidate_system_prompt),
+        (fields.tools, "tools", plan.candidate_tools),
+    ):  # a system prompt or tool catalogue swaps into a tool-loop run only
+        if digest and (problem := tool_loop_problem(run.graph_id, kind)):
+            raise InvalidInputError(f"{field}: {problem}", field=field)
     catalog = (catalogs or {}).get(run.graph_id)
     if catalog is not None:
         for field, kind, value in (

@@ -233,27 +233,28 @@ async def _closed_view(
 
     from workflows.failure_cause import failure_cause
 
-    reason: str | None = None
+    failure: WorkflowFailureError | None = None
     if status is None or status == WorkflowExecutionStatus.COMPLETED:
         try:
             return outcome_view(await handle.result())
         except WorkflowFailureError as exc:
             # canceled, failed, terminated or timed out while it was being waited for
-            reason = failure_cause(exc)
+            failure = exc
             status = (await handle.describe()).status
     elif status == WorkflowExecutionStatus.FAILED:
         try:
             await handle.result()
-        except WorkflowFailureError as exc:  # the worker's error, not "Activity task failed"
-            reason = failure_cause(exc)
+        except WorkflowFailureError as exc:
+            failure = exc
     name = status.name if status else "UNKNOWN"
     view: dict[str, Any] = {
         "replay_id": replay_id,
         "status": "CANCELED" if name in ("CANCELED", "TERMINATED") else "FAILED",
         "workflow_status": name,
     }
-    if reason:
-        view["reason"] = reason
+    if failure is not None and name == "FAILED":
+        # the worker's error, not the wrapper's "Activity task failed"
+        view["reason"] = failure_cause(failure)
     return view
 
 

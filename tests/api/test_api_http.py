@@ -154,7 +154,27 @@ async def test_bad_bodies_name_the_field_and_the_problem(
     assert mode["field"] == "mode"
     needs = await problem({"sourceRunId": run_id, "mode": "PROMPT_SWAP"})
     assert needs["field"] == "candidatePromptVersion"
-    assert needs["message"] == "mode PROMPT_SWAP needs candidatePromptVersion"
+    assert needs["message"] == (
+        "mode PROMPT_SWAP needs candidatePromptVersion (or candidateSystemPrompt or candidateTools)"
+    )
+    # a tool-loop candidate's catalogue is checked, each refusal naming the field (issue 32)
+    tools = await problem(
+        {
+            "sourceRunId": run_id,
+            "mode": "PROMPT_SWAP",
+            "candidateTools": [{"name": "a"}, {"name": "a"}],
+        }
+    )
+    assert tools["field"] == "candidateTools" and "tool 'a' is listed twice" in tools["message"]
+    blank = await problem(
+        {"sourceRunId": run_id, "mode": "PROMPT_SWAP", "candidateSystemPrompt": " "}
+    )
+    assert blank["field"] == "candidateSystemPrompt" and "must not be empty" in blank["message"]
+    # the run is the support desk's (built on this runtime): it swaps prompt bundles instead
+    wrong = await problem(
+        {"sourceRunId": run_id, "mode": "PROMPT_SWAP", "candidateSystemPrompt": "Be kind."}
+    )
+    assert wrong["field"] == "candidateSystemPrompt" and "tool-loop runs" in wrong["message"]
     fork = await problem({"sourceRunId": run_id, "mode": "EXACT", "startFromStep": "planner-4"})
     assert fork["message"] == (
         "startFromStep is only for mode FORK_FROM_STEP or PROMPT_SWAP or MODEL_SWAP"
