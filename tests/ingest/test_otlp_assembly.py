@@ -59,7 +59,7 @@ def _chunks(
     return staged_chunks(request)
 
 
-CHAT = {
+CHAT: dict[str, str | int] = {
     "gen_ai.operation.name": "chat",
     "gen_ai.request.model": "m",
     "gen_ai.usage.input_tokens": 3,
@@ -127,7 +127,7 @@ async def test_a_trace_that_cannot_be_converted_is_marked_failed(
 ) -> None:
     store = assembler.store
     trace, root = os.urandom(16), os.urandom(8)
-    bad = {**CHAT, "gen_ai.usage.input_tokens": -3}
+    bad: dict[str, str | int] = {**CHAT, "gen_ai.usage.input_tokens": -3}
     await store.stage(_chunks(trace, (root, b"", {}), (os.urandom(8), root, bad)), T0)
     assert await assembler.assemble(trace.hex()) is None
     state = await store.state(trace.hex())
