@@ -9,7 +9,12 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from app.candidates import tool_loop_problem
-from app.replay_checks import Catalogs, check_candidates, check_incident_id_free
+from app.replay_checks import (
+    Catalogs,
+    candidate_problem,
+    check_candidates,
+    check_incident_id_free,
+)
 from app.replays import ClientSource, check_source_run, workflow_status_name
 from app.workflow_queries import query_status
 from models.enums import AgentFailureType
@@ -119,8 +124,12 @@ async def open_incident(
                 f"{candidate_field} {cf.kind}: {problem}", field=candidate_field
             )
     check_candidates(catalog, [(c.kind, c.value) for c in request.counterfactuals], candidate_field)
-    if request.substitute_model:  # every replay of the incident calls it: it must exist
-        check_candidates(catalog, [("model", request.substitute_model)], substitute_field)
+    substitute = request.substitute_model
+    if substitute and catalog is not None:  # every replay of the incident calls it
+        if problem := candidate_problem(catalog, "model", substitute):
+            raise InvalidInputError(
+                f"{substitute_field} {substitute}: {problem}", field=substitute_field
+            )
     connected = await client()
     try:
         await connected.start_workflow(

@@ -498,7 +498,12 @@ def gate_repeats(
             f"--threshold must be in [0, 1), not {threshold}", field="--threshold"
         )
     repeats = GateRepeats(count=count, power=power, rate=rate, seeds=drawn, threshold=threshold)
-    repeats.check()
+    try:
+        repeats.check()
+    except InvalidInputError as exc:  # the arithmetic names power, rate, threshold: flags here
+        if exc.field in ("power", "rate", "threshold"):
+            raise InvalidInputError(f"--{exc}", field=f"--{exc.field}") from None
+        raise
     return repeats
 
 
