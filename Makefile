@@ -16,7 +16,7 @@ TYPED := models runtime forensics ingest integrations stores activities workflow
          devstack worker examples bench
 
 install: $(STAMP)
-	bash infra/ensure-bubblewrap.sh
+	bash infra/ensure-debian-tools.sh bwrap=bubblewrap
 
 $(STAMP): pyproject.toml sdk/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -34,6 +34,7 @@ demo: install
 
 test: install
 	bash infra/ensure-postgres.sh
+	bash infra/ensure-debian-tools.sh prometheus=prometheus
 	$(BIN)/ruff check .
 	$(BIN)/mypy $(TYPED)
 	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --durations=25

@@ -154,8 +154,8 @@ def check_available(settings: SandboxSettings) -> None:
     bwrap = shutil.which(settings.bwrap)
     if bwrap is None:
         raise SandboxUnavailableError(
-            f"bubblewrap ({settings.bwrap!r}) is not installed: run infra/ensure-bubblewrap.sh, "
-            "or start the worker with REPLAYBOOK_SANDBOX=off (development only)"
+            f"bubblewrap ({settings.bwrap!r}) is not installed: run "
+            "infra/ensure-debian-tools.sh bwrap=bubblewrap, or start the worker with REPLAYBOOK_SANDBOX=off (development only)"
         )
     if os.geteuid() == 0 and shutil.which("setpriv") is None:
         raise SandboxUnavailableError("setpriv (util-linux) is needed to drop root in the sandbox")
