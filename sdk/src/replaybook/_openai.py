@@ -80,9 +80,17 @@ def _wrapped(create: Callable[..., Any], kind: type[_Recording]) -> Callable[...
             return create(*args, **kwargs)
         recording = kind(run, kwargs)
         result = create(*args, **kwargs)
+        if inspect.isawaitable(result):
+            # AsyncOpenAI's ``create`` is a plain function returning a coroutine (openai's
+            # ``required_args`` wrapper hides ``async def``): record what it resolves to
+            return _resolved(result, recording)
         return recording.returned(result, is_async=False)
 
     return screate
+
+
+async def _resolved(pending: Any, recording: _Recording) -> Any:
+    return recording.returned(await pending, is_async=True)
 
 
 def _get(obj: Any, name: str, default: Any = None) -> Any:
