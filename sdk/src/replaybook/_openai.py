@@ -93,6 +93,12 @@ async def _resolved(pending: Any, recording: _Recording) -> Any:
     return recording.returned(await pending, is_async=True)
 
 
+def _given(value: Any) -> bool:
+    """Not None, nor openai's "not given" sentinels (``omit``, ``NOT_GIVEN``), which frameworks
+    such as the OpenAI Agents SDK pass for every parameter they leave unset."""
+    return value is not None and type(value).__name__ not in ("Omit", "NotGiven")
+
+
 def _get(obj: Any, name: str, default: Any = None) -> Any:
     if type(obj) is dict:  # the common case first: the abstract Mapping check is slow
         return obj.get(name, default)
@@ -171,7 +177,7 @@ class _Recording:
 
     def base(self) -> dict[str, Any]:
         kwargs = self.kwargs
-        params = {k: json_safe(kwargs[k]) for k in _PARAMS if kwargs.get(k) is not None}
+        params = {k: json_safe(kwargs[k]) for k in _PARAMS if _given(kwargs.get(k))}
         event: dict[str, Any] = {"type": "model_call", "parameters": params}
         if isinstance(kwargs.get("seed"), int):
             event["seed"] = kwargs["seed"]
