@@ -184,9 +184,14 @@ def plan_for_candidates(
             fields.candidate,
             f"{fields.candidate} {unknown[0]}=…: not supported (use {', '.join(CANDIDATE_KINDS)})",
         )
+    mode = candidate_mode(candidates)
+    if mode is ReplayMode.PROMPT_SWAP and candidates.get("model") and not substitute_model:
+        # a prompt and a model together (``regress --candidate prompt=V --model M``): the
+        # prompt swap calls that model (a prompt swap otherwise calls the recorded one)
+        substitute_model = candidates["model"]
     return build_replay_plan(
         run_id,
-        candidate_mode(candidates),
+        mode,
         replay_id=replay_id,
         sampling_seed=sampling_seed,
         prompt=candidates.get("prompt"),
