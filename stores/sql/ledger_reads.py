@@ -3,6 +3,7 @@ chain and evidence. Part of ``stores.sql.ledger.SqlLedger``."""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -188,11 +189,15 @@ class LedgerReads:
         # walk the heap (``stores.sql.cycle_pause``)
         with cycle_collection_paused():
             async with self.db.snapshot() as conn:
-                rows = await run_rows(conn, anchor, run_id)
-                return await self._verify(conn, run_id, rows)
+                reading = await run_rows(conn, anchor, run_id)
+                try:
+                    return await self._verify(conn, run_id, reading)
+                finally:  # nothing when it is done; else it never outlives the connection
+                    reading.cancel()
+                    await asyncio.gather(reading, return_exceptions=True)
 
     async def _verify(
-        self, conn: AsyncConnection, run_id: str, rows: RunRows | None
+        self, conn: AsyncConnection, run_id: str, rows: asyncio.Future[RunRows] | None
     ) -> ChainVerification:
         """The chain check (and with ``rows``, the full check) on ``conn``'s snapshot."""
         # an intact chain verifies from raw columns (read once, also for the full check: its
@@ -205,6 +210,8 @@ class LedgerReads:
             if read is None or rows is None:
                 return intact
             return await check_run(self.artifacts, read.events(), intact, rows, parsed=read.parsed)
+        if rows is not None:  # its read ends before the general path's on the connection
+            await asyncio.wait([rows])
         r = schema.runs.c
         e = schema.execution_events.c
         head = (

@@ -82,15 +82,28 @@ class RunRows(NamedTuple):
     anchor: AnchorEntry | None
 
 
-async def run_rows(conn: AsyncConnection, anchor: AnchorEntry | None, run_id: str) -> RunRows:
-    """The run's lookup rows, raw-payload rows and freeze records, read on ``conn`` (the
+async def run_rows(
+    conn: AsyncConnection, anchor: AnchorEntry | None, run_id: str
+) -> asyncio.Future[RunRows]:
+    """The read of the run's lookup rows, raw-payload rows and freeze records on ``conn`` (the
     snapshot its chain is read in: ``Database.snapshot``), with ``anchor``, its latest
     external anchor (read before the snapshot began: an anchor names a head already
-    committed, so an honest one is never newer than the chain read)."""
-    lookup = await lookup_rows(conn, run_id)
+    committed, so an honest one is never newer than the chain read). On SQLite the lookup
+    rows' read is still under way when this returns: queued on the connection's thread
+    beside the chain's reads, it is computed while the loop hashes the chain (the caller
+    awaits it, or cancels it). PostgreSQL runs one statement at a time on a connection: read
+    now."""
     raw = await _raw_rows(conn, run_id)
     freezes = await _freezes(conn, run_id)
-    return RunRows(lookup, raw, freezes, anchor)
+
+    async def read() -> RunRows:
+        return RunRows(await lookup_rows(conn, run_id), raw, freezes, anchor)
+
+    if conn.dialect.name == "sqlite":
+        return asyncio.ensure_future(read())
+    done: asyncio.Future[RunRows] = asyncio.get_running_loop().create_future()
+    done.set_result(await read())
+    return done
 
 
 async def latest_anchor(anchors: AnchorLog | None, run_id: str) -> AnchorEntry | None:
@@ -120,12 +133,13 @@ async def check_run(
     artifacts: ArtifactStore | None,
     events: ChainedEvents,
     chain: ChainVerification,
-    rows: RunRows,
+    reading: asyncio.Future[RunRows],
     *,
     parsed: list[tuple[int, str, str, str, Any]] | None = None,
 ) -> ChainVerification:
     """``chain`` (the verification of ``events``) with every problem found beyond the chain;
-    ``rows``: the run's other rows read in the same snapshot as ``events`` (``run_rows``);
+    ``reading``: the read of the run's other rows in the same snapshot as ``events``
+    (``run_rows``);
     ``parsed``: its inline payloads the checks read, already parsed (``EventsRead``)."""
     run_id = chain.run_id
     found = Found()
@@ -137,6 +151,7 @@ async def check_run(
         stored = _parsed_events(events.selected(in_store), from_store)
         parsed = sorted([*parsed, *stored], key=operator.itemgetter(0))
     await _check_artifacts(artifacts, _references(parsed), found)
+    rows = await reading
     unread = set(events.sequences).difference(payloads)
     check_projections(rows.lookup, parsed, unread, found)
     _check_heads(rows, run_id, events.hashes, found)
