@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 
+from activities.sandbox.config import SandboxSettings
+from activities.sandbox.setup import sandboxed_steps
 from app.candidates import store_candidates, tool_loop_problem, tools_catalog_bytes
 from app.local_replay import run_prepared
 from forensics.report import render_markdown
@@ -37,6 +39,7 @@ from tests.fixtures_replay import stack_settings
 from tests.fixtures_tau import ENV_DATA, import_shortest_airline_run
 from tests.runtime.chat_server import ChatServer, Scripted, text_answer, tool_call_answer
 from worker.catalogs import catalogs
+from worker.temporal import CATALOG_FACTORY
 
 #: what the candidate system prompt adds, and what the scripted model does when it sees it
 RULE = "Before answering, always look the user up with get_user_details."
@@ -60,10 +63,11 @@ def scripted_model(body: Any) -> Scripted:
     return text_answer("You can take 3 suitcases in total.", prompt_tokens=40)
 
 
-async def _replay(engine: ReplayEngine, plan: ReplayPlan) -> None:
+async def _replay(engine: ReplayEngine, runner: Any, plan: ReplayPlan) -> None:
     prepared = await engine.prepare(plan)
     assert prepared.ok, prepared.problems
-    await run_prepared(engine, plan, prepared)
+    totals = await run_prepared(runner, plan, prepared)
+    assert totals.stopped is None, totals.stopped  # each ran to the conversation's end
 
 
 async def test_a_system_prompt_candidate_changes_a_tool_loop_replay(
@@ -86,6 +90,12 @@ async def test_a_system_prompt_candidate_changes_a_tool_loop_replay(
         )
         agents = catalogs(None, None, registry, worlds)
         engine = ReplayEngine(stores.ledger, stores.evidence, stores.artifacts, agents)
+        # the steps run in the sandbox, as on a worker: the child reads the candidate's text
+        # through the broker by its digest
+        runner = sandboxed_steps(
+            engine, SandboxSettings(warm_processes=0), catalog_factory=CATALOG_FACTORY
+        )
+        assert runner is not None
         plans = [
             build_replay_plan(
                 run_id,
@@ -102,10 +112,11 @@ async def test_a_system_prompt_candidate_changes_a_tool_loop_replay(
         ]
         try:
             for plan in plans:
-                await _replay(engine, plan)
+                await _replay(engine, runner, plan)
         finally:
             for model in {id(m): m for m in agents["tool-loop"].models.values()}.values():
                 await model.aclose()  # type: ignore[attr-defined]
+            await runner.aclose()
         sent = server.bodies
 
     baseline, candidate = plans
