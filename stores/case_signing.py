@@ -139,3 +139,19 @@ def _read_private(path: Path, what: str) -> Ed25519PrivateKey:
     if not isinstance(key, Ed25519PrivateKey):
         raise ConfigurationError(f"{what} {path}: not an Ed25519 private key")
     return key
+
+
+def trusted_public_key(
+    given: Path | None, configured_public: str | None, configured_signing: str | None, home: Path
+) -> tuple[Ed25519PublicKey | None, str]:
+    """The public key a capsule is checked with, and where it came from: ``given``
+    (``--public-key``), else ``configured_public`` (``REPLAYBOOK_CASE_PUBLIC_KEY``), else the
+    public half of this installation's signing key, else None (the key the capsule names)."""
+    if given is not None:
+        return load_public_key(given), str(given)
+    if configured_public:
+        return load_public_key(Path(configured_public), PUBLIC_KEY_VARIABLE), configured_public
+    key = existing_signing_key(configured_signing, home)
+    if key is not None:
+        return key.public, f"the signing key {key.source}"
+    return None, "the key the capsule names (no trusted key given)"
