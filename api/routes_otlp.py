@@ -3,7 +3,7 @@ its exporter's endpoint (``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=http://HOST:PORT/v
 ``OTEL_EXPORTER_OTLP_HEADERS=Authorization=Bearer%20TOKEN``).
 
 Protobuf or OTLP/JSON, gzip or not; the ingestion role (``engineer`` or ``admin``, as
-``POST /api/runs``). The spans are stored before the answer (``ExportTraceServiceResponse``
+``POST /api/runs``). The export is stored (one row, its spans indexed) before the answer (``ExportTraceServiceResponse``
 in the request's encoding; ``partial_success`` counts the late spans it refused); the runs
 are assembled off the request's path by the process's ``AssemblyLoop`` (``ingest.
 otlp_receiver``), which also sweeps idle traces. A malformed export is 400 (a
@@ -30,7 +30,7 @@ from ingest.otlp_decode import (
     export_response,
     media_type,
     parse_export,
-    staged_chunks,
+    staged_export,
     status_message,
 )
 from ingest.otlp_receiver import (
@@ -83,7 +83,8 @@ async def export_traces(request: Request, state: State, caller: Ingester) -> Res
                 "body",
                 f"the decompressed body is larger than the limit of {limit} bytes",
             )
-        chunks = staged_chunks(parse_export(data, kind))
+        parsed = parse_export(data, kind)
+        export = staged_export(parsed, data if kind == PROTOBUF else parsed.SerializeToString())
     except InvalidInputError as exc:
         log.info("otlp export refused", caller=caller.caller, error=str(exc))
         if kind == PROTOBUF:
@@ -93,13 +94,13 @@ async def export_traces(request: Request, state: State, caller: Ingester) -> Res
     stores = await state.stores()
     if stores.otlp_spans is None:
         raise StoreError("the stores have no OTLP staging tables")
-    outcome = await stores.otlp_spans.stage(chunks, datetime.now(UTC))
+    outcome = await stores.otlp_spans.stage(export, datetime.now(UTC))
     count_staged(outcome)
     assembly_of(request.app).notify(outcome.rooted)
     log.info(
         "otlp export stored",
         caller=caller.caller,
-        spans=sum(len(c.span_ids) for c in chunks),
+        spans=sum(len(ids) for ids in export.spans.values()),
         accepted=outcome.accepted,
         duplicates=outcome.duplicates,
         late=outcome.late,

@@ -25,16 +25,17 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
-from opentelemetry.proto.trace.v1.trace_pb2 import ScopeSpans, Span, Status
+from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
 from models.errors import InvalidInputError
-from runtime.ports import StagedChunk
+from runtime.ports import StagedExport, StoredExport
 
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
 #: the resource attribute naming the tools that are WRITE (see ``_write_tools``)
 WRITE_TOOLS = "replaybook.write_tools"
 _STATUS = {Status.STATUS_CODE_OK: "ok", Status.STATUS_CODE_ERROR: "error"}
+_ZERO_TRACE, _ZERO_SPAN = bytes(16), bytes(8)
 
 
 def media_type(content_type: str | None) -> str:
@@ -142,36 +143,40 @@ class StagedSpan:
     span: Span
 
 
-def staged_chunks(request: ExportTraceServiceRequest) -> list[StagedChunk]:
-    """The export's spans, a chunk per trace and resource, every span checked first: the first
-    malformed one is refused by its position."""
-    chunks = []
+def staged_export(request: ExportTraceServiceRequest, body: bytes) -> StagedExport:
+    """The export to store (``body``: its protobuf encoding), every span checked first: the
+    first malformed one is refused by its position. The walk reads the ids and times off the
+    protobuf objects and builds nothing per span but its ids (the spans are decoded into
+    dicts when their trace is assembled, off the request's path)."""
+    spans: dict[str, list[str]] = {}
+    rooted: set[str] = set()
     for i, resource in enumerate(request.resource_spans):
-        attrs = {a.key: a.value for a in resource.resource.attributes}
-        service = attrs["service.name"].string_value[:255] if "service.name" in attrs else None
-        writes = _write_tools(attrs.get(WRITE_TOOLS), f"resourceSpans[{i}].resource")
-        by_trace: dict[bytes, list[Span]] = {}
+        where = f"resourceSpans[{i}]"
+        for kv in resource.resource.attributes:
+            if kv.key == WRITE_TOOLS:  # checked now: assembly must not find it malformed
+                _write_tools(kv.value, f"{where}.resource")
         for j, scope in enumerate(resource.scope_spans):
             for k, span in enumerate(scope.spans):
-                _check(span, f"resourceSpans[{i}].scopeSpans[{j}].spans[{k}]")
-                by_trace.setdefault(span.trace_id, []).append(span)
-        for trace_id, spans in by_trace.items():
-            chunks.append(
-                StagedChunk(
-                    trace_id=trace_id.hex(),
-                    span_ids=tuple(s.span_id.hex() for s in spans),
-                    has_root=any(not any(s.parent_span_id) for s in spans),
-                    service=service or None,
-                    write_tools=writes,
-                    parts=tuple(_spans_field(s.SerializeToString()) for s in spans),
-                )
-            )
-    return chunks
-
-
-def _spans_field(span: bytes) -> bytes:
-    """``span`` as the encoded ``spans`` field (number 2, length-delimited) of ScopeSpans."""
-    return b"\x12" + _varint(len(span)) + span
+                trace_id, span_id, parent = span.trace_id, span.span_id, span.parent_span_id
+                start, end = span.start_time_unix_nano, span.end_time_unix_nano
+                if (
+                    len(trace_id) != 16
+                    or len(span_id) != 8
+                    or (parent and len(parent) != 8)
+                    or not start
+                    or end < start
+                    or trace_id == _ZERO_TRACE
+                    or span_id == _ZERO_SPAN
+                ):
+                    _check(span, f"{where}.scopeSpans[{j}].spans[{k}]")
+                trace = trace_id.hex()
+                ids = spans.get(trace)
+                if ids is None:
+                    ids = spans[trace] = []
+                ids.append(span_id.hex())
+                if not parent or parent == _ZERO_SPAN:
+                    rooted.add(trace)
+    return StagedExport(body=body, spans=spans, rooted=frozenset(rooted))
 
 
 def _write_tools(value: AnyValue | None, where: str) -> str | None:
@@ -201,26 +206,36 @@ def _check(span: Span, where: str) -> None:
         raise InvalidInputError(f"{where}.parentSpanId: expected 8 bytes or none", field="body")
     if span.start_time_unix_nano == 0:
         raise InvalidInputError(f"{where}.startTimeUnixNano: missing", field="body")
-    if span.end_time_unix_nano and span.end_time_unix_nano < span.start_time_unix_nano:
+    if span.end_time_unix_nano < span.start_time_unix_nano:
         raise InvalidInputError(f"{where}.endTimeUnixNano: before its start", field="body")
 
 
-def spans_of(chunks: Iterable[StagedChunk]) -> list[StagedSpan]:
-    """The chunks' spans, each once (the first received wins), in the order they arrived."""
+def spans_of(trace_id: str, exports: Iterable[StoredExport]) -> list[StagedSpan]:
+    """The trace's spans out of the stored exports holding them, each once, in the order
+    they arrived; with the ``service.name`` and ``replaybook.write_tools`` of their resource."""
     out: dict[str, StagedSpan] = {}
-    for chunk in chunks:
-        for span in ScopeSpans.FromString(b"".join(chunk.parts)).spans:
-            span_id = span.span_id.hex()
-            if span_id not in out:
-                parent = span.parent_span_id
-                out[span_id] = StagedSpan(
-                    trace_id=chunk.trace_id,
-                    span_id=span_id,
-                    parent_span_id=parent.hex() if any(parent) else None,
-                    service=chunk.service,
-                    write_tools=chunk.write_tools,
-                    span=span,
-                )
+    wanted_trace = bytes.fromhex(trace_id)
+    for export in exports:
+        request = ExportTraceServiceRequest.FromString(export.body)
+        for resource in request.resource_spans:
+            attrs = {a.key: a.value for a in resource.resource.attributes}
+            service = attrs["service.name"].string_value[:255] if "service.name" in attrs else None
+            writes = _write_tools(attrs.get(WRITE_TOOLS), "resource")
+            for scope in resource.scope_spans:
+                for span in scope.spans:
+                    if span.trace_id != wanted_trace:
+                        continue
+                    span_id = span.span_id.hex()
+                    if span_id in export.span_ids and span_id not in out:
+                        parent = span.parent_span_id
+                        out[span_id] = StagedSpan(
+                            trace_id=trace_id,
+                            span_id=span_id,
+                            parent_span_id=parent.hex() if any(parent) else None,
+                            service=service or None,
+                            write_tools=writes,
+                            span=span,
+                        )
     return list(out.values())
 
 
@@ -303,6 +318,6 @@ __all__ = [
     "parse_export",
     "span_dict",
     "spans_of",
-    "staged_chunks",
+    "staged_export",
     "status_message",
 ]

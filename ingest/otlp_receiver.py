@@ -1,7 +1,7 @@
 """Traces received over OTLP/HTTP → runs, one per trace, assembled from the staged spans.
 
-Spans are staged on arrival (``OtlpSpanStore.stage``, deduplicated by trace and span id) and
-the export is answered; a trace is then assembled into the run ``otlp-<trace id>``:
+An export is stored on arrival (``OtlpSpanStore.stage``: one row, its spans indexed by trace
+and span id, each once) and answered; its spans are decoded only here, off the request's path; a trace is then assembled into the run ``otlp-<trace id>``:
 
 * when its root span (no parent) has arrived and every parent a span names is there —
   OpenTelemetry exports a span when it ends, and a root ends after its children;
@@ -138,7 +138,7 @@ class TraceAssembler:
         """Assemble the trace when ``reason`` allows (``rooted``: only if complete; ``idle``:
         as it is; ``stale``: a claim left unfinished). The run id, or None when not now."""
         now = self.clock()
-        if reason == "rooted" and not is_complete(spans_of(await self.store.chunks(trace_id))):
+        if reason == "rooted" and not is_complete(await self._spans(trace_id)):
             return None  # a parent is still missing: a later span or the idle sweep ends it
         ended_by = await self.store.claim(
             trace_id,
@@ -148,7 +148,7 @@ class TraceAssembler:
         )
         if ended_by is None:
             return None  # another assembler has it, or it is done
-        spans = spans_of(await self.store.chunks(trace_id))
+        spans = await self._spans(trace_id)
         try:
             run = convert_staged(trace_id, spans, ended_by)
             report = await record_converted(
@@ -173,6 +173,9 @@ class TraceAssembler:
             events=report.events_recorded,
         )
         return run.header.run_id
+
+    async def _spans(self, trace_id: str) -> list[StagedSpan]:
+        return spans_of(trace_id, await self.store.exports(trace_id))
 
     async def sweep(self) -> list[str]:
         """Assemble what is due: complete traces not assembled yet, idle ones, stale claims."""

@@ -174,25 +174,26 @@ class EvidenceReader(Protocol):
 
 
 @dataclass(frozen=True)
-class StagedChunk:
-    """The spans of one trace from one export (and one resource), as the OTLP receiver
-    stores them before the export is answered: a chunk, not a row per span, so that storing
-    an export costs a row per trace."""
+class StagedExport:
+    """One OTLP export as the receiver stores it before answering: the export's protobuf
+    body once (a row per export, not per span or trace) and the ids of its spans, checked,
+    for deduplication (a span is indexed once by trace and span id)."""
 
-    #: lower-case hex, 32 digits (OTLP/JSON's spelling), as the span ids (16)
-    trace_id: str
-    span_ids: tuple[str, ...]
-    #: a span without a parent (the trace's root) is among them
-    has_root: bool
-    #: the ``service.name`` of the resource that sent them
-    service: str | None
-    #: the resource's ``replaybook.write_tools`` (tool names, comma-separated): the tools
-    #: that are WRITE (the others READ); None: each tool's hints decide (none: WRITE)
-    write_tools: str | None
-    #: the spans as encoded fields of a protobuf ``opentelemetry.proto.trace.v1.ScopeSpans``
-    #: message, one a span in ``span_ids`` order (a read chunk may hold them all in one):
-    #: joined, any of them make that message, so a store keeps the new ones by joining them
-    parts: tuple[bytes, ...]
+    #: an ``ExportTraceServiceRequest`` in protobuf (as received; a JSON export re-encoded)
+    body: bytes
+    #: trace id (lower-case hex, 32 digits) → the ids of its spans in the export (16 digits)
+    spans: dict[str, list[str]]
+    #: the traces whose root span (no parent) is in the export
+    rooted: frozenset[str]
+
+
+@dataclass(frozen=True)
+class StoredExport:
+    """A stored export holding spans of one trace: its body and which of its spans are the
+    trace's (the ones first received in it, not late)."""
+
+    body: bytes
+    span_ids: frozenset[str]
 
 
 @dataclass(frozen=True)
@@ -213,9 +214,9 @@ class StageOutcome:
 class OtlpSpanStore(Protocol):
     """The OTLP receiver's staging tables (``stores.sql.otlp_spans.SqlOtlpSpans``)."""
 
-    async def stage(self, chunks: Sequence[StagedChunk], now: datetime) -> StageOutcome:
-        """Store the chunks in one transaction; a chunk whose spans are all stored already
-        (by trace and span id) is not stored again."""
+    async def stage(self, export: StagedExport, now: datetime) -> StageOutcome:
+        """Store the export in one transaction, its new spans indexed (by trace and span id);
+        an export whose spans are all stored already is not stored again."""
         ...
 
     async def claim(
@@ -226,8 +227,9 @@ class OtlpSpanStore(Protocol):
         (the first claim's ``ended_by``), None when not claimed."""
         ...
 
-    async def chunks(self, trace_id: str) -> list[StagedChunk]:
-        """The trace's chunks that are not late, in the order they arrived."""
+    async def exports(self, trace_id: str) -> list[StoredExport]:
+        """The exports holding the trace's spans that are not late, in the order they arrived
+        (each span in the export it first arrived in)."""
         ...
 
     async def finish(

@@ -315,23 +315,25 @@ otlp_traces = Table(
 )
 Index("ix_otlp_traces_state", otlp_traces.c.state, otlp_traces.c.last_seen)
 
-# the spans as received, a chunk per trace and export (a protobuf ``ScopeSpans`` message),
-# stored before the export is answered
-otlp_span_chunks = Table(
-    "otlp_span_chunks",
+# each export as received (an ``ExportTraceServiceRequest`` in protobuf), one row, stored before
+# the export is answered; an export with no span not stored already is not kept
+otlp_exports = Table(
+    "otlp_exports",
     metadata,
-    Column("chunk_id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True),
-    Column("trace_id", String(32), nullable=False, index=True),
-    # the chunk's span ids (16 hex digits each), comma-separated: deduplication without
-    # decoding the chunk
-    Column("span_ids", String(), nullable=False),
+    Column("export_id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True),
     Column("received_at", _utc(), nullable=False),
+    Column("body", LargeBinary, nullable=False),
+)
+
+# every span stored, once (by trace and span id): the export it first arrived in
+otlp_spans = Table(
+    "otlp_spans",
+    metadata,
+    Column("trace_id", String(32), primary_key=True),
+    Column("span_id", String(16), primary_key=True),
+    Column("export_id", BigInteger, nullable=False),
     # arrived after its trace was claimed: kept, not part of the run, refused in the answer
     Column("late", Boolean, nullable=False),
-    # the resource's service.name and replaybook.write_tools (comma-separated)
-    Column("service", String(255), nullable=True),
-    Column("write_tools", String(), nullable=True),
-    Column("spans", LargeBinary, nullable=False),
 )
 
 # alert intake (migration 0006) -----------------------------------------------------------------

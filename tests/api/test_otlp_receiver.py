@@ -101,13 +101,13 @@ async def test_split_out_of_order_duplicated_exports_make_one_intact_run(
     assert run["status"] == "COMPLETED"
     assert run["labels"]["ended_by"] == "root_span" and run["labels"]["agent"] == "support"
     assert kinds(run).count("MODEL_CALL") == 2 and kinds(run).count("TOOL_CALL") == 1
-    stored = await store.chunks(trace_id_of([root]))
-    assert sorted(i for c in stored for i in c.span_ids) == sorted(
+    stored = await store.exports(trace_id_of([root]))
+    assert sorted(i for e in stored for i in e.span_ids) == sorted(
         format(s.context.span_id, "016x") for s in (chat1, tool, chat2, root)
     ), "every span stored, the duplicates of the second export once"
     # every span again after the run is written: duplicates, nothing stored, nothing added
     assert await export(base, [root, chat1, tool, chat2]) is SpanExportResult.SUCCESS
-    assert len(await store.chunks(trace_id_of([root]))) == len(stored)
+    assert await store.exports(trace_id_of([root])) == stored
     with client(base) as http:
         again = http.get(f"/api/runs/{run_id}", headers=VIEWER).json()
         verified = http.get(f"/api/runs/{run_id}/verify", headers=VIEWER).json()

@@ -13,9 +13,9 @@ import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
-from ingest.otlp_decode import staged_chunks
+from ingest.otlp_decode import staged_export
 from ingest.otlp_receiver import TraceAssembler, run_id_of
-from runtime.ports import StagedChunk
+from runtime.ports import StagedExport
 from stores.artifacts import LocalArtifactStore
 from stores.sql.database import Database
 from stores.sql.evidence import SqlEvidenceReader
@@ -34,10 +34,10 @@ class Clock:
         return self.now
 
 
-def _chunks(
+def _export(
     trace_id: bytes, *spans: tuple[bytes, bytes, dict[str, str | int]]
-) -> list[StagedChunk]:
-    """Chunks of an export of ``spans`` (span id, parent id, attributes) of one trace."""
+) -> StagedExport:
+    """The export of ``spans`` (span id, parent id, attributes) of one trace, to stage."""
     request = ExportTraceServiceRequest()
     scope = request.resource_spans.add().scope_spans.add()
     for n, (span_id, parent, attrs) in enumerate(spans):
@@ -56,7 +56,7 @@ def _chunks(
             else:
                 kv.value.string_value = value
         scope.spans.append(span)
-    return staged_chunks(request)
+    return staged_export(request, request.SerializeToString())
 
 
 CHAT: dict[str, str | int] = {
@@ -91,7 +91,7 @@ async def test_a_trace_waits_for_a_missing_parent_then_the_idle_sweep_ends_it(
     store, clock = assembler.store, _clock(assembler)
     trace, root, middle, leaf = os.urandom(16), os.urandom(8), os.urandom(8), os.urandom(8)
     # the root and a grandchild arrive; the span between them does not
-    outcome = await store.stage(_chunks(trace, (root, b"", {}), (leaf, middle, CHAT)), T0)
+    outcome = await store.stage(_export(trace, (root, b"", {}), (leaf, middle, CHAT)), T0)
     assert outcome.accepted == 2 and outcome.rooted == (trace.hex(),)
     assert await assembler.assemble(trace.hex()) is None  # a parent is missing: not yet
     clock.now = T0 + timedelta(seconds=30)
@@ -102,15 +102,15 @@ async def test_a_trace_waits_for_a_missing_parent_then_the_idle_sweep_ends_it(
     assert run.labels["ended_by"] == "idle_timeout" and run.status.value == "COMPLETED"
     assert (await assembler.ledger.verify(run.run_id)).intact
     # the missing span, now: kept apart as late, the run unchanged
-    late = await store.stage(_chunks(trace, (middle, root, {})), clock.now)
+    late = await store.stage(_export(trace, (middle, root, {})), clock.now)
     assert late.late == 1 and late.late_traces == {trace.hex(): run.run_id}
-    assert [c.span_ids for c in await store.chunks(trace.hex())] == [(root.hex(), leaf.hex())]
+    assert [e.span_ids for e in await store.exports(trace.hex())] == [{root.hex(), leaf.hex()}]
 
 
 async def test_a_claim_left_by_a_dead_assembler_is_taken_over(assembler: TraceAssembler) -> None:
     store, clock = assembler.store, _clock(assembler)
     trace, root = os.urandom(16), os.urandom(8)
-    await store.stage(_chunks(trace, (root, b"", {}), (os.urandom(8), root, CHAT)), T0)
+    await store.stage(_export(trace, (root, b"", {}), (os.urandom(8), root, CHAT)), T0)
     # an assembler claimed it (as an idle trace) and died before writing the run
     assert await store.claim(trace.hex(), "idle_timeout", T0, T0) == "idle_timeout"
     assert await assembler.assemble(trace.hex()) is None  # claimed: not twice at once
@@ -128,9 +128,9 @@ async def test_a_trace_that_cannot_be_converted_is_marked_failed(
     store = assembler.store
     trace, root = os.urandom(16), os.urandom(8)
     bad: dict[str, str | int] = {**CHAT, "gen_ai.usage.input_tokens": -3}
-    await store.stage(_chunks(trace, (root, b"", {}), (os.urandom(8), root, bad)), T0)
+    await store.stage(_export(trace, (root, b"", {}), (os.urandom(8), root, bad)), T0)
     assert await assembler.assemble(trace.hex()) is None
     state = await store.state(trace.hex())
     assert state is not None and state["state"] == "failed"
     assert "gen_ai.usage.input_tokens" in state["error"]
-    assert len(await store.chunks(trace.hex())) == 1  # the spans stay staged
+    assert len(await store.exports(trace.hex())) == 1  # the spans stay staged

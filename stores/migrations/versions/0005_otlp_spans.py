@@ -4,8 +4,9 @@ Revision ID: 0005
 Revises: 0004
 Create Date: 2026-12-02
 
-Spans are stored here (a chunk per trace and export), deduplicated by trace and span id, before an export is answered; a
-trace is assembled into a run from them once its root span arrived (or after an idle timeout).
+Each export is stored here as one row (its protobuf body) and its spans indexed once by trace and
+span id, before the export is answered; a trace is assembled into a run from them once its root
+span arrived (or after an idle timeout).
 """
 
 from __future__ import annotations
@@ -39,29 +40,29 @@ def upgrade() -> None:
     )
     op.create_index("ix_otlp_traces_state", "otlp_traces", ["state", "last_seen"])
     op.create_table(
-        "otlp_span_chunks",
+        "otlp_exports",
         sa.Column(
-            "chunk_id",
+            "export_id",
             sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
             autoincrement=True,
             nullable=False,
         ),
-        sa.Column("trace_id", sa.String(length=32), nullable=False),
-        sa.Column("span_ids", sa.String(), nullable=False),
         sa.Column("received_at", _utc(), nullable=False),
-        sa.Column("late", sa.Boolean(), nullable=False),
-        sa.Column("service", sa.String(length=255), nullable=True),
-        sa.Column("write_tools", sa.String(), nullable=True),
-        sa.Column("spans", sa.LargeBinary(), nullable=False),
-        sa.PrimaryKeyConstraint("chunk_id", name=op.f("pk_otlp_span_chunks")),
+        sa.Column("body", sa.LargeBinary(), nullable=False),
+        sa.PrimaryKeyConstraint("export_id", name=op.f("pk_otlp_exports")),
     )
-    op.create_index(
-        op.f("ix_otlp_span_chunks_trace_id"), "otlp_span_chunks", ["trace_id"], unique=False
+    op.create_table(
+        "otlp_spans",
+        sa.Column("trace_id", sa.String(length=32), nullable=False),
+        sa.Column("span_id", sa.String(length=16), nullable=False),
+        sa.Column("export_id", sa.BigInteger(), nullable=False),
+        sa.Column("late", sa.Boolean(), nullable=False),
+        sa.PrimaryKeyConstraint("trace_id", "span_id", name=op.f("pk_otlp_spans")),
     )
 
 
 def downgrade() -> None:
-    op.drop_index(op.f("ix_otlp_span_chunks_trace_id"), table_name="otlp_span_chunks")
-    op.drop_table("otlp_span_chunks")
+    op.drop_table("otlp_spans")
+    op.drop_table("otlp_exports")
     op.drop_index("ix_otlp_traces_state", table_name="otlp_traces")
     op.drop_table("otlp_traces")
