@@ -159,8 +159,9 @@ def _instant_text(value: object) -> object:
 IngestInstant = Annotated[Instant, BeforeValidator(_instant_text)]
 
 #: the chat roles a model's conversation has (OpenAI's, with ``developer`` and the legacy
-#: ``function``): another is refused, not recorded as a conversation no model could have seen
-CHAT_ROLES = ("assistant", "developer", "function", "system", "tool", "user")
+#: ``function``; Gemini's ``model``, as its OTel spans carry it): another is refused, not
+#: recorded as a conversation no model could have seen
+CHAT_ROLES = ("assistant", "developer", "function", "model", "system", "tool", "user")
 
 
 def _known_role(message: ChatMessage) -> ChatMessage:
