@@ -114,11 +114,74 @@ class _Handler(BaseHTTPRequestHandler):
         hook = self.server.hook  # type: ignore[attr-defined]
         if hook is not None:
             hook(len(self.server.requests))  # type: ignore[attr-defined]
+        if self.path.endswith("/responses"):
+            self._responses(body)
+            return
         answer = script_answer(body["messages"])
         if body.get("stream"):
             self._stream(body, answer)
         else:
             self._json(body, answer)
+
+    def _responses(self, body: dict[str, Any]) -> None:
+        """The Responses API: the same script, the input items read as chat messages."""
+        items = [body["input"]] if isinstance(body["input"], str) else body["input"]
+        messages = [
+            {"role": "tool"} if item.get("type") == "function_call_output" else item
+            for item in items
+        ]
+        answer = script_answer(messages)
+        output: list[dict[str, Any]] = [
+            {
+                "type": "function_call",
+                "id": f"fc_{cid}",
+                "call_id": cid,
+                "name": name,
+                "arguments": json.dumps(args),
+                "status": "completed",
+            }
+            for cid, name, args in answer.get("tool_calls", [])
+        ]
+        if answer.get("content"):
+            output.append(
+                {
+                    "type": "message",
+                    "id": "msg_1",
+                    "role": "assistant",
+                    "status": "completed",
+                    "content": [
+                        {"type": "output_text", "text": answer["content"], "annotations": []}
+                    ],
+                }
+            )
+        self._send_json(
+            {
+                "id": "resp_scripted",
+                "object": "response",
+                "created_at": 1,
+                "model": body["model"],
+                "status": "completed",
+                "output": output,
+                "parallel_tool_calls": True,
+                "tool_choice": "auto",
+                "tools": [],
+                "usage": {
+                    "input_tokens": 40,
+                    "output_tokens": 6,
+                    "total_tokens": 46,
+                    "input_tokens_details": {"cached_tokens": 0},
+                    "output_tokens_details": {"reasoning_tokens": 0},
+                },
+            }
+        )
+
+    def _send_json(self, data: dict[str, Any]) -> None:
+        raw = json.dumps(data).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(raw)))
+        self.end_headers()
+        self.wfile.write(raw)
 
     def _calls(self, answer: dict[str, Any]) -> list[dict[str, Any]]:
         return [
@@ -146,12 +209,7 @@ class _Handler(BaseHTTPRequestHandler):
             ],
             "usage": {"prompt_tokens": 42, "completion_tokens": 7, "total_tokens": 49},
         }
-        raw = json.dumps(data).encode()
-        self.send_response(200)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(raw)))
-        self.end_headers()
-        self.wfile.write(raw)
+        self._send_json(data)
 
     def _stream(self, body: dict[str, Any], answer: dict[str, Any]) -> None:
         self.send_response(200)

@@ -178,3 +178,41 @@ async def test_async_runs_clients_and_tools_are_recorded(
 def _runs(api: ApiProcess) -> list[dict[str, Any]]:
     with api.client() as client:
         return client.get("/api/runs", params={"limit": 500}).json()["runs"]
+
+
+def test_responses_create_is_recorded_with_its_function_calls(
+    api: ApiProcess, spool: Path, chat: ChatServer
+) -> None:
+    client = replaybook.wrap(openai.OpenAI(base_url=chat.base_url, api_key="none"))
+    inputs: list[Any] = [{"role": "user", "content": "Please refund order A-17."}]
+    with replaybook.run(agent="responses-bot", system_prompt=SYSTEM) as run:
+        for _ in range(3):
+            response = client.responses.create(
+                model="scripted",
+                instructions=SYSTEM,
+                input=inputs,
+                tools=[lookup_order.schema["function"] | {"type": "function"}],
+            )
+            calls = [item for item in response.output if item.type == "function_call"]
+            if not calls:
+                break
+            for call in calls:
+                inputs.append(call.model_dump(exclude_none=True))
+                inputs.append(
+                    {"type": "function_call_output", "call_id": call.call_id, "output": "{}"}
+                )
+    assert response.output_text == "I refunded 20.50 EUR for order A-17."
+    assert replaybook.flush(30)
+    view = _run(api, run.run_id)
+    calls = _model_calls(api, view)
+    assert [[c["name"] for c in call["response"]["tool_calls"]] for call in calls] == [
+        ["lookup_order"],
+        ["refund"],
+        [],
+    ]
+    assert calls[1]["response"]["tool_calls"][0]["id"] == "call_refund_1"
+    assert calls[2]["response"]["content"] == "I refunded 20.50 EUR for order A-17."
+    assert calls[0]["usage"] == {"prompt_tokens": 40, "completion_tokens": 6}
+    # the instructions are the run's system prompt, once: the system prompt and the task,
+    # then each call adds the function call and its output
+    assert [len(s["message_refs"]) for s in view["context_snapshots"]] == [2, 2, 2]
