@@ -36,7 +36,6 @@ from ingest.otlp_decode import (
 from ingest.otlp_receiver import (
     AssemblyLoop,
     TraceAssembler,
-    count_staged,
     late_message,
     sweep_interval,
 )
@@ -95,12 +94,12 @@ async def export_traces(request: Request, state: State, caller: Ingester) -> Res
     if stores.otlp_spans is None:
         raise StoreError("the stores have no OTLP staging tables")
     outcome = await stores.otlp_spans.stage(export, datetime.now(UTC))
-    count_staged(outcome)
-    assembly_of(request.app).notify(outcome.rooted)
+    assembly_of(request.app).notify(outcome.rooted, stored=outcome.pending > 0)
     log.info(
         "otlp export stored",
         caller=caller.caller,
         spans=sum(len(ids) for ids in export.spans.values()),
+        pending=outcome.pending,
         accepted=outcome.accepted,
         duplicates=outcome.duplicates,
         late=outcome.late,

@@ -34,13 +34,7 @@ from ingest.openinference import normalised_spans
 from ingest.otel import RunNaming, convert_trace
 from ingest.otlp_decode import StagedSpan, span_dict, spans_of
 from models.errors import ConflictError, InvalidInputError, ReplaybookError
-from runtime.ports import (
-    ArtifactStore,
-    EvidenceReader,
-    IngestLedger,
-    OtlpSpanStore,
-    StageOutcome,
-)
+from runtime.ports import ArtifactStore, EvidenceReader, IngestLedger, OtlpSpanStore, StageOutcome
 
 log = structlog.get_logger(__name__)
 
@@ -48,13 +42,10 @@ RUN_PREFIX = "otlp-"
 ROOT_SPAN, IDLE_TIMEOUT = "root_span", "idle_timeout"
 ASSEMBLED, FAILED = "assembled", "failed"
 DEFAULT_IDLE_SECONDS = 300.0
+#: how long a stored export may wait to be indexed (exports stored meanwhile are indexed in
+#: the same transaction)
+INDEX_DELAY = 0.25
 
-SPANS_TOTAL = Counter(
-    "replaybook_otlp_spans",
-    "Spans received at POST /v1/traces, by result: accepted (staged), duplicate (already "
-    "staged), late (arrived after their trace was assembled: kept, refused in the answer).",
-    ["result"],
-)
 OPAQUE_SPANS_TOTAL = Counter(
     "replaybook_otlp_opaque_spans",
     "Spans of assembled OTLP traces that were not interpreted (kept as OPAQUE events).",
@@ -70,12 +61,6 @@ TRACES_TOTAL = Counter(
 def run_id_of(trace_id: str) -> str:
     """The run a trace becomes: ``otlp-`` and the trace id in lower-case hex (32 digits)."""
     return f"{RUN_PREFIX}{trace_id.lower()}"
-
-
-def count_staged(outcome: StageOutcome) -> None:
-    SPANS_TOTAL.labels("accepted").inc(outcome.accepted)
-    SPANS_TOTAL.labels("duplicate").inc(outcome.duplicates)
-    SPANS_TOTAL.labels("late").inc(outcome.late)
 
 
 def late_message(outcome: StageOutcome) -> str:
@@ -138,6 +123,8 @@ class TraceAssembler:
         """Assemble the trace when ``reason`` allows (``rooted``: only if complete; ``idle``:
         as it is; ``stale``: a claim left unfinished). The run id, or None when not now."""
         now = self.clock()
+        if reason == "rooted":
+            await self.store.index()  # the exports acknowledged so far
         if reason == "rooted" and not is_complete(await self._spans(trace_id)):
             return None  # a parent is still missing: a later span or the idle sweep ends it
         ended_by = await self.store.claim(
@@ -179,6 +166,7 @@ class TraceAssembler:
 
     async def sweep(self) -> list[str]:
         """Assemble what is due: complete traces not assembled yet, idle ones, stale claims."""
+        await self.store.index()  # a trace's last span may be in an export not indexed yet
         now = self.clock()
         due = await self.store.due(
             now - timedelta(seconds=self.idle_seconds),
@@ -203,17 +191,24 @@ class AssemblyLoop:
         self._pending: dict[str, None] = {}
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        #: when the exports stored since the last indexing are indexed (loop time)
+        self._index_at: float | None = None
 
     def start(self) -> None:
         if self._task is None:
             self._task = asyncio.create_task(self._run(), name="otlp-assembly")
 
-    def notify(self, trace_ids: Iterable[str]) -> None:
-        """Traces whose root arrived: assemble them soon."""
+    def notify(self, trace_ids: Iterable[str], stored: bool = False) -> None:
+        """Traces whose root arrived: assemble them soon; ``stored``: an export waits to be
+        indexed (within ``INDEX_DELAY`` seconds, with those stored meanwhile)."""
         for trace_id in trace_ids:
             self._pending[trace_id] = None
+        if stored and self._index_at is None:
+            self._index_at = asyncio.get_running_loop().time() + INDEX_DELAY
+            self._wake.set()
         if self._pending:
             self._wake.set()
+        if self._wake.is_set():
             self.start()
 
     async def stop(self) -> None:
@@ -227,12 +222,18 @@ class AssemblyLoop:
         loop = asyncio.get_running_loop()
         next_sweep = loop.time()
         while True:
+            wake_at = min(next_sweep, self._index_at or next_sweep)
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(max(0.0, next_sweep - loop.time())):
+                async with asyncio.timeout(max(0.0, wake_at - loop.time())):
                     await self._wake.wait()
             self._wake.clear()
+            if not self._pending and loop.time() < min(next_sweep, self._index_at or next_sweep):
+                continue  # woken to wait for a nearer time
             try:
                 assembler = await self._assembler()
+                if self._index_at is not None and loop.time() >= self._index_at:
+                    self._index_at = None
+                    await assembler.store.index()
                 while self._pending:
                     trace_id = next(iter(self._pending))
                     del self._pending[trace_id]

@@ -200,7 +200,9 @@ class StoredExport:
 class StageOutcome:
     """What storing one export did."""
 
+    #: new spans indexed (into open traces)
     accepted: int = 0
+    #: spans stored already (an export stored already counts all its spans)
     duplicates: int = 0
     #: new spans of traces already claimed for assembly: kept, but not part of the run
     late: int = 0
@@ -208,6 +210,8 @@ class StageOutcome:
     late_traces: dict[str, str | None] = field(default_factory=dict)
     #: open traces whose root span has arrived (candidates for assembly now)
     rooted: tuple[str, ...] = ()
+    #: spans stored, to be indexed after the answer (counted as accepted or duplicate then)
+    pending: int = 0
 
 
 @runtime_checkable
@@ -215,14 +219,20 @@ class OtlpSpanStore(Protocol):
     """The OTLP receiver's staging tables (``stores.sql.otlp_spans.SqlOtlpSpans``)."""
 
     async def stage(self, export: StagedExport, now: datetime) -> StageOutcome:
-        """Store the export in one transaction, its new spans indexed (by trace and span id);
-        an export whose spans are all stored already is not stored again."""
+        """Store the export in one transaction, durably: indexed later (``index``; ``pending``
+        counts its spans) when its traces are open, at once when one of them is claimed (the
+        late spans counted); an export stored already is not stored again."""
+        ...
+
+    async def index(self) -> StageOutcome:
+        """Index the exports stored and not indexed yet (their spans by trace and span id, each
+        once; their traces' states); what it did."""
         ...
 
     async def claim(
         self, trace_id: str, ended_by: str, now: datetime, stale_before: datetime
     ) -> str | None:
-        """Claim an open trace (or one claimed before ``stale_before`` by an assembler that
+        """Index what is pending, then claim an open trace (or one claimed before ``stale_before`` by an assembler that
         died) for assembly; its span set is frozen from then on. Returns how the trace ended
         (the first claim's ``ended_by``), None when not claimed."""
         ...

@@ -316,22 +316,43 @@ otlp_traces = Table(
 Index("ix_otlp_traces_state", otlp_traces.c.state, otlp_traces.c.last_seen)
 
 # each export as received (an ``ExportTraceServiceRequest`` in protobuf), one row, stored before
-# the export is answered; an export with no span not stored already is not kept
+# the export is answered (an export sent twice is stored once: its body's digest); an export
+# that brought no span not stored already is deleted when indexed
 otlp_exports = Table(
     "otlp_exports",
     metadata,
     Column("export_id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True),
+    # sha256 of the body, hex
+    Column("digest", String(64), nullable=False, unique=True),
     Column("received_at", _utc(), nullable=False),
     Column("body", LargeBinary, nullable=False),
+    # the spans' trace and span ids (48 hex digits each, one after the other) and the traces
+    # whose root is in it (32 each): indexing reads these, not the body
+    Column("span_ids", String(), nullable=False),
+    Column("roots", String(), nullable=False),
 )
 
-# every span stored, once (by trace and span id): the export it first arrived in
+# exports stored but not indexed yet into otlp_spans and otlp_traces
+otlp_pending_exports = Table(
+    "otlp_pending_exports",
+    metadata,
+    Column(
+        "export_id",
+        BigInteger().with_variant(Integer, "sqlite"),
+        primary_key=True,
+        autoincrement=False,
+    ),
+)
+
+# every span stored, once (by trace and span id): a row per trace and export holding the spans
+# of the trace that export brought first
 otlp_spans = Table(
     "otlp_spans",
     metadata,
     Column("trace_id", String(32), primary_key=True),
-    Column("span_id", String(16), primary_key=True),
-    Column("export_id", BigInteger, nullable=False),
+    Column("export_id", BigInteger, primary_key=True, autoincrement=False),
+    # span ids, 16 hex digits each, one after the other
+    Column("span_ids", String(), nullable=False),
     # arrived after its trace was claimed: kept, not part of the run, refused in the answer
     Column("late", Boolean, nullable=False),
 )

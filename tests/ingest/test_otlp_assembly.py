@@ -91,8 +91,13 @@ async def test_a_trace_waits_for_a_missing_parent_then_the_idle_sweep_ends_it(
     store, clock = assembler.store, _clock(assembler)
     trace, root, middle, leaf = os.urandom(16), os.urandom(8), os.urandom(8), os.urandom(8)
     # the root and a grandchild arrive; the span between them does not
-    outcome = await store.stage(_export(trace, (root, b"", {}), (leaf, middle, CHAT)), T0)
-    assert outcome.accepted == 2 and outcome.rooted == (trace.hex(),)
+    export = _export(trace, (root, b"", {}), (leaf, middle, CHAT))
+    outcome = await store.stage(export, T0)
+    assert outcome.pending == 2 and outcome.rooted == (trace.hex(),)  # stored, not indexed
+    assert (await store.stage(export, T0)).duplicates == 2  # the same export: stored once
+    assert (await store.stage(_export(trace, (leaf, middle, CHAT)), T0)).pending == 1
+    indexed = await store.index()
+    assert (indexed.accepted, indexed.duplicates) == (2, 1)  # the leaf re-sent: once
     assert await assembler.assemble(trace.hex()) is None  # a parent is missing: not yet
     clock.now = T0 + timedelta(seconds=30)
     assert await assembler.sweep() == []  # not idle yet
