@@ -32,7 +32,12 @@ def test_the_example_is_recorded_and_replays_recorded(
     shown = live_stack.cli("runs", "show", run_id, "--json")
     assert shown.returncode == 0, shown.stderr
     run = json.loads(shown.stdout)
-    assert run["pinned"]["model_profile"] == "smollm2-135m", run["pinned"]
+    if name == "pydantic_ai_refund":
+        # through OTLP the span's model is kept as a label; the receiver pins no model
+        # profile yet (docs/live-capture.md, "What does not work yet")
+        assert run["labels"]["model"] == "smollm2-135m", run["labels"]
+    else:
+        assert run["pinned"]["model_profile"] == "smollm2-135m", run["pinned"]
 
     replay = live_stack.cli("replay", "start", run_id, "--mode", "recorded", "--wait", "--json")
     assert replay.returncode == 0, replay.stdout + replay.stderr
