@@ -44,7 +44,7 @@ ASSEMBLED, FAILED = "assembled", "failed"
 DEFAULT_IDLE_SECONDS = 300.0
 #: how long a stored export may wait to be indexed (exports stored meanwhile are indexed in
 #: the same transaction)
-INDEX_DELAY = 0.25
+INDEX_DELAY = 1.0
 
 OPAQUE_SPANS_TOTAL = Counter(
     "replaybook_otlp_opaque_spans",

@@ -123,10 +123,11 @@ def _bound(conn: AsyncConnection, values: list[Any]) -> Any:
     return values if conn.dialect.name == "postgresql" else json.dumps(values)
 
 
-def _row(export: StagedExport, now: datetime) -> dict[str, Any]:
-    """The export's ``otlp_exports`` row but its id."""
+def _row(export: StagedExport, now: datetime, *, digest: bool = True) -> dict[str, Any]:
+    """The export's ``otlp_exports`` row but its id (and its digest unless ``digest`` is
+    false: the SQLite writer hashes the body on its thread)."""
     return {
-        "digest": hashlib.sha256(export.body).hexdigest(),
+        **({"digest": hashlib.sha256(export.body).hexdigest()} if digest else {}),
         "received_at": now,
         "body": export.body,
         "span_ids": "".join(t + s for t, ids in export.spans.items() for s in ids),
@@ -200,7 +201,8 @@ class SqlOtlpSpans:
         already; ``CLOSED`` when a trace of it is no longer open (nothing written)."""
         if not self.db.is_postgresql:  # one hand-off to the writer's thread
             async with self.db._writer():
-                return await sqlite_export_writer(self.db).store(traces, _row(export, now))
+                row = _row(export, now, digest=False)
+                return await sqlite_export_writer(self.db).store(traces, row)
         async with self._locked(exclusive=False) as conn:
             closed = await conn.execute(self._closed_sql, {"traces": traces})
             if closed.first() is not None:

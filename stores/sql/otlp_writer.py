@@ -10,6 +10,7 @@ transaction is one function run on the writer's thread, as the ledger's batch wr
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import sqlite3
 from concurrent.futures import ThreadPoolExecutor
@@ -42,7 +43,8 @@ class SqliteExportWriter:
         self._pending, _ = _sqlite_insert(schema.otlp_pending_exports)
 
     async def store(self, traces: list[str], row: dict[str, Any]) -> int | None:
-        """Store the export's row (``row``: its columns but the id) and its pending mark:
+        """Store the export's row (``row``: its columns but the id and the digest, made
+        here) and its pending mark:
         its id; None when the same body is stored already; ``CLOSED`` when a trace of
         ``traces`` is no longer open (nothing written)."""
         loop = asyncio.get_running_loop()
@@ -60,6 +62,8 @@ class SqliteExportWriter:
         return self._conn
 
     def _store(self, traces: str, row: dict[str, Any]) -> int | None:
+        # hashed here: hashlib lets go of the GIL, so the event loop goes on meanwhile
+        row = {**row, "digest": hashlib.sha256(row["body"]).hexdigest()}
         conn = self._connection()
         try:
             conn.execute("BEGIN IMMEDIATE")

@@ -34,9 +34,7 @@ class Clock:
         return self.now
 
 
-def _export(
-    trace_id: bytes, *spans: tuple[bytes, bytes, dict[str, str | int]]
-) -> StagedExport:
+def _export(trace_id: bytes, *spans: tuple[bytes, bytes, dict[str, str | int]]) -> StagedExport:
     """The export of ``spans`` (span id, parent id, attributes) of one trace, to stage."""
     request = ExportTraceServiceRequest()
     scope = request.resource_spans.add().scope_spans.add()
