@@ -154,11 +154,20 @@ def measure(front: str, direct: str, bodies: list[dict[str, Any]]) -> dict[str, 
                 times[url], answers[url] = timed_post(client, url, sent)
             kinds[answers[front].headers.get("x-replaybook-tool-front", "?")] += 1
             decoded, _ = answer_completion(answers[direct].json(), translation.tools)
-            got = answers[front].json()["choices"][0]["message"]
-            same_answer += got == decoded["choices"][0]["message"]
+            same_answer += _decision(answers[front].json()) == _decision(decoded)
             added.append(times[front] - times[direct])
             calls.append(times[direct])
     return {"added": added, "calls": calls, "kinds": kinds, "same_answer": same_answer}
+
+
+def _decision(completion: dict[str, Any]) -> Any:
+    """What the model decided (the reply, or each call's name and arguments), without the
+    call ids, which differ per response."""
+    message = completion["choices"][0]["message"]
+    calls = [
+        (c["function"]["name"], c["function"]["arguments"]) for c in message.get("tool_calls") or ()
+    ]
+    return message.get("content"), calls
 
 
 def translation_cost(bodies: list[dict[str, Any]]) -> float:
