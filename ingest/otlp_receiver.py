@@ -229,17 +229,22 @@ class AssemblyLoop:
             self._wake.clear()
             if not self._pending and loop.time() < min(next_sweep, self._index_at or next_sweep):
                 continue  # woken to wait for a nearer time
+            # both cleared first: what fails is retried by the next sweep, not at once
+            index_now = self._index_at is not None and loop.time() >= self._index_at
+            if index_now:
+                self._index_at = None
+            sweep_now = loop.time() >= next_sweep
+            if sweep_now:
+                next_sweep = loop.time() + self.interval
             try:
                 assembler = await self._assembler()
-                if self._index_at is not None and loop.time() >= self._index_at:
-                    self._index_at = None
+                if index_now:
                     await assembler.store.index()
                 while self._pending:
                     trace_id = next(iter(self._pending))
                     del self._pending[trace_id]
                     await assembler.assemble(trace_id)
-                if loop.time() >= next_sweep:
-                    next_sweep = loop.time() + self.interval
+                if sweep_now:
                     await assembler.sweep()
             except ReplaybookError as exc:  # a store that is down: the next sweep retries
                 log.warning("otlp assembly failed; retried at the next sweep", error=str(exc))
