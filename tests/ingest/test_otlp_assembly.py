@@ -137,3 +137,19 @@ async def test_a_trace_that_cannot_be_converted_is_marked_failed(
     assert state is not None and state["state"] == "failed"
     assert "gen_ai.usage.input_tokens" in state["error"]
     assert len(await store.exports(trace.hex())) == 1  # the spans stay staged
+
+
+async def test_a_claim_indexes_what_was_acknowledged_before_it(assembler: TraceAssembler) -> None:
+    """Exports are indexed after their answer; a claim indexes them first, so every span
+    acknowledged before the claim is in the run, and one acknowledged after it is late."""
+    store = assembler.store
+    trace, root, child, after = os.urandom(16), os.urandom(8), os.urandom(8), os.urandom(8)
+    assert (await store.stage(_export(trace, (root, b"", {})), T0)).pending == 1
+    assert (await store.stage(_export(trace, (child, root, CHAT)), T0)).pending == 1
+    assert await store.claim(trace.hex(), "root_span", T0, T0) == "root_span"  # not indexed yet
+    assert {i for e in await store.exports(trace.hex()) for i in e.span_ids} == {
+        root.hex(),
+        child.hex(),
+    }
+    late = await store.stage(_export(trace, (after, root, CHAT)), T0)  # indexed at once
+    assert (late.late, late.pending, late.late_traces) == (1, 0, {trace.hex(): None})
