@@ -3,10 +3,10 @@ its exporter's endpoint (``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=http://HOST:PORT/v
 ``OTEL_EXPORTER_OTLP_HEADERS=Authorization=Bearer%20TOKEN``).
 
 Protobuf or OTLP/JSON, gzip or not; the ingestion role (``engineer`` or ``admin``, as
-``POST /api/runs``). The export is stored (one row, its spans indexed) before the answer (``ExportTraceServiceResponse``
-in the request's encoding; ``partial_success`` counts the late spans it refused); the runs
-are assembled off the request's path by the process's ``AssemblyLoop`` (``ingest.
-otlp_receiver``), which also sweeps idle traces. A malformed export is 400 (a
+``POST /api/runs``). The export is stored, one row, before the answer
+(``ExportTraceServiceResponse`` in the request's encoding; ``partial_success`` counts the late
+spans it refused); its spans are indexed and the runs assembled off the request's path by the
+process's ``AssemblyLoop`` (``ingest.otlp_receiver``), which also sweeps idle traces. A malformed export is 400 (a
 ``google.rpc.Status`` for a protobuf request, the API's error body for JSON), a body over
 ``REPLAYBOOK_API_MAX_INGEST_BYTES`` (compressed or not) 413; nothing is stored then.
 """

@@ -1,7 +1,9 @@
 """Traces received over OTLP/HTTP → runs, one per trace, assembled from the staged spans.
 
-An export is stored on arrival (``OtlpSpanStore.stage``: one row, its spans indexed by trace
-and span id, each once) and answered; its spans are decoded only here, off the request's path; a trace is then assembled into the run ``otlp-<trace id>``:
+An export is stored on arrival (``OtlpSpanStore.stage``: one row) and answered; its spans are
+indexed by trace and span id, each once, soon after (``OtlpSpanStore.index``, called by the
+``AssemblyLoop`` within ``INDEX_DELAY``, before an assembly and at every sweep) and decoded
+only here, off the request's path. A trace is assembled into the run ``otlp-<trace id>``:
 
 * when its root span (no parent) has arrived and every parent a span names is there —
   OpenTelemetry exports a span when it ends, and a root ends after its children;
