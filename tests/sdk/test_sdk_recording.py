@@ -173,6 +173,15 @@ async def test_async_runs_clients_and_tools_are_recorded(
     assert view["prompt_artifacts"][0]["token_count"] > 0
     assert [f["capability_id"] for f in view["fixtures"]] == ["lookup_order", "refund"]
     assert view["side_effects"][0]["status"] == "CONFIRMED"
+    # AsyncOpenAI's create returns a coroutine: the recorded call is what it resolved to
+    calls = _model_calls(api, view)
+    assert [[c["name"] for c in call["response"]["tool_calls"]] for call in calls] == [
+        ["lookup_order"],
+        ["refund"],
+        [],
+    ]
+    assert calls[2]["response"]["content"] == "I refunded 20.50 EUR for order A-17."
+    assert all(c["latency_ms"] > 0 for c in calls)
 
 
 def _runs(api: ApiProcess) -> list[dict[str, Any]]:
