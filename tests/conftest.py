@@ -14,6 +14,7 @@ pytest_plugins = [
     "tests.fixtures_s3",
     "tests.fixtures_temporal",
     "tests.fixtures_replay",
+    "tests.fixtures_models",
 ]
 
 # the stacks the tests start as processes (`replaybook up`, workers) read the environment: no

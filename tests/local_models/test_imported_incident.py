@@ -25,9 +25,9 @@ from models.queues import CONTROL_QUEUE
 from models.replay_flow import ReplayOutcome
 from stores.bundle import open_stores
 from stores.sql.incidents import SqlIncidentStore
+from tests.fixtures_models import MODEL_CALL_TIMEOUT
 from tests.fixtures_replay import SANDBOX_MESSAGE_QUOTA, SANDBOX_WRITE_QUOTA
 from tests.fixtures_tau import AIRLINE_VERSION, DATA, ENV_DATA
-from tests.local_models.conftest import MODEL_CALL_TIMEOUT
 from tests.workflow_queries import query_status
 from worker.settings import Settings
 from worker.temporal import running_workers

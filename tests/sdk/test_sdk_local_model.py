@@ -9,7 +9,6 @@ from typing import Any
 import openai
 import replaybook
 
-from tests.local_models.conftest import local_models_url  # noqa: F401 - the fixture
 from tests.sdk.servers import ApiProcess
 
 MODEL = "smollm2-135m"
@@ -29,7 +28,7 @@ def _calls(api: ApiProcess, run_id: str) -> list[dict[str, Any]]:
 def test_a_wrapped_client_records_the_local_models_answers(
     api: ApiProcess,
     spool: Path,
-    local_models_url: str,  # noqa: F811 - the fixture
+    local_models_url: str,
 ) -> None:
     client = replaybook.wrap(openai.OpenAI(base_url=local_models_url, api_key="local"))
     ask: dict[str, Any] = {
