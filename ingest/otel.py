@@ -503,6 +503,9 @@ def _run_header(
                 "agent": str(_attr(root["attributes"], "gen_ai.agent.name") or root["name"]),
                 **({"model": model_name} if model_name else {}),
             },
+            # the model the spans name is the run's model profile (rule 9): an exact replay and
+            # an incident call it when the registry knows it (or one of its aliases)
+            **({"pinned": {"model_profile": model_name}} if model_name else {}),
             "system_prompt": system,
             "initial_messages": initial,
             "tools": list(tools.values()),
