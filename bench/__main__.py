@@ -29,6 +29,9 @@ from bench import (
     bench_replay,
     bench_source,
     bench_verify,
+    capsule,
+    otlp,
+    sdk,
 )
 from bench.common import TABLE_HEADER, Row, emit, machine_load
 
@@ -82,6 +85,23 @@ PARTS: dict[str, Part] = {
     "pool": Part("child replay start-up", bench_pool.main, lambda: bench_pool.main(rounds=3)),
     "replay": Part(
         "replay through Temporal", bench_replay.main, lambda: bench_replay.main(steps=200)
+    ),
+    # the client SDK's overhead per model and tool call against the bare call; its memory
+    # with the server down
+    "sdk": Part(
+        "client SDK overhead",
+        sdk.main,
+        lambda: sdk.main(rounds=3, calls=100, small=200, large=2_000),
+    ),
+    "otlp": Part(
+        "OTLP/HTTP intake against a parse-only app",
+        otlp.main,
+        lambda: otlp.main(rounds=3, exports_per_round=4),
+    ),
+    "capsule": Part(
+        "incident capsule: offline case run against regress through Temporal",
+        capsule.main,
+        lambda: capsule.main(repeat=2, rounds=1),
     ),
 }
 

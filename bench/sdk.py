@@ -412,7 +412,6 @@ def memory_down(spool: Path, small: int, large: int) -> Row:
 def main(
     rounds: int = 5, calls: int = 400, small: int = 1_000, large: int = 10_000, api: bool = False
 ) -> list[Row]:
-    print(TABLE_HEADER, flush=True)
     rows: list[Row] = []
     with tempfile.TemporaryDirectory(prefix="bench-sdk-") as tmp:
         home = Path(tmp)
@@ -470,6 +469,7 @@ if __name__ == "__main__":
     parser.add_argument("--quick", action="store_true", help="3 rounds, fewer calls")
     parser.add_argument("--api", action="store_true", help="send to the real API, not the sink")
     args = parser.parse_args()
+    print(TABLE_HEADER, flush=True)
     if args.quick:
         main(rounds=3, calls=100, small=200, large=2_000, api=args.api)
     else:
