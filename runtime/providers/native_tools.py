@@ -22,7 +22,6 @@ Pure: no I/O.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -225,7 +224,8 @@ def completion_chunks(completion: Mapping[str, Any], *, include_usage: bool) -> 
     head = {
         "id": completion.get("id") or "chatcmpl-front",
         "object": "chat.completion.chunk",
-        "created": completion.get("created") or int(time.time()),
+        # the server's own stamp (llama.cpp always sets it); translation reads no clock
+        "created": completion.get("created") or 0,
         "model": completion.get("model"),
     }
     choice = (completion.get("choices") or [{}])[0]

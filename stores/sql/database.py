@@ -177,7 +177,20 @@ def _driver_unavailable() -> tuple[type[BaseException], ...]:
         exceptions.OperatorInterventionError,
         exceptions.PostgresConnectionError,
         exceptions.InsufficientResourcesError,
+        *_adapter_errors(),
     )
+
+
+def _adapter_errors() -> tuple[type[BaseException], ...]:
+    """SQLAlchemy 2.1's asyncio adapters raise their own DB-API classes, unwrapped, from a
+    connect outside a statement (``engine.raw_connection()``, the batch writer's lanes): a
+    "database system is shutting down" there is ``AsyncAdapt_asyncpg_dbapi.Error``, not a
+    ``DBAPIError`` (seen in the PostgreSQL outage test)."""
+    try:
+        from sqlalchemy.connectors.asyncio import AsyncAdapt_Error
+    except ImportError:  # SQLAlchemy 2.0 wraps them in DBAPIError
+        return ()
+    return (AsyncAdapt_Error,)
 
 
 #: what a database that is down, restarting, shutting down or out of connections raises: a

@@ -4,7 +4,9 @@ failed activity) and the incident still reaches AWAITING_CONFIRMATION; with
 ``substitute_model`` every replay calls the local gemma3-270m, pinned in its manifest, and a
 ``confirm_root_cause`` signal completes the incident, whose report names the substitute.
 
-Real Temporal dev server, real workers in this process, the real local model server."""
+Real Temporal dev server (its own: the session's server has the shared replay stack's workers
+polling the same queues, and a second worker of one client on a queue is refused), real
+workers in this process, the real local model server."""
 
 from __future__ import annotations
 
@@ -16,8 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from temporalio.client import Client, WorkflowHandle
+from temporalio.contrib.pydantic import pydantic_data_converter
 
-from devstack.temporal_server import TemporalDevServer
+from devstack.temporal_server import start_temporal_dev_server
 from integrations.tau_bench.importer import import_tau_bench
 from models import FixtureMissPolicy
 from models.incident_flow import IncidentPhase, IncidentRequest, IncidentView
@@ -93,12 +96,23 @@ async def _phase(handle: WorkflowHandle, phase: IncidentPhase, seconds: float) -
 
 
 async def test_imported_run_incident_with_a_substitute_model(
-    temporal_server: TemporalDevServer,
-    temporal_client: Client,
-    local_models_url: str,
-    tmp_path: Path,
+    local_models_url: str, tmp_path: Path
 ) -> None:
-    settings = _settings(tmp_path, temporal_server.address, local_models_url)
+    server = start_temporal_dev_server(tmp_path / "temporal", headless=True)
+    try:
+        client = await Client.connect(
+            server.address, namespace=server.namespace, data_converter=pydantic_data_converter
+        )
+        await _incident_with_a_substitute(
+            client, _settings(tmp_path, server.address, local_models_url), tmp_path
+        )
+    finally:
+        server.stop(timeout=10)
+
+
+async def _incident_with_a_substitute(
+    temporal_client: Client, settings: Settings, tmp_path: Path
+) -> None:
     async with open_stores(settings.stores) as stores:
         run_id = await _import_short_airline_run(stores, tmp_path)
         async with running_workers(settings, "all", temporal_client):
