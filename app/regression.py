@@ -111,6 +111,43 @@ class GateRepeats:
         if self.count is None:  # the arithmetic refuses a power, rate or threshold out of range
             repeats_for_power(self.power, self.rate, self.threshold or DEFAULT_THRESHOLD)
 
+    @classmethod
+    def from_flags(
+        cls, repeat: str, power: float, rate: float, seeds: str | None, threshold: float | None
+    ) -> GateRepeats:
+        """``--repeat N|auto``, ``--power``, ``--rate``, ``--seeds``, ``--threshold`` as typed
+        (``regress``, ``case run``); each bad value is bad input naming its flag (exit 2)."""
+        count: int | None = None
+        if repeat.strip().lower() != "auto":
+            try:
+                count = int(repeat)
+            except ValueError:
+                raise InvalidInputError(
+                    f"--repeat must be a whole number or auto, not {repeat!r}", field="--repeat"
+                ) from None
+        drawn: tuple[int, ...] = ()
+        if seeds:
+            try:
+                drawn = tuple(int(s) for s in seeds.split(",") if s.strip())
+            except ValueError:
+                raise InvalidInputError(
+                    f"--seeds must be whole numbers separated by commas, not {seeds!r}",
+                    field="--seeds",
+                ) from None
+            count = len(drawn)  # the seeds say how many
+        if threshold is not None and not 0 <= threshold < 1:
+            raise InvalidInputError(
+                f"--threshold must be in [0, 1), not {threshold}", field="--threshold"
+            )
+        repeats = cls(count=count, power=power, rate=rate, seeds=drawn, threshold=threshold)
+        try:
+            repeats.check()
+        except InvalidInputError as exc:  # the arithmetic names power, rate, threshold
+            if exc.field in ("power", "rate", "threshold"):
+                raise InvalidInputError(f"--{exc}", field=f"--{exc.field}") from None
+            raise
+        return repeats
+
     def per_case(self, threshold: float) -> int:
         if self.seeds:
             return len(self.seeds)

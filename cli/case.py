@@ -168,7 +168,9 @@ def run(
             "--tools-file F",
             field="--candidate",
         )
-    repeats = _repeats(repeat, power, rate, seeds, threshold)
+    from app.regression import GateRepeats
+
+    repeats = GateRepeats.from_flags(repeat, power, rate, seeds, threshold)
     capsule = open_file(path, public_key)
     result = _run(capsule, pairs, texts, repeats, on_fixture_miss)
     print_json(result) if as_json else _print_result(result)
@@ -204,45 +206,6 @@ def _candidates(values: list[str] | None, model: str | None) -> list[tuple[str, 
     # the file candidates come as files (--system-prompt-file, --tools-file), not digests
     pairs = parse_candidates(values, "--candidate", ("prompt", "model", "policy", "retriever"))
     return pairs + ([("model", model)] if model else [])
-
-
-def _repeats(
-    repeat: str, power: float, rate: float, seeds: str | None, threshold: float | None
-) -> Any:
-    """``--repeat N|auto``, ``--power``, ``--rate``, ``--seeds``, ``--threshold`` as
-    ``regress`` reads them (``app.regression.GateRepeats``); bad input names its flag."""
-    from app.regression import GateRepeats
-
-    count: int | None = None
-    if repeat.strip().lower() != "auto":
-        try:
-            count = int(repeat)
-        except ValueError:
-            raise InvalidInputError(
-                f"--repeat must be a whole number or auto, not {repeat!r}", field="--repeat"
-            ) from None
-    drawn: tuple[int, ...] = ()
-    if seeds:
-        try:
-            drawn = tuple(int(s) for s in seeds.split(",") if s.strip())
-        except ValueError:
-            raise InvalidInputError(
-                f"--seeds must be whole numbers separated by commas, not {seeds!r}",
-                field="--seeds",
-            ) from None
-    if threshold is not None and not 0 <= threshold < 1:
-        raise InvalidInputError(
-            f"--threshold must be in [0, 1), not {threshold}", field="--threshold"
-        )
-    repeats = GateRepeats(
-        count=len(drawn) if drawn else count,
-        power=power,
-        rate=rate,
-        seeds=drawn,
-        threshold=threshold,
-    )
-    repeats.check()
-    return repeats
 
 
 def _print_result(result: dict[str, Any]) -> None:

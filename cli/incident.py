@@ -462,49 +462,12 @@ def regress(
     every case passes (1: a case fails, 6: a case is inconclusive, 2: bad input)."""
     if ctx.invoked_subcommand is not None:
         return
-    repeats = gate_repeats(repeat, power, rate, seeds, threshold)
+    from app.regression import GateRepeats
+
+    repeats = GateRepeats.from_flags(repeat, power, rate, seeds, threshold)
     files = (system_prompt_file, tools_file)
     named = [*(candidate or []), *([f"model={model}"] if model else [])]
     _gate(named, graph or [], repeats, on_fixture_miss, as_json, files)
-
-
-def gate_repeats(
-    repeat: str, power: float, rate: float, seeds: str | None, threshold: float | None
-) -> Any:
-    """``--repeat N|auto``, ``--power``, ``--rate``, ``--seeds``, ``--threshold`` as the gate's
-    ``GateRepeats``; each bad value is bad input naming its flag (exit 2)."""
-    from app.regression import GateRepeats
-
-    count: int | None = None
-    if repeat.strip().lower() != "auto":
-        try:
-            count = int(repeat)
-        except ValueError:
-            raise InvalidInputError(
-                f"--repeat must be a whole number or auto, not {repeat!r}", field="--repeat"
-            ) from None
-    drawn: tuple[int, ...] = ()
-    if seeds:
-        try:
-            drawn = tuple(int(s) for s in seeds.split(",") if s.strip())
-        except ValueError:
-            raise InvalidInputError(
-                f"--seeds must be whole numbers separated by commas, not {seeds!r}",
-                field="--seeds",
-            ) from None
-        count = len(drawn)  # the seeds say how many
-    if threshold is not None and not 0 <= threshold < 1:
-        raise InvalidInputError(
-            f"--threshold must be in [0, 1), not {threshold}", field="--threshold"
-        )
-    repeats = GateRepeats(count=count, power=power, rate=rate, seeds=drawn, threshold=threshold)
-    try:
-        repeats.check()
-    except InvalidInputError as exc:  # the arithmetic names power, rate, threshold: flags here
-        if exc.field in ("power", "rate", "threshold"):
-            raise InvalidInputError(f"--{exc}", field=f"--{exc.field}") from None
-        raise
-    return repeats
 
 
 @run_async
