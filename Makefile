@@ -37,12 +37,12 @@ test: install
 	bash infra/ensure-debian-tools.sh prometheus=prometheus
 	$(BIN)/ruff check .
 	$(BIN)/mypy $(TYPED)
-	MYPYPATH=sdk/src $(BIN)/mypy -p replaybook
+	cd sdk/src && ../../$(BIN)/mypy --config-file ../../pyproject.toml -p replaybook
 	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --durations=25
 
 typecheck: install
 	$(BIN)/mypy $(TYPED)
-	MYPYPATH=sdk/src $(BIN)/mypy -p replaybook
+	cd sdk/src && ../../$(BIN)/mypy --config-file ../../pyproject.toml -p replaybook
 
 bench: install
 	bash infra/ensure-postgres.sh
