@@ -1,21 +1,32 @@
-"""The arrows of DESIGN.md's architecture, enforced on the source (ast, no imports run):
+"""The arrows of the architecture (docs/architecture.md), enforced on the source (ast, no
+imports run):
 
 faces (``cli``, ``api``, ``devstack``) → ``app`` → ``workflows`` → ``activities`` →
 ``forensics``, ``ingest``, ``integrations`` → ``runtime`` → ``models``, with ``stores``
 implementing the ports of ``runtime``; ``worker`` wires the Temporal worker. Also: no cycle
-between packages, SQL only in ``stores``, no environment reads below the composition roots,
-and the two faces share no code.
+between packages, SQL only in ``stores`` (no SQL library and no ``stores.sql.schema`` outside
+it), no environment reads below the composition roots, and the two faces share no code.
+
+The packages are the folders (``layout.PACKAGES``), an import by name at run time
+(``importlib.import_module("cli.main")``) counts as an import, and the tree is parsed once per
+session (``source_facts.source_tree``).
 """
 
 from __future__ import annotations
 
-import ast
-from collections import defaultdict
 from pathlib import Path
 
 import pytest
 
-from tests.quality.layout import PACKAGES, ROOT
+from tests.quality.layout import PACKAGES, top_level_packages
+from tests.quality.source_facts import (
+    forbidden_imports,
+    package_graph,
+    scan_source,
+    scan_tree,
+    schema_users,
+    source_tree,
+)
 
 FACES_AND_ROOTS = {"worker", "cli", "api", "devstack", "app"}
 
@@ -53,50 +64,14 @@ NO_ENVIRONMENT = (
 )
 
 
-def _sources(package: str) -> list[Path]:
-    return sorted((ROOT / package).rglob("*.py"))
-
-
-def _imports(path: Path) -> set[str]:
-    """Every absolute module name ``path`` imports, at any depth (function-level too)."""
-    names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-        if isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names.add(node.module)
-    return names
-
-
-def _ours(name: str) -> str | None:
-    top = name.split(".")[0]
-    return top if top in PACKAGES else None
-
-
-def _package_graph() -> dict[str, dict[str, set[str]]]:
-    """package → imported package → the files that import it."""
-    graph: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
-    for package in PACKAGES:
-        for path in _sources(package):
-            for name in _imports(path):
-                target = _ours(name)
-                if target and target != package:
-                    graph[package][target].add(str(path.relative_to(ROOT)))
-    return graph
-
-
 def test_every_package_has_its_rules() -> None:
+    """A new top-level folder with an ``__init__.py`` fails here until it is given its floor."""
     assert set(ALLOWED) == set(PACKAGES)
 
 
 @pytest.mark.parametrize("package", PACKAGES)
 def test_imports_point_down_only(package: str) -> None:
-    graph = _package_graph()
-    broken = {
-        target: sorted(files)
-        for target, files in graph[package].items()
-        if target not in ALLOWED[package]
-    }
+    broken = forbidden_imports(source_tree(), ALLOWED).get(package, {})
     assert broken == {}, f"{package} imports what it may not: {broken}"
 
 
@@ -104,7 +79,7 @@ def test_nothing_below_the_faces_imports_a_face_or_a_root() -> None:
     below = set(PACKAGES) - FACES_AND_ROOTS - {"examples"}
     for package in below:
         assert not (ALLOWED[package] & FACES_AND_ROOTS), package
-    graph = _package_graph()
+    graph = package_graph(source_tree())
     offenders = {
         (package, target): sorted(files)
         for package in below
@@ -115,13 +90,13 @@ def test_nothing_below_the_faces_imports_a_face_or_a_root() -> None:
 
 
 def test_the_api_and_the_cli_share_no_code() -> None:
-    graph = _package_graph()
+    graph = package_graph(source_tree())
     assert "cli" not in graph["api"], dict(graph["api"])
     assert "api" not in graph["cli"], dict(graph["cli"])
 
 
 def test_no_cycle_between_packages() -> None:
-    graph = {p: set(targets) for p, targets in _package_graph().items()}
+    graph = {p: set(targets) for p, targets in package_graph(source_tree()).items()}
     state: dict[str, str] = {}
     path: list[str] = []
 
@@ -144,50 +119,90 @@ def test_no_cycle_between_packages() -> None:
 
 def test_no_import_cycle_between_cli_modules() -> None:
     """The command groups are assembled in ``cli.main``; no group imports another's module."""
-    for path in _sources("cli"):
-        if path.name in ("main.py", "__init__.py"):
+    for module in source_tree()["cli"]:
+        if Path(module.path).name in ("main.py", "__init__.py"):
             continue
-        groups = {n for n in _imports(path) if n.startswith("cli.")}
-        assert groups <= {"cli.common", "cli.exit_codes"}, (path.name, groups)
+        groups = {n for n in module.all_imports() if n.startswith("cli.")}
+        assert groups <= {"cli.common", "cli.exit_codes"}, (module.path, groups)
 
 
 def test_sql_is_built_only_in_stores() -> None:
     offenders = {
-        str(path.relative_to(ROOT)): sorted(
-            {n.split(".")[0] for n in _imports(path)} & SQL_LIBRARIES
-        )
-        for package in PACKAGES
+        module.path: sorted({n.split(".")[0] for n in module.all_imports()} & SQL_LIBRARIES)
+        for package, modules in source_tree().items()
         if package != "stores"
-        for path in _sources(package)
+        for module in modules
     }
     assert {k: v for k, v in offenders.items() if v} == {}
 
 
-def _reads_environment(path: Path) -> list[int]:
-    lines = []
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-        if isinstance(node, ast.Attribute) and node.attr in ("environ", "getenv", "environb"):
-            if isinstance(node.value, ast.Name) and node.value.id == "os":
-                lines.append(node.lineno)
-        elif isinstance(node, ast.ImportFrom) and node.module == "os":
-            if any(a.name in ("environ", "getenv") for a in node.names):
-                lines.append(node.lineno)
-    return lines
+def test_the_sql_schema_is_used_only_in_stores() -> None:
+    """``stores.sql.schema``'s tables build SQL: a face or the app that imports them builds SQL
+    outside ``stores/`` even without importing SQLAlchemy itself."""
+    assert schema_users(source_tree()) == {}
 
 
 def test_settings_are_read_only_in_the_composition_roots() -> None:
+    tree = source_tree()
     offenders = {
-        str(path.relative_to(ROOT)): lines
+        module.path: module.environment_reads
         for package in NO_ENVIRONMENT
-        for path in _sources(package)
-        if (lines := _reads_environment(path))
+        for module in tree[package]
+        if module.environment_reads
     }
     assert offenders == {}
 
 
-def test_activities_and_workflows_do_not_reach_up() -> None:
-    """The issue's own check: ``grep "from worker|import worker"`` over the lower floors."""
-    for package in ("activities", "workflows", "runtime", "stores", "models"):
-        for path in _sources(package):
-            text = path.read_text()
-            assert "from worker" not in text and "import worker" not in text, path
+# --- the rules catch what they are meant to (synthetic sources, nothing committed) ------------
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        'import importlib\nimportlib.import_module("cli.main")\n',
+        'from importlib import import_module\nimport_module("cli")\n',
+        'import importlib as il\nil.import_module(f"cli.{1}")\n',
+        '__import__("cli.replay")\n',
+    ],
+)
+def test_an_import_by_name_counts_as_an_import(source: str) -> None:
+    facts = scan_source(source)
+    assert {name.split(".")[0] for name in facts.string_imports} == {"cli"}
+
+
+def test_an_import_by_a_computed_or_relative_name_is_not_guessed() -> None:
+    facts = scan_source('import importlib\nimportlib.import_module(name)\nimport_module(".x")\n')
+    assert facts.string_imports == frozenset()
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "from stores.sql import schema\n",
+        "from stores.sql.schema import events\n",
+        "import stores.sql.schema\n",
+        'import importlib\nimportlib.import_module("stores.sql.schema")\n',
+    ],
+)
+def test_a_use_of_the_sql_schema_is_seen(source: str) -> None:
+    assert scan_source(source).schema_uses == (source.count("\n"),)
+
+
+def test_an_upward_import_by_name_in_app_fails_the_rules(tmp_path: Path) -> None:
+    """The acceptance check of issue 34: ``importlib.import_module("cli…")`` added to ``app/``
+    is an upward import, and ``stores.sql.schema`` in ``app/`` is SQL outside ``stores/``."""
+    for package in ("app", "cli", "stores", "newpackage"):
+        (tmp_path / package).mkdir()
+        (tmp_path / package / "__init__.py").write_text("")
+    (tmp_path / "app" / "sneaky.py").write_text(
+        'import importlib\n\ncommands = importlib.import_module("cli.main")\n'
+    )
+    (tmp_path / "app" / "rows.py").write_text("from stores.sql import schema\n")
+    packages = top_level_packages(tmp_path)
+    assert packages == ("app", "cli", "newpackage", "stores")  # found in the folders
+    tree = scan_tree(tmp_path, packages)
+    assert forbidden_imports(tree, ALLOWED) == {
+        "app": {"cli": ["app/sneaky.py"]},
+    }
+    assert schema_users(tree) == {"app/rows.py": (1,)}
+    assert set(ALLOWED) != set(packages)  # a new package without rules is a failure
