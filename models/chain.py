@@ -12,13 +12,22 @@ concatenation is unambiguous. The chain covers hashes, not content: payload byte
 destroyed (crypto-shredding) while the chain still verifies (rule 17).
 
 ``GENESIS_HASH`` is the SHA-256 of the ASCII text ``replaybook:execution-chain:v1``.
+
+The run header is chained too (issue 31): a run started since carries, as the ``previous_hash``
+of its first event, ``header_genesis(header)`` = SHA-256 of ``replaybook:execution-chain:v2:``
+‖ ``header_digest(header)``, the digest of the header as created (everything but ``status``
+and ``outcome``, which finishing the run writes and which are checked against the run's
+terminal event instead). Rewriting the graph, labels, pinned versions, environment or source
+manifest, retention class or creation time changes the genesis the verifier computes, so the
+first event no longer links to it. A run recorded before links to ``GENESIS_HASH``: it still
+verifies, reported as "header not chained".
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -27,11 +36,24 @@ from typing import Any
 from pydantic import Field
 
 from models.base import Record, format_instant
-from models.canonical import canonicalize_flat
+from models.canonical import canonical_hash, canonicalize_flat
 from models.digest import DIGEST_PREFIX, sha256_digest
 
 GENESIS_HASH = sha256_digest(b"replaybook:execution-chain:v1")
 CHAIN_SCHEMA_VERSION = 1
+#: what finishing a run writes into its header (checked against its terminal event, not chained)
+HEADER_FINISH_FIELDS = ("status", "outcome")
+
+
+def header_digest(header: Mapping[str, Any]) -> str:
+    """The digest of a run header (its stored JSON record) as created: every field but
+    ``HEADER_FINISH_FIELDS``."""
+    return canonical_hash({k: v for k, v in header.items() if k not in HEADER_FINISH_FIELDS})
+
+
+def header_genesis(header: Mapping[str, Any]) -> str:
+    """The ``previous_hash`` of the first event of a run started with ``header``."""
+    return sha256_digest(b"replaybook:execution-chain:v2:" + header_digest(header).encode("ascii"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,6 +214,8 @@ class BreakReason(StrEnum):
     PAYLOAD_HASH_MISMATCH = "payload hash mismatch"
     HASH_MISMATCH = "event hash mismatch"
     HEAD_MISMATCH = "head mismatch"
+    #: the run header is not the one chained at genesis, or disagrees with its terminal event
+    HEADER = "run header"
     #: beyond the chain (``models.verification``): a payload or referenced artifact, a row of
     #: a lookup table, an external anchor
     ARTIFACT = "artifact"
@@ -223,6 +247,10 @@ class ChainVerification(Record):
     checked: dict[str, int] = Field(default_factory=dict)
     #: every problem found, first (lowest sequence) first; the first one is ``broken_at``
     problems: tuple[VerificationProblem, ...] = ()
+    #: whether the run header is chained (``header_genesis``); False for a run recorded before
+    #: header chaining (its header is then only checked against its terminal event); None when
+    #: not known (no event, or a chain verified without its header)
+    header_chained: bool | None = None
 
     def summary(self) -> str:
         if self.intact:
@@ -252,14 +280,23 @@ class ChainVerification(Record):
                 **self.checked,
             },
             "summary": self.summary(),
+            "header": _HEADER_STATES[self.header_chained],
             "broken_at": self.broken_at,
             "reason": None if self.reason is None else str(self.reason),
             "problems": [p.model_dump(mode="json") for p in problems],
         }
 
 
+_HEADER_STATES = {
+    True: "chained",
+    False: "not chained (recorded before header chaining)",
+    None: "unknown",
+}
+
 #: reasons whose ``detail`` is a whole sentence naming the place
-_SENTENCE_REASONS = frozenset({BreakReason.ARTIFACT, BreakReason.PROJECTION, BreakReason.ANCHOR})
+_SENTENCE_REASONS = frozenset(
+    {BreakReason.ARTIFACT, BreakReason.PROJECTION, BreakReason.ANCHOR, BreakReason.HEADER}
+)
 
 
 def verify_chain(
@@ -267,15 +304,26 @@ def verify_chain(
     rows: Iterable[ChainRow],
     *,
     expected_head: tuple[int, str] | None = None,
+    genesis: str = GENESIS_HASH,
 ) -> ChainVerification:
     """Verify rows read in ascending ``sequence`` order; name the first broken sequence.
 
     ``expected_head`` is the (sequence, hash) the run header recorded at its last append;
-    it detects a deleted or added tail, which a chain alone cannot.
+    it detects a deleted or added tail, which a chain alone cannot. ``genesis``: what the first
+    event links to (``header_genesis`` of the stored header for a run whose header is chained).
     """
     rows = list(rows)
     seen_hashes = {row.hash: row.sequence for row in rows}
-    running = GENESIS_HASH
+    running, chained = genesis, None
+    if genesis != GENESIS_HASH:
+        first = rows[0].previous_hash if rows and rows[0].sequence == 1 else None
+        if first == GENESIS_HASH or (not rows and expected_head == (0, GENESIS_HASH)):
+            # recorded before header chaining
+            running, chained = GENESIS_HASH, (False if rows else None)
+        elif first is not None and first != genesis:
+            return _broken(run_id, 0, genesis, 1, BreakReason.HEADER, HEADER_REWRITTEN)
+        elif first is not None:
+            chained = True
     expected = 1
     for row in rows:
         broken = _first_problem(run_id, row, expected, running, seen_hashes)
@@ -295,8 +343,20 @@ def verify_chain(
         )
         return _broken(run_id, count, running, at, BreakReason.HEAD_MISMATCH, detail)
     return ChainVerification(
-        run_id=run_id, intact=True, event_count=count, head_sequence=count, head_hash=running
+        run_id=run_id,
+        intact=True,
+        event_count=count,
+        head_sequence=count,
+        head_hash=running,
+        header_chained=chained,
     )
+
+
+#: the sentence of a header that is not the one chained at genesis
+HEADER_REWRITTEN = (
+    "run header rewritten: it is not the header chained at genesis (graph, labels, pinned "
+    "versions, environment manifest, source manifest, retention class or creation time changed)"
+)
 
 
 def _first_problem(

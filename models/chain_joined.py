@@ -245,11 +245,18 @@ class JoinedChainCheck:
     the chain read them (its work then also overlaps the store's read of the next chunk)."""
 
     def __init__(
-        self, run_id: str, *, on_events: Callable[[ChainedEvents], None] | None = None
+        self,
+        run_id: str,
+        *,
+        on_events: Callable[[ChainedEvents], None] | None = None,
+        genesis: str = GENESIS_HASH,
     ) -> None:
         self.run_id = run_id
         self.count = 0
-        self.head = GENESIS_HASH
+        #: ``genesis``: the run header's (``models.chain.header_genesis``); a chain that starts
+        #: from ``GENESIS_HASH`` instead was recorded before header chaining
+        self.head = genesis
+        self.header_chained: bool | None = None if genesis == GENESIS_HASH else True
         self.intact = True
         self.on_events = on_events
 
@@ -257,6 +264,9 @@ class JoinedChainCheck:
         """Whether ``chunk`` verifies after the chunks added so far (once not, never again)."""
         if not self.intact or (chunk.count == 0 and self.count == 0):
             return self.intact  # an empty run reads as one empty chunk
+        if self.count == 0 and self.header_chained and chunk.previous_hashes is not None:
+            if chunk.previous_hashes.startswith(GENESIS_HASH):
+                self.head, self.header_chained = GENESIS_HASH, False
         hashes = _chunk_hashes(self.run_id, chunk, self.count + 1, self.head)
         if hashes is None:
             self.intact = False
@@ -271,6 +281,8 @@ class JoinedChainCheck:
         """The verification when every chunk verified and the chain ends at
         ``expected_head``, else None (``verify_chain`` then names what and where, or verifies
         what the template cannot write)."""
+        if self.count == 0 and self.header_chained and expected_head == (0, GENESIS_HASH):
+            self.head, self.header_chained = GENESIS_HASH, False
         if not self.intact or expected_head != (self.count, self.head):
             return None
         return ChainVerification(
@@ -279,6 +291,7 @@ class JoinedChainCheck:
             event_count=self.count,
             head_sequence=self.count,
             head_hash=self.head,
+            header_chained=self.header_chained if self.count else None,
         )
 
 

@@ -30,7 +30,7 @@ from typing import Any
 import orjson
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from models.chain import ChainVerification
+from models.chain import ChainVerification, header_genesis
 from models.chain_joined import (
     CHUNK_FIELDS,
     FIELD_SEPARATOR,
@@ -289,6 +289,16 @@ def _chunk(row: Sequence[Any], sqlite: bool) -> ChainChunk | None:
     return ChainChunk(count, sequences, previous, hashes, fields, inline, payloads)
 
 
+def stored_header_genesis(record: Any) -> str | None:
+    """``header_genesis`` of a stored header (JSON text or value); None when it is not a JSON
+    object (the general path names what is wrong)."""
+    try:
+        header = json.loads(record) if isinstance(record, str | bytes) else record
+    except ValueError:
+        return None
+    return header_genesis(header) if isinstance(header, dict) else None
+
+
 def _chunk_bounds(total: int) -> list[tuple[int, int]]:
     """The ranges of sequences (``lower < sequence <= upper``) read as chunks: a smaller
     first one (nothing is hashed until it is read), then ``CHUNK_EVENTS`` each; one empty
@@ -314,12 +324,15 @@ async def verify_intact_chain(
     heads = await _fetch(
         conn,
         "SELECT head_sequence, head_hash, (SELECT count(*) FROM execution_events"
-        f" WHERE run_id = runs.run_id) FROM runs WHERE run_id = {'?' if sqlite else '$1'}",
+        f" WHERE run_id = runs.run_id), record FROM runs WHERE run_id = {'?' if sqlite else '$1'}",
         (run_id,),
     )
     if not heads:
         return None
-    head_sequence, head_hash, total = heads[0]
+    head_sequence, head_hash, total, record = heads[0]
+    genesis = stored_header_genesis(record)
+    if genesis is None:
+        return None
     # every row of the run is in one of the ranges read: any other row (a sequence out of
     # range or of another type) is counted in ``total`` but in no chunk
     if total != head_sequence or type(total) is not int:
@@ -338,7 +351,7 @@ async def verify_intact_chain(
     ahead = 2 if sqlite else 1
     bounds = _chunk_bounds(total)
     reads = collections.deque(map(read, bounds[:ahead]))
-    check = JoinedChainCheck(run_id, on_events=on_events)
+    check = JoinedChainCheck(run_id, on_events=on_events, genesis=genesis)
     try:
         for index in range(len(bounds)):
             rows = await reads.popleft()

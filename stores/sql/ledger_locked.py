@@ -14,7 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from models import ExecutionEvent, RunRecord
 from models.canonical import canonicalize
-from models.chain import GENESIS_HASH
+from models.chain import header_genesis
 from models.errors import ConflictError, SequenceConflictError, StoreError
 from runtime.ports import NewEvent
 from stores.sql import schema
@@ -102,7 +102,7 @@ class LockedAppends(PayloadPreparation):
                     if await _existing_header(conn, run.run_id) is not None:
                         raise _RunExists
                     await conn.execute(insert(schema.runs).values(**_run_row(run, body)))
-                    head = (0, GENESIS_HASH)
+                    head = (0, header_genesis(body))
                     if events:
                         (appended,) = await self.append_locked(conn, [request], self.clock())
                         head = (appended[-1].sequence, appended[-1].hash)
@@ -130,7 +130,8 @@ class LockedAppends(PayloadPreparation):
         make) and those events in one round trip. False when nothing was written (the run
         exists, or a record needs the general path): ``start_run`` then goes the general way,
         which decides what an existing run means."""
-        heads = {run.run_id: (0, GENESIS_HASH)}
+        # the first event links to the header (``models.chain.header_genesis``)
+        heads = {run.run_id: (0, header_genesis(body))}
         recorded_at = self.clock()
         batch = link_batch([request], heads, recorded_at)
         rows = fast_rows(batch, recorded_at)
@@ -192,7 +193,7 @@ def _run_row(run: RunRecord, body: dict[str, Any]) -> dict[str, Any]:
         "status": str(run.status),
         "created_at": run.created_at,
         "head_sequence": 0,
-        "head_hash": GENESIS_HASH,
+        "head_hash": header_genesis(body),
         "record": body,
     }
 

@@ -12,14 +12,14 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from models import ExecutionEvent, ExecutionEventType, RunRecord
-from models.chain import ChainRow, ChainVerification, verify_chain
+from models.chain import ChainRow, ChainVerification, header_genesis, verify_chain
 from models.digest import verify_content
 from models.errors import IntegrityError, NotFoundError, RunNotFoundError, StoreError
 from models.verification import chained_events
 from runtime.ports import ArtifactStore
 from stores.anchors import AnchorLog
 from stores.sql import schema
-from stores.sql.chain_read import verify_intact_chain
+from stores.sql.chain_read import stored_header_genesis, verify_intact_chain
 from stores.sql.cycle_pause import cycle_collection_paused
 from stores.sql.database import Database, utc
 from stores.sql.ledger_payloads import CAS_PREFIX
@@ -215,7 +215,9 @@ class LedgerReads:
         r = schema.runs.c
         e = schema.execution_events.c
         head = (
-            await conn.execute(select(r.head_sequence, r.head_hash).where(r.run_id == run_id))
+            await conn.execute(
+                select(r.head_sequence, r.head_hash, r.record).where(r.run_id == run_id)
+            )
         ).first()
         stored = (
             await conn.execute(
@@ -225,7 +227,12 @@ class LedgerReads:
         chain_rows = [_chain_row(row) for row in stored]
         if head is None:
             return await check_headless(self.anchors, run_id, chain_rows)
-        chain = verify_chain(run_id, chain_rows, expected_head=(head.head_sequence, head.head_hash))
+        chain = verify_chain(
+            run_id,
+            chain_rows,
+            expected_head=(head.head_sequence, head.head_hash),
+            genesis=stored_header_genesis(head.record) or header_genesis({"unreadable": True}),
+        )
         if rows is None:
             return chain
         return await check_run(self.artifacts, chained_events(chain_rows), chain, rows)

@@ -18,7 +18,7 @@ from models import (
     ToolOutcome,
 )
 from models.canonical import canonical_hash
-from models.chain import GENESIS_HASH, BreakReason
+from models.chain import GENESIS_HASH, BreakReason, header_genesis
 from models.errors import ConflictError, RunNotFoundError, SequenceConflictError
 from stores.artifacts import LocalArtifactStore
 from stores.sql import schema
@@ -59,7 +59,9 @@ def payload_event(i: int, step: str = "step") -> NewEvent:
 async def test_append_and_verify_intact(ledger: SqlLedger) -> None:
     run_id = await make_run(ledger)
     first = await ledger.append(run_id, payload_event(0))
-    assert first.sequence == 1 and first.previous_hash == GENESIS_HASH
+    # the first event links to the run header (models.chain.header_genesis)
+    header = (await ledger.get_run(run_id)).model_dump(mode="json")
+    assert first.sequence == 1 and first.previous_hash == header_genesis(header) != GENESIS_HASH
     rest = await ledger.append_many(run_id, [payload_event(i) for i in range(1, 5)])
     assert [e.sequence for e in rest] == [2, 3, 4, 5]
     assert rest[0].previous_hash == first.hash
@@ -74,7 +76,8 @@ async def test_append_and_verify_intact(ledger: SqlLedger) -> None:
 async def test_empty_run_verifies_intact_at_genesis(ledger: SqlLedger) -> None:
     run_id = await make_run(ledger)
     result = await ledger.verify(run_id)
-    assert result.intact and result.event_count == 0 and result.head_hash == GENESIS_HASH
+    header = (await ledger.get_run(run_id)).model_dump(mode="json")
+    assert result.intact and result.event_count == 0 and result.head_hash == header_genesis(header)
 
 
 async def test_conditional_append_refuses_a_stale_sequence(ledger: SqlLedger) -> None:
