@@ -1,12 +1,13 @@
 """The parent side of a sandboxed step: it holds the stores and serves the step only what its
 replay's plan allows (``guard.ReplayGuard`` decides, from the plan and the source run).
 
-Served: reads of the source run and of the replay's own run (events, payloads, records,
-content-addressed artifacts); appends (in sequence, sanitized with the source's redaction
-policy) and the final status of the replay's own run; model calls in the modes that call a
-model, to the model the plan names, within the budget the worker counts; live READ tool calls
-of the source graph's capabilities on a fixture miss under ``SANDBOX_LIVE``, at a logical time
-the source recorded. Anything else — another run, another graph, a write capability, an
+Served: reads of the source run and of the replay's own run (events, payloads, records, and
+the artifacts their evidence, the plan or the batch itself names: ``scope``); appends (in
+sequence, sanitized with the source's redaction policy) and the final status of the replay's
+own run; model calls in the modes that call a model, to the model the plan names, within the
+budget the worker counts; live READ tool calls of the source graph's capabilities on a fixture
+miss under ``SANDBOX_LIVE``, at a logical time the source recorded. Anything else — another
+run (its records or artifacts by key or digest too), another graph, a write capability, an
 unknown call, malformed parameters — is refused with ``SandboxViolationError`` and poisons the
 batch: every later call of it is refused too, so code that catches the refusal cannot go on
 and record a step as if nothing happened. Past a quota (bytes written per replay, calls per
@@ -21,6 +22,7 @@ from typing import Any
 
 from activities.sandbox import codec
 from activities.sandbox.guard import OverQuota, Quotas, Refused, ReplayGuard
+from activities.sandbox.scope import EvidenceScope
 from activities.sandbox.source_windows import SourceServer
 from models import ExecutionEvent, ExecutionEventType, RunStatus
 from models.budget import BudgetUsage
@@ -48,6 +50,8 @@ class StepBroker:
         plan = step.plan
         self.replay_id = plan.replay_id
         self.readable = frozenset({plan.source_run_id, plan.replay_id})
+        #: the only evidence this batch may read (``scope``): the source's and the replay's
+        self.scope = EvidenceScope(engine, step)
         #: calls refused, in order (reported with the step's failure)
         self.refused: list[str] = []
         #: what each refusal or quota was about (``agent_replay_sandbox_violation_total``)
@@ -184,6 +188,8 @@ class StepBroker:
     async def _payload(self, p: dict[str, Any]) -> Any:
         event = ExecutionEvent.model_validate(p["event"])
         self._readable("ledger.payload", event.run_id)
+        if event.payload_ref.startswith("cas:"):  # the event is the child's word: its digest too
+            await self.scope.artifact("ledger.payload", event.payload_ref[len("cas:") :])
         return codec.b64(await self.engine.ledger.payload(event))
 
     async def _append_many(self, p: dict[str, Any]) -> Any:
@@ -196,6 +202,7 @@ class StepBroker:
         appended = await self.engine.ledger.append_many(
             run_id, events, expected_sequence=int(expected)
         )
+        self.scope.grew()
         self.completed_steps += sum(
             1 for e in appended if e.type is ExecutionEventType.STEP_COMPLETED
         )
@@ -240,15 +247,15 @@ class StepBroker:
         return [codec.dump_model(r) for r in records]
 
     async def _record(self, p: dict[str, Any]) -> Any:
-        record = await self.engine.evidence.record(codec.record_type(p["type"]), str(p["key"]))
-        run_id = getattr(record, "run_id", None)
-        if run_id is not None:
-            self._readable("evidence.record", run_id)
+        record_type, key = codec.record_type(p["type"]), str(p["key"])
+        record = await self.engine.evidence.record(record_type, key)
+        await self.scope.record("evidence.record", record_type, key, record)
         return codec.dump_model(record)
 
     async def _get(self, p: dict[str, Any]) -> Any:
-        # content-addressed: a digest is only known from evidence the step may read
-        return codec.b64(await self.engine.artifacts.get(str(p["digest"])))
+        # content-addressed, but a digest is no permission: only the two runs' evidence
+        digest = await self.scope.artifact("artifacts.get", p["digest"])
+        return codec.b64(await self.engine.artifacts.get(digest))
 
     async def _put_carried(self, p: dict[str, Any]) -> None:
         """A put the child already named by its digest: stored only as it is (the child's
@@ -260,12 +267,16 @@ class StepBroker:
         digest = await self.engine.artifacts.put(data)
         if digest != p["digest"]:
             raise Refused("artifacts.put", f"a carried artifact named {p['digest']!r} is {digest}")
+        self.scope.stored.add(digest)
 
     async def _nothing(self, p: dict[str, Any]) -> Any:
         return None
 
     async def _exists(self, p: dict[str, Any]) -> Any:
-        return await self.engine.artifacts.exists(str(p["digest"]))
+        # existence is an answer too (a guessed content confirmed): the same scope as a read
+        return await self.engine.artifacts.exists(
+            await self.scope.artifact("artifacts.exists", p["digest"])
+        )
 
     async def _put(self, p: dict[str, Any]) -> Any:
         # idempotent and content-addressed: it cannot overwrite anything recorded
@@ -273,6 +284,7 @@ class StepBroker:
         stored = self.guard.sanitized_artifact(data)
         self.guard.write("artifacts.put", len(stored))
         digest = await self.engine.artifacts.put(stored)
+        self.scope.stored.add(digest)
         vault = getattr(self.engine.ledger, "vault", None)
         policy = self.guard.redaction
         if stored != data and vault is not None and policy is not None:

@@ -4,7 +4,7 @@ The sandbox sees: a read-only view of /usr, the Python installation, the virtual
 and the project's packages (nothing else of the host: no /etc/shadow, no home directories, no
 Replaybook database); a private size-limited tmpfs at /tmp, the only writable place; fresh
 pid, ipc, uts and network namespaces (only ``lo``, so nothing on the host's loopback is
-reachable); an empty environment. rlimits (CPU seconds, address space, file size, process
+reachable); an empty environment; no new user namespace (a seccomp filter, ``seccomp``). rlimits (CPU seconds, address space, file size, process
 count) are set by ``prlimit`` (util-linux), which execs bwrap with them, so everything inside
 inherits them. No Python runs between fork and exec (no ``preexec_fn``): a forked child of a
 threaded worker that ran Python there could deadlock on a lock another thread held at the
@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from activities.sandbox.config import SandboxSettings
+from activities.sandbox.seccomp import userns_filter_fd
 from models.errors import SandboxUnavailableError
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -62,8 +63,13 @@ def _parents_with_perms(path: Path, made: set[Path]) -> list[str]:
 
 
 def bwrap_command(
-    settings: SandboxSettings, argv: Sequence[str], uid: int | None = None
+    settings: SandboxSettings,
+    argv: Sequence[str],
+    uid: int | None = None,
+    seccomp_fd: int | None = None,
 ) -> list[str]:
+    """The bwrap command line; ``seccomp_fd`` (``seccomp.userns_filter_fd``, passed to the
+    child) loads the filter that refuses new user namespaces."""
     bwrap = shutil.which(settings.bwrap) or settings.bwrap
     args = [
         bwrap,
@@ -98,6 +104,8 @@ def bwrap_command(
             args += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
     args += ["--proc", "/proc", "--dev", "/dev"]
     args += ["--chdir", "/tmp"]
+    if seccomp_fd is not None:
+        args += ["--seccomp", str(seccomp_fd)]
     command = list(argv)
     if os.geteuid() == 0:
         # bwrap runs privileged (no user namespace) and drops every capability but these two;
@@ -162,11 +170,13 @@ def check_available(settings: SandboxSettings) -> None:
     if shutil.which("prlimit") is None:
         raise SandboxUnavailableError("prlimit (util-linux) is needed to limit the sandbox")
     try:
-        done = subprocess.run(
-            limited(settings, bwrap_command(settings, ["/bin/true"])),
-            capture_output=True,
-            timeout=30,
-        )
+        with userns_filter_fd() as fd:
+            done = subprocess.run(
+                limited(settings, bwrap_command(settings, ["/bin/true"], seccomp_fd=fd)),
+                capture_output=True,
+                timeout=30,
+                pass_fds=(fd,),
+            )
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise SandboxUnavailableError(f"cannot start bubblewrap: {exc}") from exc
     if done.returncode != 0:
@@ -181,14 +191,17 @@ async def spawn(
 ) -> asyncio.subprocess.Process:
     """Start ``argv`` in a new sandbox with pipes on stdin, stdout and stderr."""
     try:
-        # no preexec_fn: the fork (a vfork) runs no Python before exec (module docstring)
-        return await asyncio.create_subprocess_exec(
-            *limited(settings, bwrap_command(settings, argv, uid)),
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            env={},
-            start_new_session=True,
-        )
+        # the child keeps its own copy of the filter's descriptor; ours is closed after
+        with userns_filter_fd() as fd:
+            # no preexec_fn: the fork (a vfork) runs no Python before exec (module docstring)
+            return await asyncio.create_subprocess_exec(
+                *limited(settings, bwrap_command(settings, argv, uid, seccomp_fd=fd)),
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                env={},
+                start_new_session=True,
+                pass_fds=(fd,),
+            )
     except OSError as exc:
         raise SandboxUnavailableError(f"cannot start bubblewrap: {exc}") from exc

@@ -183,3 +183,71 @@ async def test_a_replay_adds_only_people_to_its_own_run_subjects(stores) -> None
     user = {**person, "kind": "END_USER"}
     with pytest.raises(SandboxViolationError, match="not a PERSON"):
         await broker.handle("vault.add_subjects", {"run_id": plan.replay_id, "subjects": [user]})
+
+
+SECRET = "the other run's compiled prompt: not for a replay of another run"
+
+
+async def another_runs_prompt(ledger, artifacts):  # type: ignore[no-untyped-def]
+    """A compiled prompt recorded by another run: its record's key and its text's digest."""
+    from models import PromptArtifact, RunRecord
+    from models.canonical import canonical_hash
+
+    digest = await artifacts.put(SECRET.encode())
+    run_id = f"other-{uuid.uuid4().hex[:10]}"
+    await ledger.create_run(
+        RunRecord(run_id=run_id, graph_id="g", graph_version="1", created_at=_now())
+    )
+    prompt = PromptArtifact(
+        artifact_id=f"pa-{uuid.uuid4().hex[:10]}",
+        template_version="t1",
+        compiled_hash=canonical_hash(SECRET),
+        content_ref=digest,
+        token_count=1,
+        compiled_at=_now(),
+    )
+    await ledger.append(
+        run_id, NewEvent("s", ExecutionEventType.PROMPT_COMPILED, _now(), record=prompt)
+    )
+    return prompt.artifact_id, digest
+
+
+async def test_evidence_of_another_run_is_refused_by_key_and_by_digest(stores) -> None:  # type: ignore[no-untyped-def]
+    """Issue 31 item 7: content addressing is no permission. Another run's prompt record (by
+    key), its text (by digest, read or asked whether it exists) and a forged event whose
+    payload reference names it are refused; the source's and the batch's own are served."""
+    key, digest = await another_runs_prompt(stores.ledger, stores.artifacts)
+    calls = {
+        "evidence.record": {"type": "PromptArtifact", "key": key},
+        "artifacts.get": {"digest": digest},
+        "artifacts.exists": {"digest": digest},
+    }
+    for method, params in calls.items():
+        broker, _, _ = await _broker(stores, CountingModel(), {"mode": ReplayMode.RECORDED})
+        with pytest.raises(
+            SandboxViolationError, match=f"{method} of .*(another run|not evidence)"
+        ):
+            await broker.handle(method, params)
+        assert broker.kinds == ["scope"], broker.kinds
+
+    broker, _, plan = await _broker(stores, CountingModel(), {"mode": ReplayMode.RECORDED})
+    (first, *_) = await stores.ledger.events(plan.source_run_id)
+    forged = first.model_copy(update={"payload_ref": f"cas:{digest}"}).model_dump(mode="json")
+    with pytest.raises(SandboxViolationError, match=r"ledger\.payload of artifact"):
+        await broker.handle("ledger.payload", {"event": forged})
+
+    # what the replay may read is still served: the source's evidence, the batch's own puts
+    broker, _, plan = await _broker(stores, CountingModel(), {"mode": ReplayMode.RECORDED})
+    from runtime.evidence_refs import collect_references
+
+    (source_ref, *_) = sorted(
+        await collect_references(stores.ledger, stores.evidence, plan.source_run_id)
+    )
+    assert await broker.handle("artifacts.exists", {"digest": source_ref}) is True
+    assert codec.unb64(await broker.handle("artifacts.get", {"digest": source_ref}))
+    own = await broker.handle("artifacts.put", {"data": codec.b64(b"a checkpointed state")})
+    assert (
+        codec.unb64(await broker.handle("artifacts.get", {"digest": own}))
+        == b"a checkpointed state"
+    )
+    assert broker.violation is None

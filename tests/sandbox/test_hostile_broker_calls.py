@@ -227,3 +227,32 @@ async def test_model_calls_are_refused_in_recorded_mode_and_past_the_budget(
     assert "model.complete" in recorded["message"]
     assert violations("model.complete") == counted + 2
     await assert_worker_survives(stack)
+
+
+async def test_another_runs_prompt_is_refused_by_key_and_by_digest(
+    sandbox_stack,  # type: ignore[no-untyped-def]
+) -> None:
+    """Issue 31 item 7: the recorded code asked the broker for another run's prompt record by
+    its key and for its text by the digest the record names; both are refused now, with the
+    refusal recorded, and nothing of that prompt reaches the replay's evidence."""
+    from tests.sandbox.test_broker_guard import SECRET, another_runs_prompt
+
+    stack = sandbox_stack
+    key, digest = await another_runs_prompt(stack.stores.ledger, stack.stores.artifacts)
+    counted = violations("scope")
+    attempts = {
+        "evidence.record": f'call("evidence.record", {{"type": "PromptArtifact", "key": {key!r}}})',
+        "artifacts.get": f'call("artifacts.get", {{"digest": {digest!r}}})',
+    }
+    for method, read in attempts.items():
+        body = f"got = {read}\nraise RuntimeError('EXFIL ' + json.dumps(got))"
+        outcome, events = await hostile_replay(stack, body)
+        assert outcome.status is ReplayStatus.FAILED, outcome
+        assert "SandboxViolationError" in (outcome.reason or ""), outcome.reason
+        assert f"{method} of" in (outcome.reason or ""), outcome.reason
+        recorded = refusal_recorded(events, "SandboxViolationError")
+        assert method in recorded["message"], recorded
+        for _, data in events:
+            assert SECRET.encode() not in (data or b""), data
+    assert violations("scope") == counted + 2
+    await assert_worker_survives(stack)

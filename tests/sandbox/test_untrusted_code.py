@@ -74,6 +74,15 @@ async def test_hostile_recorded_code_is_contained_reported_and_the_worker_surviv
         "write": f"open({str(escape)!r}, 'w').write('escaped')",
         "fork_bomb": "import os\nwhile True:\n    os.fork()",
         "allocate_10gb": "block = bytearray(10 * 1024**3)\nprint(len(block))",
+        # issue 31 item 7: no new user namespace, by the system call or by the tool
+        "userns": (
+            "import ctypes, os\n"
+            "libc = ctypes.CDLL(None, use_errno=True)\n"
+            "if libc.unshare(0x10000000) != 0:\n"
+            "    raise PermissionError(os.strerror(ctypes.get_errno()))\n"
+            "print('in a new user namespace')"
+        ),
+        "userns_tool": "import subprocess\nsubprocess.run(['unshare', '-U', 'true'], check=True)",
     }
     expected_error = {
         "socket": "ConnectionRefusedError",
@@ -81,6 +90,8 @@ async def test_hostile_recorded_code_is_contained_reported_and_the_worker_surviv
         "write": "Read-only file system",  # the code is visible, read-only
         "fork_bomb": "BlockingIOError",
         "allocate_10gb": "MemoryError",
+        "userns": "PermissionError: Operation not permitted",
+        "userns_tool": "unshare failed: Operation not permitted",
     }
     for name, code in attempts.items():
         # recorded as production's own sandbox reported it: the code is not run here
