@@ -19,6 +19,7 @@ from examples.support_desk.providers import SimulatedWorld
 from examples.support_desk.spec import run_scenario
 from models.base import format_instant
 from models.errors import ConfigurationError
+from runtime.privacy.service import PrivacyService
 from stores.bundle import Stores, open_stores
 from stores.sql.scratch import create_scratch_database, drop_scratch_database
 from stores.sql.support_desk_world import SqlWorldStore
@@ -41,6 +42,12 @@ class PrivacyApi:
     stores: Stores
     run_id: str
     sequence: int
+
+
+def _privacy(papi: PrivacyApi) -> PrivacyService:
+    """The stack's privacy service (configured: these tests run with a KEK)."""
+    assert papi.stores.privacy is not None
+    return papi.stores.privacy
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session", params=["sqlite", "postgresql"])
@@ -110,7 +117,7 @@ async def test_raw_needs_the_forensic_role_and_a_reason_and_is_audited_by_identi
     papi: PrivacyApi,
 ) -> None:
     path = f"/api/runs/{papi.run_id}/events/{papi.sequence}/raw"
-    before = len(await papi.stores.privacy.records.audits())
+    before = len(await _privacy(papi).records.audits())
     for token in ("view-token", "eng-token"):
         refused = await papi.client.get(path, params={"reason": "curious"}, headers=auth(token))
         assert refused.status_code == 403, refused.text
@@ -131,7 +138,7 @@ async def test_raw_needs_the_forensic_role_and_a_reason_and_is_audited_by_identi
     admin = await papi.client.get(path, params={"reason": "admin check"}, headers=auth("adm-token"))
     assert admin.status_code == 200
 
-    audits = (await papi.stores.privacy.records.audits())[before:]
+    audits = (await _privacy(papi).records.audits())[before:]
     assert [(a.actor, a.reason, a.outcome.value) for a in audits] == [
         ("api:token:" + fingerprint("view-token"), "curious", "DENIED"),
         ("api:token:" + fingerprint("eng-token"), "curious", "DENIED"),
@@ -146,7 +153,7 @@ async def test_raw_needs_the_forensic_role_and_a_reason_and_is_audited_by_identi
 async def test_raw_of_a_deleted_subject_is_gone_with_410_naming_the_request(
     papi: PrivacyApi,
 ) -> None:
-    receipt = await papi.stores.privacy.delete_subject("customer:C-2002", "DSR-api")
+    receipt = await _privacy(papi).delete_subject("customer:C-2002", "DSR-api")
     assert papi.run_id in receipt.runs
     path = f"/api/runs/{papi.run_id}/events/{papi.sequence}"
     gone = await papi.client.get(
@@ -160,5 +167,5 @@ async def test_raw_of_a_deleted_subject_is_gone_with_410_naming_the_request(
     assert expected in sanitized.json()["raw_destroyed"]
     verify = await papi.client.get(f"/api/runs/{papi.run_id}/verify", headers=auth("view-token"))
     assert verify.json()["intact"] is True
-    last = (await papi.stores.privacy.records.audits())[-1]
+    last = (await _privacy(papi).records.audits())[-1]
     assert (last.actor, last.outcome.value) == ("api:alice", "DESTROYED")

@@ -34,7 +34,7 @@ async def poll(get: Callable[[], Any], done: Callable[[Any], bool], what: str) -
     raise AssertionError(f"{what} did not finish in 180 s")
 
 
-async def test_start_from_planner_regenerates_the_planner_under_v18(replay_stack) -> None:  # type: ignore[no-untyped-def]
+async def test_start_from_planner_regenerates_the_planner_under_v18(replay_stack) -> None:
     run_id = await wrong_customer_run(replay_stack)
     app = create_app(replay_stack.settings, ApiConfig(tokens={TOKEN: frozenset({Role.ENGINEER})}))
     headers = {"Authorization": f"Bearer {TOKEN}"}

@@ -38,7 +38,7 @@ NOWHERE = {
 }
 
 
-async def _case_of(stack, run_id: str) -> str:  # type: ignore[no-untyped-def]
+async def _case_of(stack, run_id: str) -> str:
     """The regression case the incident workflow would write for ``run_id``."""
     s = stack.stores
     case = regression_case_for(
@@ -61,7 +61,7 @@ def _one_byte_changed(data: bytes, at: int) -> bytes:
     return bytes(changed)
 
 
-async def test_capsule_round_trip(replay_stack, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+async def test_capsule_round_trip(replay_stack, tmp_path: Path) -> None:
     stack = replay_stack
     case_id = await _case_of(stack, await wrong_customer_run(stack))
     gate = await run_gate(stack.client, stack.stores, [("prompt", "v17")], repeat=5)

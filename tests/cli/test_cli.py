@@ -147,7 +147,7 @@ def test_bad_database_url_is_named(tmp_path: Path) -> None:
     assert b"unsupported database 'mysql'" in result.stderr
 
 
-def test_demo_with_artifacts_on_seaweedfs(tmp_path: Path, seaweedfs) -> None:  # type: ignore[no-untyped-def]
+def test_demo_with_artifacts_on_seaweedfs(tmp_path: Path, seaweedfs) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("REPLAYBOOK_", "AWS_"))} | {
         "REPLAYBOOK_HOME": str(tmp_path / "home"),
         "REPLAYBOOK_ARTIFACTS": "s3://rb-demo-artifacts/evidence",

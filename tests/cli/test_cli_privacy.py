@@ -24,7 +24,7 @@ def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("privacy-home")
 
 
-def ok(result) -> dict:  # type: ignore[no-untyped-def]
+def ok(result) -> dict:
     assert result.returncode == 0, result.stderr.decode()
     return json.loads(result.stdout)
 

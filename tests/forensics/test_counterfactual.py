@@ -5,12 +5,20 @@ and it never writes to the shared database it copies from."""
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 from integrations.tau_bench.sources import load_json, runs_from_file
 from integrations.tau_bench.world.counterfactual import counterfactual_verdict
 from integrations.tau_bench.world.db import consistent_hash, load_domain
 from integrations.tau_bench.world.measure import expectations_beside, load_expectations
 from tests.testdata import unpacked_testdata
+
+
+def _beside(runs_file: Path) -> Path:
+    found = expectations_beside(runs_file)
+    assert found is not None, f"no expectations beside {runs_file}"
+    return found
+
 
 DATA = unpacked_testdata() / "tau-bench"
 RUNS = DATA / "airline" / "gpt-4o-airline.json"
@@ -19,7 +27,7 @@ RUNS = DATA / "airline" / "gpt-4o-airline.json"
 def test_recorded_conversations_get_the_benchmarks_reward() -> None:
     records = load_json(RUNS)
     runs = runs_from_file(RUNS, "airline", load_json(DATA / "tools_info.json"))
-    expectations = load_expectations(expectations_beside(RUNS), "airline")
+    expectations = load_expectations(_beside(RUNS), "airline")
     version = "7362a17"  # the databases the airline runs were recorded against
     base = load_domain(DATA / "env-data", version, "airline")
     before = copy.deepcopy(base.tables)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 
@@ -161,7 +162,7 @@ def test_tool_call_ids_are_not_trusted_to_be_unique() -> None:
         },
         {"role": "tool", "tool_call_id": "x", "content": "ok"},
     ]
-    calls = tool_calls(messages, {"cancel"})
+    calls = tool_calls(cast(list[dict[str, Any]], messages), {"cancel"})
     assert [(c.name, c.tool_index, c.output, c.failed) for c in calls] == [
         ("cancel", 1, "Error: no", True),
         ("get", 3, "ok", True),  # unparseable arguments: the call ran on nothing

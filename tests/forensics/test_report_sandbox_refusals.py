@@ -12,10 +12,10 @@ E = ExecutionEventType
 
 
 class Ledger:
-    def __init__(self, events: list[tuple[ExecutionEventType, dict]]) -> None:  # type: ignore[type-arg]
+    def __init__(self, events: list[tuple[ExecutionEventType, dict]]) -> None:
         self.events = events
 
-    async def events_with_payloads(self, run_id: str, *, types: frozenset) -> list:  # type: ignore[type-arg]
+    async def events_with_payloads(self, run_id: str, *, types: frozenset) -> list:
         return [
             (SimpleNamespace(type=t), json.dumps(p).encode()) for t, p in self.events if t in types
         ]

@@ -25,6 +25,13 @@ from integrations.tau_bench.world.replay import tools_for
 from models.errors import InvalidInputError
 from tests.testdata import unpacked_testdata
 
+
+def _beside(runs_file: Path) -> Path:
+    found = expectations_beside(runs_file)
+    assert found is not None, f"no expectations beside {runs_file}"
+    return found
+
+
 ROOT = Path(__file__).resolve().parents[2]
 DATA = unpacked_testdata() / "tau-bench"
 ENV = DATA / "env-data"
@@ -46,7 +53,7 @@ def all_runs() -> tuple[list, dict]:
     runs, expectations = [], {}
     for domain, name in RUN_FILES:
         runs += runs_from_file(DATA / name, domain, tools_info)
-        expectations.update(load_expectations(expectations_beside(DATA / name), domain))
+        expectations.update(load_expectations(_beside(DATA / name), domain))
     return runs, expectations
 
 
@@ -148,7 +155,9 @@ def test_drift_names_the_user_details_answer(world_data: WorldData, all_runs: tu
     assert drift.first_divergent_tool_index == expected == 5
     diverging = next(c for c in drift.calls if c.reproduced is False)
     assert diverging.name == "get_user_details"
-    assert '"province"' in (diverging.recorded or "") and '"province"' not in diverging.output
+    assert '"province"' in (diverging.recorded or "") and '"province"' not in (
+        diverging.output or ""
+    )
 
 
 def test_world_state_makes_every_predicted_verdict_agree(
@@ -216,7 +225,7 @@ def test_bookings_draw_ids_in_sequence_and_errors_read_as_the_benchmark_prints_t
     world_data: WorldData,
 ) -> None:
     runs = runs_from_file(MULTI, "airline", load_json(DATA / "tools_info.json"))
-    expectations = load_expectations(expectations_beside(MULTI), "airline")
+    expectations = load_expectations(_beside(MULTI), "airline")
     assert runs[0].env_version == "7362a17"  # from the expectations beside the file
     result = measure_world(runs, world_data, expectations)
     assert result["problems"] == [] and result["output_reproduction"] == 1.0
@@ -259,7 +268,7 @@ def test_cli_world_of_an_imported_run_that_books_several_times(tmp_path: Path) -
     )  # fmt: skip
     assert world.returncode == 0, world.stderr
     replay = json.loads(world.stdout)
-    expected = load_expectations(expectations_beside(MULTI), "airline")[("airline", "900", 0)]
+    expected = load_expectations(_beside(MULTI), "airline")[("airline", "900", 0)]
     assert replay["db_version"] == "7362a17"
     assert replay["outputs_reproduced"] == replay["outputs_compared"] == 17
     assert replay["final_hash"] == expected["final_db_hash_after_replay"]

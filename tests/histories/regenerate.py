@@ -75,7 +75,7 @@ async def main() -> None:
             server.stop(timeout=20)
 
 
-async def _incident(client, world, stores) -> None:  # type: ignore[no-untyped-def]
+async def _incident(client, world, stores) -> None:
     from models.incident_flow import IncidentPhase, IncidentRequest, RootCauseConfirmation
     from tests.workflows.test_incident_workflow import wait_phase
     from workflows.incident import IncidentWorkflow

@@ -86,7 +86,7 @@ def _trace() -> dict[str, Any]:
     }
 
 
-async def test_an_openinference_trace_imports_and_replays(stores, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+async def test_an_openinference_trace_imports_and_replays(stores, tmp_path: Path) -> None:
     path = tmp_path / "phoenix.json"
     path.write_text(json.dumps(_trace()), encoding="utf-8")
     report = await import_openinference(

@@ -27,7 +27,7 @@ def test_the_four_framework_traces_are_there() -> None:
 
 
 @pytest.mark.parametrize("path", OTEL_FILES, ids=lambda p: p.name.split("_")[0])
-async def test_trace_imports_and_replays_its_tool_sequence(stores, path: Path) -> None:  # type: ignore[no-untyped-def]
+async def test_trace_imports_and_replays_its_tool_sequence(stores, path: Path) -> None:
     report = await import_otel(
         stores.ledger, stores.artifacts, stores.evidence, path, ["write_file"]
     )
@@ -57,14 +57,14 @@ async def test_trace_imports_and_replays_its_tool_sequence(stores, path: Path) -
     assert again.run_ids == [run_id] and again.imported == 0 and again.events_recorded == 0
 
 
-async def test_without_write_tools_unknown_tools_are_writes_but_pseudo_tools_never(stores) -> None:  # type: ignore[no-untyped-def]
+async def test_without_write_tools_unknown_tools_are_writes_but_pseudo_tools_never(stores) -> None:
     smol = next(p for p in OTEL_FILES if p.name.startswith("SMOLAGENTS"))
     (run_id,) = (await import_otel(stores.ledger, stores.artifacts, stores.evidence, smol)).run_ids
     effects = await stores.evidence.records(SideEffectRecord, run_id)
     assert sorted(e.capability_id for e in effects) == ["get_current_time", "write_file"]
 
 
-async def test_an_uninterpretable_span_is_kept_and_reported(stores, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+async def test_an_uninterpretable_span_is_kept_and_reported(stores, tmp_path: Path) -> None:
     data = json.loads(OTEL_FILES[0].read_text())
     odd = dict(
         data["spans"][0],

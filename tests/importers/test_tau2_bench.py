@@ -114,7 +114,7 @@ def _results() -> dict[str, Any]:
 
 async def test_a_tau2_results_file_imports_replays_and_feeds_forensics(
     stores, tmp_path: Path
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     path = tmp_path / "results.json"
     path.write_text(json.dumps(_results()), encoding="utf-8")
     report = await import_tau2_bench(

@@ -36,7 +36,7 @@ from tests.importers.conftest import TAU, TAU_FILES, ImportStores
 TOOLS = TAU / "tools_info.json"
 
 
-async def _import_all(stores) -> tuple[list[str], float]:  # type: ignore[no-untyped-def]
+async def _import_all(stores) -> tuple[list[str], float]:
     started = time.perf_counter()
     run_ids: list[str] = []
     for path, domain in TAU_FILES:
@@ -48,7 +48,7 @@ async def _import_all(stores) -> tuple[list[str], float]:  # type: ignore[no-unt
     return run_ids, time.perf_counter() - started
 
 
-async def test_every_run_imports_verifies_and_a_second_import_creates_nothing(stores) -> None:  # type: ignore[no-untyped-def]
+async def test_every_run_imports_verifies_and_a_second_import_creates_nothing(stores) -> None:
     run_ids, seconds = await _import_all(stores)
     print(f"\nimported {len(run_ids)} tau-bench runs in {seconds:.1f}s")
     assert len(run_ids) == 132 + 66 + 20
@@ -68,7 +68,7 @@ async def test_every_run_imports_verifies_and_a_second_import_creates_nothing(st
     await _forensics_from_the_store_equal_the_files(stores, set(run_ids))
 
 
-async def _forensics_from_the_store_equal_the_files(stores, run_ids: set[str]) -> None:  # type: ignore[no-untyped-def]
+async def _forensics_from_the_store_equal_the_files(stores, run_ids: set[str]) -> None:
     """``forensics evaluate`` reads the imported runs back from the ledger; its verdicts are the
     ones computed straight from the source files (nothing lost on the way in)."""
     tools_info = json.loads((TAU / "tools_info.json").read_text())
@@ -89,7 +89,7 @@ async def _forensics_from_the_store_equal_the_files(stores, run_ids: set[str]) -
     assert evaluate_runs(from_store)["agreement"] >= 0.95
 
 
-async def test_load_tau_run_gives_forensics_the_source_and_the_writes(stores) -> None:  # type: ignore[no-untyped-def]
+async def test_load_tau_run_gives_forensics_the_source_and_the_writes(stores) -> None:
     path, domain = TAU_FILES[0]
     raw = json.loads(path.read_text())
     report = await import_tau_bench(
@@ -120,14 +120,14 @@ async def test_load_tau_run_gives_forensics_the_source_and_the_writes(stores) ->
 
 
 @pytest.fixture
-async def sqlite_stores(tmp_path: Path):  # type: ignore[no-untyped-def]
+async def sqlite_stores(tmp_path: Path):
     db = await open_database(f"sqlite+aiosqlite:///{tmp_path / 'all.db'}")
     artifacts = LocalArtifactStore(tmp_path / "artifacts")
     yield ImportStores(db, SqlLedger(db, artifacts), artifacts, SqlEvidenceReader(db))
     await db.dispose()
 
 
-async def test_recorded_replay_reproduces_a_sample_of_runs_in_process(sqlite_stores) -> None:  # type: ignore[no-untyped-def]
+async def test_recorded_replay_reproduces_a_sample_of_runs_in_process(sqlite_stores) -> None:
     """Every sixth imported run (both domains, ~37 runs); `python -m bench.real_runs` replays
     all of them (it took most of the suite's time on a loaded machine)."""
     run_ids, _ = await _import_all(sqlite_stores)
@@ -156,7 +156,7 @@ async def test_recorded_replay_reproduces_a_sample_of_runs_in_process(sqlite_sto
     assert blocked > 0  # writes were attempted and every one blocked (none reached anything)
 
 
-async def test_recorded_replay_through_temporal_for_a_sample(replay_stack) -> None:  # type: ignore[no-untyped-def]
+async def test_recorded_replay_through_temporal_for_a_sample(replay_stack) -> None:
     stores = replay_stack.stores
     path, domain = TAU_FILES[0]
     report = await import_tau_bench(

@@ -129,7 +129,7 @@ STYLES = {
 
 
 @pytest.mark.parametrize("style", list(STYLES))
-async def test_every_ending_style_replays_every_step(stores, tmp_path: Path, style: str) -> None:  # type: ignore[no-untyped-def]
+async def test_every_ending_style_replays_every_step(stores, tmp_path: Path, style: str) -> None:
     path = tmp_path / f"{style}.json"
     path.write_text(json.dumps(_trace(STYLES[style])), encoding="utf-8")
     (run_id,) = (

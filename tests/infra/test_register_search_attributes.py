@@ -30,7 +30,7 @@ def register(address: str, namespace: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["sh", str(SCRIPT)], env=env, capture_output=True, text=True, timeout=120)
 
 
-async def test_registers_on_a_new_namespace_and_is_idempotent(temporal_server) -> None:  # type: ignore[no-untyped-def]
+async def test_registers_on_a_new_namespace_and_is_idempotent(temporal_server) -> None:
     namespace = f"rb-infra-{uuid.uuid4().hex[:8]}"
     first = await asyncio.to_thread(register, temporal_server.address, namespace)
     assert first.returncode == 0, first.stderr

@@ -45,7 +45,7 @@ async def sh(command: str, address: str) -> subprocess.CompletedProcess[str]:
     return done
 
 
-async def record_wrong_customer_run(stack, run_id: str) -> None:  # type: ignore[no-untyped-def]
+async def record_wrong_customer_run(stack, run_id: str) -> None:
     """The README's run id, recorded with a seed whose run emails the wrong customer."""
     for seed in range(50):
         trial = await run_scenario(
@@ -81,7 +81,7 @@ def test_the_readme_names_every_step() -> None:
 
 async def test_readme_temporal_commands_run_a_replay_and_an_incident(
     replay_stack, temporal_server
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     commands = readme_commands()
     address = temporal_server.address
     await record_wrong_customer_run(replay_stack, "run-9182")

@@ -167,7 +167,7 @@ async def _incident_with_a_substitute(
             done = await _phase(handle, IncidentPhase.COMPLETED, 120)
             assert not done.rejected_signals, done.rejected_signals
             incident = await SqlIncidentStore(stores.db).get_incident(request.incident_id)
-            refs = (incident.record or {})["report_refs"]
+            refs: Any = (incident.record or {})["report_refs"]
             report = (await stores.artifacts.get(refs["md"])).decode()
             assert SUBSTITUTE in report
             bundle = json.loads(await stores.artifacts.get(refs["json"]))

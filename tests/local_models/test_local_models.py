@@ -57,13 +57,13 @@ def _engine(stack: ModelStack) -> ReplayEngine:
     return ReplayEngine(stack.stores.ledger, stack.stores.evidence, stack.stores.artifacts, agents)
 
 
-async def _replay(stack: ModelStack, run_id: str, mode: ReplayMode, **plan: object):  # type: ignore[no-untyped-def]
+async def _replay(stack: ModelStack, run_id: str, mode: ReplayMode, **plan: object):
     engine = _engine(stack)
     replay = ReplayPlan(
         replay_id=f"replay-{uuid.uuid4().hex[:12]}",
         source_run_id=run_id,
         mode=mode,
-        **plan,  # type: ignore[arg-type]
+        **plan,
     )
     prepared = await engine.prepare(replay)
     assert prepared.ok, prepared.problems
@@ -75,6 +75,7 @@ async def test_a_real_model_run_verifies_and_replays(model_stack: ModelStack) ->
     run_id = await _record(model_stack, "smollm2-135m")
     assert (await stores.ledger.verify(run_id)).intact
     run = await stores.ledger.get_run(run_id)
+    assert run.pinned.model_profile is not None
     assert "smollm2-135m" in run.pinned.model_profile
     calls = [
         json.loads(await stores.ledger.payload(e))

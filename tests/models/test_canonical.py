@@ -210,7 +210,7 @@ def test_placeholder_character_cannot_be_forged() -> None:
 
 
 def test_ascii_and_mixed_documents_match_rfc8785() -> None:
-    doc = {
+    doc: Any = {
         "b": [1, 2.5, -0.0, True, None, "x\ny", {"é": "日本語", "a": []}],
         "a": {"z": 1e-7, "y": 1e16, "x": 123456.789, "w": -(2**53 - 1)},
         "😂": "smile",

@@ -25,7 +25,7 @@ from models.trajectory import (
 # builders -----------------------------------------------------------------------------------
 
 
-def decision(step: str, *calls: tuple[str, dict[str, Any]], content: str | None = None):  # type: ignore[no-untyped-def]
+def decision(step: str, *calls: tuple[str, dict[str, Any]], content: str | None = None):
     return ModelDecision(
         step_id=step,
         tool_names=tuple(name for name, _ in calls),
@@ -34,7 +34,7 @@ def decision(step: str, *calls: tuple[str, dict[str, Any]], content: str | None 
     )
 
 
-def tool(step: str, capability: str, arguments: dict[str, Any], write: bool = False):  # type: ignore[no-untyped-def]
+def tool(step: str, capability: str, arguments: dict[str, Any], write: bool = False):
     return ToolCallFact(
         step_id=step,
         capability_id=capability,
@@ -45,7 +45,7 @@ def tool(step: str, capability: str, arguments: dict[str, Any], write: bool = Fa
     )
 
 
-def effect(step: str, capability: str, arguments: dict[str, Any], status: str = "CONFIRMED"):  # type: ignore[no-untyped-def]
+def effect(step: str, capability: str, arguments: dict[str, Any], status: str = "CONFIRMED"):
     return SideEffectFact(
         step_id=step,
         capability_id=capability,
@@ -55,7 +55,7 @@ def effect(step: str, capability: str, arguments: dict[str, Any], status: str = 
     )
 
 
-def policy(step: str, capability: str, arguments: dict[str, Any], verdict: str = "ALLOW"):  # type: ignore[no-untyped-def]
+def policy(step: str, capability: str, arguments: dict[str, Any], verdict: str = "ALLOW"):
     return PolicyFact(
         step_id=step,
         policy_id="outbound-actions",
@@ -116,13 +116,13 @@ def support_run(
 SOURCE = support_run()
 
 
-def only(comparison, type_: DiffType):  # type: ignore[no-untyped-def]
+def only(comparison, type_: DiffType):
     found = [d for d in comparison.diffs if d.type is type_]
     assert len(found) == 1, comparison.diffs
     return found[0]
 
 
-def types(comparison) -> list[DiffType]:  # type: ignore[no-untyped-def]
+def types(comparison) -> list[DiffType]:
     return [d.type for d in comparison.diffs]
 
 

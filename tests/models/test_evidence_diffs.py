@@ -11,7 +11,7 @@ B = "sha256:" + "b" * 64
 
 
 def run(run_id: str, **facts: object) -> Trajectory:
-    return Trajectory(run_id=run_id, steps=("retrieve", "approve", "send"), outcome="ok", **facts)  # type: ignore[arg-type]
+    return Trajectory(run_id=run_id, steps=("retrieve", "approve", "send"), outcome="ok", **facts)
 
 
 def types(source: Trajectory, replay: Trajectory) -> list[str]:

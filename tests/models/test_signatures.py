@@ -107,7 +107,7 @@ def test_same_facts_give_the_same_signature_and_key() -> None:
     matches=st.integers(min_value=2, max_value=50),
     outcome=st.dictionaries(st.text(max_size=5), st.text(max_size=20), max_size=3),
 )
-def test_ids_counts_and_outcome_never_change_the_signature(  # type: ignore[no-untyped-def]
+def test_ids_counts_and_outcome_never_change_the_signature(
     run_id, ids, asked, taken, matches, outcome
 ) -> None:
     reference = classify(

@@ -119,7 +119,8 @@ def test_definitions_are_moved_under_names_of_their_own() -> None:
     ]
     assert refs == ["#/$defs/t0_Passenger", "#/$defs/t1_Passenger"]
     # the tools' own schemas are left as they were
-    assert BOOK.parameters["properties"]["passengers"]["items"] == {"$ref": "#/$defs/Passenger"}
+    params: Any = BOOK.parameters
+    assert params["properties"]["passengers"]["items"] == {"$ref": "#/$defs/Passenger"}
 
 
 def test_llama_cpp_turns_the_schema_into_a_grammar_with_each_tools_arguments() -> None:

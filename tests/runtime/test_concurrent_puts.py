@@ -69,7 +69,7 @@ async def test_settle_raises_the_failed_put(tmp_path: Path) -> None:
         await puts.settle()
 
 
-async def test_a_failed_put_leaves_nothing_ingested(rec, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+async def test_a_failed_put_leaves_nothing_ingested(rec, tmp_path: Path) -> None:
     run_id = f"failed-put-{rec.db.dialect}"
     store = GatedStore(tmp_path / "gated", fail=b"You help.")
     store.gate.set()

@@ -46,7 +46,8 @@ async def test_wrong_customer_under_v17_is_a_nonunique_lookup_then_a_wrong_recip
         "write_field": "to",
     }
     assert facts.completed and facts.run_error_type is None
-    assert facts.outcome["customer_id"] == "C-2001"
+    outcome: Any = facts.outcome
+    assert outcome["customer_id"] == "C-2001"
     (email,) = facts.side_effects
     assert email.final_status is SideEffectStatus.CONFIRMED and not email.retry_attempted
     result = classify(facts)

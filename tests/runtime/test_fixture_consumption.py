@@ -19,7 +19,7 @@ def gateway(fixtures: dict[str, list[Any]], positions: StepLedger) -> ReplayTool
         None,  # type: ignore[arg-type]
         None,  # type: ignore[arg-type]
         "",
-        SimpleNamespace(fixture=lambda key, used: _recorded(fixtures, key, used)),  # type: ignore[arg-type]
+        SimpleNamespace(fixture=lambda key, used: _recorded(fixtures, key, used)),
         positions,
         FixtureMissPolicy.FAIL,
     )

@@ -50,7 +50,7 @@ def freeze_request(run_id: str, days: int = 730) -> EvidenceFreezeRequest:
     )
 
 
-async def expected_references(ledger: SqlLedger, evidence: SqlEvidenceReader, run_id: str) -> set:  # type: ignore[type-arg]
+async def expected_references(ledger: SqlLedger, evidence: SqlEvidenceReader, run_id: str) -> set:
     """What the run's evidence points to, read independently of ``forensics.freeze``."""
     refs = {p.content_ref for p in await evidence.records(PromptArtifact, run_id)}
     for snapshot in await evidence.records(ContextSnapshot, run_id):
@@ -121,7 +121,7 @@ async def freeze_and_check(
     return record, run_id
 
 
-async def test_freeze_on_the_local_store(rec) -> None:  # type: ignore[no-untyped-def]
+async def test_freeze_on_the_local_store(rec) -> None:
     record, run_id = await freeze_and_check(rec.db, rec.ledger, rec.artifacts, rec.world, "happy")
     assert record.enforced_by_backend is False
     frozen = set(record.artifact_digests)
@@ -169,7 +169,7 @@ async def test_freeze_on_s3_with_object_lock(
         assert sha256_digest(await store.get(digest)) == digest
 
 
-async def test_a_run_edited_in_sql_is_not_frozen(rec) -> None:  # type: ignore[no-untyped-def]
+async def test_a_run_edited_in_sql_is_not_frozen(rec) -> None:
     run_id = (await run_scenario(rec.world, rec.ledger, rec.artifacts, "wrong-customer")).run_id
     ev = schema.execution_events
     async with rec.db.transaction() as conn:
@@ -193,7 +193,7 @@ async def test_a_run_edited_in_sql_is_not_frozen(rec) -> None:  # type: ignore[n
         assert await rec.artifacts.retention(digest) is None
 
 
-async def test_refs_in_steps_migrations_and_artifacts_are_frozen(rec) -> None:  # type: ignore[no-untyped-def]
+async def test_refs_in_steps_migrations_and_artifacts_are_frozen(rec) -> None:
     """References the support desk does not record live (replay's random state, state
     migrations, artifacts) are found too; values that are not digests are ignored, and digests
     that are not in the store are named: the run does not verify and is not frozen."""
@@ -273,7 +273,7 @@ async def test_refs_in_steps_migrations_and_artifacts_are_frozen(rec) -> None:  
         assert await rec.artifacts.legal_hold(digest)
 
 
-async def test_freeze_refuses_a_past_retention_and_an_unknown_run(rec) -> None:  # type: ignore[no-untyped-def]
+async def test_freeze_refuses_a_past_retention_and_an_unknown_run(rec) -> None:
     now = datetime.now(UTC)
     run_id = (await run_scenario(rec.world, rec.ledger, rec.artifacts, "happy")).run_id
     past = freeze_request(run_id).model_copy(update={"retention_until": now - timedelta(days=1)})
@@ -293,7 +293,7 @@ async def test_freeze_refuses_a_past_retention_and_an_unknown_run(rec) -> None: 
     assert isinstance(rec.artifacts, LocalArtifactStore)
 
 
-async def test_a_lookup_row_edited_in_sql_cannot_hide_an_artifact(rec) -> None:  # type: ignore[no-untyped-def]
+async def test_a_lookup_row_edited_in_sql_cannot_hide_an_artifact(rec) -> None:
     """References are read from the chain-covered payloads too: a prompt row whose
     ``content_ref`` was rewritten in SQL (which the chain does not cover) still freezes the
     prompt the model really saw."""

@@ -136,7 +136,7 @@ def header(run_id: str) -> IngestRunHeader:
 USER_LINES = ["I want italian food tonight", "yes please", "thanks, bye"]
 
 
-async def _ingest(rec, run_id: str) -> EventClient:  # type: ignore[no-untyped-def]
+async def _ingest(rec, run_id: str) -> EventClient:
     client = run_plain_agent(USER_LINES)
     await ingest_run(rec.ledger, rec.artifacts, header(run_id))
     batch = IngestEventBatch.model_validate({"events": client.events[:4]})
@@ -147,7 +147,7 @@ async def _ingest(rec, run_id: str) -> EventClient:  # type: ignore[no-untyped-d
     return client
 
 
-async def test_plain_agent_is_ingested_verified_and_replays_identically(rec) -> None:  # type: ignore[no-untyped-def]
+async def test_plain_agent_is_ingested_verified_and_replays_identically(rec) -> None:
     run_id = "plain-agent-1"
     await _ingest(rec, run_id)
     assert (await rec.ledger.verify(run_id)).intact
@@ -172,7 +172,7 @@ async def test_plain_agent_is_ingested_verified_and_replays_identically(rec) -> 
     assert local.prepared.confidence.value == "LIMITED"
 
 
-async def test_resending_is_idempotent_and_a_conflict_is_refused(rec) -> None:  # type: ignore[no-untyped-def]
+async def test_resending_is_idempotent_and_a_conflict_is_refused(rec) -> None:
     run_id = "plain-agent-2"
     client = await _ingest(rec, run_id)
     head = (await rec.ledger.events(run_id))[-1].sequence
@@ -199,7 +199,7 @@ async def test_resending_is_idempotent_and_a_conflict_is_refused(rec) -> None:  
     assert (await rec.ledger.verify(run_id)).intact
 
 
-async def test_out_of_order_and_bad_events_are_refused_naming_the_problem(rec) -> None:  # type: ignore[no-untyped-def]
+async def test_out_of_order_and_bad_events_are_refused_naming_the_problem(rec) -> None:
     run_id = "plain-agent-3"
     await ingest_run(rec.ledger, rec.artifacts, header(run_id))
     gap = IngestEventBatch.model_validate(

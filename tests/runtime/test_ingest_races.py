@@ -38,7 +38,7 @@ def batch(*events: dict[str, Any]) -> IngestEventBatch:
     return IngestEventBatch.model_validate({"events": list(events)})
 
 
-async def _send(rec, run_id: str, events: IngestEventBatch) -> str:  # type: ignore[no-untyped-def]
+async def _send(rec, run_id: str, events: IngestEventBatch) -> str:
     # each writer is a process of its own: its own ledger (and group committer)
     ledger = SqlLedger(rec.db, rec.artifacts)
     try:
@@ -49,7 +49,7 @@ async def _send(rec, run_id: str, events: IngestEventBatch) -> str:  # type: ign
     return "201" if result.recorded else "200"
 
 
-async def test_concurrent_writers_record_one_event_per_sequence(rec) -> None:  # type: ignore[no-untyped-def]
+async def test_concurrent_writers_record_one_event_per_sequence(rec) -> None:
     run_ids = [f"race-{rec.db.dialect}-{n}" for n in range(RUNS)]
     for run_id in run_ids:
         await ingest_run(rec.ledger, rec.artifacts, header(run_id))
@@ -125,7 +125,7 @@ EVERY_TYPE: list[dict[str, Any]] = [
 ]
 
 
-async def test_every_event_type_is_idempotent_and_advances_the_sequence(rec) -> None:  # type: ignore[no-untyped-def]
+async def test_every_event_type_is_idempotent_and_advances_the_sequence(rec) -> None:
     run_id = f"every-type-{rec.db.dialect}"
     await ingest_run(rec.ledger, rec.artifacts, header(run_id))
     for sequence, event in enumerate(EVERY_TYPE, start=1):
@@ -146,7 +146,7 @@ async def test_every_event_type_is_idempotent_and_advances_the_sequence(rec) -> 
     assert (await rec.ledger.verify(run_id)).intact
 
 
-async def test_a_refused_header_leaves_no_run_and_the_corrected_one_is_accepted(rec) -> None:  # type: ignore[no-untyped-def]
+async def test_a_refused_header_leaves_no_run_and_the_corrected_one_is_accepted(rec) -> None:
     run_id = f"refused-header-{rec.db.dialect}"
     with pytest.raises(ValidationError, match="max_model_calls"):
         header(run_id, max_model_calls=1180591620717411303424)

@@ -34,7 +34,7 @@ from models.errors import (
 from runtime.recorder import RunRecorder
 from runtime.side_effects import retry_side_effect
 from runtime.tools import ToolCallContext
-from stores.sql.support_desk_world import refunds
+from stores.sql.support_desk_world import SqlWorldStore, refunds
 from tests.runtime.conftest import Recording
 
 
@@ -52,8 +52,15 @@ async def _statuses(rec: Recording, run_id: str) -> list[str]:
     return [json.loads(data or b"{}")["status"] for _, data in rows]
 
 
+def _world(rec: Recording) -> SqlWorldStore:
+    """The provider's own database (these tests read and change it behind the agent)."""
+    store = rec.world.store
+    assert isinstance(store, SqlWorldStore)
+    return store
+
+
 async def _refunds_for(rec: Recording, preq: str | None) -> list[Any]:
-    async with rec.world.store.read() as conn:
+    async with _world(rec).read() as conn:
         rows = await conn.execute(select(refunds).where(refunds.c.provider_request_id == preq))
         return list(rows.all())
 
@@ -110,7 +117,7 @@ async def test_refund_missing_at_the_provider_is_retried_once_with_its_original_
     run_id, effect = await _timeout_run(rec, seed=4)
     recorder = RunRecorder(rec.ledger, rec.artifacts, run_id)
     # the provider's state, not evidence: the refund never happened there
-    async with rec.world.store.transaction() as conn:
+    async with _world(rec).transaction() as conn:
         await conn.execute(
             delete(refunds).where(refunds.c.provider_request_id == effect.provider_request_id)
         )
@@ -144,7 +151,7 @@ async def test_refund_missing_at_the_provider_is_retried_once_with_its_original_
     assert retried.status is SideEffectStatus.CONFIRMED and receipt is not None
     (row,) = await _refunds_for(rec, effect.provider_request_id)
     assert row.idempotency_key == effect.idempotency_key and row.refund_id == receipt["refund_id"]
-    async with rec.world.store.read() as conn:
+    async with _world(rec).read() as conn:
         per_order = (
             await conn.execute(
                 select(func.count())

@@ -15,7 +15,7 @@ from runtime.session import record_run
 from tests.runtime.chat_server import ChatServer, text_answer, tool_call_answer
 
 
-async def test_a_run_through_an_openai_compatible_endpoint_is_complete_evidence(rec) -> None:  # type: ignore[no-untyped-def]
+async def test_a_run_through_an_openai_compatible_endpoint_is_complete_evidence(rec) -> None:
     with ChatServer() as server:
         server.script(
             tool_call_answer(

@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from pydantic import JsonValue
 from sqlalchemy import select
 
 from models import ExecutionEventType, RunRecord, SideEffectRecord, SideEffectStatus
@@ -289,7 +290,7 @@ async def test_raw_artifacts_are_kept_in_the_transaction_of_the_append_after_the
     event.listen(database.engine.sync_engine, "before_cursor_execute", seen)
     try:
         refs = [await recorder.store_json(m) for m in [*messages, messages[1]]]
-        await recorder.record(E.CONTEXT_SNAPSHOT, payload={"messages": refs})
+        await recorder.record(E.CONTEXT_SNAPSHOT, payload={"messages": list[JsonValue](refs)})
         await recorder.flush()
     finally:
         event.remove(database.engine.sync_engine, "before_cursor_execute", seen)
@@ -316,7 +317,7 @@ async def test_raw_artifacts_are_kept_in_the_transaction_of_the_append_after_the
     event.listen(database.engine.sync_engine, "before_cursor_execute", seen)
     try:
         more = [await recorder.store_json({"content": f"call +1 555 010 00{i}"}) for i in (1, 2)]
-        await recorder.record(E.CONTEXT_SNAPSHOT, payload={"messages": more})
+        await recorder.record(E.CONTEXT_SNAPSHOT, payload={"messages": list[JsonValue](more)})
         await recorder.flush()
     finally:
         event.remove(database.engine.sync_engine, "before_cursor_execute", seen)

@@ -3,6 +3,8 @@ recorded, found in the configured catalog by its recorded model id; never a sile
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from examples.support_desk.catalog import MODEL_V1, MODEL_V2, support_desk_catalog
@@ -30,9 +32,14 @@ def test_an_unconfigured_recorded_model_is_named_unless_substituted() -> None:
     assert chosen == MODEL_V1
 
 
-class _Profiled:
+class _ProfiledModel:
     def __init__(self, profile: str) -> None:
         self.profile = profile
+
+
+def _Profiled(profile: str) -> Any:
+    """A stand-in for a registered provider: the lookup reads only its profile."""
+    return _ProfiledModel(profile)
 
 
 def test_a_registry_model_is_found_at_another_address() -> None:
@@ -41,7 +48,7 @@ def test_a_registry_model_is_found_at_another_address() -> None:
     recorded = "openai-compatible:gemma3-270m@http://127.0.0.1:41000/v1;temperature=0.8"
     catalog = support_desk_catalog(None)
     catalog.models = {
-        "gemma3-270m": _Profiled(recorded.replace("41000", "42000")),  # type: ignore[dict-item]
+        "gemma3-270m": _Profiled(recorded.replace("41000", "42000")),
         "smollm2-135m": _Profiled(
             "openai-compatible:smollm2-135m@http://127.0.0.1:42000/v1;temperature=0.8"
         ),

@@ -88,6 +88,7 @@ def test_the_first_divergence_column_names_the_shown_replays_step() -> None:
             "replays": tuple(r.model_copy(update={"comparison": None}) for r in b.report.replays)
         }
     )
+    assert b.replay is not None
     md = render_markdown(
         b.model_copy(
             update={

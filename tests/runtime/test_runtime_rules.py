@@ -66,11 +66,11 @@ class Approver:
     ) -> None:
         self.decision, self.validity = decision, validity
 
-    async def review(self, capability_id, arguments):  # type: ignore[no-untyped-def]
+    async def review(self, capability_id, arguments):
         return "lead@acme", self.decision, self.validity
 
 
-async def _setup(rec, time: FakeTime, approver: Approver | None = None):  # type: ignore[no-untyped-def]
+async def _setup(rec, time: FakeTime, approver: Approver | None = None):
     run_id = f"run-{uuid.uuid4().hex[:12]}"
     await rec.ledger.create_run(
         RunRecord(run_id=run_id, graph_id="test", graph_version="1", created_at=T0)
@@ -93,14 +93,14 @@ async def _setup(rec, time: FakeTime, approver: Approver | None = None):  # type
 REFUND = {"order_id": "O-9", "amount": 120, "currency": "EUR"}
 
 
-async def _refused(rec, run_id: str) -> list[dict]:  # type: ignore[no-untyped-def]
+async def _refused(rec, run_id: str) -> list[dict]:
     events = [
         e for e in await rec.ledger.events(run_id) if e.type is ExecutionEventType.ACTION_REFUSED
     ]
     return [json.loads(await rec.ledger.payload(e)) for e in events]
 
 
-async def test_an_approval_is_bound_to_its_action_and_its_validity(rec) -> None:  # type: ignore[no-untyped-def]
+async def test_an_approval_is_bound_to_its_action_and_its_validity(rec) -> None:
     time = FakeTime(T0)
     run_id, _, tools, approvals = await _setup(rec, time)
     refund = {**REFUND, "order_id": f"O-{uuid.uuid4().hex[:6]}"}
@@ -138,7 +138,7 @@ async def test_an_approval_is_bound_to_its_action_and_its_validity(rec) -> None:
     assert (await rec.ledger.verify(run_id)).intact
 
 
-async def test_a_denied_approval_refuses_the_action(rec) -> None:  # type: ignore[no-untyped-def]
+async def test_a_denied_approval_refuses_the_action(rec) -> None:
     run_id, _, tools, approvals = await _setup(rec, FakeTime(T0), Approver(ApprovalDecision.DENIED))
     refund = {**REFUND, "order_id": f"O-{uuid.uuid4().hex[:6]}"}
     approval = await approvals.request("payment.refund", refund)
@@ -147,7 +147,7 @@ async def test_a_denied_approval_refuses_the_action(rec) -> None:  # type: ignor
     assert [r["error"] for r in await _refused(rec, run_id)] == ["ApprovalDeniedError"]
 
 
-async def test_policy_deny_is_recorded_and_refused(rec) -> None:  # type: ignore[no-untyped-def]
+async def test_policy_deny_is_recorded_and_refused(rec) -> None:
     from models.errors import PolicyDeniedError
 
     run_id, _, tools, _ = await _setup(rec, FakeTime(T0))
@@ -162,7 +162,7 @@ async def test_policy_deny_is_recorded_and_refused(rec) -> None:  # type: ignore
     )
 
 
-async def test_bad_arguments_are_a_recorded_tool_error_not_a_call(rec) -> None:  # type: ignore[no-untyped-def]
+async def test_bad_arguments_are_a_recorded_tool_error_not_a_call(rec) -> None:
     _, _, tools, _ = await _setup(rec, FakeTime(T0))
     before = await rec.world.call_count("crm")
     result = await tools.call("crm.get_customer", {"id": 5})
@@ -173,7 +173,7 @@ async def test_bad_arguments_are_a_recorded_tool_error_not_a_call(rec) -> None: 
         await tools.call("crm.delete", {})
 
 
-async def test_clock_reads_are_recorded_in_order(rec) -> None:  # type: ignore[no-untyped-def]
+async def test_clock_reads_are_recorded_in_order(rec) -> None:
     time = FakeTime(T0)
     run_id, recorder, tools, _ = await _setup(rec, time)
     first = recorder.clock.now()
@@ -212,7 +212,7 @@ def test_agent_code_never_reads_the_system_clock() -> None:
     assert offenders == []
 
 
-async def _noop(env, state, agent_input):  # type: ignore[no-untyped-def]
+async def _noop(env, state, agent_input):
     return StepResult(state, None)
 
 
@@ -226,7 +226,7 @@ def test_graph_v1_stays_loadable_after_v2() -> None:
         registry.get("desk", "3")
 
 
-async def test_recorded_v1_run_resolves_its_graph_after_v2(rec) -> None:  # type: ignore[no-untyped-def]
+async def test_recorded_v1_run_resolves_its_graph_after_v2(rec) -> None:
     from examples.support_desk.agent import GRAPHS, SUPPORT_DESK_V1
     from examples.support_desk.spec import run_scenario
 
@@ -239,11 +239,11 @@ async def test_recorded_v1_run_resolves_its_graph_after_v2(rec) -> None:  # type
     assert GRAPHS.get("support-desk", "1") is SUPPORT_DESK_V1
 
 
-def _goal_to_objective(state):  # type: ignore[no-untyped-def]
+def _goal_to_objective(state):
     return {"objective": state["goal"], "steps": state.get("plan", [])}
 
 
-async def test_state_migration_keeps_raw_and_migrated_snapshots(rec) -> None:  # type: ignore[no-untyped-def]
+async def test_state_migration_keeps_raw_and_migrated_snapshots(rec) -> None:
     v2 = GraphDefinition(
         "planner",
         "2",
@@ -279,11 +279,11 @@ async def test_state_migration_keeps_raw_and_migrated_snapshots(rec) -> None:  #
         await migrate_recorded_state(v3, recorder, raw, recorded_schema_version=1)
 
 
-async def test_only_a_write_proved_not_applied_is_retried_with_its_key(rec) -> None:  # type: ignore[no-untyped-def]
+async def test_only_a_write_proved_not_applied_is_retried_with_its_key(rec) -> None:
     run_id, recorder, tools, _ = await _setup(rec, FakeTime(T0))
     attempts: list[str] = []
 
-    async def flaky(arguments, context):  # type: ignore[no-untyped-def]
+    async def flaky(arguments, context):
         attempts.append(context.idempotency_key)
         if len(attempts) == 1:
             raise ProviderRejectedError("card network unavailable, nothing charged")
@@ -319,9 +319,9 @@ def test_capability_hints_and_registry() -> None:
     assert (
         Capability(capability_id="x").side_effect_class is SideEffectClass.WRITE
     )  # unknown is WRITE
-    registry = CapabilityRegistry("r1", [Capability(capability_id="a", schema={"type": "object"})])
+    registry = CapabilityRegistry("r1", [Capability(capability_id="a", schema_={"type": "object"})])
     changed = CapabilityRegistry(
-        "r1", [Capability(capability_id="a", schema={"type": "object", "required": ["q"]})]
+        "r1", [Capability(capability_id="a", schema_={"type": "object", "required": ["q"]})]
     )
     assert registry.catalog_hash() != changed.catalog_hash()
     assert random.Random(3).random() == random.Random(3).random()

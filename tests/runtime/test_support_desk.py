@@ -26,13 +26,13 @@ from stores.sql.support_desk_world import refunds
 SEEDS = range(20)
 
 
-async def _payloads(rec, run_id: str, type_: ExecutionEventType) -> list[dict]:  # type: ignore[no-untyped-def]
+async def _payloads(rec, run_id: str, type_: ExecutionEventType) -> list[dict]:
     events = [e for e in await rec.ledger.events(run_id) if e.type is type_]
     return [json.loads(await rec.ledger.payload(e)) for e in events]
 
 
 @pytest.mark.parametrize("scenario", ["happy", "wrong-customer", "refund-timeout"])
-async def test_each_scenario_is_complete_evidence_for_20_seeds(rec, scenario: str) -> None:  # type: ignore[no-untyped-def]
+async def test_each_scenario_is_complete_evidence_for_20_seeds(rec, scenario: str) -> None:
     for seed in SEEDS:
         result = await run_scenario(rec.world, rec.ledger, rec.artifacts, scenario, seed=seed)
         run_id = result.run_id
@@ -65,7 +65,7 @@ async def test_each_scenario_is_complete_evidence_for_20_seeds(rec, scenario: st
         assert run.source_code is not None and run.source_code.head_commit
 
 
-async def test_wrong_customer_under_v17_mostly_emails_the_phone_match(rec) -> None:  # type: ignore[no-untyped-def]
+async def test_wrong_customer_under_v17_mostly_emails_the_phone_match(rec) -> None:
     wrong = 0
     for seed in SEEDS:
         result = await run_scenario(
@@ -76,7 +76,7 @@ async def test_wrong_customer_under_v17_mostly_emails_the_phone_match(rec) -> No
     assert 10 <= wrong <= 20
 
 
-async def test_wrong_customer_under_v18_always_emails_the_right_customer(rec) -> None:  # type: ignore[no-untyped-def]
+async def test_wrong_customer_under_v18_always_emails_the_right_customer(rec) -> None:
     for seed in SEEDS:
         result = await run_scenario(
             rec.world, rec.ledger, rec.artifacts, "wrong-customer", prompt_version="v18", seed=seed
@@ -85,7 +85,7 @@ async def test_wrong_customer_under_v18_always_emails_the_right_customer(rec) ->
         assert result.outcome["customer_id"] == "C-2002"
 
 
-async def test_same_seed_same_decisions_different_seeds_differ(rec) -> None:  # type: ignore[no-untyped-def]
+async def test_same_seed_same_decisions_different_seeds_differ(rec) -> None:
     seeds = range(8)
     first = [
         (
@@ -103,7 +103,7 @@ async def test_same_seed_same_decisions_different_seeds_differ(rec) -> None:  # 
     assert len(set(first)) == 2
 
 
-async def test_refund_timeout_is_unknown_applied_once_and_never_retried(rec) -> None:  # type: ignore[no-untyped-def]
+async def test_refund_timeout_is_unknown_applied_once_and_never_retried(rec) -> None:
     result = await run_scenario(rec.world, rec.ledger, rec.artifacts, "refund-timeout", seed=7)
     (effect,) = await rec.evidence.records(SideEffectRecord, result.run_id)
     assert effect.status is SideEffectStatus.UNKNOWN and effect.capability_id == "payment.refund"

@@ -25,12 +25,12 @@ from runtime.trajectory import BLOCKED, load_trajectory
 E = ExecutionEventType
 
 
-async def _run(rec, scenario: str, **kwargs) -> tuple[RunResult, Trajectory]:  # type: ignore[no-untyped-def]
+async def _run(rec, scenario: str, **kwargs) -> tuple[RunResult, Trajectory]:
     result = await run_scenario(rec.world, rec.ledger, rec.artifacts, scenario, **kwargs)
     return result, await load_trajectory(rec.ledger, result.run_id)
 
 
-async def _emailing_bob(rec) -> tuple[RunResult, Trajectory]:  # type: ignore[no-untyped-def]
+async def _emailing_bob(rec) -> tuple[RunResult, Trajectory]:
     """A v17 wrong-customer run that looked the customer up by phone and emailed Bob."""
     for seed in range(50):
         result, trajectory = await _run(rec, "wrong-customer", seed=seed)
@@ -50,7 +50,7 @@ def _check_decisions_match_calls(trajectory: Trajectory) -> None:
         assert call.request_hash == request_hash(call.capability_id, call.arguments)  # type: ignore[arg-type]
 
 
-async def test_happy_run_is_read_in_order_with_final_side_effects(rec) -> None:  # type: ignore[no-untyped-def]
+async def test_happy_run_is_read_in_order_with_final_side_effects(rec) -> None:
     result, t = await _run(rec, "happy", seed=3)
     assert t.run_id == result.run_id
     assert t.steps == ("planner", "search", "crm", "reviewer", "refund", "email")
@@ -69,7 +69,7 @@ async def test_happy_run_is_read_in_order_with_final_side_effects(rec) -> None: 
     )
     suffix = result.outcome["ticket_id"].removeprefix("T-1001-")
     assert refund.arguments == {"order_id": f"O-1001-{suffix}", "amount": 80, "currency": "EUR"}
-    assert refund.action_hash == action_hash("payment.refund", refund.arguments)  # type: ignore[arg-type]
+    assert refund.action_hash == action_hash("payment.refund", refund.arguments)
     assert (email.capability_id, email.step_id, email.status) == (
         "email.send",
         "email",
@@ -95,7 +95,7 @@ async def test_happy_run_is_read_in_order_with_final_side_effects(rec) -> None: 
     assert t.completed
 
 
-async def test_refund_timeout_side_effect_ends_unknown(rec) -> None:  # type: ignore[no-untyped-def]
+async def test_refund_timeout_side_effect_ends_unknown(rec) -> None:
     result, t = await _run(rec, "refund-timeout", seed=7)
     assert t.steps == ("planner", "search", "crm", "reviewer", "refund")
     (effect,) = t.side_effects  # one fact for PLANNED → EXECUTING → UNKNOWN
@@ -111,7 +111,7 @@ async def test_refund_timeout_side_effect_ends_unknown(rec) -> None:  # type: ig
     assert t.outcome == result.outcome
 
 
-async def test_wrong_customer_v17_against_the_v18_fix(rec) -> None:  # type: ignore[no-untyped-def]
+async def test_wrong_customer_v17_against_the_v18_fix(rec) -> None:
     _, bob = await _emailing_bob(rec)
     carol_result, carol = await _run(rec, "wrong-customer", prompt_version="v18", seed=0)
     assert carol_result.outcome["emailed"] == "carol@example.com"
@@ -123,7 +123,7 @@ async def test_wrong_customer_v17_against_the_v18_fix(rec) -> None:  # type: ign
     assert [c.capability_id for c in carol.tool_calls] == ["crm.get_customer", "email.send"]
     (bob_email,) = bob.side_effects
     assert bob_email.arguments["to"] == redaction_policy(REDACT_V1).sanitize("bob@example.com")  # type: ignore[index,call-overload]
-    assert bob_email.status == "CONFIRMED"  # type: ignore[index,call-overload]
+    assert bob_email.status == "CONFIRMED"
 
     comparison = compare_trajectories(bob, carol)
     # the model chose the phone lookup in the planner step: that is where the runs part, the
@@ -171,7 +171,7 @@ async def test_wrong_customer_v17_against_the_v18_fix(rec) -> None:  # type: ign
     assert not reproduces(comparison)
 
 
-async def test_a_trajectory_compared_with_itself_reproduces(rec) -> None:  # type: ignore[no-untyped-def]
+async def test_a_trajectory_compared_with_itself_reproduces(rec) -> None:
     result, t = await _emailing_bob(rec)
     again = await load_trajectory(rec.ledger, result.run_id)
     assert again == t
@@ -180,7 +180,7 @@ async def test_a_trajectory_compared_with_itself_reproduces(rec) -> None:  # typ
     assert reproduces(comparison)
 
 
-async def test_a_failed_run_has_its_error_as_outcome(rec) -> None:  # type: ignore[no-untyped-def]
+async def test_a_failed_run_has_its_error_as_outcome(rec) -> None:
     suffix = uuid.uuid4().hex[:6]
     ticket = {
         **SCENARIOS["happy"],
@@ -205,7 +205,7 @@ async def test_a_failed_run_has_its_error_as_outcome(rec) -> None:  # type: igno
     assert [p.decision for p in t.policy_decisions] == ["REQUIRE_APPROVAL", "ALLOW"]
 
 
-async def test_a_replay_run_has_one_blocked_fact_per_write_blocked_event(rec) -> None:  # type: ignore[no-untyped-def]
+async def test_a_replay_run_has_one_blocked_fact_per_write_blocked_event(rec) -> None:
     """A replay-shaped run written by hand (WRITE_BLOCKED, no SIDE_EFFECT), left unfinished."""
     source_result, source = await _emailing_bob(rec)
     (sent,) = source.side_effects

@@ -108,7 +108,7 @@ async def test_writes_executed_counts_what_reached_a_provider(rec: Recording) ->
         tools = RecordingToolGateway(
             CAPABILITIES,
             {"ledger.pay": provider},
-            env.tools.recorder,  # type: ignore[attr-defined]
+            env.tools.recorder,
             env.policy,
             WRITE_POLICY_ID,
         )

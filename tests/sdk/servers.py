@@ -125,7 +125,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _responses(self, body: dict[str, Any]) -> None:
         """The Responses API: the same script, the input items read as chat messages."""
-        items = [body["input"]] if isinstance(body["input"], str) else body["input"]
+        items: list[Any] = [body["input"]] if isinstance(body["input"], str) else body["input"]
         messages = [
             {"role": "tool"} if item.get("type") == "function_call_output" else item
             for item in items

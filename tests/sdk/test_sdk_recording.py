@@ -110,22 +110,22 @@ def test_a_tool_loop_is_recorded_as_the_generic_loop_replays_it(
     assert [len(s["message_refs"]) for s in view["context_snapshots"]] == [2, 2, 2]
     assert len(chat.requests) == 3 and chat.requests[0]["messages"][0]["content"] == SYSTEM
     # each model call with the tool calls the model returned, its sampling and its latency
-    calls = _model_calls(api, view)
-    assert [[c["name"] for c in call["response"]["tool_calls"]] for call in calls] == [
+    recorded = _model_calls(api, view)
+    assert [[c["name"] for c in call["response"]["tool_calls"]] for call in recorded] == [
         ["lookup_order"],
         ["refund"],
         [],
     ]
-    assert calls[1]["response"]["tool_calls"][0]["arguments"] == {
+    assert recorded[1]["response"]["tool_calls"][0]["arguments"] == {
         "order_id": "A-17",
         "amount": 20.5,
     }
-    assert calls[2]["response"]["content"] == "I refunded 20.50 EUR for order A-17."
-    assert all(c["seed"] == 7 for c in calls)
-    assert calls[0]["request_parameters"]["temperature"] == 0.0
-    assert calls[0]["request_parameters"].get("stream", False) is stream
-    assert calls[0]["usage"] == {"prompt_tokens": 42, "completion_tokens": 7}
-    assert all(c["latency_ms"] > 0 for c in calls)
+    assert recorded[2]["response"]["content"] == "I refunded 20.50 EUR for order A-17."
+    assert all(c["seed"] == 7 for c in recorded)
+    assert recorded[0]["request_parameters"]["temperature"] == 0.0
+    assert recorded[0]["request_parameters"].get("stream", False) is stream
+    assert recorded[0]["usage"] == {"prompt_tokens": 42, "completion_tokens": 7}
+    assert all(c["latency_ms"] > 0 for c in recorded)
     # no spool file is left once the server holds the run
     assert not list(spool.glob("*.jsonl"))
 
@@ -174,14 +174,14 @@ async def test_async_runs_clients_and_tools_are_recorded(
     assert [f["capability_id"] for f in view["fixtures"]] == ["lookup_order", "refund"]
     assert view["side_effects"][0]["status"] == "CONFIRMED"
     # AsyncOpenAI's create returns a coroutine: the recorded call is what it resolved to
-    calls = _model_calls(api, view)
-    assert [[c["name"] for c in call["response"]["tool_calls"]] for call in calls] == [
+    recorded = _model_calls(api, view)
+    assert [[c["name"] for c in call["response"]["tool_calls"]] for call in recorded] == [
         ["lookup_order"],
         ["refund"],
         [],
     ]
-    assert calls[2]["response"]["content"] == "I refunded 20.50 EUR for order A-17."
-    assert all(c["latency_ms"] > 0 for c in calls)
+    assert recorded[2]["response"]["content"] == "I refunded 20.50 EUR for order A-17."
+    assert all(c["latency_ms"] > 0 for c in recorded)
 
 
 def _runs(api: ApiProcess) -> list[dict[str, Any]]:
@@ -213,15 +213,15 @@ def test_responses_create_is_recorded_with_its_function_calls(
     assert response.output_text == "I refunded 20.50 EUR for order A-17."
     assert replaybook.flush(30)
     view = _run(api, run.run_id)
-    calls = _model_calls(api, view)
-    assert [[c["name"] for c in call["response"]["tool_calls"]] for call in calls] == [
+    recorded = _model_calls(api, view)
+    assert [[c["name"] for c in call["response"]["tool_calls"]] for call in recorded] == [
         ["lookup_order"],
         ["refund"],
         [],
     ]
-    assert calls[1]["response"]["tool_calls"][0]["id"] == "call_refund_1"
-    assert calls[2]["response"]["content"] == "I refunded 20.50 EUR for order A-17."
-    assert calls[0]["usage"] == {"prompt_tokens": 40, "completion_tokens": 6}
+    assert recorded[1]["response"]["tool_calls"][0]["id"] == "call_refund_1"
+    assert recorded[2]["response"]["content"] == "I refunded 20.50 EUR for order A-17."
+    assert recorded[0]["usage"] == {"prompt_tokens": 40, "completion_tokens": 6}
     # the instructions are the run's system prompt, once: the system prompt and the task,
     # then each call adds the function call and its output
     assert [len(s["message_refs"]) for s in view["context_snapshots"]] == [2, 2, 2]

@@ -7,6 +7,7 @@ import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from alembic.autogenerate import compare_metadata
@@ -58,7 +59,7 @@ async def make_run(database: Database) -> str:
 # incidents ----------------------------------------------------------------------------------
 
 
-async def test_incident_is_upserted_and_keeps_its_creation_time(store, database) -> None:  # type: ignore[no-untyped-def]
+async def test_incident_is_upserted_and_keeps_its_creation_time(store, database) -> None:
     run_id = await make_run(database)
     incident_id = uid("inc")
     opened = await store.save_incident(
@@ -87,7 +88,7 @@ async def test_incident_is_upserted_and_keeps_its_creation_time(store, database)
     assert [i.incident_id for i in listed] == [incident_id]
 
 
-async def test_incident_refuses_another_run_unknown_run_and_bad_input(store, database) -> None:  # type: ignore[no-untyped-def]
+async def test_incident_refuses_another_run_unknown_run_and_bad_input(store, database) -> None:
     run_id, other = await make_run(database), await make_run(database)
     incident_id = uid("inc")
     await store.save_incident(incident_id, run_id, None, None, None, "FREEZING", {}, at=T0)
@@ -104,7 +105,7 @@ async def test_incident_refuses_another_run_unknown_run_and_bad_input(store, dat
         await store.get_incident("no-such-incident")
 
 
-async def test_incidents_group_by_signature_with_counts(store, database) -> None:  # type: ignore[no-untyped-def]
+async def test_incidents_group_by_signature_with_counts(store, database) -> None:
     run_id = await make_run(database)
     tag = uuid.uuid4().hex[:8]
     duplicate = f"SIDE_EFFECT_UNKNOWN_RETRY_DUPLICATE_{tag}"
@@ -122,7 +123,7 @@ async def test_incidents_group_by_signature_with_counts(store, database) -> None
     await store.save_incident(unsigned, run_id, None, None, None, "FREEZING", {}, at=T0)
 
     groups = [g for g in await store.signature_groups() if g["signature"] in (duplicate, wrong)]
-    unconfirmed = {"confirmed_failure_types": {}}
+    unconfirmed: dict[str, Any] = {"confirmed_failure_types": {}}
     assert groups == [
         {
             "signature": duplicate,
@@ -169,7 +170,7 @@ def freeze_record(run_id: str, **changes: object) -> FreezeRecord:
     return FreezeRecord.model_validate(fields)
 
 
-async def test_freeze_is_recorded_once_and_retries_change_nothing(store, database) -> None:  # type: ignore[no-untyped-def]
+async def test_freeze_is_recorded_once_and_retries_change_nothing(store, database) -> None:
     run_id = await make_run(database)
     freeze = freeze_record(run_id)
     assert freeze.types == (EvidenceType.EVENT, EvidenceType.PROMPT)
@@ -213,7 +214,7 @@ async def test_freeze_is_recorded_once_and_retries_change_nothing(store, databas
     assert row.types == ["EVENT", "PROMPT"]
 
 
-async def test_frozen_until_is_the_latest_active_freeze(store, database) -> None:  # type: ignore[no-untyped-def]
+async def test_frozen_until_is_the_latest_active_freeze(store, database) -> None:
     run_id = await make_run(database)
     assert await store.frozen_until(run_id) is None
     short = freeze_record(run_id, retention_until=T0 + 30 * DAY, created_at=T0)
@@ -262,7 +263,7 @@ def regression_case(**changes: object) -> RegressionCase:
     return RegressionCase.model_validate(fields)
 
 
-async def test_cases_are_put_listed_and_retired(store) -> None:  # type: ignore[no-untyped-def]
+async def test_cases_are_put_listed_and_retired(store) -> None:
     first, second = regression_case(), regression_case(created_at=T0 + DAY)
     assert await store.put_case(first) == first
     assert await store.put_case(first) == first  # a retried put changes nothing
@@ -288,7 +289,7 @@ async def test_cases_are_put_listed_and_retired(store) -> None:  # type: ignore[
         await store.put_case(first)
 
 
-async def test_retiring_refuses_unknown_ids_empty_reasons_and_twice(store) -> None:  # type: ignore[no-untyped-def]
+async def test_retiring_refuses_unknown_ids_empty_reasons_and_twice(store) -> None:
     case = regression_case()
     await store.put_case(case)
     with pytest.raises(NotFoundError, match="regression case 'case-that-never-was'"):
@@ -306,7 +307,7 @@ async def test_retiring_refuses_unknown_ids_empty_reasons_and_twice(store) -> No
         await store.get_case("nope")
 
 
-async def test_other_content_under_a_case_id_is_refused(store) -> None:  # type: ignore[no-untyped-def]
+async def test_other_content_under_a_case_id_is_refused(store) -> None:
     case = regression_case()
     await store.put_case(case)
     changed = case.model_copy(update={"description": "something else"})
@@ -336,7 +337,7 @@ def _alembic(connection: Connection, command_name: str, revision: str) -> None:
     getattr(command, command_name)(config, revision)
 
 
-async def test_migrated_tables_match_the_schema(database) -> None:  # type: ignore[no-untyped-def]
+async def test_migrated_tables_match_the_schema(database) -> None:
     def differences(connection: Connection) -> list[object]:
         context = MigrationContext.configure(connection)
         diffs = compare_metadata(context, schema.metadata)
@@ -362,7 +363,7 @@ def _tables_named(diff: object) -> set[str]:
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
-async def database_at_0001(request, tmp_path: Path) -> AsyncIterator[Database]:  # type: ignore[no-untyped-def]
+async def database_at_0001(request, tmp_path: Path) -> AsyncIterator[Database]:
     """A fresh database brought to 0001 only, as an existing installation would be."""
     if request.param == "sqlite":
         url, scratch = f"sqlite+aiosqlite:///{tmp_path / 'at-0001.db'}", None
@@ -394,7 +395,7 @@ async def _tables(db: Database) -> set[str]:
         return await conn.run_sync(names)
 
 
-async def test_a_database_at_0001_upgrades_cleanly_and_keeps_its_runs(database_at_0001) -> None:  # type: ignore[no-untyped-def]
+async def test_a_database_at_0001_upgrades_cleanly_and_keeps_its_runs(database_at_0001) -> None:
     db = database_at_0001
     assert await _version(db) == "0001"
     assert not MY_TABLES & await _tables(db)

@@ -7,6 +7,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from pydantic import JsonValue
 from sqlalchemy import delete, insert, select, text, update
 
 from models import (
@@ -29,7 +30,7 @@ E = ExecutionEventType
 
 
 @pytest.fixture(params=[True, False], ids=["group-commit", "one-commit-each"])
-def ledger(request, database, tmp_path) -> SqlLedger:  # type: ignore[no-untyped-def]
+def ledger(request, database, tmp_path) -> SqlLedger:
     return SqlLedger(
         database,
         LocalArtifactStore(tmp_path / "artifacts"),
@@ -134,7 +135,7 @@ async def test_concurrent_conditional_appends_only_one_wins(ledger: SqlLedger) -
 
 async def test_large_payload_goes_to_the_artifact_store(ledger: SqlLedger) -> None:
     run_id = await make_run(ledger)
-    big = {"blob": "x" * 10_000}
+    big: JsonValue = {"blob": "x" * 10_000}
     event = await ledger.append(run_id, NewEvent("s", E.ARTIFACT, T0, payload=big))
     assert event.payload_ref == CAS_PREFIX + event.payload_hash
     assert await ledger.payload(event) == b'{"blob":"' + b"x" * 10_000 + b'"}'
@@ -206,7 +207,7 @@ async def test_a_failed_projection_records_nothing(ledger: SqlLedger) -> None:
 # tampering directly in SQL -------------------------------------------------------------------
 
 
-async def _exec(database, statement) -> None:  # type: ignore[no-untyped-def]
+async def _exec(database, statement) -> None:
     async with database.transaction() as conn:
         await conn.execute(statement)
 
@@ -334,13 +335,13 @@ async def test_large_payloads_on_s3_verify_and_read_back(database, s3_artifact_s
     assert (await ledger.verify(run_id)).intact
 
 
-async def test_group_commit_shares_transactions_and_isolates_failures(database, tmp_path) -> None:  # type: ignore[no-untyped-def]
+async def test_group_commit_shares_transactions_and_isolates_failures(database, tmp_path) -> None:
     ledger = SqlLedger(database, LocalArtifactStore(tmp_path / "a"), group_commit=True)
     runs = [await make_run(ledger) for _ in range(20)]
     batches: list[int] = []
     write_batch = ledger._write_batch
 
-    async def counting(requests):  # type: ignore[no-untyped-def]
+    async def counting(requests):
         batches.append(len(requests))
         return await write_batch(requests)
 

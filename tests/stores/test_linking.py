@@ -6,6 +6,7 @@ result or refusal."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
 
 import pytest
 from pydantic import ValidationError
@@ -23,7 +24,7 @@ E = ExecutionEventType
 
 
 def request(run_id: str, events: list[NewEvent], expected: int | None = None) -> AppendRequest:
-    prepared = []
+    prepared: list[tuple[str, str, bytes | None, dict[str, Any] | None]] = []
     for event in events:
         data = canonicalize(event.payload_json())
         prepared.append(("inline", sha256_digest(data), data, None))

@@ -73,7 +73,7 @@ async def _one_side_effect(stores: Stores, run_id: str) -> None:
     assert [e.capability_id for e in effects].count("email.send") == 1
 
 
-async def test_outbox_written_broker_send_failed_the_relay_retries(desk) -> None:  # type: ignore[no-untyped-def]
+async def test_outbox_written_broker_send_failed_the_relay_retries(desk) -> None:
     stores, _, outbox = desk
     consumer = await _consumer_from_now(outbox)
     run_id, key = await _emailed_run(desk)
@@ -90,7 +90,7 @@ async def test_outbox_written_broker_send_failed_the_relay_retries(desk) -> None
     await _one_side_effect(stores, run_id)
 
 
-async def test_broker_delivered_twice_the_consumer_dedupes(desk) -> None:  # type: ignore[no-untyped-def]
+async def test_broker_delivered_twice_the_consumer_dedupes(desk) -> None:
     stores, _, outbox = desk
     consumer = await _consumer_from_now(outbox)
     run_id, key = await _emailed_run(desk)

@@ -20,13 +20,13 @@ def value(name: str, **labels: str) -> float:
     return REGISTRY.get_sample_value(name, labels) or 0.0
 
 
-def plan(run_id: str, mode: ReplayMode = ReplayMode.RECORDED, **kw) -> ReplayPlan:  # type: ignore[no-untyped-def]
+def plan(run_id: str, mode: ReplayMode = ReplayMode.RECORDED, **kw) -> ReplayPlan:
     return ReplayPlan(
         replay_id=f"replay-{uuid.uuid4().hex[:12]}", source_run_id=run_id, mode=mode, **kw
     )
 
 
-async def test_replay_results_budget_writes_and_misses_are_counted(replay_stack) -> None:  # type: ignore[no-untyped-def]
+async def test_replay_results_budget_writes_and_misses_are_counted(replay_stack) -> None:
     stack = replay_stack
     happy = await run_scenario(
         stack.world, stack.stores.ledger, stack.stores.artifacts, "happy", seed=11
@@ -102,7 +102,7 @@ async def test_replay_results_budget_writes_and_misses_are_counted(replay_stack)
     assert value("agent_replay_total", mode="RECORDED", result="failed") == failed_before + 1
 
 
-async def test_incident_counts_unknown_reconciliation_and_regression_case(replay_stack) -> None:  # type: ignore[no-untyped-def]
+async def test_incident_counts_unknown_reconciliation_and_regression_case(replay_stack) -> None:
     stack = replay_stack
     unknown = value("agent_unknown_side_effect_total", capability="payment.refund")
     result = await run_scenario(

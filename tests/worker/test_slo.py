@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
+from pydantic import JsonValue
 from sqlalchemy import delete
 
 from app.slo import compute_slos
@@ -66,7 +67,7 @@ async def fresh_stores(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncI
             await drop_scratch_database(PG_ADMIN_URL, url)
 
 
-def verdicts(slo) -> dict[str, bool]:  # type: ignore[no-untyped-def]
+def verdicts(slo) -> dict[str, bool]:
     return {r.name: r.passed for r in slo.objectives}
 
 
@@ -83,7 +84,7 @@ async def new_run(stores: Stores, run_id: str, **labels: str) -> None:
     )
 
 
-def effect(run_id: str, status: SideEffectStatus, **kw) -> SideEffectRecord:  # type: ignore[no-untyped-def]
+def effect(run_id: str, status: SideEffectStatus, **kw) -> SideEffectRecord:
     key = f"idem-{run_id}"
     return SideEffectRecord(
         side_effect_id=f"se-{run_id}",
@@ -97,7 +98,7 @@ def effect(run_id: str, status: SideEffectStatus, **kw) -> SideEffectRecord:  # 
     )
 
 
-async def test_every_objective_fails_on_bad_data_and_passes_when_fixed(fresh_stores) -> None:  # type: ignore[no-untyped-def]
+async def test_every_objective_fails_on_bad_data_and_passes_when_fixed(fresh_stores) -> None:
     stores = fresh_stores
     empty = await compute_slos(stores)
     assert empty.passed and empty.objectives[0].value is None  # nothing measured: no fake 100%
@@ -167,7 +168,9 @@ async def test_every_objective_fails_on_bad_data_and_passes_when_fixed(fresh_sto
 
     # a confirmed incident without a regression case, then with one
     incidents = SqlIncidentStore(stores.db)
-    confirmed = {"confirmation": {"root_cause": "x", "fix_version": "v18", "verified_by": "dana"}}
+    confirmed: dict[str, JsonValue] = {
+        "confirmation": {"root_cause": "x", "fix_version": "v18", "verified_by": "dana"}
+    }
     await incidents.save_incident("INC-1", happy.run_id, None, None, None, "COMPLETED", confirmed)
     await incidents.save_incident(
         "INC-2", happy.run_id, None, None, None, "AWAITING_CONFIRMATION", {}
@@ -189,7 +192,7 @@ async def test_every_objective_fails_on_bad_data_and_passes_when_fixed(fresh_sto
     assert slo.passed and slo.objectives[4].value == 100
 
 
-async def test_executing_past_its_lease_is_unreconciled_until_reconciled(fresh_stores) -> None:  # type: ignore[no-untyped-def]
+async def test_executing_past_its_lease_is_unreconciled_until_reconciled(fresh_stores) -> None:
     now = [T0]
     ledger = SqlLedger(fresh_stores.db, fresh_stores.artifacts, clock=lambda: now[0])
     stores = replace(fresh_stores, ledger=ledger, side_effect_lease_seconds=60)
@@ -254,7 +257,7 @@ async def _forget_run(stores: Stores, run_id: str) -> None:
         ([S.EXECUTING, S.FAILED, S.EXECUTING, S.CONFIRMED], False),
     ],
 )
-def test_retried_while_unknown(history, retried: bool) -> None:  # type: ignore[no-untyped-def]
+def test_retried_while_unknown(history, retried: bool) -> None:
     steps = [h if isinstance(h, tuple) else (h, None) for h in history]
     assert retried_while_unknown(steps) is retried
 

@@ -27,13 +27,13 @@ def alert(fingerprint: str, status: str = "firing", **labels: str) -> dict:
     }
 
 
-async def test_alerts_open_once_per_fingerprint_and_attach_by_signature(replay_stack) -> None:  # type: ignore[no-untyped-def]
+async def test_alerts_open_once_per_fingerprint_and_attach_by_signature(replay_stack) -> None:
     stack = replay_stack
     run = await run_scenario(
         stack.world, stack.stores.ledger, stack.stores.artifacts, "happy", seed=2
     )
 
-    async def client():  # type: ignore[no-untyped-def]
+    async def client():
         return stack.client
 
     fp = uuid.uuid4().hex[:16]
@@ -95,7 +95,7 @@ async def test_alerts_open_once_per_fingerprint_and_attach_by_signature(replay_s
     await stack.client.get_workflow_handle(incident_id).terminate("test done")
 
 
-async def test_post_watches_opens_an_incident_with_its_recurrence_watch(replay_stack) -> None:  # type: ignore[no-untyped-def]
+async def test_post_watches_opens_an_incident_with_its_recurrence_watch(replay_stack) -> None:
     stack = replay_stack
     run = await run_scenario(
         stack.world, stack.stores.ledger, stack.stores.artifacts, "happy", seed=4

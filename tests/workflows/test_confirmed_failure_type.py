@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 REPLAYBOOK = str(Path(sys.executable).parent / "replaybook")
 
 
-def cli_json(home: Path, *args: str) -> dict:  # type: ignore[type-arg]
+def cli_json(home: Path, *args: str) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("REPLAYBOOK_", "TEMPORAL_"))}
     env |= {"REPLAYBOOK_HOME": str(home), "REPLAYBOOK_LOG_FORMAT": "json"}
     env |= {"REPLAYBOOK_LOCAL_MODELS": "off", "TEMPORAL_ADDRESS": "127.0.0.1:1"}
@@ -35,10 +35,10 @@ def cli_json(home: Path, *args: str) -> dict:  # type: ignore[type-arg]
         [REPLAYBOOK, *args], capture_output=True, text=True, env=env, cwd=ROOT, timeout=120
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    return json.loads(done.stdout)  # type: ignore[no-any-return]
+    return json.loads(done.stdout)
 
 
-async def test_a_confirmed_failure_type_wins_everywhere(replay_stack, replay_home) -> None:  # type: ignore[no-untyped-def]
+async def test_a_confirmed_failure_type_wins_everywhere(replay_stack, replay_home) -> None:
     stack = replay_stack
     run_id = await wrong_customer_run(stack)
     handle = await open_incident(
@@ -49,6 +49,7 @@ async def test_a_confirmed_failure_type_wins_everywhere(replay_stack, replay_hom
         miss_policy=FixtureMissPolicy.SANDBOX_LIVE,
     )
     view = await wait_phase(handle, IncidentPhase.AWAITING_CONFIRMATION)
+    assert view.signature is not None
     assert view.signature.failure_type == "DATA"  # what the evidence shows, automatically
     completed_prompt = {"phase": "COMPLETED", "failure_type": "PROMPT"}
     counted = REGISTRY.get_sample_value("agent_incident_total", completed_prompt) or 0.0
@@ -83,6 +84,7 @@ async def test_a_confirmed_failure_type_wins_everywhere(replay_stack, replay_hom
 
     # the metric, the regression case and the status view (CLI and API)
     assert REGISTRY.get_sample_value("agent_incident_total", completed_prompt) == counted + 1
+    assert final.regression_case_id is not None
     case = await SqlIncidentStore(stack.stores.db).get_case(final.regression_case_id)
     assert case.failure_type == "PROMPT"
     shown = view_json(final)

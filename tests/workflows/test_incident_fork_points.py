@@ -12,7 +12,7 @@ from models.incident_flow import Counterfactual, IncidentPhase
 from tests.workflows.test_incident_workflow import open_incident, wait_phase, wrong_customer_run
 
 
-async def test_the_top_fork_points_are_replayed_with_each_counterfactual(replay_stack) -> None:  # type: ignore[no-untyped-def]
+async def test_the_top_fork_points_are_replayed_with_each_counterfactual(replay_stack) -> None:
     stack = replay_stack
     run_id = await wrong_customer_run(stack)
     handle = await open_incident(
@@ -42,11 +42,12 @@ async def test_the_top_fork_points_are_replayed_with_each_counterfactual(replay_
     assert {f.replay_id for f in done} <= {r.replay_id for r in view.replays}
     # PROMPT contributes: the exact replay reproduced and prompt v18 never did
     if view.replays[0].reproduced and view.replays[-1].reproduced == 0:
+        assert view.signature is not None
         assert "PROMPT_SWAP_FIXES" in view.signature.contributing
     await handle.terminate("test done")
 
 
-async def test_fork_first_forks_every_point_instead_of_the_whole_run(replay_stack) -> None:  # type: ignore[no-untyped-def]
+async def test_fork_first_forks_every_point_instead_of_the_whole_run(replay_stack) -> None:
     """``fork_first``: the fork replays instead of the whole-run counterfactuals; the run's
     first step is a fork point too, and v18 regenerating the planner no longer e-mails the
     wrong customer."""

@@ -34,7 +34,7 @@ def temporal_signal(address: str, workflow_id: str, name: str, payload: object) 
     assert done.returncode == 0, done.stderr
 
 
-async def wait_view(handle, check, deadline_s: float = 60) -> IncidentView:  # type: ignore[no-untyped-def]
+async def wait_view(handle, check, deadline_s: float = 60) -> IncidentView:
     deadline = time.monotonic() + deadline_s
     while time.monotonic() < deadline:
         view = await handle.query("status", result_type=IncidentView)
@@ -46,7 +46,7 @@ async def wait_view(handle, check, deadline_s: float = 60) -> IncidentView:  # t
 
 async def test_confirm_signal_with_expectations_makes_the_case(
     replay_stack, temporal_server
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     stack, address = replay_stack, temporal_server.address
     run = await run_scenario(
         stack.world, stack.stores.ledger, stack.stores.artifacts, "happy", seed=1
@@ -54,6 +54,7 @@ async def test_confirm_signal_with_expectations_makes_the_case(
     handle = await open_incident(stack, run.run_id, repeat=2)
     view = await wait_phase(handle, IncidentPhase.AWAITING_CONFIRMATION)
     # no structured fact explains a happy run: no built-in assertion, an expectation is needed
+    assert view.signature is not None
     assert view.signature.builtin_assertions == 0
     replay_id = view.replays[0].replay_id
     base = {"root_cause": "x", "fix_version": "v18", "verified_by": "dana"}
@@ -93,9 +94,11 @@ async def test_confirm_signal_with_expectations_makes_the_case(
     )
     final: IncidentView = await handle.result()
     assert final.phase is IncidentPhase.COMPLETED
+    assert final.confirmation is not None and final.signature is not None
     assert final.confirmation.failure_type == "PROMPT"
     assert final.signature.failure_type == "MODEL_DECISION"  # the automatic one, kept
     incidents = SqlIncidentStore(stack.stores.db)
+    assert final.regression_case_id is not None
     case = await incidents.get_case(final.regression_case_id)
     assert [a.text for a in case.assertions if isinstance(a, HumanExpectation)] == expectations
     assert evaluate_case(case, await load_trajectory(stack.stores.ledger, run.run_id)).passed
@@ -103,7 +106,7 @@ async def test_confirm_signal_with_expectations_makes_the_case(
     assert stored.failure_type == "PROMPT"
 
 
-async def test_resolve_signal_settles_a_side_effect(replay_stack, temporal_server) -> None:  # type: ignore[no-untyped-def]
+async def test_resolve_signal_settles_a_side_effect(replay_stack, temporal_server) -> None:
     stack, address = replay_stack, temporal_server.address
     run = await run_scenario(
         stack.world, stack.stores.ledger, stack.stores.artifacts, "refund-timeout", seed=5

@@ -28,7 +28,7 @@ CALLS = 10
 
 async def test_inconclusive_counterfactuals_are_not_established_and_forks_share_the_budget(
     replay_stack,
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     stack = replay_stack
     run_id = await wrong_customer_run(stack)
     handle = await open_incident(
@@ -96,7 +96,7 @@ async def test_inconclusive_counterfactuals_are_not_established_and_forks_share_
 
 async def test_the_report_shows_the_exact_replays_prompt_drift(
     replay_stack, monkeypatch: pytest.MonkeyPatch
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     stack = replay_stack
     then = dataclasses.replace(
         support_agent.INJECTIONS,

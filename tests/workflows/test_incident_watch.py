@@ -15,7 +15,7 @@ from tests.workflows.test_incident_workflow import open_incident, wait_phase, wr
 WATCH_TIMEOUT = 180
 
 
-async def confirm(handle, view: IncidentView, fix_version: str) -> None:  # type: ignore[no-untyped-def]
+async def confirm(handle, view: IncidentView, fix_version: str) -> None:
     await handle.execute_update(
         "confirm_root_cause",
         RootCauseConfirmation(
@@ -27,7 +27,7 @@ async def confirm(handle, view: IncidentView, fix_version: str) -> None:  # type
     )
 
 
-async def wrong_customer_with(stack, prompt: str, want: str) -> str:  # type: ignore[no-untyped-def]
+async def wrong_customer_with(stack, prompt: str, want: str) -> str:
     for seed in range(40):
         result = await run_scenario(
             stack.world,
@@ -42,7 +42,7 @@ async def wrong_customer_with(stack, prompt: str, want: str) -> str:  # type: ig
     raise AssertionError(f"no {prompt} run emailed {want}")
 
 
-async def test_clean_runs_with_the_fix_complete_the_watch(replay_stack) -> None:  # type: ignore[no-untyped-def]
+async def test_clean_runs_with_the_fix_complete_the_watch(replay_stack) -> None:
     stack = replay_stack
     handle = await open_incident(
         stack,
@@ -63,7 +63,7 @@ async def test_clean_runs_with_the_fix_complete_the_watch(replay_stack) -> None:
     assert final.watch.recurrences == 0 and final.watch.reopened_incident_id is None
 
 
-async def test_a_recurrence_on_the_fix_version_reopens_a_linked_incident(replay_stack) -> None:  # type: ignore[no-untyped-def]
+async def test_a_recurrence_on_the_fix_version_reopens_a_linked_incident(replay_stack) -> None:
     stack = replay_stack
     handle = await open_incident(
         stack,

@@ -28,7 +28,7 @@ from tests.workflow_queries import query_status
 from workflows.incident import IncidentWorkflow
 
 
-async def open_incident(stack, run_id: str, **kw) -> WorkflowHandle:  # type: ignore[no-untyped-def]
+async def open_incident(stack, run_id: str, **kw) -> WorkflowHandle:
     request = IncidentRequest(incident_id=f"INC-{uuid.uuid4().hex[:8]}", source_run_id=run_id, **kw)
     return await stack.client.start_workflow(
         IncidentWorkflow.run, request, id=request.incident_id, task_queue=CONTROL_QUEUE
@@ -49,7 +49,7 @@ async def wait_phase(
     raise AssertionError(f"incident did not reach {phase} in {deadline_s}s")
 
 
-async def wrong_customer_run(stack) -> str:  # type: ignore[no-untyped-def]
+async def wrong_customer_run(stack) -> str:
     for seed in range(30):
         result = await run_scenario(
             stack.world, stack.stores.ledger, stack.stores.artifacts, "wrong-customer", seed=seed
@@ -59,7 +59,7 @@ async def wrong_customer_run(stack) -> str:  # type: ignore[no-untyped-def]
     raise AssertionError("no run emailed the wrong customer")
 
 
-async def test_wrong_customer_incident_end_to_end(replay_stack) -> None:  # type: ignore[no-untyped-def]
+async def test_wrong_customer_incident_end_to_end(replay_stack) -> None:
     stack = replay_stack
     run_id = await wrong_customer_run(stack)
     handle = await open_incident(
@@ -70,10 +70,12 @@ async def test_wrong_customer_incident_end_to_end(replay_stack) -> None:  # type
         miss_policy=FixtureMissPolicy.SANDBOX_LIVE,
     )
     view = await wait_phase(handle, IncidentPhase.AWAITING_CONFIRMATION)
+    assert view.signature is not None
     assert view.signature.signature == "DATA_NONUNIQUE_LOOKUP_WRONG_RECIPIENT"
     assert view.freeze is not None and view.freeze.artifact_count > 0
     exact, v18 = view.replays
     assert (exact.label, v18.label) == ("exact", "prompt=v18")
+    assert exact.reproduced is not None
     assert exact.runs == 10 and exact.reproduced >= 5
     assert v18.reproduced == 0 and v18.critical
     assert [p.kind for p in view.pending] == ["confirm_root_cause"]
@@ -107,6 +109,7 @@ async def test_wrong_customer_incident_end_to_end(replay_stack) -> None:  # type
         ),
     )
     final: IncidentView = await handle.result()
+    assert final.confirmation is not None
     assert final.phase is IncidentPhase.COMPLETED and final.confirmation.root_cause == cause
     assert final.regression_case_id and set(final.report_refs) >= {"json", "md", "html"}
     html = (await stack.stores.artifacts.get(final.report_refs["html"])).decode()
@@ -155,7 +158,7 @@ async def test_wrong_customer_incident_end_to_end(replay_stack) -> None:  # type
     assert strict_gate["passed"] is False and strict_gate["inconclusive"] >= 1
 
 
-async def _refund_count(stack, preq: str) -> int:  # type: ignore[no-untyped-def]
+async def _refund_count(stack, preq: str) -> int:
     async with stack.world.store.read() as conn:
         return (
             await conn.execute(
@@ -166,7 +169,7 @@ async def _refund_count(stack, preq: str) -> int:  # type: ignore[no-untyped-def
         ).scalar_one()
 
 
-async def test_refund_timeout_incident_reconciles_without_retrying(replay_stack) -> None:  # type: ignore[no-untyped-def]
+async def test_refund_timeout_incident_reconciles_without_retrying(replay_stack) -> None:
     stack = replay_stack
     result = await run_scenario(
         stack.world, stack.stores.ledger, stack.stores.artifacts, "refund-timeout", seed=4
@@ -176,6 +179,7 @@ async def test_refund_timeout_incident_reconciles_without_retrying(replay_stack)
     refunds_before = await stack.world.call_count("payments", "refund")
     handle = await open_incident(stack, result.run_id, repeat=3)
     view = await wait_phase(handle, IncidentPhase.AWAITING_CONFIRMATION)
+    assert view.signature is not None
     assert view.signature.signature == "SIDE_EFFECT_UNKNOWN_NO_RETRY"
     (reconciled,) = view.side_effects
     assert (
@@ -215,7 +219,7 @@ async def test_refund_timeout_incident_reconciles_without_retrying(replay_stack)
     assert again.reproduced and again.comparison.same_outcome
 
 
-async def test_an_inconclusive_side_effect_waits_for_a_human(replay_stack) -> None:  # type: ignore[no-untyped-def]
+async def test_an_inconclusive_side_effect_waits_for_a_human(replay_stack) -> None:
     stack = replay_stack
     result = await run_scenario(
         stack.world, stack.stores.ledger, stack.stores.artifacts, "refund-timeout", seed=5
@@ -235,6 +239,7 @@ async def test_an_inconclusive_side_effect_waits_for_a_human(replay_stack) -> No
         if view and view.pending:
             break
         await asyncio.sleep(0.1)
+    assert view is not None
     assert view.phase is IncidentPhase.RECONCILING
     assert [p.side_effect_id for p in view.pending] == [effect.side_effect_id]
     with pytest.raises(WorkflowUpdateFailedError):

@@ -25,7 +25,7 @@ from runtime.prompts import compile_prompt
 from tests.workflows.test_replay_workflow import plan
 
 
-async def _recorded_prompt(stack, run_id: str) -> PromptArtifact:  # type: ignore[no-untyped-def]
+async def _recorded_prompt(stack, run_id: str) -> PromptArtifact:
     events = await stack.stores.ledger.events_with_payloads(
         run_id, types=frozenset({ExecutionEventType.PROMPT_COMPILED})
     )
@@ -34,7 +34,7 @@ async def _recorded_prompt(stack, run_id: str) -> PromptArtifact:  # type: ignor
 
 async def test_exact_sends_the_recorded_prompt_and_reports_prompt_drift(
     replay_stack, monkeypatch: pytest.MonkeyPatch
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     stack = replay_stack
     # the run is recorded with another injected tenant configuration than today's code has
     then = dataclasses.replace(
@@ -84,10 +84,10 @@ async def test_exact_sends_the_recorded_prompt_and_reports_prompt_drift(
 
 async def test_a_replay_worker_on_another_environment_reports_environment_drift(
     replay_stack, monkeypatch: pytest.MonkeyPatch
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     stack = replay_stack
 
-    def elsewhere(tool_bundle_hash: str | None = None):  # type: ignore[no-untyped-def]
+    def elsewhere(tool_bundle_hash: str | None = None):
         manifest = capture_environment(tool_bundle_hash)
         return manifest.model_copy(
             update={"python_version": "3.10.99", "dependency_lock_hash": "sha256:" + "0" * 64}

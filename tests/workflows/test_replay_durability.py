@@ -52,7 +52,7 @@ def stop(process: subprocess.Popen[bytes], sig: int = signal.SIGKILL) -> None:
         process.wait(timeout=30)
 
 
-async def steps_recorded(stores, replay_id: str) -> int:  # type: ignore[no-untyped-def]
+async def steps_recorded(stores, replay_id: str) -> int:
     try:
         events = await stores.ledger.events(replay_id)
     except Exception:
@@ -60,7 +60,7 @@ async def steps_recorded(stores, replay_id: str) -> int:  # type: ignore[no-unty
     return sum(1 for e in events if e.type is ExecutionEventType.STEP_COMPLETED)
 
 
-async def wait_for_steps(stores, replay_id: str, at_least: int, deadline_s: float = 60) -> int:  # type: ignore[no-untyped-def]
+async def wait_for_steps(stores, replay_id: str, at_least: int, deadline_s: float = 60) -> int:
     deadline = time.monotonic() + deadline_s
     while time.monotonic() < deadline:
         done = await steps_recorded(stores, replay_id)
@@ -70,7 +70,7 @@ async def wait_for_steps(stores, replay_id: str, at_least: int, deadline_s: floa
     raise AssertionError(f"replay {replay_id} did not reach {at_least} steps in {deadline_s}s")
 
 
-async def assert_each_step_once(stores, replay_id: str) -> None:  # type: ignore[no-untyped-def]
+async def assert_each_step_once(stores, replay_id: str) -> None:
     events = await stores.ledger.events(replay_id)
     started = Counter(e.step_id for e in events if e.type is ExecutionEventType.STEP_STARTED)
     assert set(started) == {f"s{i:05d}" for i in range(STEPS)}

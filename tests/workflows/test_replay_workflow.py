@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
+from typing import Any
 
 from sqlalchemy import update
 from temporalio.client import WorkflowExecutionStatus
@@ -18,17 +19,17 @@ from stores.sql import schema
 WRITES = ("payments", "email")
 
 
-def plan(run_id: str, mode: ReplayMode = ReplayMode.RECORDED, **kw) -> ReplayPlan:  # type: ignore[no-untyped-def]
+def plan(run_id: str, mode: ReplayMode = ReplayMode.RECORDED, **kw) -> ReplayPlan:
     return ReplayPlan(
         replay_id=f"replay-{uuid.uuid4().hex[:12]}", source_run_id=run_id, mode=mode, **kw
     )
 
 
-async def write_calls(stack) -> int:  # type: ignore[no-untyped-def]
+async def write_calls(stack) -> int:
     return sum([await stack.world.call_count(p) for p in WRITES])
 
 
-async def test_recorded_replay_reproduces_every_reference_run(replay_stack) -> None:  # type: ignore[no-untyped-def]
+async def test_recorded_replay_reproduces_every_reference_run(replay_stack) -> None:
     stack = replay_stack
     runs = []
     for scenario in ("happy", "wrong-customer", "refund-timeout"):
@@ -58,7 +59,7 @@ async def test_recorded_replay_reproduces_every_reference_run(replay_stack) -> N
     assert await write_calls(stack) == before  # no write reached a provider
 
 
-async def _wrong_customer_run(stack) -> str:  # type: ignore[no-untyped-def]
+async def _wrong_customer_run(stack) -> str:
     for seed in range(50):
         result = await run_scenario(
             stack.world, stack.stores.ledger, stack.stores.artifacts, "wrong-customer", seed=seed
@@ -70,7 +71,7 @@ async def _wrong_customer_run(stack) -> str:  # type: ignore[no-untyped-def]
 
 async def test_prompt_v18_counterfactual_does_not_reproduce_and_exact_replays_the_recording(
     replay_stack,
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     stack = replay_stack
     run_id = await _wrong_customer_run(stack)
     before = await write_calls(stack)
@@ -102,7 +103,7 @@ async def test_prompt_v18_counterfactual_does_not_reproduce_and_exact_replays_th
 
 async def test_a_prompt_swap_stopped_by_fixture_misses_is_inconclusive_not_fixed(
     replay_stack,
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     stack = replay_stack
     run_id = await _wrong_customer_run(stack)
     failing = await stack.replay(
@@ -130,7 +131,7 @@ async def test_a_prompt_swap_stopped_by_fixture_misses_is_inconclusive_not_fixed
     assert live.summary["not_reproduced"] >= 4 and live.summary["inconclusive"] == 0
 
 
-async def test_fork_regenerates_the_named_step_and_the_steps_after_it(replay_stack) -> None:  # type: ignore[no-untyped-def]
+async def test_fork_regenerates_the_named_step_and_the_steps_after_it(replay_stack) -> None:
     stack = replay_stack
     source = await record_synthetic_run(stack.stores.ledger, stack.stores.artifacts, 200)
     forked = await stack.replay(plan(source.run_id, ReplayMode.FORK_FROM_STEP, from_step="s00180"))
@@ -141,7 +142,7 @@ async def test_fork_regenerates_the_named_step_and_the_steps_after_it(replay_sta
     assert forked.comparison.same_outcome and forked.reproduced
 
 
-async def test_a_replay_of_an_edited_chain_fails_in_preparing(replay_stack) -> None:  # type: ignore[no-untyped-def]
+async def test_a_replay_of_an_edited_chain_fails_in_preparing(replay_stack) -> None:
     stack = replay_stack
     result = await run_scenario(
         stack.world, stack.stores.ledger, stack.stores.artifacts, "happy", seed=3
@@ -158,7 +159,7 @@ async def test_a_replay_of_an_edited_chain_fails_in_preparing(replay_stack) -> N
     assert "broken at sequence 4" in outcome.reason
 
 
-async def test_budget_ends_a_replay_with_a_partial_result(replay_stack) -> None:  # type: ignore[no-untyped-def]
+async def test_budget_ends_a_replay_with_a_partial_result(replay_stack) -> None:
     stack = replay_stack
     run_id = await _wrong_customer_run(stack)
     outcome = await stack.replay(
@@ -172,7 +173,7 @@ async def test_budget_ends_a_replay_with_a_partial_result(replay_stack) -> None:
     assert outcome.reproduced is None
 
 
-async def test_repeats_share_one_budget(replay_stack) -> None:  # type: ignore[no-untyped-def]
+async def test_repeats_share_one_budget(replay_stack) -> None:
     stack = replay_stack
     run_id = await _wrong_customer_run(stack)
     outcome = await stack.replay(
@@ -187,7 +188,7 @@ async def test_repeats_share_one_budget(replay_stack) -> None:  # type: ignore[n
     assert outcome.summary["inconclusive_reasons"].get("BUDGET", 0) >= 3
 
 
-async def test_cancel_ends_in_canceled(replay_stack) -> None:  # type: ignore[no-untyped-def]
+async def test_cancel_ends_in_canceled(replay_stack) -> None:
     stack = replay_stack
     source = await record_synthetic_run(stack.stores.ledger, stack.stores.artifacts, 200)
     p = plan(source.run_id)
@@ -217,7 +218,7 @@ async def test_cancel_ends_in_canceled(replay_stack) -> None:  # type: ignore[no
     assert json.dumps(run.outcome) == '{"ended": "canceled"}'
 
 
-async def test_model_swap_and_denied_approval_counterfactuals(replay_stack) -> None:  # type: ignore[no-untyped-def]
+async def test_model_swap_and_denied_approval_counterfactuals(replay_stack) -> None:
     stack = replay_stack
     happy = await run_scenario(
         stack.world, stack.stores.ledger, stack.stores.artifacts, "happy", seed=2
@@ -254,7 +255,7 @@ async def test_model_swap_and_denied_approval_counterfactuals(replay_stack) -> N
     assert await write_calls(stack) == before
 
 
-async def test_long_replays_continue_as_new(replay_stack) -> None:  # type: ignore[no-untyped-def]
+async def test_long_replays_continue_as_new(replay_stack) -> None:
     from models.queues import CONTROL_QUEUE
     from models.replay_flow import ReplayOutcome, ReplayWorkflowInput
     from workflows.replay import ReplayWorkflow
@@ -275,7 +276,7 @@ async def test_long_replays_continue_as_new(replay_stack) -> None:  # type: igno
     await assert_each_step_once_here(stack, p.replay_id)
 
 
-async def test_replays_continue_as_new_after_their_activities(replay_stack) -> None:  # type: ignore[no-untyped-def]
+async def test_replays_continue_as_new_after_their_activities(replay_stack) -> None:
     """One step per activity (as under a duration budget): the run's history is bounded by the
     activities it holds, whatever ``steps_per_run`` says."""
     from models.queues import CONTROL_QUEUE
@@ -300,16 +301,16 @@ async def test_replays_continue_as_new_after_their_activities(replay_stack) -> N
     assert len(runs) == 3  # 4 + 4 + 2 step activities
 
 
-async def assert_each_step_once_here(stack, replay_id: str) -> None:  # type: ignore[no-untyped-def]
+async def assert_each_step_once_here(stack, replay_id: str) -> None:
     events = await stack.stores.ledger.events(replay_id)
     started = [e.step_id for e in events if e.type is ExecutionEventType.STEP_STARTED]
     assert started == [f"s{i:05d}" for i in range(200)]
 
 
-async def test_fixture_miss_policies(replay_stack) -> None:  # type: ignore[no-untyped-def]
+async def test_fixture_miss_policies(replay_stack) -> None:
     stack = replay_stack
     run_id = await _wrong_customer_run(stack)
-    swap = dict(mode=ReplayMode.PROMPT_SWAP, prompt_version="v18")
+    swap: dict[str, Any] = dict(mode=ReplayMode.PROMPT_SWAP, prompt_version="v18")
     failed = await stack.replay(plan(run_id, **swap))
     assert failed.partial and "FixtureMissError" in failed.reason and failed.fixture_misses == 1
     assert "crm.get_customer" in failed.reason

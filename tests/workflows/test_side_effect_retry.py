@@ -20,13 +20,13 @@ from stores.sql.support_desk_world import refunds
 from tests.workflows.test_incident_workflow import open_incident, wait_phase
 
 
-async def refund_count(stack, preq: str) -> int:  # type: ignore[no-untyped-def]
+async def refund_count(stack, preq: str) -> int:
     async with stack.world.store.read() as conn:
         query = select(func.count()).select_from(refunds)
         return (await conn.execute(query.where(refunds.c.provider_request_id == preq))).scalar_one()
 
 
-async def lost_refund(stack, seed: int) -> SideEffectRecord:  # type: ignore[no-untyped-def]
+async def lost_refund(stack, seed: int) -> SideEffectRecord:
     """A refund-timeout run whose refund the provider then lost: reconciling proves it NOT
     applied."""
     run = await run_scenario(
@@ -40,7 +40,7 @@ async def lost_refund(stack, seed: int) -> SideEffectRecord:  # type: ignore[no-
     return effect
 
 
-async def test_incident_retries_a_refund_reconciled_not_applied(replay_stack) -> None:  # type: ignore[no-untyped-def]
+async def test_incident_retries_a_refund_reconciled_not_applied(replay_stack) -> None:
     stack = replay_stack
     effect = await lost_refund(stack, seed=6)
     unknown = effect.side_effect_id
@@ -53,6 +53,7 @@ async def test_incident_retries_a_refund_reconciled_not_applied(replay_stack) ->
     (retried,) = view.retries
     assert retried.side_effect_id == unknown and retried.status == "CONFIRMED"
     assert any(f"{unknown} retried: CONFIRMED" in e.detail for e in view.timeline)
+    assert effect.provider_request_id is not None
     assert await refund_count(stack, effect.provider_request_id) == 1
     record = await stack.stores.evidence.record(SideEffectRecord, unknown)
     assert record.status is SideEffectStatus.CONFIRMED
@@ -66,7 +67,7 @@ async def test_incident_retries_a_refund_reconciled_not_applied(replay_stack) ->
     await handle.terminate("test done")
 
 
-async def test_a_retry_interrupted_mid_call_ends_unknown_never_called_twice(replay_stack) -> None:  # type: ignore[no-untyped-def]
+async def test_a_retry_interrupted_mid_call_ends_unknown_never_called_twice(replay_stack) -> None:
     stack = replay_stack
     effect = await lost_refund(stack, seed=7)
     recorder = RunRecorder(stack.stores.ledger, stack.stores.artifacts, effect.run_id)
@@ -85,7 +86,7 @@ async def test_a_retry_interrupted_mid_call_ends_unknown_never_called_twice(repl
     await ledger._transition(reconciled, status=SideEffectStatus.EXECUTING)
     calls = await stack.world.call_count("payments", "refund")
 
-    async def no_providers(graph_id: str):  # type: ignore[no-untyped-def]
+    async def no_providers(graph_id: str):
         raise AssertionError("a resumed retry must not reach a provider")
 
     activities = SideEffectRetryActivities(stack.stores, no_providers)
@@ -99,5 +100,5 @@ async def test_a_retry_interrupted_mid_call_ends_unknown_never_called_twice(repl
     assert again.status == "UNKNOWN"
 
 
-async def _client(stack):  # type: ignore[no-untyped-def]
+async def _client(stack):
     return stack.client

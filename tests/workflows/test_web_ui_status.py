@@ -15,7 +15,7 @@ from models.replay_flow import ReplayPlan
 from workflows.replay import REPLAY_STATUS
 
 
-async def test_a_failed_replay_says_failed_where_the_web_ui_looks(replay_stack) -> None:  # type: ignore[no-untyped-def]
+async def test_a_failed_replay_says_failed_where_the_web_ui_looks(replay_stack) -> None:
     stack = replay_stack
     run = await run_scenario(
         stack.world, stack.stores.ledger, stack.stores.artifacts, "happy", seed=3
