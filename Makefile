@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 # The first build takes about 11 minutes on 2 idle cores; pip caches the wheel for later installs.
 LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON -DLLAVA_BUILD=OFF
 
-.PHONY: install demo test typecheck bench lint clean
+.PHONY: install demo test typecheck bench lint docs clean
 
 # every package mypy checks (the configuration is [tool.mypy] in pyproject.toml)
 TYPED := models runtime forensics ingest integrations stores activities workflows app cli api \
@@ -38,6 +38,7 @@ test: install
 	$(BIN)/ruff check .
 	$(BIN)/mypy $(TYPED)
 	cd sdk/src && ../../$(BIN)/mypy --config-file ../../pyproject.toml -p replaybook
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --durations=25
 
 typecheck: install
@@ -47,6 +48,10 @@ typecheck: install
 bench: install
 	bash infra/ensure-postgres.sh
 	$(BIN)/python -m bench
+
+# the documentation site (mkdocs.yml; the CLI and HTTP references are generated at build time)
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 lint: install
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
