@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import AsyncIterator
 
 from fastapi import FastAPI
@@ -19,6 +20,7 @@ from api import (
     routes_replays,
     routes_runs,
     routes_side_effects,
+    ui,
 )
 from api.config import ApiConfig
 from api.limits import BodySizeLimit
@@ -36,7 +38,8 @@ replays, incidents and reports; `engineer` also starts/cancels replays and opens
 Errors answer `{"status", "code", "field", "message"}`, naming the field and the problem.
 Request bodies are limited (413 beyond): 64 KiB for control endpoints by default
 (`REPLAYBOOK_API_MAX_BODY_BYTES`), 8 MiB for ingestion (`REPLAYBOOK_API_MAX_INGEST_BYTES`).
-`/metrics` (Prometheus, no authentication) and `/api/health` are open.
+`/metrics` (Prometheus, no authentication) and `/api/health` are open. The web console is at
+`/ui/` (same tokens: a login form sets an HttpOnly cookie, or send the same header).
 """
 
 
@@ -73,6 +76,9 @@ def create_app(settings: Settings | None = None, config: ApiConfig | None = None
     app.include_router(routes_otlp.router)
     _ingestion(app)
     answers.document(app)
+    # the web console (/ui/), over the same tokens and roles; its pages link each workflow
+    # to the Temporal Web UI when its address is known (`replaybook dev up` sets it)
+    ui.install(app, temporal_ui_url=os.environ.get("REPLAYBOOK_TEMPORAL_UI_URL") or None)
 
     @app.get("/api/health", tags=["health"], summary="Liveness (no authentication)")
     async def health() -> dict[str, str]:

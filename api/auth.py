@@ -21,7 +21,7 @@ import hmac
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -122,22 +122,10 @@ Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
 async def authenticate(request: Request, credentials: Credentials) -> Principal:
     # a coroutine, as the dependencies below: a plain function would be run in the thread
     # pool, a thread hop on every request for a few microseconds of work
-    config = request.app.state.api.config
-    roles: frozenset[Role] | None = None
-    if credentials is not None:
-        offered = credentials.credentials.encode()
-        for token, token_roles in config.tokens.items():
-            # compare with every token: timing says nothing about which one nearly matched
-            if hmac.compare_digest(token.encode(), offered):
-                roles = token_roles
-        if roles is not None:
-            return Principal(
-                caller=fingerprint(credentials.credentials),
-                roles=roles,
-                name=getattr(roles, "name", None),
-            )
-    if config.insecure_dev:
-        return Principal(caller="insecure-dev", roles=frozenset({Role.ADMIN}))
+    offered = credentials.credentials if credentials is not None else None
+    principal = principal_of(request.app.state.api.config, offered)
+    if principal is not None:
+        return principal
     raise HTTPException(
         401,
         "a bearer token is required (Authorization: Bearer TOKEN)"
@@ -145,6 +133,24 @@ async def authenticate(request: Request, credentials: Credentials) -> Principal:
         else "the bearer token is not valid",
         headers={"WWW-Authenticate": "Bearer"},
     )
+
+
+def principal_of(config: Any, offered: str | None) -> Principal | None:
+    """Who presents ``offered`` (a token from the Authorization header, or the web console's
+    cookie) under ``config`` (an ``ApiConfig``); None when nobody does."""
+    roles: frozenset[Role] | None = None
+    if offered is not None:
+        for token, token_roles in config.tokens.items():
+            # compare with every token: timing says nothing about which one nearly matched
+            if hmac.compare_digest(token.encode(), offered.encode()):
+                roles = token_roles
+        if roles is not None:
+            return Principal(
+                caller=fingerprint(offered), roles=roles, name=getattr(roles, "name", None)
+            )
+    if config.insecure_dev:
+        return Principal(caller="insecure-dev", roles=frozenset({Role.ADMIN}))
+    return None
 
 
 def require_role(*allowed: Role) -> Callable[..., Awaitable[Principal]]:

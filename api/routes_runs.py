@@ -86,11 +86,18 @@ async def get_raw_event(
     principal: Reader,
     reason: Annotated[str, Query(description="Why raw evidence is read (audited).")] = "",
 ) -> dict[str, Any]:
+    return await read_raw(await state.stores(), principal, run_id, sequence, reason)
+
+
+async def read_raw(
+    stores: Any, principal: Principal, run_id: str, sequence: int, reason: str
+) -> dict[str, Any]:
+    """A raw read as ``GET …/raw`` makes it (the web console's too): a reason is required,
+    and the privacy service audits every attempt under the caller's identity."""
     if not reason.strip():
         raise InvalidInputError(
             "a raw read needs ?reason=TEXT (every raw read is audited)", field="reason"
         )
-    stores = await state.stores()
     # a reader without the forensic role is refused by the privacy service, which audits the
     # refusal (who tried, on what, why) before answering 403
     role = FORENSIC_ROLE if principal.may(FORENSIC) else "+".join(sorted(principal.roles))

@@ -36,7 +36,14 @@ if TYPE_CHECKING:  # annotations only
     from collections.abc import Sequence
     from datetime import datetime
 
-__all__ = ["NOT_CONFIRMED", "render_html", "render_json", "render_markdown", "reproduction_text"]
+__all__ = [
+    "NOT_CONFIRMED",
+    "render_html",
+    "render_json",
+    "render_markdown",
+    "reproduction_text",
+    "side_by_side_html",
+]
 
 NOT_CONFIRMED = "Root cause not confirmed by a human."
 _HOW_TO_CONFIRM = (
@@ -204,8 +211,9 @@ def _facts(t: Trajectory) -> dict[int | None, list[_Cell]]:
     return out
 
 
-def _side_by_side(bundle: ReportBundle, comparison: ReplayComparison | None) -> _Section:
-    source, replay = bundle.source, bundle.replay
+def _side_by_side(
+    source: Trajectory, replay: Trajectory | None, comparison: ReplayComparison | None
+) -> _Section:
     sf, rf = _facts(source), (_facts(replay) if replay is not None else {})
     aligned = _align(source.steps, replay.steps if replay is not None else ())
     first = comparison.first_divergent_step if comparison is not None else None
@@ -396,7 +404,7 @@ def _page(bundle: ReportBundle) -> _Page:
         ("Fix version", _c(report.fix_version or "—")),
         ("Verified by", _t(report.verified_by or "—")),
     ]
-    side_by_side = _side_by_side(bundle, comparison)
+    side_by_side = _side_by_side(bundle.source, bundle.replay, comparison)
     if comparison is not None and comparison.first_divergent_step is not None:
         link = "link" if side_by_side.marked is not None else "code"  # no dangling anchor
         facts.append(("First divergence", [("", "step"), (link, comparison.first_divergent_step)]))
@@ -604,3 +612,30 @@ def render_html(bundle: ReportBundle) -> str:
         out.append("</tbody></table></section>")
     out.append("</body></html>")
     return "\n".join(out) + "\n"
+
+
+def side_by_side_html(
+    source: Trajectory, replay: Trajectory, comparison: ReplayComparison | None = None
+) -> str:
+    """The report's side-by-side table of ``source`` and ``replay`` (compared here when
+    ``comparison`` is None), for the web console: a row that differs (a difference found
+    there, or a step of one run only) has class ``differs``, the first divergence is marked
+    as in the report, and every value is escaped."""
+    comparison = comparison or compare_trajectories(source, replay)
+    section = _side_by_side(source, replay, comparison)
+    out = [
+        '<table class="side-by-side"><thead><tr>',
+        "".join(f"<th>{_e(h)}</th>" for h in section.head),
+        "</tr></thead><tbody>",
+    ]
+    for n, row in enumerate(section.rows):
+        differs = bool(row[3]) or not row[1] or not row[2]
+        classes = " ".join(
+            c for c, on in ((ANCHOR, n == section.marked), ("differs", differs)) if on
+        )
+        attrs = (f' class="{classes}"' if classes else "") + (
+            f' id="{ANCHOR}"' if n == section.marked else ""
+        )
+        out.append(f"<tr{attrs}>{''.join(f'<td>{_html_cell(c)}</td>' for c in row)}</tr>")
+    out.append("</tbody></table>")
+    return "\n".join(out)
