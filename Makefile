@@ -34,7 +34,7 @@ demo: install
 
 test: install
 	bash infra/ensure-postgres.sh
-	bash infra/ensure-debian-tools.sh prometheus=prometheus
+	bash infra/ensure-debian-tools.sh prometheus=prometheus chromium=chromium
 	$(BIN)/ruff check .
 	$(BIN)/mypy $(TYPED)
 	cd sdk/src && ../../$(BIN)/mypy --config-file ../../pyproject.toml -p replaybook

@@ -42,6 +42,8 @@ def _echo_status(status: dict[str, Any]) -> None:
             f"  API {status['api_url']} (OpenAPI at /openapi.json; the admin dev_token is in "
             "`replaybook dev status --json`)"
         )
+    if status.get("ui_url"):
+        typer.echo(f"  console {status['ui_url']} (log in with a token of the API)")
     if status.get("worker_metrics_port"):
         typer.echo(f"  worker metrics http://127.0.0.1:{status['worker_metrics_port']}/metrics")
 

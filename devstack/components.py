@@ -251,6 +251,10 @@ def api_environment(
     """The API's environment: the worker's wiring, plus the stack's admin token next to any
     tokens the caller configured."""
     out = worker_environment(home, components, env)
+    temporal_ui = (components.get("temporal") or {}).get("ui_url")
+    if temporal_ui and not env.get("REPLAYBOOK_TEMPORAL_UI_URL"):
+        # the web console links each workflow to the Temporal Web UI
+        out["REPLAYBOOK_TEMPORAL_UI_URL"] = temporal_ui
     configured = env.get("REPLAYBOOK_API_TOKENS")
     out["REPLAYBOOK_API_TOKENS"] = ",".join(filter(None, (configured, f"{token}=admin")))
     return out

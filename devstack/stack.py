@@ -226,6 +226,8 @@ def stack_status(home: Path | str) -> dict[str, Any]:
         "components": components,
         "api_port": api.get("port"),
         "api_url": api.get("url"),
+        # the web console, served by the API process (api/ui)
+        "ui_url": f"{api['url']}/ui/" if api.get("url") else None,
         # the embedded stack's own admin token (the state file is 0600)
         "dev_token": api.get("dev_token"),
         "worker_metrics_port": worker.get("metrics_port"),
