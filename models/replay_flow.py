@@ -164,6 +164,10 @@ class StepInput(Record):
     step_index: int = 0
     #: bytes the replay's earlier batches wrote through the sandbox broker (its quota)
     written_bytes: int = 0
+    #: when the replay's ``max_duration`` runs out (its start plus the limit): a sandboxed
+    #: step still running then is stopped and the replay ends INCONCLUSIVE (BUDGET); None
+    #: without a time limit, and in histories recorded before the field existed
+    deadline: Instant | None = None
 
 
 class StepOutput(Record):

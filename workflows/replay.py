@@ -242,6 +242,10 @@ class ReplayWorkflow:
                 usage=resume.usage,
                 step_index=resume.steps_executed,
                 written_bytes=resume.written_bytes,
+                # the time limit holds inside a step too: the worker stops a step past it
+                deadline=resume.started_at + plan.budget.max_duration
+                if plan.budget.max_duration is not None
+                else None,
             ),
             task_queue=REPLAY_QUEUE,
             start_to_close_timeout=STEP_TIMEOUT,

@@ -5,7 +5,9 @@ finished step), so the worker records the end in the replay's run itself: a ``RU
 event of the step carrying the reason and the refused calls, sanitized like any replay
 evidence. A refusal then fails the replay with ``SandboxViolationError``; a quota stops it
 with a partial result (the run closed FAILED, the outcome COMPLETED with ``partial`` and the
-reason), like a spent budget.
+reason), like a spent budget. A step still running when the replay's time limit passes
+(``StepInput.deadline``) is stopped the same way, with a ``budget:`` reason (INCONCLUSIVE,
+BUDGET).
 """
 
 from __future__ import annotations
@@ -35,13 +37,15 @@ def reason(broker: StepBroker) -> str:
     return f"{SandboxQuotaError.__name__}: {broker.over_quota}"
 
 
-async def end_batch(engine: ReplayEngine, broker: StepBroker, step: StepInput) -> StepOutput:
+async def end_batch(
+    engine: ReplayEngine, broker: StepBroker, step: StepInput, stopped: str | None = None
+) -> StepOutput:
     """Record why the batch ended in the replay's run; raise the violation, or return the
-    partial output of a quota stop."""
+    partial output of a quota stop or of ``stopped`` (the deadline passed inside the step)."""
     count(broker.kinds)
-    why = reason(broker)
+    why = stopped if stopped is not None and not broker.ended else reason(broker)
     replay_id = step.plan.replay_id
-    log.warning("sandboxed step refused", replay_id=replay_id, step=step.step_id, reason=why)
+    log.warning("sandboxed step ended", replay_id=replay_id, step=step.step_id, reason=why)
     last = (await engine.ledger.events(replay_id, from_sequence=step.head))[-1]
     payload: dict[str, JsonValue] = {
         "error": why.split(":", 1)[0],

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 import structlog
@@ -39,6 +40,10 @@ log = structlog.get_logger(__name__)
 #: a kept process is replaced once it has used this share of its CPU limit, so the next batch
 #: still gets at least three quarters of the limit
 RECYCLE_AT_CPU_SHARE = 0.25
+#: a broker call in progress when a step is stopped at the replay's deadline is given up to
+#: this long to end first (an append takes milliseconds; a slow live model call, which writes
+#: nothing, is not waited for longer)
+CALL_GRACE_SECONDS = 10.0
 
 
 class SandboxedSteps:
@@ -252,10 +257,23 @@ class SandboxedSteps:
     async def _batch(self, child: StepProcess, step: StepInput) -> StepOutput:
         broker = await StepBroker.open(self.engine, step, self.quotas)
         child.stderr.clear()
+        limit, left = self.settings.wall_seconds, _seconds_left(step)
+        began = time.monotonic()
         try:
-            async with asyncio.timeout(self.settings.wall_seconds):
+            async with asyncio.timeout(limit if left is None else max(min(limit, left), 0.0)):
                 return await self._serve(child, broker, step)
         except TimeoutError:
+            if left is not None and left < limit:
+                # the replay's time limit passed inside the step: stopped, not waited for
+                await child.close()
+                assert step.plan.budget.max_duration is not None
+                why = (
+                    f"budget: max_duration "
+                    f"{step.plan.budget.max_duration.total_seconds():g}s reached inside step "
+                    f"{step.step_id}: its sandboxed process was stopped after "
+                    f"{time.monotonic() - began:.1f} s"
+                )
+                return await ending.end_batch(self.engine, broker, step, stopped=why)
             raise SandboxedStepFailedError(
                 f"step {step.step_id}: killed after {self.settings.wall_seconds:.0f} s "
                 "(wall-clock limit of a sandboxed step)",
@@ -287,6 +305,8 @@ class SandboxedSteps:
         child.jobs += 1
         child.frames = 0
         self.batches += 1
+        # a step that may be stopped at the replay's deadline finishes a call it is in first
+        answer = _answered if step.deadline is not None else _answer
         try:
             await child.send(job)
             while True:
@@ -295,7 +315,7 @@ class SandboxedSteps:
                 if not isinstance(message, dict):
                     raise rpc.ProtocolError("a frame that is not an object")
                 if "call" in message:
-                    await child.send(await _answer(broker, message))
+                    await child.send(await answer(broker, message))
                 elif broker.ended:  # refused or over a quota: the child's account is not taken
                     return await ending.end_batch(self.engine, broker, step)
                 elif "done" in message:
@@ -327,6 +347,24 @@ class SandboxedSteps:
             raise SandboxViolationError(
                 f"step {step.step_id}: broke the pipe protocol: {exc}", retryable=False
             ) from None
+
+
+def _seconds_left(step: StepInput) -> float | None:
+    """Seconds until the replay's deadline (its ``max_duration``), or None without one."""
+    if step.deadline is None:
+        return None
+    return (step.deadline - datetime.now(UTC)).total_seconds()
+
+
+async def _answered(broker: StepBroker, message: dict[str, Any]) -> dict[str, Any]:
+    """``_answer``, finished even when the batch is stopped at its deadline meanwhile (an
+    append is whole or not at all: the stop is recorded after it, never beside it)."""
+    answering = asyncio.ensure_future(_answer(broker, message))
+    try:
+        return await asyncio.shield(answering)
+    except asyncio.CancelledError:
+        await asyncio.wait({answering}, timeout=CALL_GRACE_SECONDS)
+        raise
 
 
 async def _answer(broker: StepBroker, message: dict[str, Any]) -> dict[str, Any]:

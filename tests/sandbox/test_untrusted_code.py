@@ -154,3 +154,39 @@ async def test_a_step_process_killed_by_its_own_code_fails_the_replay_with_the_r
     ordinary = await record_synthetic_run(stack.stores.ledger, stack.stores.artifacts, 10)
     outcome, _ = await replay_output(stack, ordinary.run_id)
     assert outcome.status is ReplayStatus.COMPLETED and outcome.reproduced
+
+
+async def test_a_step_past_the_replays_time_limit_is_stopped_and_inconclusive(
+    sandbox_stack,  # type: ignore[no-untyped-def]
+) -> None:
+    """Issue 31 item 7: ``--max-duration`` holds inside a step. The recorded code sleeps far
+    past the replay's limit; the worker stops its sandboxed process at the deadline, records
+    why, and the replay ends INCONCLUSIVE (BUDGET) with a partial result, never a verdict."""
+    from datetime import timedelta
+
+    from models.enums import InconclusiveReason, ReplayVerdict
+    from models.replay import ReplayBudget
+
+    stack = sandbox_stack
+    code = "import time\ntime.sleep(600)\nprint('woke up')"
+    source = await record_coding_run(
+        stack.stores.ledger, stack.stores.artifacts, code, runner="inline"
+    )
+    p = plan(source.run_id).model_copy(
+        update={"budget": ReplayBudget(max_duration=timedelta(seconds=10))}
+    )
+    outcome = await stack.replay(p)
+    assert outcome.status is ReplayStatus.COMPLETED and outcome.partial, outcome
+    assert outcome.verdict is ReplayVerdict.INCONCLUSIVE, outcome
+    assert outcome.inconclusive_reason is InconclusiveReason.BUDGET, outcome
+    assert "max_duration 10s reached inside step run_generated_code" in (outcome.reason or "")
+    assert "stopped after" in (outcome.verdict_reason or ""), outcome.verdict_reason
+    assert outcome.reproduced is None
+    loaded = await stack.stores.ledger.events_with_payloads(p.replay_id)
+    types = [e.type for e, _ in loaded]
+    assert ExecutionEventType.STEP_COMPLETED not in types, types  # it never woke up
+    (failed,) = [
+        json.loads(d or b"{}") for e, d in loaded if e.type is ExecutionEventType.RUN_FAILED
+    ]
+    assert failed["error"] == "budget" and failed["partial"] is True, failed
+    assert (await stack.stores.ledger.get_run(p.replay_id)).status is RunStatus.FAILED
