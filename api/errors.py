@@ -35,7 +35,7 @@ from models.errors import (
     SideEffectError,
     StoreError,
 )
-from stores.sql.database import UNAVAILABLE_ERRORS
+from stores.bundle import UNAVAILABLE_ERRORS
 
 log = structlog.get_logger(__name__)
 

@@ -16,6 +16,7 @@ from activities.side_effects import (
     retry_recorded_side_effect,
 )
 from app.replays import ClientSource
+from models import SideEffectRecord
 from models.errors import (
     ChainBrokenError,
     InvalidInputError,
@@ -28,6 +29,7 @@ from models.errors import (
 from models.queues import CONTROL_QUEUE
 from models.retry_flow import SideEffectRetryResult
 from stores.bundle import Stores
+from stores.sql.side_effect_leases import sweep_expired_side_effects
 
 __all__ = [
     "ProvidersFor",
@@ -84,3 +86,10 @@ def _refusal(exc: Exception) -> ReplaybookError:
             return _REFUSALS[cause.type](cause.message)
         cause = cause.__cause__ or getattr(cause, "cause", None)
     return StoreError(f"the retry workflow failed: {exc}")
+
+
+async def sweep_expired(stores: Stores, lease_seconds: float) -> list[SideEffectRecord]:
+    """Every side effect left EXECUTING past ``lease_seconds``, now UNKNOWN (those the stores
+    swept when they opened included): the process that dispatched it died before recording
+    the outcome, so the write may have happened."""
+    return stores.swept + await sweep_expired_side_effects(stores.ledger, lease_seconds)

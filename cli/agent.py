@@ -116,13 +116,13 @@ async def side_effects_sweep(as_json: JsonOption = False) -> None:
     (REPLAYBOOK_SIDE_EFFECT_LEASE_SECONDS, 60 by default): the process that dispatched it died
     before recording the outcome, so the write may have happened. UNKNOWN effects go to
     reconciliation (an incident, or `incident resolve-side-effect`), never to a retry."""
+    from app.side_effects import sweep_expired
     from stores.bundle import open_stores
-    from stores.sql.side_effect_leases import sweep_expired_side_effects
 
     settings = load_settings()
     lease = settings.stores.database.side_effect_lease_seconds
     async with open_stores(settings.stores) as stores:
-        swept = stores.swept + await sweep_expired_side_effects(stores.ledger, lease)
+        swept = await sweep_expired(stores, lease)
     rows = [
         {
             "id": r.side_effect_id,

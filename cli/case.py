@@ -36,19 +36,11 @@ PublicKeyOption = Annotated[
 ]
 
 
-def _signing_settings() -> tuple[str | None, Path]:
-    import os
-
-    return os.environ.get("REPLAYBOOK_CASE_SIGNING_KEY") or None, load_settings().home
-
-
 def trusted_key(path: Path | None) -> tuple[Ed25519PublicKey | None, str]:
     """The public key a capsule is checked with, and where it came from."""
-    import os
+    from app.capsule_keys import trusted_capsule_key
 
-    from stores.case_signing import PUBLIC_KEY_VARIABLE, trusted_public_key
-
-    return trusted_public_key(path, os.environ.get(PUBLIC_KEY_VARIABLE), *_signing_settings())
+    return trusted_capsule_key(path, load_settings().home)
 
 
 def open_file(path: Path, public_key: Path | None) -> OpenedCapsule:
@@ -80,12 +72,11 @@ async def export(
     as_json: JsonOption = False,
 ) -> None:
     """Write regression case CASE_ID and the evidence its replay needs as one signed file."""
+    from app.capsule_keys import installation_signing_key
     from app.capsules import export_case
     from stores.bundle import open_stores
-    from stores.case_signing import load_signing_key
 
-    configured, home = _signing_settings()
-    key = load_signing_key(configured, home)
+    key = installation_signing_key(load_settings().home)
     async with open_stores(load_settings().stores) as stores:
         data, manifest = await export_case(stores, case_id, key)
     output.write_bytes(data)
@@ -265,9 +256,9 @@ def public_key_(
     output: Annotated[Path | None, typer.Option("-o", "--output", help="Write it here.")] = None,
 ) -> None:
     """Print (or write) the PEM public key that verifies this installation's capsules."""
-    from stores.case_signing import load_signing_key, public_pem
+    from app.capsule_keys import installation_public_pem
 
-    pem = public_pem(load_signing_key(*_signing_settings()).public)
+    pem = installation_public_pem(load_settings().home)
     if output is None:
         typer.echo(pem.decode(), nl=False)
     else:

@@ -144,21 +144,15 @@ def run_capsule_sync(
     """``replaybook case run`` from synchronous code (in a thread if a loop is running):
     the capsule checked, then its case replayed offline; ``CapsuleRefusedError`` naming the
     failed check."""
-    import os
 
+    from app.capsule_keys import trusted_capsule_key
     from app.capsule_run import run_capsule
     from app.capsules import open_capsule
     from cli.common import cli_settings
-    from stores.case_signing import PUBLIC_KEY_VARIABLE, SIGNING_KEY_VARIABLE, trusted_public_key
     from worker.catalogs import catalogs
 
     settings = cli_settings()
-    key, _ = trusted_public_key(
-        public_key,
-        os.environ.get(PUBLIC_KEY_VARIABLE),
-        os.environ.get(SIGNING_KEY_VARIABLE),
-        settings.home,
-    )
+    key, _ = trusted_capsule_key(public_key, settings.home)
     capsule = open_capsule(path.read_bytes(), key)
     known = catalogs(None, settings.models, settings.model_registry)
 
