@@ -30,6 +30,7 @@ from app.incidents import (
     open_incident,
     resolve_side_effect,
 )
+from app.replay_checks import pin_tools_module
 from models.errors import ConflictError
 from models.incident_flow import SideEffectResolution
 
@@ -85,6 +86,9 @@ async def create_incident(body: IncidentCreate, state: State, caller: Operator) 
         fork_first=body.fork_first,
         fork_names=("forkFirst", "forkPoints"),
         substitute_model=body.substitute_model or None,
+        tools_module=pin_tools_module(body.tools_module, "toolsModule")
+        if body.tools_module
+        else None,
     )
     await open_incident(
         state.client,
@@ -93,6 +97,7 @@ async def create_incident(body: IncidentCreate, state: State, caller: Operator) 
         source_field="sourceRunId",
         catalogs=state.catalogs(),
         substitute_field="substituteModel",
+        tools_module_field="toolsModule",
     )
     log.info("incident opened", incident_id=request.incident_id, caller=caller.caller)
     return IncidentAccepted(incident_id=request.incident_id, source_run_id=body.source_run_id)

@@ -12,6 +12,7 @@ from api.auth import OPERATE, READ, Principal, require_role
 from api.errors import naming
 from api.schemas import CancelAccepted, ReplayAccepted, ReplayCreate, camel
 from api.state import State
+from app.replay_checks import pin_tools_module
 from app.replays import cancel_replay, new_plan, replay_view, start_replay
 from models import ReplayMode
 from models.replay_plans import PlanFields
@@ -34,6 +35,8 @@ API_FIELDS = PlanFields(
     substitute_model="substituteModel",
     system_prompt="candidateSystemPrompt",
     tools="candidateTools",
+    tools_module="toolsModule",
+    sandbox_live="fixtureMissPolicy SANDBOX_LIVE",
     deny_approvals="denyApprovals",
     replay_id="replayId",
     mode_names={mode: mode.value for mode in ReplayMode},
@@ -82,6 +85,9 @@ async def create_replay(body: ReplayCreate, state: State, caller: Operator) -> R
         substitute_model=body.substitute_model,
         max_loop_calls=body.max_loop_calls,
         candidates=candidates,
+        tools_module=pin_tools_module(body.tools_module, "toolsModule")
+        if body.tools_module
+        else None,
     )
     await start_replay(
         state.client,

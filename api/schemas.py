@@ -66,6 +66,13 @@ def CandidateSystemPrompt() -> Any:
     return Field(default=None, min_length=1, max_length=1024 * 1024)
 
 
+def ToolsModule() -> Any:
+    """The team's read-only tools (``package.module[:ATTRIBUTE]`` or a ``replaybook.tools``
+    entry-point name, installed beside the server): with ``fixtureMissPolicy`` SANDBOX_LIVE
+    they answer READ fixture misses inside the sandbox (``docs/your-tools.md``)."""
+    return Field(default=None, min_length=1, max_length=300)
+
+
 def CandidateTools() -> Any:
     """A tool-loop run's candidate tool catalogue: tools as the run's catalogue records them
     (``name``, ``description``, ``parameters``, ``side_effect_class``) or OpenAI function
@@ -82,6 +89,7 @@ class ReplayCreate(Body):
     substitute_model: str | None = Version()
     candidate_system_prompt: str | None = CandidateSystemPrompt()
     candidate_tools: list[dict[str, Any]] | None = CandidateTools()
+    tools_module: str | None = ToolsModule()
     #: the first step regenerated: history before it, the step itself and every step after it
     #: re-run (``"planner"`` re-runs the planner under the candidate)
     start_from_step: str | None = Version()
@@ -142,6 +150,7 @@ class IncidentCreate(Body):
     #: counterfactuals for a tool-loop run: a system prompt and a tool catalogue to try
     candidate_system_prompt: str | None = CandidateSystemPrompt()
     candidate_tools: list[dict[str, Any]] | None = CandidateTools()
+    tools_module: str | None = ToolsModule()
 
 
 class IncidentAccepted(Body):

@@ -14,6 +14,7 @@ from app.replay_checks import (
     candidate_problem,
     check_candidates,
     check_incident_id_free,
+    check_tools_module,
 )
 from app.replays import ClientSource, check_source_run, workflow_status_name
 from app.workflow_queries import query_status
@@ -101,6 +102,7 @@ async def open_incident(
     id_field: str = "incident_id",
     candidate_field: str = "counterfactuals",
     substitute_field: str = "substitute_model",
+    tools_module_field: str = "tools_module",
 ) -> None:
     """Check the request, then connect (``client``) and start the ``Incident`` workflow (id =
     incident id). Before any connection to Temporal: an unknown run is ``RunNotFoundError``,
@@ -130,6 +132,11 @@ async def open_incident(
             raise InvalidInputError(
                 f"{substitute_field} {substitute}: {problem}", field=substitute_field
             )
+    if request.tools_module is not None:  # every replay's misses answered by the team's tools
+        swapped = tuple(cf.value for cf in request.counterfactuals if cf.kind == "tools")
+        await check_tools_module(
+            stores, run, request.tools_module, swapped, tools_module_field, request.miss_policy
+        )
     connected = await client()
     try:
         await connected.start_workflow(

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from app.candidates import tool_loop_problem
-from app.replay_checks import candidate_problem
+from app.replay_checks import candidate_problem, check_tools_module
 from app.replays import new_replay_id
 from models import FixtureMissPolicy
 from models.errors import InvalidInputError, NotFoundError
@@ -23,11 +23,13 @@ from models.gate_power import (
     repeats_for_power,
     repeats_to_decide,
 )
+from models.ingest import TOOL_LOOP_GRAPH_ID
 from models.queues import CONTROL_QUEUE
 from models.regression import RegressionCase, evaluate_case
 from models.replay_flow import ReplayPlan, ReplayWorkflowInput
 from models.replay_plans import PlanFields, plan_for_candidates
 from models.statistics import wilson_interval
+from models.tools_module import ToolsModulePin
 from models.verdicts import outcome_verdict
 from runtime.trajectory import load_trajectory
 from runtime.verification import require_verified
@@ -40,13 +42,23 @@ if TYPE_CHECKING:
     from stores.bundle import Stores
 
 #: the gate names its inputs as ``replaybook regress`` flags
-GATE_FIELDS = PlanFields(candidate="--candidate", repeat="--repeat")
+GATE_FIELDS = PlanFields(
+    candidate="--candidate",
+    repeat="--repeat",
+    tools_module="--tools-module",
+    sandbox_live="--on-fixture-miss sandbox-live",
+)
 
 
 def candidate_plan(
-    case_run_id: str, candidates: Sequence[tuple[str, str]], miss: FixtureMissPolicy, seed: int
+    case_run_id: str,
+    candidates: Sequence[tuple[str, str]],
+    miss: FixtureMissPolicy,
+    seed: int,
+    tools_module: ToolsModulePin | None = None,
 ) -> ReplayPlan:
-    """The gate's replay of one case with the candidate swapped in."""
+    """The gate's replay of one case with the candidate swapped in (and the team's tools
+    answering its fixture misses, ``--tools-module``)."""
     return plan_for_candidates(
         case_run_id,
         dict(candidates),
@@ -54,6 +66,7 @@ def candidate_plan(
         sampling_seed=seed,
         miss=miss,
         fields=GATE_FIELDS,
+        tools_module=tools_module,
     )
 
 
@@ -173,6 +186,7 @@ async def run_gate(
     catalogs: Mapping[str, AgentCatalog] | None = None,
     graphs: Sequence[str] = (),
     on_case: Callable[[int, int], None] | None = None,
+    tools_module: ToolsModulePin | None = None,
 ) -> dict[str, Any]:
     """Every active case, replayed with the candidate under fresh sampling seeds (recorded in
     the result): a case PASSES only when the upper end of the 95 % Wilson interval of its
@@ -182,7 +196,9 @@ async def run_gate(
     ``repeat``: a count, or ``GateRepeats`` (``--repeat auto``, ``--seeds``, ``--threshold``).
     With the deployment's ``catalogs``, only the cases of the graphs the candidate applies to
     (or of ``graphs``) are replayed, and an unknown candidate is refused up front.
-    ``on_case(done, total)`` is told after each case (a progress bar)."""
+    ``on_case(done, total)`` is told after each case (a progress bar). ``tools_module``: the
+    team's read-only tools, for the cases of tool-loop runs (each checked against the case
+    run's tool catalogue and the candidate's before any replay)."""
     repeats = repeat if isinstance(repeat, GateRepeats) else GateRepeats(count=repeat)
     repeats.check()
     cases = await SqlIncidentStore(stores.db).active_cases()
@@ -195,11 +211,16 @@ async def run_gate(
         await require_verified(
             stores.ledger, case.source_run_id, to=f"gate on regression case {case.case_id}"
         )
+    teams: dict[str, ToolsModulePin | None] = {}
+    for case in cases:
+        teams[case.case_id] = await _case_tools(stores, case, candidates, miss, tools_module)
     results: list[dict[str, Any]] = []
     for case in cases:
         if on_case is not None:
             on_case(len(results), len(cases))
-        results.append(await _gate_case(client, stores, case, candidates, repeats, miss))
+        results.append(
+            await _gate_case(client, stores, case, candidates, repeats, miss, teams[case.case_id])
+        )
     return {
         "candidate": {k: v for k, v in candidates},
         "graphs": selected,
@@ -210,6 +231,25 @@ async def run_gate(
         "inconclusive": sum(r["verdict"] == "INCONCLUSIVE" for r in results),
         "cases": results,
     }
+
+
+async def _case_tools(
+    stores: Stores,
+    case: RegressionCase,
+    candidates: Sequence[tuple[str, str]],
+    miss: FixtureMissPolicy,
+    tools_module: ToolsModulePin | None,
+) -> ToolsModulePin | None:
+    """The tools module a case's replays use: only a tool-loop run's (an agent built on this
+    runtime answers from its own READ providers), checked as ``replay start`` checks it."""
+    if tools_module is None:
+        return None
+    run = await stores.ledger.get_run(case.source_run_id)
+    if run.graph_id != TOOL_LOOP_GRAPH_ID:
+        return None
+    swapped = tuple(value for kind, value in candidates if kind == "tools")
+    await check_tools_module(stores, run, tools_module, swapped, "--tools-module", miss)
+    return tools_module
 
 
 async def case_threshold(stores: Stores, case: RegressionCase) -> tuple[float, str]:
@@ -247,6 +287,7 @@ async def _gate_case(
     candidates: Sequence[tuple[str, str]],
     repeats: GateRepeats,
     miss: FixtureMissPolicy,
+    tools_module: ToolsModulePin | None = None,
 ) -> dict[str, Any]:
     """One case replayed with the candidate (fresh seeds, or the given ones) and decided."""
     from workflows.replay import ReplayWorkflow
@@ -256,7 +297,9 @@ async def _gate_case(
     else:
         threshold, source = await case_threshold(stores, case)
     seeds = repeats.draw(repeats.per_case(threshold))
-    plans = [candidate_plan(case.source_run_id, candidates, miss, seed) for seed in seeds]
+    plans = [
+        candidate_plan(case.source_run_id, candidates, miss, seed, tools_module) for seed in seeds
+    ]
     outcomes = await asyncio.gather(
         *(
             client.execute_workflow(

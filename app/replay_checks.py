@@ -6,14 +6,24 @@ request that cannot work never becomes a workflow that fails late."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from app.candidates import tool_loop_problem
-from models import ApprovalRecord, ExecutionEventType, ReplayMode, SideEffectRecord
+from models import (
+    ApprovalRecord,
+    ExecutionEventType,
+    FixtureMissPolicy,
+    ReplayMode,
+    RunRecord,
+    SideEffectRecord,
+)
 from models.errors import ConflictError, InvalidInputError, NotFoundError, RunNotFoundError
+from models.ingest import TOOL_LOOP_GRAPH_ID
 from models.replay_flow import ReplayPlan
 from models.replay_plans import PlanFields
+from models.tools_module import ToolsModulePin
 
 if TYPE_CHECKING:
     from runtime.replay.catalog import AgentCatalog
@@ -119,10 +129,84 @@ async def check_replay_plan(
             replay_model(
                 catalog, plan.mode, plan.model_name, plan.substitute_model, run.pinned.model_profile
             )
+    if plan.tools_module is not None:
+        tools = (plan.candidate_tools,) if plan.candidate_tools else ()
+        await check_tools_module(stores, run, plan.tools_module, tools, fields.tools_module)
     if plan.from_step is not None:
         await _check_step(stores, plan, fields.from_step)
     if plan.deny_approvals:
         await check_denials(stores, plan.source_run_id, plan.deny_approvals, fields.deny_approvals)
+
+
+def pin_tools_module(name: str, field: str) -> ToolsModulePin:
+    """The team's tools module the user named (a module path or a ``replaybook.tools``
+    entry-point name), imported and checked (its contract, at least one READ tool) and pinned
+    by the hash of its source files; ``InvalidInputError`` naming ``field`` otherwise."""
+    from runtime.team_tools import load_team_tools
+
+    return load_team_tools(name, field).pin
+
+
+async def check_tools_module(
+    stores: Stores,
+    run: RunRecord,
+    pin: ToolsModulePin,
+    candidate_tools: Sequence[str],
+    field: str,
+    miss: FixtureMissPolicy = FixtureMissPolicy.SANDBOX_LIVE,
+) -> None:
+    """Each READ tool of the team's module is a tool of the run's own tool catalogue or of a
+    candidate one (``--tools-file``), and READ there: a tool the catalogue says is WRITE is
+    never called, and one the model is never offered would never be asked for."""
+    from runtime.tool_loop.conversation import LoopInput
+    from runtime.tool_loop.graph import load_tools_json
+
+    if miss is not FixtureMissPolicy.SANDBOX_LIVE:
+        raise InvalidInputError(
+            f"{field} {pin.module}: the team's tools answer fixture misses only under the "
+            f"sandbox-live miss policy (here {miss.value})",
+            field=field,
+        )
+    if run.graph_id != TOOL_LOOP_GRAPH_ID:
+        raise InvalidInputError(
+            f"{field} {pin.module}: a team's tools answer tool-loop runs (ingested or imported "
+            f"agents); run {run.run_id} is {run.graph_id}, whose READ tools are its own",
+            field=field,
+        )
+    started = await stores.ledger.events_with_payloads(
+        run.run_id, types=frozenset({ExecutionEventType.RUN_STARTED})
+    )
+    agent_input = json.loads(started[0][1] or b"{}").get("input") if started else None
+    loop = LoopInput.from_json(agent_input)
+    catalogues = [
+        (f"run {run.run_id}'s tool catalogue", await load_tools_json(stores.artifacts, loop))
+    ]
+    for digest in candidate_tools:
+        catalogues.append(
+            ("the candidate tool catalogue", json.loads(await stores.artifacts.get(digest)))
+        )
+    for name in pin.read_tools:
+        found = [
+            (where, tool.get("side_effect_class") or "WRITE")
+            for where, tools in catalogues
+            for tool in tools
+            if tool.get("name") == name
+        ]
+        if not found:
+            names = sorted({str(t.get("name")) for _, tools in catalogues for t in tools})
+            raise InvalidInputError(
+                f"{field} {pin.module}: tool {name!r} is not in "
+                f"{' nor '.join(where for where, _ in catalogues)} "
+                f"(tools: {', '.join(names) or 'none'})",
+                field=field,
+            )
+        for where, effect in found:
+            if effect != "READ":
+                raise InvalidInputError(
+                    f"{field} {pin.module}: tool {name!r} is {effect} in {where}; a replay "
+                    "never calls a WRITE tool",
+                    field=field,
+                )
 
 
 async def _check_step(stores: Stores, plan: ReplayPlan, field: str) -> None:

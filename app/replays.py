@@ -16,6 +16,7 @@ from models.errors import ConflictError, InvalidInputError, NotFoundError, RunNo
 from models.queues import CONTROL_QUEUE
 from models.replay_flow import ReplayOutcome, ReplayPlan, ReplayWorkflowInput
 from models.replay_plans import PLAN_FIELDS, PlanFields, build_replay_plan
+from models.tools_module import ToolsModulePin
 from models.verdicts import outcome_summary, repeat_verdict
 from runtime.ports import EventLedger
 
@@ -56,6 +57,7 @@ def new_plan(
     substitute_model: str | None = None,
     max_loop_calls: int | None = None,
     candidates: dict[str, str] | None = None,
+    tools_module: ToolsModulePin | None = None,
 ) -> ReplayPlan:
     """A plan for a new replay: ``build_replay_plan`` with a fresh id and sampling seed
     unless the caller chose them; ``candidates``: a tool-loop run's stored candidate system
@@ -80,6 +82,7 @@ def new_plan(
         max_loop_calls=max_loop_calls,
         system_prompt=(candidates or {}).get("system_prompt"),
         tools=(candidates or {}).get("tools"),
+        tools_module=tools_module,
     )
 
 

@@ -250,6 +250,15 @@ ToolsFile = Annotated[
         "(name, description, parameters, side_effect_class).",
     ),
 ]
+ToolsModule = Annotated[
+    str | None,
+    typer.Option(
+        "--tools-module",
+        help="The team's read-only tools (pkg.mod[:ATTR] or a replaybook.tools entry point): "
+        "with --on-fixture-miss sandbox-live they answer READ misses inside the sandbox "
+        "(docs/your-tools.md).",
+    ),
+]
 
 
 async def stored_candidates(

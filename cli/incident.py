@@ -12,6 +12,7 @@ from cli.common import (
     Progress,
     SystemPromptFile,
     ToolsFile,
+    ToolsModule,
     load_settings,
     print_json,
     run_async,
@@ -157,11 +158,13 @@ async def incident_open(
     model: CandidateModel = None,
     system_prompt_file: SystemPromptFile = None,
     tools_file: ToolsFile = None,
+    tools_module: ToolsModule = None,
     as_json: JsonOption = False,
 ) -> None:
     """Open an incident for RUN_ID: starts the Incident workflow (id = incident id). Its
     replays share one budget (no limit unless given)."""
     from app.incidents import new_incident_request, parse_candidates
+    from app.replay_checks import pin_tools_module
     from app.replays import parse_budget, parse_miss_policy
     from models.replay_plans import CANDIDATE_KINDS
 
@@ -189,6 +192,7 @@ async def incident_open(
         watch_clean_runs=watch_clean_runs,
         watch_days=watch_days,
         substitute_model=substitute_model or None,
+        tools_module=pin_tools_module(tools_module, "--tools-module") if tools_module else None,
     )
     await _open(settings, request)
     view = {"incident_id": request.incident_id, "source_run_id": run_id, "phase": "FREEZING"}
@@ -211,6 +215,7 @@ async def _open(settings: Any, request: Any) -> None:
             id_field="--incident-id",
             candidate_field="--counterfactual",
             substitute_field="--substitute-model",
+            tools_module_field="--tools-module",
         )
 
 
@@ -454,6 +459,7 @@ def regress(
     on_fixture_miss: Annotated[
         str, typer.Option("--on-fixture-miss", help="fail | stub | sandbox-live")
     ] = "sandbox-live",
+    tools_module: ToolsModule = None,
     as_json: JsonOption = False,
 ) -> None:
     """Replay every active regression case of the agents the candidate applies to, with fresh
@@ -467,7 +473,7 @@ def regress(
     repeats = GateRepeats.from_flags(repeat, power, rate, seeds, threshold)
     files = (system_prompt_file, tools_file)
     named = [*(candidate or []), *([f"model={model}"] if model else [])]
-    _gate(named, graph or [], repeats, on_fixture_miss, as_json, files)
+    _gate(named, graph or [], repeats, on_fixture_miss, as_json, files, tools_module)
 
 
 @run_async
@@ -478,9 +484,11 @@ async def _gate(
     on_fixture_miss: str,
     as_json: bool,
     files: tuple[Path | None, Path | None] = (None, None),
+    tools_module: str | None = None,
 ) -> None:
     from app.incidents import parse_candidates
     from app.regression import gated_graphs, run_gate
+    from app.replay_checks import pin_tools_module
     from app.replays import parse_miss_policy
     from models.replay_plans import CANDIDATE_KINDS
     from stores.bundle import open_stores
@@ -495,6 +503,7 @@ async def _gate(
             field="--candidate",
         )
     miss = parse_miss_policy(on_fixture_miss)
+    team = pin_tools_module(tools_module, "--tools-module") if tools_module else None
     settings = load_settings()
     known = catalogs(None, settings.models)
     gated_graphs(known, pairs, graphs)  # an unknown candidate or agent: exit 2 before any work
@@ -518,6 +527,7 @@ async def _gate(
             catalogs=known,
             graphs=graphs,
             on_case=on_case,
+            tools_module=team,
         )
         result = await with_progress(gate, poll, "regression gate")
     print_json(result) if as_json else _print_gate(result)

@@ -12,6 +12,7 @@ from cli.common import (
     Progress,
     SystemPromptFile,
     ToolsFile,
+    ToolsModule,
     fail,
     load_settings,
     print_json,
@@ -77,6 +78,8 @@ def cli_fields() -> PlanFields:
         substitute_model="--substitute-model",
         system_prompt="--system-prompt-file",
         tools="--tools-file",
+        tools_module="--tools-module",
+        sandbox_live="--on-fixture-miss sandbox-live",
         deny_approvals="--deny-approval",
         replay_id="--replay-id",
         mode_names={mode: cli.value for cli, mode in MODES.items()},
@@ -167,10 +170,12 @@ async def replay_start(
     wait: Annotated[bool, typer.Option("--wait", help="Wait for the result.")] = False,
     system_prompt_file: SystemPromptFile = None,
     tools_file: ToolsFile = None,
+    tools_module: ToolsModule = None,
     as_json: JsonOption = False,
 ) -> None:
     """Start a replay of RUN_ID (a Temporal workflow whose id is the replay id); with --wait,
     exit 1 when it ends FAILED or CANCELED."""
+    from app.replay_checks import pin_tools_module
     from app.replays import new_plan, parse_budget, parse_miss_policy
 
     budget = parse_budget(
@@ -197,6 +202,7 @@ async def replay_start(
         substitute_model=substitute_model,
         max_loop_calls=max_loop_calls,
         candidates=await stored_candidates(system_prompt_file, tools_file),
+        tools_module=pin_tools_module(tools_module, "--tools-module") if tools_module else None,
     )
     await _start(plan, wait=wait, as_json=as_json)
 
@@ -311,6 +317,10 @@ def _print_outcome(view: dict[str, Any]) -> None:
     typer.echo(
         f"  writes blocked {view['writes_blocked']}, executed {view['writes_executed']}, fixture misses {view['fixture_misses']}"
     )
+    team = (view.get("manifest") or {}).get("tools_module")
+    if team:  # whose code answered the READ misses live, as pinned
+        shown = f" ({team['distribution']})" if team.get("distribution") else ""
+        typer.echo(f"  tools module {team['module']}@{team['digest']}{shown}")
 
 
 @replay_app.command("status")

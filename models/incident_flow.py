@@ -13,6 +13,7 @@ from models.fork_points import ForkPoint, ForkResult
 from models.replay import ReplayBudget
 from models.replay_plans import candidate_mode
 from models.retry_flow import SideEffectRetryResult
+from models.tools_module import ToolsModulePin
 from models.watch import WatchCounts
 
 
@@ -78,6 +79,9 @@ class IncidentRequest(Record):
     #: the registered model every replay of the incident calls instead of the recorded one
     #: (an imported run's model is rarely deployed here); pinned in each replay's manifest
     substitute_model: str | None = Field(default=None, min_length=1)
+    #: the team's read-only tools answering every replay's fixture misses under
+    #: ``SANDBOX_LIVE`` inside the sandbox (``--tools-module``), pinned by its source hash
+    tools_module: ToolsModulePin | None = None
     #: set by continue-as-new during the watch: the view to go on watching with
     resume: IncidentView | None = None
 

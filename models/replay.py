@@ -10,6 +10,7 @@ from pydantic import Field
 
 from models.base import Digest, HashedRecord, Identifier, Instant, Record
 from models.enums import DiffType, FixtureMissPolicy, ReplayConfidence, ReplayMode, ReplayStatus
+from models.tools_module import ToolsModulePin
 
 
 class ReplayBudget(Record):
@@ -54,6 +55,8 @@ class ReplayManifest(HashedRecord):
     #: swapped in (``--system-prompt-file``, ``--tools-file``)
     candidate_system_prompt: Digest | None = None
     candidate_tools: Digest | None = None
+    #: the team's tools module that answered fixture misses live (``--tools-module``)
+    tools_module: ToolsModulePin | None = None
     prompt_bundle_hash: Digest | None = None
     graph_version: Identifier
     policy_version: str | None = None
@@ -68,7 +71,7 @@ class ReplayManifest(HashedRecord):
     def canonical_payload(self) -> dict[str, Any]:
         # a manifest with no candidate hashes as manifests did before candidates existed
         data = super().canonical_payload()
-        for key in ("candidate_system_prompt", "candidate_tools"):
+        for key in ("candidate_system_prompt", "candidate_tools", "tools_module"):
             if data.get(key) is None:
                 data.pop(key, None)
         return data

@@ -19,6 +19,7 @@ from models.enums import (
 )
 from models.ingest import TOOL_LOOP_GRAPH_ID
 from models.replay import ReplayBudget, ReplayComparison, ReplayManifest
+from models.tools_module import ToolsModulePin
 
 #: the default of ``ReplayPlan.max_loop_calls``: a few turns of an imported tau-bench
 #: conversation (its recorded runs allow 30 model calls); what it costs on a small local model
@@ -65,6 +66,9 @@ class ReplayPlan(Record):
     #: a candidate tool catalogue for a tool-loop run (``--tools-file``: descriptions,
     #: schemas): the artifact digest of its canonical JSON
     candidate_tools: str | None = None
+    #: the team's read-only tools answering fixture misses under ``SANDBOX_LIVE`` inside the
+    #: sandbox (``--tools-module``): the module's name and the hash of its source files
+    tools_module: ToolsModulePin | None = None
     policy_version: str | None = None
     retriever_version: str | None = None
     deny_approvals: tuple[str, ...] = ()

@@ -15,6 +15,7 @@ from models.enums import FixtureMissPolicy, ReplayMode
 from models.errors import InvalidInputError
 from models.replay import ReplayBudget
 from models.replay_flow import DEFAULT_MAX_LOOP_CALLS, ReplayPlan
+from models.tools_module import ToolsModulePin
 
 #: what a counterfactual or a regression candidate may swap (``system_prompt`` and ``tools``:
 #: a tool-loop run's compiled system prompt and tool catalogue, by artifact digest)
@@ -45,6 +46,9 @@ class PlanFields:
     replay_id: str = "replay_id"
     system_prompt: str = "candidate_system_prompt"
     tools: str = "candidate_tools"
+    tools_module: str = "tools_module"
+    #: how the caller names the ``SANDBOX_LIVE`` miss policy (``--on-fixture-miss sandbox-live``)
+    sandbox_live: str = "miss_policy SANDBOX_LIVE"
     mode_names: Mapping[ReplayMode, str] = field(
         default_factory=lambda: {mode: mode.value for mode in ReplayMode}
     )
@@ -115,6 +119,7 @@ def build_replay_plan(
     max_loop_calls: int | None = None,
     system_prompt: str | None = None,
     tools: str | None = None,
+    tools_module: ToolsModulePin | None = None,
 ) -> ReplayPlan:
     """Check that the inputs fit the mode (each mismatch named in the caller's ``fields``
     vocabulary) and build the plan; ``InvalidInputError`` with ``field`` set otherwise.
@@ -129,6 +134,12 @@ def build_replay_plan(
         )
     if max_loop_calls is not None and max_loop_calls < 0:
         raise _invalid(fields.max_loop_calls, f"{fields.max_loop_calls} must not be negative")
+    if tools_module is not None and miss is not FixtureMissPolicy.SANDBOX_LIVE:
+        raise _invalid(
+            fields.tools_module,
+            f"{fields.tools_module} {tools_module.module}: the team's tools answer fixture "
+            f"misses only under {fields.sandbox_live} (here {miss.value})",
+        )
     cap = DEFAULT_MAX_LOOP_CALLS if max_loop_calls is None else (max_loop_calls or None)
     return ReplayPlan(
         replay_id=replay_id,
@@ -139,6 +150,7 @@ def build_replay_plan(
         substitute_model=substitute_model,
         candidate_system_prompt=system_prompt,
         candidate_tools=tools,
+        tools_module=tools_module,
         policy_version=policy,
         retriever_version=retriever,
         deny_approvals=tuple(deny_approvals),
@@ -174,6 +186,7 @@ def plan_for_candidates(
     repeat: int = 1,
     fields: PlanFields = PLAN_FIELDS,
     substitute_model: str | None = None,
+    tools_module: ToolsModulePin | None = None,
 ) -> ReplayPlan:
     """The plan that replays ``run_id`` with ``candidates`` (``{"prompt": "v18"}``…) swapped
     in: what a counterfactual of an incident and a regression-gate replay run;
@@ -204,4 +217,5 @@ def plan_for_candidates(
         miss=miss,
         fields=fields,
         substitute_model=substitute_model,
+        tools_module=tools_module,
     )

@@ -60,6 +60,7 @@ class ForkPhases(IncidentState):
                 repeat=request.repeat,
                 miss=request.miss_policy,
                 substitute_model=request.substitute_model,
+                tools_module=request.tools_module,
             )
             if allotments is not None:
                 plan = plan.model_copy(update={"budget": allotments[n]})

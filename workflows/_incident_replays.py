@@ -72,6 +72,7 @@ class ReplayPhases(IncidentState):
                 miss=request.miss_policy,
                 repeat=request.repeat,
                 substitute_model=request.substitute_model,
+                tools_module=request.tools_module,
             )
             if allotments is not None:
                 plan = plan.model_copy(update={"budget": allotments[index]})

@@ -215,13 +215,17 @@ class IncidentWorkflow(EvidencePhases, ReplayPhases, ForkPhases, ClosingPhases):
         if request.retry_not_applied:
             await self._retry_not_applied()
         await self._sign(request)
-        await self._enter(
-            IncidentPhase.REPLAYING,
+        pinned = [
             f"every replay calls {request.substitute_model} instead of the recorded model "
             "(substitute model, pinned in each replay's manifest)"
             if request.substitute_model
             else "",
-        )
+            f"READ fixture misses answered in the sandbox by the tools module "
+            f"{request.tools_module.label()} (pinned in each replay's manifest)"
+            if request.tools_module is not None
+            else "",
+        ]
+        await self._enter(IncidentPhase.REPLAYING, "; ".join(p for p in pinned if p))
         await self._replays(request, [None])
         await self._enter(IncidentPhase.COUNTERFACTUALS)
         # divergence first: the fork replays before (with ``fork_first`` instead of) the

@@ -83,6 +83,7 @@ class StepBroker:
             "artifacts.put": self._put,
             "model.complete": self._complete,
             "tool.read": self._tool_read,
+            "tool.allow": self._tool_allow,
             "vault.record_artifact_raw": self._record_artifact_raw,
             "vault.add_subjects": self._add_subjects,
             # the carried puts of a job's end (stored by ``handle`` before this answers)
@@ -321,3 +322,19 @@ class StepBroker:
         # the replay's own run id and a time the source recorded, whatever the child named
         context = ToolCallContext(run_id=self.replay_id, logical_time=logical_time)
         return await providers[capability](arguments, context)
+
+    async def _tool_allow(self, p: dict[str, Any]) -> Any:
+        """A live read the team's tools module answers inside the sandbox (``--tools-module``):
+        allowed as ``tool.read`` is, for a READ tool the pinned module declares; the answer is
+        the logical time to call it with (a time the source recorded)."""
+        capability = str(p["capability_id"])
+        team = self.guard.plan.tools_module
+        if team is None or capability not in team.read_tools:
+            raise Refused(
+                "tool.allow",
+                f"tool.allow of {capability!r}: no READ tool of the plan's tools module",
+            )
+        logical_time = await self.guard.allow_tool_read(
+            p["graph_id"], capability, dict(p["arguments"]), p["context"]
+        )
+        return logical_time.isoformat()

@@ -182,7 +182,10 @@ class ReplayGuard:
         if graph_id != self.run.graph_id:
             raise refuse(f"graph {graph_id!r} is not the source run's ({self.run.graph_id!r})")
         registry = self.catalog.capabilities
-        if str(capability_id) in self.catalog.live_read_tools:
+        team = self.plan.tools_module
+        if str(capability_id) in self.catalog.live_read_tools or (
+            team is not None and str(capability_id) in team.read_tools
+        ):
             # the generic tool loop: the source run's own tool catalogue says READ or WRITE
             from runtime.tool_loop.graph import source_registry
 

@@ -32,6 +32,7 @@ from models import (
 from models.model_call import ModelResponse
 from runtime.replay.engine import ReplayEngine
 from runtime.replay.source import ForkPoint, ReplaySource, SourceEvidence
+from runtime.tools import ToolCallContext
 
 Call = Callable[[str, dict[str, Any]], Any]
 #: recorded items sent per window (model responses, prompts, clock readings, fixtures)
@@ -171,6 +172,22 @@ class BrokeredEngine(ReplayEngine):
         super().__init__(*args, **kwargs)
         self._call = call
         self._brokered: OrderedDict[str, BrokeredSource] = OrderedDict()
+
+    async def live_read_time(
+        self, graph_id: str, tool: str, arguments: dict[str, Any], context: ToolCallContext
+    ) -> datetime:
+        """A team's READ tool runs here, in the sandbox, only once the worker's guard allowed
+        the call, at the logical time the guard gives (one the source recorded)."""
+        answer = self._call(
+            "tool.allow",
+            {
+                "graph_id": graph_id,
+                "capability_id": tool,
+                "arguments": arguments,
+                "context": codec.dump_context(context),
+            },
+        )
+        return datetime.fromisoformat(str(answer))
 
     async def step_source(self, run_id: str) -> ReplaySource:
         source = self._brokered.pop(run_id, None) or BrokeredSource(self._call, run_id)

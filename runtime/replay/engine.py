@@ -13,6 +13,7 @@ import random
 import time
 from collections import OrderedDict
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 from models import (
@@ -63,6 +64,8 @@ from runtime.replay.gateways import (
 )
 from runtime.replay.prompt_drift import RecordedPromptModelGateway
 from runtime.replay.source import ReplaySource, SourceEvidence, load_source_evidence
+from runtime.team_tools import pin_problem, pinned_team_tools
+from runtime.tools import ToolCallContext
 
 E = ExecutionEventType
 #: errors that end a replay with a (partial) result instead of failing it
@@ -170,6 +173,8 @@ class ReplayEngine:
         problems += await self._unusable_evidence(plan, source, catalog, graph)
         problems += _unknown_overrides(plan, catalog, run)
         problems += await candidate_problems(self.artifacts, plan, run.graph_id)
+        if plan.tools_module is not None and (problem := pin_problem(plan.tools_module)):
+            problems.append(problem)
 
         start_step: str | None = graph.entry
         state_ref: str | None = None
@@ -323,6 +328,13 @@ class ReplayEngine:
         return started.sequence, manifest
 
     # RUNNING --------------------------------------------------------------------------------
+
+    async def live_read_time(
+        self, graph_id: str, tool: str, arguments: dict[str, Any], context: ToolCallContext
+    ) -> datetime:
+        """The logical time a team's READ tool is called with: the replay's own (this process
+        records the replay). A sandboxed step's engine asks the worker's guard instead."""
+        return context.logical_time
 
     async def run_step(self, step: StepInput) -> StepOutput:
         """Execute one step of the replay; idempotent across retries (see module docstring)."""
@@ -600,6 +612,16 @@ class ReplayEngine:
             if plan.miss_policy is FixtureMissPolicy.SANDBOX_LIVE
             else {}
         )
+        if plan.tools_module is not None and plan.miss_policy is FixtureMissPolicy.SANDBOX_LIVE:
+            # the team's READ tools, imported and called in this process (a sandboxed step's:
+            # inside the sandbox), each call let through by ``live_read_time`` first
+            graph_id = run.graph_id
+
+            async def gate(tool: str, arguments: dict[str, Any], context: ToolCallContext) -> Any:
+                return await self.live_read_time(graph_id, tool, arguments, context)
+
+            team = pinned_team_tools(plan.tools_module).providers(gate)
+            live_reads = {**live_reads, **team}
         return AgentEnvironment(
             run_id=plan.replay_id,
             clock=recorder.clock,
@@ -663,6 +685,7 @@ def _manifest(plan: ReplayPlan, source: SourceEvidence, pinned: PinnedVersions) 
         substituted_model=plan.substitute_model if plan.mode is not ReplayMode.RECORDED else None,
         candidate_system_prompt=plan.candidate_system_prompt,
         candidate_tools=plan.candidate_tools,
+        tools_module=plan.tools_module,
         prompt_bundle_hash=pinned.prompt_bundle_hash,
         graph_version=run.graph_version,
         policy_version=pinned.policy_version,

@@ -325,15 +325,16 @@ class ReplayToolGateway:
             capability.sandbox_live_allowed and capability_id in self.read_providers
         ):
             policy = FixtureMissPolicy.FAIL  # sandbox-live only for READ capabilities that allow it
-        await self.recorder.record(
-            E.FIXTURE_MISS,
-            payload={
-                "capability_id": capability_id,
-                "request_hash": rhash,
-                "policy": policy.value,
-                "requested": self.miss_policy.value,
-            },
-        )
+        payload: dict[str, Any] = {
+            "capability_id": capability_id,
+            "request_hash": rhash,
+            "policy": policy.value,
+            "requested": self.miss_policy.value,
+        }
+        answered_by = getattr(self.read_providers.get(capability_id), "answered_by", None)
+        if policy is FixtureMissPolicy.SANDBOX_LIVE and answered_by is not None:
+            payload["answered_by"] = answered_by  # a team's tools module (``--tools-module``)
+        await self.recorder.record(E.FIXTURE_MISS, payload=payload)
         if policy is FixtureMissPolicy.STUB:
             return await self._record(
                 call_id, capability_id, arguments, capability.stub, ToolOutcome.STUBBED, started
