@@ -11,16 +11,21 @@ What it does not refuse, and how each is caught without a Python walk over the d
   float, bool and None (what else marshal takes, orjson refuses);
 - NaN and ±Infinity, which orjson writes as ``null``: each float is in marshal's output as a
   type byte and its 8 IEEE bytes (little-endian), and a non-finite one has all exponent bits
-  set, a byte pattern found by one regular-expression search (a match inside string bytes is
-  a false alarm that only costs the slow path);
+  set, a byte pattern found by one regular-expression search. A match can be a false alarm
+  (the pattern across string, length or other floats' bytes: likely in a megabyte of floats),
+  so a match is settled by reading the output back: ``orjson.loads(out) == value`` holds only
+  when no float became ``null`` (a tuple, read back as a list, also fails it: slow path);
 - text that is not NFC, and objects whose keys sort differently by UTF-16 code units than by
   code points (only possible when the text has characters above U+FFFF *and* in U+E000–U+FFFF):
-  decided from the set of distinct non-ASCII characters of the emitted text (its non-ASCII
-  bytes, cut out natively). Text whose every character has canonical combining class 0 and
-  NFC_Quick_Check=Yes is NFC (UAX #15's quick check answers YES; ASCII characters all are),
-  so only text with another character is checked whole. The emitted text is NFC whenever each
-  string in it is (JSON's delimiters and escapes are ASCII characters that compose with nothing
-  before them);
+  text whose every character has canonical combining class 0 and NFC_Quick_Check=Yes
+  ("stable") is NFC (UAX #15's quick check answers YES; ASCII characters all are), so only
+  text with another character is checked whole. First, at memchr speed: the UTF-8 lead bytes
+  of every unstable character are known (``_unsafe_leads``, from the Unicode database); text
+  with none of them (Latin-1 and most Latin, Cyrillic, CJK ideographs, Hangul, emoji...) is
+  stable. Otherwise the set of distinct non-ASCII characters (its non-ASCII bytes cut out
+  natively) decides, and text with an unstable one is checked whole. The emitted text is NFC
+  whenever each string in it is (JSON's delimiters and escapes are ASCII characters that
+  compose with nothing before them);
 - number text: the doubles whose ES6 text differs (integral below 1e21, ``-0.0``, and those in
   [1e-6, 1e-5)) are the tokens this module's patterns find outside strings. The common case,
   an integral double below 1e16 that orjson writes as ``<integer>.0``, loses its ``.0`` (and
@@ -39,9 +44,11 @@ import marshal
 import re
 from collections.abc import Callable
 from typing import Any
-from unicodedata import combining, decomposition, is_normalized
+from unicodedata import combining, decomposition, is_normalized, unidata_version
 
 import orjson
+
+from models import canonical_unicode
 
 __all__ = ["emit_fast"]
 
@@ -64,6 +71,8 @@ _NON_FINITE_7F, _NON_FINITE_FF = (
 #: the end of a number token that orjson writes for an integral double below 1e16 (and -0.0):
 #: ``<integer>.0``; its ES6 text is the integer (``0`` for -0.0)
 _POINT_ZERO = re.compile(rb"\.0(?=[,\]}]|\Z)")
+#: whether there is any ``.0`` at all: a regular expression finds it 3x faster than ``bytes in``
+_POINT_ZERO_ANY = re.compile(rb"\.0")
 #: the ends of the other number tokens whose orjson text differs from ES6's: integral doubles in
 #: [1e16, 1e21) and doubles in [1e-6, 1e-5). Each pattern starts with its rarest literal ("+",
 #: "-6"; "e" is in every word), which the engine finds at memchr speed, and looks behind for "e"
@@ -87,12 +96,6 @@ _FIXED_MAX = 4096
 #: a number token at the end of a window; outside strings, whatever precedes it is a delimiter
 _TOKEN_TAIL = re.compile(rb"-?[0-9][0-9.e+-]*\Z")
 _ASCII = bytes(range(128))
-#: the characters that sort after every character above U+FFFF by code point, before by UTF-16
-_E000_FFFF = frozenset(map(chr, range(0xE000, 0x10000)))
-
-#: non-ASCII characters known to have combining class 0 and NFC_Quick_Check=Yes ("stable");
-#: filled as they are met (bounded: at most every assigned character once)
-_STABLE: set[str] = set()
 #: characters that may follow another one in a canonical composition (NFC_Quick_Check=Maybe, a
 #: superset): computed on first need from the Unicode database
 _COMPOSING: frozenset[str] | None = None
@@ -110,23 +113,105 @@ def _composing() -> frozenset[str]:
     return _COMPOSING
 
 
-def _all_stable(chars: set[str]) -> bool:
-    """Whether every character has combining class 0 and NFC_Quick_Check=Yes."""
-    new = chars - _STABLE
-    if not new:
-        return True
+#: the UTF-8 lead bytes (as 1-byte strings) of every character that is not stable, a pattern
+#: matching such a character of the BMP (``re`` tests a class of BMP characters in one step,
+#: a class with astral ranges range by range: 50x slower), and the astral ranges (see
+#: ``unsafe_ranges``)
+_UNSAFE: tuple[tuple[bytes, ...], re.Pattern[str], list[tuple[int, int]]] | None = None
+_ASTRAL = re.compile("[\U00010000-\U0010ffff]")
+
+
+def unsafe_ranges() -> list[tuple[int, int]]:
+    """The code point ranges of every character that is not stable, from the Unicode database
+    (characters from plane 4 on, lead bytes F1-F4, all count: none has a decomposition or a
+    combining class today, and scanning them would cost 0.3 s). ~0.1 s: the table in
+    ``models.canonical_unicode`` serves it when the Unicode version is the same."""
     composing = _composing()
-    for c in new:
-        # is_normalized on one character is False exactly for NFC_Quick_Check=No; Maybe is
-        # what may compose with a character before it
-        if combining(c) or c in composing or not is_normalized("NFC", c):
+    ranges: list[tuple[int, int]] = []
+    for c in range(0x80, 0x40000):
+        if 0xD800 <= c < 0xE000:
+            continue
+        ch = chr(c)
+        # only a character with a decomposition can be NFC_Quick_Check=No
+        if not (
+            combining(ch) or ch in composing or (decomposition(ch) and not is_normalized("NFC", ch))
+        ):
+            continue
+        if ranges and ranges[-1][1] == c - 1:
+            ranges[-1] = (ranges[-1][0], c)
+        else:
+            ranges.append((c, c))
+    ranges.append((0x40000, 0x10FFFF))
+    return ranges
+
+
+def _unsafe() -> tuple[tuple[bytes, ...], re.Pattern[str], list[tuple[int, int]]]:
+    global _UNSAFE
+    if _UNSAFE is None:
+        if canonical_unicode.UNIDATA_VERSION == unidata_version:
+            ranges = canonical_unicode.unsafe_ranges()
+        else:
+            ranges = unsafe_ranges()
+        # the lead byte of UTF-8 grows with the code point: a range's leads are its ends' and
+        # every byte between
+        leads = {
+            lead for a, b in ranges for lead in range(chr(a).encode()[0], chr(b).encode()[0] + 1)
+        }
+        bmp = "".join(f"{re.escape(chr(a))}-{re.escape(chr(b))}" for a, b in ranges if b <= 0xFFFF)
+        astral = [(a, b) for a, b in ranges if b > 0xFFFF]
+        _UNSAFE = tuple(bytes([b]) for b in sorted(leads)), re.compile(f"[{bmp}]"), astral
+    return _UNSAFE
+
+
+def _stable_astral(chars: str, ranges: list[tuple[int, int]]) -> bool:
+    """Whether no character above U+FFFF of ``chars`` is in ``ranges``."""
+    for ch in set(_ASTRAL.findall(chars)):
+        c = ord(ch)
+        if any(a <= c <= b for a, b in ranges):
             return False
-    _STABLE.update(new)
     return True
+
+
+_HIGH_BMP = re.compile("[\ue000-\uffff]")
+
+
+def _stable_text(out: bytes) -> bool:
+    """Whether the non-ASCII text of ``out`` is NFC and orders keys alike by code point and by
+    UTF-16 code unit (False: only the slow path can tell)."""
+    leads, unsafe, astral_ranges = _unsafe()
+    astral = b"\xf0" in out or b"\xf1" in out or b"\xf2" in out or b"\xf3" in out or b"\xf4" in out
+    high_bmp = astral and (b"\xee" in out or b"\xef" in out)  # U+E000-U+FFFF and astral
+    if not high_bmp and not any(lead in out for lead in leads):
+        return True  # every non-ASCII character is stable (each 1-byte search is a memchr)
+    # the non-ASCII bytes are whole UTF-8 sequences, so they decode to those characters
+    chars = out.translate(None, _ASCII).decode()
+    if high_bmp and _HIGH_BMP.search(chars):
+        return False
+    if unsafe.search(chars) is None and (not astral or _stable_astral(chars, astral_ranges)):
+        return True
+    return is_normalized("NFC", out.decode())
 
 
 def _refuse(value: Any) -> Any:
     raise TypeError(type(value).__name__)
+
+
+def _found(data: bytes, first: bytes, pattern: re.Pattern[bytes], hops: int = 12) -> bool:
+    """``pattern.search(data) is not None`` for a pattern whose every match starts with the
+    byte ``first``. A regular expression scans ~4 bytes a nanosecond, ``bytes.find`` of one byte
+    (memchr) 100: in a large text the first few occurrences are tried by memchr hops, and only
+    a text with more of them is scanned by the expression (from the last hop on)."""
+    if len(data) < 16_384:
+        return pattern.search(data) is not None
+    find, match = data.find, pattern.match
+    i = find(first)
+    for _ in range(hops):
+        if i < 0:
+            return False
+        if match(data, i):
+            return True
+        i = find(first, i + 1)
+    return i >= 0 and pattern.search(data, i) is not None
 
 
 def emit_fast(value: Any, format_number: Callable[[float], str]) -> bytes | None:
@@ -136,36 +221,31 @@ def emit_fast(value: Any, format_number: Callable[[float], str]) -> bytes | None
         census = marshal.dumps(value, 4)
     except (TypeError, ValueError, RecursionError):  # orjson.JSONEncodeError is a TypeError
         return None
-    if (b"\x7f" in census and _NON_FINITE_7F.search(census)) or (
-        b"\xff" in census and _NON_FINITE_FF.search(census)
-    ):
+    if _found(census, b"\x7f", _NON_FINITE_7F) or _found(census, b"\xff", _NON_FINITE_FF):
+        try:
+            if orjson.loads(out) != value:  # a float written as null (or a tuple)
+                return None
+        except (orjson.JSONDecodeError, RecursionError):
+            return None
+    if not out.isascii() and not _stable_text(out):
         return None
-    if not out.isascii():
-        # the non-ASCII bytes are whole UTF-8 sequences, so they decode to those characters
-        chars = set(out.translate(None, _ASCII).decode())
-        if max(chars) > "\uffff" and not chars.isdisjoint(_E000_FFFF):
-            return None
-        if not _all_stable(chars) and not is_normalized("NFC", out.decode()):
-            return None
-    point_zero = b".0" in out
+    point_zero = _found(out, b".", _POINT_ZERO_ANY)
     if (
         point_zero
         and not out.endswith(b".0")
-        and not _STRING_POINT_ZERO.search(census)
-        and not _NEGATIVE_ZERO.search(census)
+        and not _found(census, b".", _STRING_POINT_ZERO)
+        and not _found(census, b"\x80", _NEGATIVE_ZERO)
     ):
         # marshal holds every string (and key) as its UTF-8 bytes, and escaping neither makes
         # nor breaks ".0" followed by a delimiter, so no string of the output has one either
         out = _DROP_POINT_ZERO(out)
         point_zero = False
-    # "+" is rare in JSON text and found at memchr speed, so most documents skip even the
-    # search; "-6" is searched by the pattern itself (the engine finds its literal faster than
-    # ``bytes in`` finds a two-byte needle), "e+" or "e-6" would stop at every "e" of the text
-    others = []
-    if b"+" in out and _OTHER_ENDS[0].search(out):
-        others.append(_OTHER_ENDS[0])
-    if _OTHER_ENDS[1].search(out):
-        others.append(_OTHER_ENDS[1])
+    # "e+" or "e-6" would stop at every "e" of the text: the searches start from "+" and "-"
+    others = [
+        pattern
+        for pattern, first in zip(_OTHER_ENDS, (b"+", b"-"), strict=True)
+        if _found(out, first, pattern)
+    ]
     if point_zero or others:
         return _fix_numbers(out, point_zero, others, format_number)
     return out
