@@ -30,6 +30,7 @@ from bench import (
     bench_source,
     bench_verify,
     capsule,
+    long_replay,
     otlp,
     sdk,
 )
@@ -52,7 +53,7 @@ PARTS: dict[str, Part] = {
     "canonical": Part(
         "canonical hashing against rfc8785 and sha256",
         bench_canonical.rows,
-        lambda: bench_canonical.rows(rounds=3),
+        lambda: bench_canonical.rows(rounds=3, sizes=(("1 MB", 1_000_000),), round_s=0.05),
     ),
     "ledger": Part(
         "ledger appends",
@@ -102,6 +103,12 @@ PARTS: dict[str, Part] = {
         "incident capsule: offline case run against regress through Temporal",
         capsule.main,
         lambda: capsule.main(repeat=2, rounds=1),
+    ),
+    # a 12,000-step ingested run whose replay diverges ends with a verdict (issue 31 item 8)
+    "long_replay": Part(
+        "long diverging ingested replay through Temporal",
+        long_replay.main,
+        lambda: long_replay.main(steps=800),
     ),
 }
 

@@ -29,6 +29,43 @@ def interleaved(
     candidate runs about ``round_s`` seconds, the order alternating from round to round.
     ``clock=time.process_time`` measures CPU seconds of single-threaded work instead, which
     the other processes of a loaded machine disturb far less than wall time."""
+    samples = interleaved_samples(candidates, rounds=rounds, round_s=round_s, clock=clock)
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
+@dataclass(frozen=True)
+class Spread:
+    """The median of a figure's rounds and their extremes."""
+
+    median: float
+    low: float
+    high: float
+
+    @classmethod
+    def of(cls, values: list[float]) -> Spread:
+        return cls(statistics.median(values), min(values), max(values))
+
+    def text(self, scale: float = 1e3, unit: str = "ms", digits: int = 3) -> str:
+        """``median unit (low–high)``."""
+        return (
+            f"{self.median * scale:.{digits}f} {unit} "
+            f"({self.low * scale:.{digits}f}–{self.high * scale:.{digits}f})"
+        )
+
+
+def ratio_spread(numerator: list[float], denominator: list[float]) -> Spread:
+    """The per-round ratios of two interleaved figures (round i of each), as a spread."""
+    return Spread.of([a / b for a, b in zip(numerator, denominator, strict=True)])
+
+
+def interleaved_samples(
+    candidates: dict[str, Callable[[], object]],
+    *,
+    rounds: int = 7,
+    round_s: float = 0.1,
+    clock: Callable[[], float] = time.perf_counter,
+) -> dict[str, list[float]]:
+    """``interleaved``'s per-round seconds per call, round by round (for spreads and ratios)."""
     numbers = {}
     for name, fn in candidates.items():
         started = clock()
@@ -44,7 +81,7 @@ def interleaved(
             for _ in range(number):
                 fn()
             samples[name].append((clock() - started) / number)
-    return {name: statistics.median(values) for name, values in samples.items()}
+    return samples
 
 
 async def ainterleaved(
