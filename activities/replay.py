@@ -11,11 +11,11 @@ from temporalio.exceptions import ApplicationError
 from activities import observe
 from activities.heartbeat import heartbeating
 from activities.sandbox.runner import SandboxedSteps
-from integrations.tau_bench.world.live import TauWorlds, replay_counterfactual
 from models import ReplayMode, RunStatus
 from models.comparison import compare_trajectories, reproduces
 from models.errors import ReplaybookError, SandboxError
 from models.replay_flow import ComparisonResult, PreparedReplay, ReplayPlan, StepInput, StepOutput
+from runtime.ports import CounterfactualEvaluator
 from runtime.replay.catalog import answers_one_at_a_time, replay_model
 from runtime.replay.engine import ReplayEngine
 from runtime.trajectory import load_trajectory, writes_executed
@@ -39,10 +39,11 @@ class ReplayActivities:
         self,
         engine: ReplayEngine,
         sandboxed: SandboxedSteps | None = None,
-        tau_worlds: TauWorlds | None = None,
+        counterfactual: CounterfactualEvaluator | None = None,
     ) -> None:
-        #: the private worlds of imported tau-bench runs (the counterfactual verdict)
-        self.tau_worlds = tau_worlds
+        #: a benchmark's own verdict on a replayed conversation (imported tau-bench runs: would
+        #: this model have passed the task?), injected by the worker
+        self.counterfactual = counterfactual
         self.engine = engine
         #: runs the steps under bubblewrap; None only with the development flag (the engine
         #: then records the isolation ``none (dev flag)``)
@@ -137,12 +138,10 @@ class ReplayActivities:
             # from the replay's own run as this worker reads it, never from the steps' word
             writes_executed=writes_executed(replay),
         )
-        if self.tau_worlds is not None and plan.mode is not ReplayMode.RECORDED:
-            # an imported tau-bench run: would this model have passed the task?
+        if self.counterfactual is not None and plan.mode is not ReplayMode.RECORDED:
+            # e.g. an imported tau-bench run: would this model have passed the task?
             try:
-                verdict = await replay_counterfactual(
-                    self.tau_worlds, plan.replay_id, plan.source_run_id
-                )
+                verdict = await self.counterfactual(plan.replay_id, plan.source_run_id)
             except ReplaybookError as exc:  # e.g. the databases are not where the setting says
                 result = result.model_copy(update={"counterfactual_reason": str(exc)})
                 verdict = None

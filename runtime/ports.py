@@ -257,3 +257,20 @@ class OtlpSpanStore(Protocol):
     async def state(self, trace_id: str) -> dict[str, Any] | None:
         """The trace's row (state, run_id, ended_by, error …), None when unknown."""
         ...
+
+
+class BenchmarkVerdict(Protocol):
+    """A benchmark's own verdict on a replayed conversation (tau-bench's reward, say)."""
+
+    @property
+    def counterfactual_reward(self) -> int | None: ...
+
+    @property
+    def reason(self) -> str: ...
+
+
+class CounterfactualEvaluator(Protocol):
+    """Would the replay's conversation have passed the source run's task? None when the
+    source is not a run this evaluator knows (the worker injects one per benchmark)."""
+
+    async def __call__(self, replay_id: str, source_run_id: str) -> BenchmarkVerdict | None: ...

@@ -17,7 +17,7 @@ from activities.replay import ReplayActivities
 from activities.sandbox.setup import sandboxed_steps
 from activities.side_effects import SideEffectRetryActivities
 from examples.support_desk.world_store import WorldStore
-from integrations.tau_bench.world.live import TauWorlds
+from integrations.tau_bench.world.live import TauWorlds, tau_counterfactual
 from models.errors import StoreError
 from models.queues import CONTROL_QUEUE, REPLAY_QUEUE
 from runtime.providers.endpoint import ModelEndpointSettings
@@ -89,7 +89,7 @@ async def running_workers(
             if queues != "control"
             else None
         )
-        acts = ReplayActivities(engine, steps, tau_worlds)
+        acts = ReplayActivities(engine, steps, tau_counterfactual(tau_worlds))
         incident_acts = IncidentActivities(
             stores,
             SqlIncidentStore(stores.db),

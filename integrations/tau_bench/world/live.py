@@ -32,7 +32,7 @@ from integrations.tau_bench.world.replay import _execute, tools_for
 from integrations.tau_bench.world.retail import RetailTools
 from models import ExecutionEventType
 from models.errors import InvalidInputError
-from runtime.ports import ArtifactStore, EventLedger
+from runtime.ports import ArtifactStore, CounterfactualEvaluator, EventLedger
 from runtime.tools import ToolCallContext, ToolProvider
 
 __all__ = ["TauWorlds", "default_env_data", "replay_counterfactual", "world_tool_names"]
@@ -180,3 +180,12 @@ async def replay_counterfactual(
     )
     base = worlds.base(str(source.run.env_version), source.run.domain)
     return counterfactual_verdict(source.run, _messages(state), base, stopped=stopped)
+
+
+def tau_counterfactual(worlds: TauWorlds) -> CounterfactualEvaluator:
+    """The benchmark's verdict as the replay activities take it (the worker injects it)."""
+
+    async def evaluate(replay_id: str, source_run_id: str) -> CounterfactualVerdict | None:
+        return await replay_counterfactual(worlds, replay_id, source_run_id)
+
+    return evaluate
