@@ -8,8 +8,9 @@ How the two runs are aligned:
 
 - model decisions: by position (the n-th model call of each run); only the first one that
   differs is reported (later ones usually follow from it);
-- tool calls: by capability sequence (``difflib`` alignment), so one extra or missing call does
-  not make every later call look changed; aligned calls whose request hash differs are
+- tool calls: by capability sequence (``difflib`` alignment; for long runs the common prefix
+  and suffix first, see ``models.comparison_align``), so one extra or missing call does not
+  make every later call look changed; aligned calls whose request hash differs are
   ``ARGUMENT_CHANGED``, unaligned ones ``TOOL_CHANGED``;
 - policy decisions: the same policy on the same input first (a different verdict is a changed
   policy), then remaining ones with the same verdict (an input change, reported elsewhere), then
@@ -26,14 +27,14 @@ they are short), never whole payloads.
 
 from __future__ import annotations
 
-import difflib
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import zip_longest
-from typing import Any, TypeVar
+from typing import Any
 
 from models.canonical import canonicalize
+from models.comparison_align import capability_opcodes, match_by_key, positions
 from models.comparison_evidence import (
     approval_diffs,
     candidate_diffs,
@@ -58,8 +59,6 @@ from models.replay import ReplayComparison, TrajectoryDiff
 from models.trajectory import ModelDecision, PolicyFact, SideEffectFact, ToolCallFact, Trajectory
 
 __all__ = ["answer_similarity", "compare_trajectories", "reproduces"]
-
-T = TypeVar("T")
 
 
 # order of diffs within one step, as its events are recorded: the model's output, policy
@@ -95,37 +94,7 @@ class _Found:
 # alignment helpers --------------------------------------------------------------------------
 
 
-def _positions(steps: Sequence[str], step_ids: Iterable[str]) -> list[int]:
-    """For facts in execution order, the index of the step occurrence each belongs to.
-
-    A fact maps to the first occurrence of its step at or after the previous fact's one (so a
-    step that runs twice is told apart); a step that was never started (``run``) keeps the
-    current place.
-    """
-    out: list[int] = []
-    cursor = 0
-    for step in step_ids:
-        found = next((j for j in range(cursor, len(steps)) if steps[j] == step), None)
-        if found is None:
-            found = next((j for j in range(cursor) if steps[j] == step), cursor)
-        else:
-            cursor = found
-        out.append(found)
-    return out
-
-
-def _match(
-    a: Sequence[T], b: Sequence[T], same: Callable[[T, T], bool], free_a: set[int], free_b: set[int]
-) -> list[tuple[int, int]]:
-    """Pair still-free items of ``a`` and ``b`` for which ``same`` holds, greedily in order."""
-    pairs = []
-    for i in sorted(free_a):
-        j = next((j for j in sorted(free_b) if same(a[i], b[j])), None)
-        if j is not None:
-            pairs.append((i, j))
-            free_a.discard(i)
-            free_b.discard(j)
-    return pairs
+_positions = positions  # the name the callers below use
 
 
 # the diffs ----------------------------------------------------------------------------------
@@ -188,10 +157,8 @@ def _tool_diffs(
     a: Sequence[ToolCallFact], b: Sequence[ToolCallFact], pa: list[int], pb: list[int]
 ) -> list[_Found]:
     found: list[_Found] = []
-    matcher = difflib.SequenceMatcher(
-        None, [t.capability_id for t in a], [t.capability_id for t in b], autojunk=False
-    )
-    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+    opcodes = capability_opcodes([t.capability_id for t in a], [t.capability_id for t in b])
+    for tag, i1, i2, j1, j2 in opcodes:
         if tag == "equal":
             for i, j in zip(range(i1, i2), range(j1, j2), strict=True):
                 ta, tb = a[i], b[j]
@@ -239,20 +206,10 @@ def _policy_diffs(
     a: Sequence[PolicyFact], b: Sequence[PolicyFact], pa: list[int], pb: list[int]
 ) -> list[_Found]:
     free_a, free_b = set(range(len(a))), set(range(len(b)))
-    same_input = _match(
-        a,
-        b,
-        lambda x, y: (x.policy_id, x.input_hash) == (y.policy_id, y.input_hash),
-        free_a,
-        free_b,
-    )
+    same_input = match_by_key(a, b, lambda x: (x.policy_id, x.input_hash), free_a, free_b)
     # another input with the same verdict: the input change is reported by other diffs
-    _match(
-        a, b, lambda x, y: (x.policy_id, x.decision) == (y.policy_id, y.decision), free_a, free_b
-    )
-    other_input = _match(
-        a, b, lambda x, y: (x.policy_id, x.step_id) == (y.policy_id, y.step_id), free_a, free_b
-    )
+    match_by_key(a, b, lambda x: (x.policy_id, x.decision), free_a, free_b)
+    other_input = match_by_key(a, b, lambda x: (x.policy_id, x.step_id), free_a, free_b)
     found: list[_Found] = []
     for pairs, how in ((same_input, "on the same input"), (other_input, "on another input")):
         for i, j in pairs:
@@ -288,20 +245,8 @@ def _side_effect_diffs(
     a: Sequence[SideEffectFact], b: Sequence[SideEffectFact], pa: list[int], pb: list[int]
 ) -> list[_Found]:
     free_a, free_b = set(range(len(a))), set(range(len(b)))
-    _match(
-        a,
-        b,
-        lambda x, y: (x.capability_id, x.action_hash) == (y.capability_id, y.action_hash),
-        free_a,
-        free_b,
-    )
-    changed = _match(
-        a,
-        b,
-        lambda x, y: (x.capability_id, x.step_id) == (y.capability_id, y.step_id),
-        free_a,
-        free_b,
-    )
+    match_by_key(a, b, lambda x: (x.capability_id, x.action_hash), free_a, free_b)
+    changed = match_by_key(a, b, lambda x: (x.capability_id, x.step_id), free_a, free_b)
     found: list[_Found] = []
     for i, j in changed:
         ea, eb = a[i], b[j]

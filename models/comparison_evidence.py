@@ -9,6 +9,7 @@ caller can put them in execution order with the other differences.
 
 from __future__ import annotations
 
+from collections import defaultdict, deque
 from collections.abc import Sequence
 
 from models.enums import DiffType
@@ -67,14 +68,14 @@ def retrieval_diffs(
     """Retrievals paired in order at the same step: other chunks, another ranking or another
     retriever version is a ``RETRIEVAL_CHANGED`` naming both results."""
     found: list[tuple[TrajectoryDiff, int]] = []
-    used: set[int] = set()
+    unused: dict[str, deque[int]] = defaultdict(deque)  # per step, its source retrievals in order
+    for k, src in enumerate(a):
+        unused[src.step_id].append(k)
     for j, rep in enumerate(b):
-        i = next(
-            (k for k, src in enumerate(a) if k not in used and src.step_id == rep.step_id), None
-        )
-        if i is None:
+        queue = unused.get(rep.step_id)
+        if not queue:
             continue
-        used.add(i)
+        i = queue.popleft()
         src = a[i]
         if (src.chunks, src.retriever_version) == (rep.chunks, rep.retriever_version):
             continue
