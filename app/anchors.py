@@ -1,25 +1,68 @@
-"""Anchor operations the faces share: anchor runs' heads outside the database, and check the
-anchor log and every anchored run against it."""
+"""Anchor operations the faces share: anchor runs' heads outside the database, check the anchor
+log and every anchored run against it, check a copy of the log offline, and say how a run's
+verification used the anchors."""
 
 from __future__ import annotations
 
+import asyncio
+from pathlib import Path
 from typing import Any
 
-from models.anchor import AUDIT_LOG_ID, Anchor, check_head
-from models.chain import VerificationProblem
+from models.anchor import AUDIT_LOG_ID, Anchor, AnchorEntry, check_head, unsigned_prefix
+from models.chain import ChainVerification, VerificationProblem
 from models.errors import ConfigurationError, InvalidInputError
+from stores.anchor_signing import AnchorKeys
+from stores.anchors import AnchorLog, S3Access, anchor_log_at
 from stores.bundle import Stores
+from stores.case_signing import load_public_key
 from stores.sql.privacy_records import SqlPrivacyRecords
 
-__all__ = ["verify_anchors", "write_anchors"]
+__all__ = [
+    "NO_ANCHORS",
+    "anchor_use",
+    "verify_anchor_copy",
+    "verify_anchors",
+    "write_anchors",
+]
+
+#: what a verification says when there is no anchor log
+NO_ANCHORS = (
+    "no anchor location configured (REPLAYBOOK_ANCHORS=off): anchors not checked, a re-chained "
+    "or truncated run is not detected"
+)
 
 
-def _log(stores: Stores) -> Any:
+def _log(stores: Stores) -> AnchorLog:
     if stores.anchors is None:
-        raise ConfigurationError(
-            f"the artifact store {stores.artifacts.location} has no place for an anchor log"
-        )
+        raise ConfigurationError(NO_ANCHORS, field="REPLAYBOOK_ANCHORS")
     return stores.anchors
+
+
+def anchor_use(stores: Stores, verification: ChainVerification) -> dict[str, Any]:
+    """How ``runs verify`` used the anchors: where, with which key, and whether the run's
+    anchor was signed (``note`` is the sentence the CLI prints)."""
+    log = stores.anchors
+    if log is None:
+        return {"location": None, "checked": False, "note": NO_ANCHORS}
+    checked = verification.checked.get("anchors", 0) > 0
+    unsigned = verification.checked.get("unsigned_anchors", 0) > 0
+    key = log.key_id
+    if not checked:
+        note = f"no anchor of this run in {log.location}"
+    elif unsigned:
+        note = (
+            "checked against an unsigned anchor (the log an earlier version wrote beside the "
+            "artifacts): it resists no one who can write the artifact store"
+        )
+    else:
+        note = f"checked against the signed anchor log {log.location} (key {key})"
+    return {
+        "location": log.location,
+        "key_id": key,
+        "checked": checked,
+        "signed": checked and not unsigned,
+        "note": note,
+    }
 
 
 async def write_anchors(
@@ -56,7 +99,9 @@ async def verify_anchors(stores: Stores) -> dict[str, Any]:
     """The anchor log's own chain, then every anchored run: still in the database, and its
     chain still holding the latest anchored head."""
     log = _log(stores)
-    entries, problems = await log.verify()
+    view = await _log_view(log)
+    entries: list[AnchorEntry] = view.pop("_entries")
+    problems: list[VerificationProblem] = view.pop("_problems")
     latest: dict[str, Any] = {}
     for entry in entries:
         if entry.anchor.kind == "run":
@@ -86,10 +131,8 @@ async def verify_anchors(stores: Stores) -> dict[str, Any]:
         problem = check_head(audit_anchor, audit_hashes, what="audit log: anchor")
         if problem is not None:
             problems.append(problem)
-    return {
-        "location": log.location,
+    return view | {
         "intact": not problems,
-        "entries": len(entries),
         "runs": len(latest),
         "missing_runs": missing,
         "audit_records": audits,
@@ -120,3 +163,49 @@ async def _anchor_audit(stores: Stores) -> list[dict[str, Any]]:
             "hash": entry.hash,
         }
     ]
+
+
+async def _log_view(log: AnchorLog) -> dict[str, Any]:
+    """The log's own check (chain, signatures, the runs' copies) and that of the unsigned log
+    an earlier version wrote beside the artifacts, when there is one."""
+    entries, problems = await log.verify()
+    view: dict[str, Any] = {
+        "location": log.location,
+        "key_id": log.key_id,
+        "entries": len(entries),
+        "length": len(entries),
+        "head": entries[-1].hash if entries else None,
+        "unsigned": unsigned_prefix(entries),
+        "legacy": None,
+    }
+    if log.legacy is not None:
+        old, old_problems = await log.legacy.verify()
+        if old:
+            view["legacy"] = {
+                "location": log.legacy.location,
+                "entries": len(old),
+                "signed": False,
+                "intact": not old_problems,
+            }
+            problems += [
+                p.model_copy(update={"message": f"legacy log {log.legacy.location}: {p.message}"})
+                for p in old_problems
+            ]
+    view["problems"] = [p.model_dump(mode="json") for p in problems]
+    view["intact"] = not problems
+    return view | {"_entries": entries, "_problems": problems}
+
+
+async def verify_anchor_copy(
+    location: str, public_key: Path, s3: S3Access | None = None
+) -> dict[str, Any]:
+    """Check a copy of an anchor log offline (no database, no stack): its chain, every entry's
+    signature under ``public_key``, the runs' copies against the log."""
+    keys = AnchorKeys.checking(load_public_key(public_key))
+    local = "://" not in location
+    if local and not await asyncio.to_thread(lambda: Path(location).expanduser().is_dir()):
+        raise ConfigurationError(f"anchor log {location}: no such directory", field="location")
+    view = await _log_view(anchor_log_at(location, keys, s3=s3))
+    view.pop("_entries")
+    view.pop("_problems")
+    return view

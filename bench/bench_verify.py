@@ -22,6 +22,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sqlalchemy import select
 
 from bench.common import Row, ainterleaved, emit, machine_load
@@ -40,8 +41,10 @@ from models import (
 )
 from models.canonical import canonical_hash, canonicalize
 from models.chain import chain_metadata, verify_chain
+from stores.anchor_signing import AnchorKeys
 from stores.anchors import open_anchor_log
 from stores.artifacts import LocalArtifactStore
+from stores.case_signing import CaseSigningKey
 from stores.sql import schema
 from stores.sql.database import Database, open_database
 from stores.sql.ledger import NewEvent, SqlLedger, _chain_row
@@ -130,7 +133,9 @@ async def _bench(url: str, root: Path) -> dict[str, float]:
     db = await open_database(url)
     try:
         artifacts = LocalArtifactStore(root)
-        ledger = SqlLedger(db, artifacts, anchors=open_anchor_log(artifacts), group_commit=False)
+        keys = AnchorKeys.of(CaseSigningKey(Ed25519PrivateKey.generate(), "bench"))
+        anchors = open_anchor_log(LocalArtifactStore(root / "anchors"), keys)
+        ledger = SqlLedger(db, artifacts, anchors=anchors, group_commit=False)
         run_id = f"bench-{uuid.uuid4().hex[:8]}"
         await ledger.create_run(
             RunRecord(run_id=run_id, graph_id="bench", graph_version="1", created_at=T0)
@@ -139,6 +144,8 @@ async def _bench(url: str, root: Path) -> dict[str, float]:
         events = _events(run_id, state_refs)
         for start in range(0, len(events), 500):
             await ledger.append_many(run_id, events[start : start + 500])
+        # the header's status and outcome are checked against the terminal event
+        await ledger.append(run_id, NewEvent("end", E.RUN_COMPLETED, T0, payload={"outcome": None}))
         await ledger.finish_run(run_id, RunStatus.COMPLETED)
         full = await ledger.verify(run_id)
         assert full.intact, full.summary()

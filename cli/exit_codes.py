@@ -50,6 +50,7 @@ COMMAND_EXIT_CODES: dict[str, dict[int, str]] = {
     "runs verify": {1: "the chain or evidence does not verify"},
     "anchors write": {1: "a run does not verify (nothing is anchored)"},
     "anchors verify": {1: "an anchor, anchored run or the audit chain does not verify"},
+    "anchors public-key": {},
     "demo": {1: "a step of the demo did not give the expected result"},
     "agent run": {},
     "side-effects retry": {

@@ -114,6 +114,10 @@ def _print_run(view: dict[str, Any]) -> None:
     typer.echo(
         f"run {view['run_id']}  {view['graph_id']}@{view['graph_version']}  {view['status']}"
     )
+    integrity = view.get("integrity") or {}
+    if integrity and not integrity["intact"]:
+        forged = "" if integrity["header_verified"] else " (the header shown may be forged)"
+        typer.echo(f"  DOES NOT VERIFY{forged}: {integrity['summary']}")
     for name, value in view["pinned"].items():
         if value is not None:
             typer.echo(f"  {name}: {value}")
@@ -160,13 +164,16 @@ async def runs_verify(run_id: str, as_json: JsonOption = False) -> None:
     """Verify a run: its hash chain, its artifact-stored payloads and referenced artifacts, the
     lookup rows (side effects, approvals, policy decisions, checkpoints, fixtures, …) against
     the chained events, and its latest anchor. Exit 0 when intact, 1 naming the first problem."""
+    from app.anchors import anchor_use
     from stores.bundle import open_stores
 
     async with open_stores(load_settings().stores) as stores:
         result = await stores.ledger.verify(run_id)
+        anchors = anchor_use(stores, result)
     if as_json:
-        print_json(result.report())
+        print_json(result.report() | {"anchor_log": anchors})
     else:
         typer.echo(result.summary())
+        typer.echo(f"anchors: {anchors['note']}")
     if not result.intact:
         raise typer.Exit(EXIT_BROKEN)

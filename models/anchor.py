@@ -8,11 +8,20 @@ entries are hash-chained like the events of a run:
     entry_hash_n = SHA-256( canonical({anchor_n, index_n, previous_n}) ),  previous_1 = GENESIS
 
 so an entry cannot be edited, dropped or reordered without breaking the log.
+
+Version 2 entries (written since the log moved out of the artifact store) are also signed:
+``entry_hash`` then covers ``{anchor, index, previous, version, key_id}`` and ``signature`` is
+Ed25519 over ``signed_bytes(entry)`` by the anchor signing key (``stores.anchor_signing``), whose
+private half is in neither the database nor any store. ``index`` is the log's length once the
+entry is written: a signed entry found anywhere (the run's own copy, a verifier's notes) says
+how long the log was at least, so deleting the newest entries is seen by whoever holds one.
+Version 1 entries (unsigned, written beside the artifacts) stay readable and are reported as
+unsigned; an unsigned entry after a signed one is a forgery.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Literal
 
 from pydantic import Field
@@ -28,9 +37,15 @@ __all__ = [
     "AUDIT_LOG_ID",
     "Anchor",
     "AnchorEntry",
+    "RunAnchor",
+    "SignatureCheck",
     "anchor_entry",
     "audit_link",
     "check_head",
+    "entry_hash_holds",
+    "entry_problem",
+    "signed_bytes",
+    "unsigned_prefix",
     "verify_anchor_log",
     "verify_audit_chain",
 ]
@@ -43,7 +58,7 @@ AUDIT_LOG_ID = "audit:raw-reads"
 class Anchor(Record):
     """A head as it was at ``at``: ``head`` is the hash of the event at ``sequence``."""
 
-    kind: Literal["run", "audit"] = "run"
+    kind: Literal["run", "audit", "governance"] = "run"
     run_id: Identifier
     sequence: int = Field(ge=0)
     head: Digest
@@ -51,43 +66,129 @@ class Anchor(Record):
 
 
 class AnchorEntry(Record):
-    """An anchor in the log, hash-linked to the entry before it."""
+    """An anchor in the log, hash-linked to the entry before it; ``index`` is the log's length
+    with this entry. Version 2 is signed (``key_id``, base64 ``signature``)."""
 
     index: int = Field(ge=1)
     anchor: Anchor
     previous: Digest
     hash: Digest
+    version: Literal[1, 2] = 1
+    key_id: str | None = None
+    signature: str | None = None
+
+    @property
+    def signed(self) -> bool:
+        return self.version >= 2
 
 
-def _entry_hash(index: int, anchor: Anchor, previous: str) -> str:
-    return canonical_hash(
-        {"anchor": anchor.model_dump(mode="json"), "index": index, "previous": previous}
-    )
+def _entry_hash(
+    index: int, anchor: Anchor, previous: str, version: int = 1, key_id: str | None = None
+) -> str:
+    body: dict[str, object] = {
+        "anchor": anchor.model_dump(mode="json"),
+        "index": index,
+        "previous": previous,
+    }
+    if version >= 2:
+        body |= {"version": version, "key_id": key_id}
+    return canonical_hash(body)
 
 
-def anchor_entry(anchor: Anchor, index: int, previous: str) -> AnchorEntry:
-    """The log entry of ``anchor`` at ``index`` after the entry whose hash is ``previous``."""
+def anchor_entry(
+    anchor: Anchor, index: int, previous: str, *, key_id: str | None = None
+) -> AnchorEntry:
+    """The log entry of ``anchor`` at ``index`` after the entry whose hash is ``previous``
+    (version 2, to be signed, when ``key_id`` names the signing key)."""
+    version: Literal[1, 2] = 1 if key_id is None else 2
     return AnchorEntry(
-        index=index, anchor=anchor, previous=previous, hash=_entry_hash(index, anchor, previous)
+        index=index,
+        anchor=anchor,
+        previous=previous,
+        hash=_entry_hash(index, anchor, previous, version, key_id),
+        version=version,
+        key_id=key_id,
     )
 
 
-def verify_anchor_log(entries: Sequence[AnchorEntry]) -> list[VerificationProblem]:
-    """Problems of a log read in index order: a gap, a broken link, an edited entry."""
-    problems: list[VerificationProblem] = []
-    previous, expected = ANCHOR_GENESIS, 1
+def signed_bytes(entry: AnchorEntry) -> bytes:
+    """What the anchor key signs: the entry's hash, under a domain of its own."""
+    return b"replaybook:anchor-entry:v2\x00" + entry.hash.encode()
+
+
+def entry_hash_holds(entry: AnchorEntry) -> bool:
+    """Whether ``entry.hash`` is the hash of its content."""
+    return entry.hash == _entry_hash(
+        entry.index, entry.anchor, entry.previous, entry.version, entry.key_id
+    )
+
+
+#: is this version 2 entry signed by the trusted anchor key?
+SignatureCheck = Callable[[AnchorEntry], bool]
+
+
+def entry_problem(entry: AnchorEntry, signed_by: SignatureCheck | None) -> str | None:
+    """What is wrong with one entry on its own: an edited content, a missing or foreign
+    signature (None: nothing)."""
+    where = f"anchor log entry {entry.index}"
+    if not entry_hash_holds(entry):
+        return f"{where} was edited: its hash differs"
+    if entry.signed and signed_by is not None and not signed_by(entry):
+        return (
+            f"{where} is forged: not signed by the anchor key"
+            f"{'' if entry.key_id is None else f' (it names key {entry.key_id})'}"
+        )
+    return None
+
+
+def verify_anchor_log(
+    entries: Sequence[AnchorEntry], signed_by: SignatureCheck | None = None
+) -> list[VerificationProblem]:
+    """Problems of a log read in index order: a gap, a broken link, an edited entry and, with
+    ``signed_by``, a version 2 entry not signed by the trusted key, or an unsigned entry after
+    a signed one (only a log's oldest entries may predate signing)."""
+    previous, expected, seen_signed = ANCHOR_GENESIS, 1, False
     for entry in entries:
         where = f"anchor log entry {entry.index}"
+        problem = None
         if entry.index != expected:
-            problems.append(_log_problem(expected, f"anchor log entry {expected} is missing"))
-        elif entry.previous != previous:
-            problems.append(_log_problem(entry.index, f"{where} does not link to the one before"))
-        elif _entry_hash(entry.index, entry.anchor, entry.previous) != entry.hash:
-            problems.append(_log_problem(entry.index, f"{where} was edited: its hash differs"))
-        if problems:
-            return problems
+            index, problem = expected, f"anchor log entry {expected} is missing"
+        else:
+            index = entry.index
+            if entry.previous != previous:
+                problem = f"{where} does not link to the one before"
+            elif signed_by is not None and seen_signed and not entry.signed:
+                problem = f"{where} is forged: unsigned after signed entries"
+            else:
+                problem = entry_problem(entry, signed_by)
+        if problem is not None:
+            return [_log_problem(index, problem)]
+        seen_signed = seen_signed or entry.signed
         previous, expected = entry.hash, expected + 1
-    return problems
+    return []
+
+
+def unsigned_prefix(entries: Sequence[AnchorEntry]) -> int:
+    """How many of the log's oldest entries predate signing (version 1)."""
+    count = 0
+    for entry in entries:
+        if entry.signed:
+            break
+        count += 1
+    return count
+
+
+class RunAnchor(Record):
+    """What the anchor log says of one run: its latest entry (None: the run has none), whether
+    that entry is signed, where it was read, and the problems met finding it (a forged entry,
+    entries deleted from the log's end)."""
+
+    location: str
+    entry: AnchorEntry | None = None
+    signed: bool = False
+    #: read from the unsigned log an earlier version wrote beside the artifacts
+    legacy: bool = False
+    problems: tuple[VerificationProblem, ...] = ()
 
 
 def _log_problem(index: int, message: str) -> VerificationProblem:

@@ -9,10 +9,12 @@ from dataclasses import dataclass, field
 from models import SideEffectRecord
 from runtime.ports import ArtifactStore
 from runtime.privacy.service import PrivacyService
-from stores.anchors import AnchorLog, open_anchor_log
+from stores.anchor_signing import load_anchor_keys
+from stores.anchors import AnchorLog, S3Access, anchor_log_at
 from stores.artifacts import S3ArtifactStore, open_artifact_store
 from stores.config import StoreSettings
 from stores.encryption import load_kek
+from stores.sql.database import UNAVAILABLE_ERRORS as UNAVAILABLE_ERRORS
 from stores.sql.database import Database, open_database
 from stores.sql.evidence import SqlEvidenceReader
 from stores.sql.ledger import SqlLedger
@@ -30,7 +32,8 @@ class Stores:
     evidence: SqlEvidenceReader
     #: raw evidence (encrypted) and privacy records, see runtime/privacy/service.py
     privacy: PrivacyService | None = None
-    #: run heads anchored outside the database, beside the artifacts
+    #: run heads anchored outside the database, apart from the artifacts, signed (None:
+    #: ``REPLAYBOOK_ANCHORS=off``)
     anchors: AnchorLog | None = None
     #: seconds a side effect may stay EXECUTING before a sweep marks it UNKNOWN
     side_effect_lease_seconds: float = 60.0
@@ -53,12 +56,25 @@ async def open_stores(settings: StoreSettings) -> AsyncIterator[Stores]:
     if isinstance(artifacts, S3ArtifactStore):
         # a new bucket gets Object Lock so that holds are enforced by the store itself
         await artifacts.ensure_bucket(object_lock=True)
+    anchors = None
+    if settings.anchors_location is not None:
+        anchors = anchor_log_at(
+            settings.anchors_location,
+            load_anchor_keys(settings.anchors, settings.home),
+            artifacts=artifacts,
+            artifacts_location=settings.artifacts_location,
+            s3=S3Access(
+                settings.artifacts.s3_endpoint_url,
+                settings.artifacts.s3_access_key,
+                s3_secret.get_secret_value() if s3_secret is not None else None,
+            ),
+        )
+        await anchors.ensure_location()
     db = await open_database(settings.database_url)
     try:
         # the KEK is loaded from its settings (or the dev key file under the home directory)
         # only when a raw payload is sealed or opened
         vault = SqlRawVault(db, artifacts, lambda: load_kek(settings.kek, settings.home))
-        anchors = open_anchor_log(artifacts)
         ledger = SqlLedger(db, artifacts, vault=vault, anchors=anchors)
         evidence = SqlEvidenceReader(db)
         # the side-effect ledger opens: what a dead process left EXECUTING past its lease is

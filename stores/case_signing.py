@@ -70,13 +70,20 @@ def verify_signature(key: Ed25519PublicKey, signature: bytes, data: bytes) -> bo
     return True
 
 
-def load_signing_key(configured: str | None, home: Path) -> CaseSigningKey:
-    """The key of ``configured`` (``REPLAYBOOK_CASE_SIGNING_KEY``), else the development key
-    under ``home``, generated when missing."""
+def load_signing_key(
+    configured: str | None,
+    home: Path,
+    *,
+    file_name: str = SIGNING_KEY_FILE_NAME,
+    variable: str = SIGNING_KEY_VARIABLE,
+    what: str = "case-signing",
+) -> CaseSigningKey:
+    """The key of ``configured`` (``variable``, e.g. ``REPLAYBOOK_CASE_SIGNING_KEY``), else the
+    development key ``file_name`` under ``home``, generated when missing."""
     if configured:
         path = Path(configured).expanduser()
-        return CaseSigningKey(_read_private(path, SIGNING_KEY_VARIABLE), str(path))
-    path = home / SIGNING_KEY_FILE_NAME
+        return CaseSigningKey(_read_private(path, variable), str(path))
+    path = home / file_name
     if not path.exists():
         home.mkdir(parents=True, exist_ok=True)
         pem = Ed25519PrivateKey.generate().private_bytes(
@@ -92,11 +99,10 @@ def load_signing_key(configured: str | None, home: Path) -> CaseSigningKey:
             with os.fdopen(fd, "wb") as handle:
                 handle.write(pem)
             log.warning(
-                f"generated a development case-signing key; set {SIGNING_KEY_VARIABLE} in "
-                "production",
+                f"generated a development {what} key; set {variable} in production",
                 path=str(path),
             )
-    return CaseSigningKey(_read_private(path, "the development case-signing key"), str(path))
+    return CaseSigningKey(_read_private(path, f"the development {what} key"), str(path))
 
 
 def existing_signing_key(configured: str | None, home: Path) -> CaseSigningKey | None:

@@ -1,6 +1,7 @@
-"""What the stores are opened from: the database, the artifact store and the key-encryption
-key, each a section of the process's settings (``worker.settings``), which reads every field
-from the variable its alias names. ``open_stores`` takes the ``StoreSettings`` built from them.
+"""What the stores are opened from: the database, the artifact store, the key-encryption
+key and the anchor log, each a section of the process's settings (``worker.settings``), which
+reads every field from the variable its alias names. ``open_stores`` takes the
+``StoreSettings`` built from them.
 """
 
 from __future__ import annotations
@@ -53,6 +54,28 @@ class KekSettings(BaseModel):
     key: SecretStr | None = Field(None, validation_alias="REPLAYBOOK_KEK")
 
 
+class AnchorSettings(BaseModel):
+    """Where run heads are anchored and the key that signs them (``stores.anchors``,
+    ``stores.anchor_signing``): both apart from the database and the artifact store, the key
+    configured like the KEK."""
+
+    model_config = _SECTION
+
+    #: a directory, ``file:///path`` or ``s3://bucket/prefix`` (a bucket other than the
+    #: artifacts'); ``off``: no anchor log; ``None``: ``anchors`` under the home directory
+    location: str | None = Field(None, validation_alias="REPLAYBOOK_ANCHORS")
+    #: a file holding the Ed25519 private key (PEM, PKCS#8) that signs anchor entries; ``None``:
+    #: ``anchor-signing.key`` under the home directory, generated on first use (development)
+    signing_key: str | None = Field(None, validation_alias="REPLAYBOOK_ANCHOR_SIGNING_KEY")
+    #: a file holding the public key anchors are checked with (PEM, or 32 raw bytes), for a
+    #: process that verifies without the signing key; ``None``: the signing key's public half
+    public_key: str | None = Field(None, validation_alias="REPLAYBOOK_ANCHOR_PUBLIC_KEY")
+
+
+#: ``REPLAYBOOK_ANCHORS`` values that turn the anchor log off
+ANCHORS_OFF = frozenset({"off", "none"})
+
+
 def default_database_url(home: Path) -> str:
     return f"sqlite+aiosqlite:///{home / 'replaybook.db'}"
 
@@ -72,6 +95,7 @@ class StoreSettings(BaseModel):
     database: DatabaseSettings = DatabaseSettings()
     artifacts: ArtifactSettings = ArtifactSettings()
     kek: KekSettings = KekSettings()
+    anchors: AnchorSettings = AnchorSettings()
 
     @property
     def database_url(self) -> str:
@@ -80,3 +104,11 @@ class StoreSettings(BaseModel):
     @property
     def artifacts_location(self) -> str:
         return self.artifacts.location or default_artifacts(self.home)
+
+    @property
+    def anchors_location(self) -> str | None:
+        """Where the anchor log is (None: turned off with ``REPLAYBOOK_ANCHORS=off``)."""
+        location = self.anchors.location
+        if location is not None and location.strip().lower() in ANCHORS_OFF:
+            return None
+        return location or str(self.home / "anchors")

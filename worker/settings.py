@@ -49,7 +49,13 @@ from models.errors import ConfigurationError
 from runtime.env_values import ByteCount, Flag, Port, configuration_error, read_variables
 from runtime.providers.endpoint import ModelEndpointSettings
 from runtime.providers.registry import ModelRegistrySettings, api_key_variables
-from stores.config import ArtifactSettings, DatabaseSettings, KekSettings, StoreSettings
+from stores.config import (
+    AnchorSettings,
+    ArtifactSettings,
+    DatabaseSettings,
+    KekSettings,
+    StoreSettings,
+)
 
 DEFAULT_HOME = ".replaybook"
 DEFAULT_TEMPORAL_ADDRESS = "127.0.0.1:7233"
@@ -216,6 +222,7 @@ class Settings(BaseSettings):
     database: DatabaseSettings = DatabaseSettings()
     artifacts: ArtifactSettings = ArtifactSettings()
     kek: KekSettings = KekSettings()
+    anchors: AnchorSettings = AnchorSettings()
     sandbox: SandboxSettings = SandboxSettings()
     api: ApiSettings = ApiSettings()
     models: ModelEndpointSettings = ModelEndpointSettings()
@@ -234,7 +241,11 @@ class Settings(BaseSettings):
     def stores(self) -> StoreSettings:
         """What ``stores.bundle.open_stores`` opens."""
         return StoreSettings(
-            home=self.home, database=self.database, artifacts=self.artifacts, kek=self.kek
+            home=self.home,
+            database=self.database,
+            artifacts=self.artifacts,
+            kek=self.kek,
+            anchors=self.anchors,
         )
 
     @classmethod

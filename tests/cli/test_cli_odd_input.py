@@ -31,4 +31,5 @@ def test_odd_input_is_a_one_line_refusal_not_an_internal_error(
     # a home that has anchored runs (on a fresh one the path ends before the long name)
     (tmp_path / "artifacts" / "anchors" / "runs").mkdir(parents=True)
     (tmp_path / "artifacts" / "anchors" / "run-anchors").mkdir(parents=True)
+    (tmp_path / "anchors" / "run-anchors").mkdir(parents=True)
     assert_one_line_refusal(CliRunner().invoke(app, args, env=env), 2, needle)

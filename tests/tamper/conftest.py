@@ -1,6 +1,6 @@
 """A recorded run with every kind of evidence, and the attacker's tools: raw SQL on the database
-(foreign keys bypassed, as the owner of the database can) and write access to the artifact
-directory."""
+(foreign keys bypassed, as the owner of the database can), write access to the artifact
+directory and to the anchor directory (not to the anchor signing key)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sqlalchemy import text
 
 from models import (
@@ -30,12 +31,16 @@ from models import (
 )
 from models.canonical import canonical_hash
 from models.digest import sha256_digest
+from stores.anchor_signing import AnchorKeys
 from stores.anchors import AnchorLog, open_anchor_log
 from stores.artifacts import LocalArtifactStore
+from stores.case_signing import CaseSigningKey
 from stores.sql.database import Database
 from stores.sql.ledger import NewEvent, SqlLedger
 
 T0 = datetime(2026, 11, 3, 9, 0, tzinfo=UTC)
+#: the anchor signing key (the attacker does not hold it)
+ANCHOR_KEYS = AnchorKeys.of(CaseSigningKey(Ed25519PrivateKey.generate(), "test"))
 E = ExecutionEventType
 
 
@@ -78,8 +83,7 @@ class Recorded:
 @pytest.fixture
 async def recorded(database: Database, tmp_path: Path) -> Recorded:
     artifacts = LocalArtifactStore(tmp_path / "artifacts")
-    anchors = open_anchor_log(artifacts)
-    assert anchors is not None
+    anchors = open_anchor_log(LocalArtifactStore(tmp_path / "anchors"), ANCHOR_KEYS)
     ledger = SqlLedger(database, artifacts, anchors=anchors, group_commit=False)
     run_id = f"run-{uuid.uuid4().hex[:12]}"
     await ledger.create_run(
@@ -192,7 +196,7 @@ async def recorded(database: Database, tmp_path: Path) -> Recorded:
     ]
     for event in records:
         await ledger.append(run_id, event)
-    await ledger.finish_run(run_id, RunStatus.COMPLETED)
+    await ledger.finish_run(run_id, RunStatus.COMPLETED, "escalated")
     verification = await ledger.verify(run_id)
     assert verification.intact, verification.summary()
     assert verification.checked["payloads"] == len(records)

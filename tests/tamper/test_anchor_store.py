@@ -1,15 +1,19 @@
-"""The anchor log on both artifact stores: a local directory and S3 (SeaweedFS, Object Lock)."""
+"""The anchor log on both kinds of location: a local directory and S3 (SeaweedFS, Object Lock);
+its location kept apart from the artifact store's."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
 from models.anchor import Anchor
 from models.digest import sha256_digest
+from models.errors import ConfigurationError
 from runtime.ports import ArtifactStore
-from stores.anchors import open_anchor_log
+from stores.anchors import anchor_store, open_anchor_log
+from tests.tamper.conftest import ANCHOR_KEYS
 
 AT = datetime(2026, 11, 3, 9, 0, tzinfo=UTC)
 
@@ -21,8 +25,7 @@ def store(request: pytest.FixtureRequest) -> ArtifactStore:
 
 
 async def test_anchor_log_appends_finds_the_latest_and_verifies(store: ArtifactStore) -> None:
-    log = open_anchor_log(store)
-    assert log is not None
+    log = open_anchor_log(store, ANCHOR_KEYS)
     heads = [sha256_digest(f"head {i}".encode()) for i in range(3)]
     first = await log.append(Anchor(run_id="run-a", sequence=5, head=heads[0], at=AT))
     await log.append(Anchor(run_id="run-b", sequence=2, head=heads[1], at=AT))
@@ -33,6 +36,9 @@ async def test_anchor_log_appends_finds_the_latest_and_verifies(store: ArtifactS
     assert await log.latest("run-c") is None
     entries, problems = await log.verify()
     assert [e.index for e in entries] == [1, 2, 3] and not problems
+    assert all(e.signed and ANCHOR_KEYS.check(e) for e in entries)
+    reading = await log.run_anchor("run-a")
+    assert reading.entry == third and reading.signed and not reading.problems
     # write-once: the same index is never written again
     assert not await log.objects.create("log/000000000001.json", b"{}")
 
@@ -46,3 +52,12 @@ def test_every_lookup_table_is_checked_against_the_chain() -> None:
     written = {p.table.name: p.key_column for p in PROJECTIONS.values()}
     checked = {r.table: r.key_column for r in PROJECTION_RULES}
     assert checked == written
+
+
+def test_the_anchor_location_is_apart_from_the_artifact_store(tmp_path: Path) -> None:
+    artifacts = str(tmp_path / "artifacts")
+    for inside in (artifacts, f"{artifacts}/anchors", "s3://bucket/a"):
+        other = "s3://bucket/b" if inside.startswith("s3") else artifacts
+        with pytest.raises(ConfigurationError, match="overlaps the artifact store"):
+            anchor_store(inside, other)
+    assert anchor_store(str(tmp_path / "anchors"), artifacts).location.endswith("anchors")

@@ -322,6 +322,18 @@ async def test_cut_the_tail_and_rewrite_the_head(recorded: Recorded) -> None:
 async def test_rechain_a_whole_run(recorded: Recorded) -> None:
     """Every event re-hashed after the side effect's UNKNOWN became FAILED in its payload too,
     the head and the lookup row moved along: only the anchor still knows."""
+    await rechain(recorded)
+    chain_only = await recorded.ledger.verify(recorded.run_id, full=False)
+    assert chain_only.intact, "the re-chained run is a valid chain"
+    summary = await broken(recorded)
+    assert summary.startswith(
+        f"broken at sequence {recorded.events}: anchor at sequence {recorded.events} says head"
+    ), summary
+
+
+async def rechain(recorded: Recorded) -> str:
+    """Re-chain the run consistently (the side effect's UNKNOWN made FAILED in its payload,
+    lookup row and record, every hash and the head moved along); the new head."""
     r = recorded.run_id
     async with recorded.database.read() as conn:
         rows = (
@@ -371,12 +383,7 @@ async def test_rechain_a_whole_run(recorded: Recorded) -> None:
             )
         previous = link
     await recorded.sql("UPDATE runs SET head_hash=:h WHERE run_id=:r", h=previous, r=r)
-    chain_only = await recorded.ledger.verify(r, full=False)
-    assert chain_only.intact, "the re-chained run is a valid chain"
-    summary = await broken(recorded)
-    assert summary.startswith(
-        f"broken at sequence {recorded.events}: anchor at sequence {recorded.events} says head"
-    ), summary
+    return previous
 
 
 async def test_delete_the_run_header(recorded: Recorded) -> None:
@@ -408,7 +415,7 @@ async def test_delete_a_whole_anchored_run(recorded: Recorded) -> None:
 async def test_edit_the_anchor_log_is_detected(recorded: Recorded) -> None:
     entries, problems = await recorded.anchors.verify()
     assert not problems and entries
-    path = recorded.artifacts.root / "anchors" / "log" / f"{entries[-1].index:012d}.json"
+    path = recorded.anchors.objects.root / "log" / f"{entries[-1].index:012d}.json"  # type: ignore[attr-defined]
     os.chmod(path, 0o644)
     path.write_text(path.read_text().replace('"sequence":9', '"sequence":8'))
     _, problems = await recorded.anchors.verify()
