@@ -99,6 +99,7 @@ async def release(stores: Stores, run_id: str, incident_id: str | None) -> dict[
     }
 
 
-async def delete_subject(stores: Stores, subject_id: str, request_id: str) -> Any:
-    """Crypto-shred a data subject; refused naming the hold when any of their runs is held."""
-    return await _service(stores).delete_subject(subject_id, request_id)
+async def delete_subject(stores: Stores, subject_id: str, request_id: str, by: str = "") -> Any:
+    """Crypto-shred a data subject; refused naming the hold when any of their runs is held.
+    ``by``: who asked (chained with each run's destruction)."""
+    return await _service(stores).delete_subject(subject_id, request_id, by=by)

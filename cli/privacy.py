@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import getpass
 from typing import Annotated
 
 import typer
@@ -103,7 +104,9 @@ async def privacy_delete_subject(
     from stores.bundle import open_stores
 
     async with open_stores(load_settings().stores) as stores:
-        receipt = await delete_subject(stores, subject_id, request_id)
+        receipt = await delete_subject(
+            stores, subject_id, request_id, by=f"cli:{getpass.getuser()}"
+        )
     if as_json:
         print_json(receipt.model_dump(mode="json"))
         return

@@ -14,7 +14,8 @@ any subject of a run destroys that run's raw content.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
@@ -176,3 +177,132 @@ class RawEvidence(Record):
             f"{self.destroyed_by_request} at "
             f"{format_instant(self.destroyed_at) if self.destroyed_at else '?'}"
         )
+
+
+# destruction of raw content, as the audit chain records it ----------------------------------
+
+#: the audit action of a destruction of raw content (a deletion request, or retention)
+RAW_DESTROYED = "raw_destroyed"
+#: the role a destruction is recorded under
+PRIVACY_ROLE = "privacy"
+
+
+class RawDeletion(Record):
+    """One run's part of a destruction of raw content, chained in the audit log (who, when,
+    which request) in the transaction that destroys it: every destroyed raw-payload row must
+    name a recorded deletion of its run, so a forged one (ciphertext set to NULL under an
+    invented request) is detected by ``runs verify``."""
+
+    request_id: Identifier
+    run_id: Identifier
+    subject_id: str | None = None
+    #: raw-payload rows of the run's events destroyed (what ``runs verify`` counts)
+    event_payloads: int = Field(ge=0)
+    #: every raw-payload row destroyed, the raw forms of artifacts included
+    raw_payloads: int = Field(ge=0)
+    data_keys: int = Field(ge=0)
+
+    def audit(self, audit_id: str, actor: str, at: datetime) -> AuditRecord:
+        return AuditRecord(
+            audit_id=audit_id,
+            actor=actor or "unknown",
+            role=PRIVACY_ROLE,
+            action=RAW_DESTROYED,
+            run_id=self.run_id,
+            reason=f"request {self.request_id}",
+            at=at,
+            outcome=RawReadOutcome.DESTROYED,
+            detail=self.model_dump_json(),
+        )
+
+
+def raw_deletion(record: Mapping[str, Any]) -> tuple[RawDeletion, datetime] | None:
+    """The deletion an audit record (as stored, a dict) chains, with its time; None for any
+    other record (a raw read) or one that does not parse."""
+    if record.get("action") != RAW_DESTROYED:
+        return None
+    try:
+        audit = AuditRecord.model_validate(record)
+        return RawDeletion.model_validate_json(audit.detail or ""), audit.at
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True)
+class RawRowState:
+    """A run's raw-payload row of one event, reduced to what the destruction checks read."""
+
+    sequence: int
+    redacted: bool  # raw_hash differs from sanitized_hash
+    has_ciphertext: bool
+    destroyed_at: datetime | None
+    destroyed_by_request: str | None
+
+
+def raw_row_problems(
+    run_id: str,
+    rows: Sequence[RawRowState],
+    deletions: Sequence[tuple[RawDeletion, datetime]],
+    redacted_events: Iterable[int],
+) -> list[tuple[int, str]]:
+    """(sequence, message) of every raw-payload row whose destruction no chained deletion of
+    ``run_id`` accounts for (invented request, other time, more rows than the request
+    destroyed), every redacted row that lost its ciphertext with no destruction at all, and
+    every event in ``redacted_events`` (its stored payload holds a pseudonym) without a row."""
+    problems: list[tuple[int, str]] = []
+    recorded = {d.request_id: (d, at) for d, at in deletions if d.run_id == run_id}
+    destroyed: dict[str, list[int]] = {}
+    for row in rows:
+        what = f"raw payload of sequence {row.sequence}"
+        if row.destroyed_by_request is None and row.destroyed_at is None:
+            if row.redacted and not row.has_ciphertext:
+                problems.append(
+                    (
+                        row.sequence,
+                        f"{what} has no encrypted raw content and was destroyed by no request "
+                        "(raw evidence lost)",
+                    )
+                )
+            continue
+        request = row.destroyed_by_request or "?"
+        found = recorded.get(request)
+        if found is None:
+            problems.append(
+                (
+                    row.sequence,
+                    f"{what} says it was destroyed by request {request}, but the audit chain "
+                    f"records no deletion of run {run_id} by it (forged deletion)",
+                )
+            )
+        elif row.destroyed_at is None or row.destroyed_at != found[1]:
+            problems.append(
+                (
+                    row.sequence,
+                    f"{what} says it was destroyed by request {request} at "
+                    f"{format_instant(row.destroyed_at) if row.destroyed_at else '?'}; the "
+                    f"audit chain records that deletion at {format_instant(found[1])}",
+                )
+            )
+        else:
+            destroyed.setdefault(request, []).append(row.sequence)
+    for request, sequences in destroyed.items():
+        expected = recorded[request][0].event_payloads
+        if len(sequences) != expected:
+            problems.append(
+                (
+                    min(sequences),
+                    f"{len(sequences)} raw payloads of run {run_id} say request {request} "
+                    f"destroyed them; the audit chain records {expected} (forged deletion)",
+                )
+            )
+    have = {row.sequence for row in rows}
+    problems += [
+        (
+            sequence,
+            f"raw payload of sequence {sequence} is missing: its sanitized view holds "
+            "pseudonyms, so its raw form was recorded (raw-payload row deleted)",
+        )
+        for sequence in redacted_events
+        if sequence not in have
+    ]
+    return sorted(problems)

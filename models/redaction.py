@@ -61,6 +61,8 @@ MIN_NAME_WORD = 2
 
 #: a token produced by a policy: never redacted again
 _TOKEN = re.compile(r"<(?:email|phone|card|secret|personal|name):[0-9a-f]{16}>")
+#: the same in canonical JSON bytes (a sanitized payload as stored)
+_TOKEN_BYTES = re.compile(rb"<(?:email|phone|card|secret|personal|name):[0-9a-f]{16}>")
 _EMAIL = re.compile(
     r"(?<![\w.+-])[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}"
 )
@@ -308,3 +310,9 @@ def redaction_policy(
 
 
 Sanitizer = Callable[[Any], Any]
+
+
+def has_redaction_token(data: bytes | memoryview) -> bool:
+    """Whether a stored payload holds a pseudonym a policy wrote: its raw form differed, so a
+    raw-payload row (ciphertext, or a recorded destruction) must exist beside it."""
+    return _TOKEN_BYTES.search(data) is not None

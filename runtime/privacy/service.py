@@ -77,7 +77,7 @@ class PrivacyService:
             )
             await self._audit(base, reason or "-", at, RawReadOutcome.DENIED, why)
             raise AccessDeniedError(f"raw read of {run_id}#{sequence} refused: {why}")
-        evidence = await self.vault.raw_evidence(run_id, sequence, decrypt=False)
+        evidence = await self.vault.raw_evidence(run_id, sequence, decrypt=False, for_raw_read=True)
         if evidence.state is RawEvidenceState.DESTROYED:
             await self._audit(
                 base, reason, at, RawReadOutcome.DESTROYED, evidence.destroyed_message()
@@ -202,7 +202,7 @@ class PrivacyService:
     # deletion -----------------------------------------------------------------------------
 
     async def delete_subject(
-        self, subject_id: str, request_id: str, now: datetime | None = None
+        self, subject_id: str, request_id: str, now: datetime | None = None, *, by: str = ""
     ) -> DeletionReceipt:
         """Crypto-shred ``subject_id``: destroy its data keys and the raw content of every run
         about it, delete the encrypted raw objects, record a receipt. Refused, destroying
@@ -226,7 +226,10 @@ class PrivacyService:
             raise EvidenceLockedError(
                 f"subject {subject_id} is under legal hold, nothing was deleted ({names})"
             )
-        count, refs, keys = await self.vault.shred_subject(run_ids, subject_id, request_id, at)
+        count, refs, keys = await self.vault.shred_subject(
+            run_ids, subject_id, request_id, at, actor=by or "unknown"
+        )
+        await self.records.anchor_audit_head()  # the chained deletions
         deleted = 0
         for digest in refs:
             if await self.artifacts.exists(digest):
@@ -266,8 +269,9 @@ class PrivacyService:
                 skipped.append({"run_id": run_id, "held": reasons})
                 continue
             count, refs = await self.vault.destroy_run_raw(
-                run_id, f"retention:{retention_class}:{at.date().isoformat()}"
+                run_id, f"retention:{retention_class}:{at.date().isoformat()}", at
             )
+            await self.records.anchor_audit_head()
             for digest in refs:
                 if await self.artifacts.exists(digest):
                     await self.artifacts.delete(digest)

@@ -1,9 +1,19 @@
-"""The raw-evidence vault in SQL: per-subject data keys (wrapped by the KEK), encrypted raw
+"""The raw-evidence vault in SQL: per-run data keys (wrapped by the KEK), encrypted raw
 payloads beside the sanitized ones, and each run's data subjects.
 
-A raw payload is sealed with AES-256-GCM under its subject's data key, with associated data
-binding it to its run, its raw hash and its sanitized hash: a ciphertext moved to another
-event, or a swapped raw_hash, fails to authenticate. Crypto-shredding NULLs the wrapped key.
+A raw payload is sealed with AES-256-GCM under its run's data key (key scope ``run:<run id>``,
+in ``data_keys.subject_id``; keys made before per-run keys are scoped to a subject id), with
+associated data binding it to its run, its raw hash and its sanitized hash: a ciphertext
+moved to another event, or a swapped raw_hash, fails to authenticate.
+
+Crypto-shredding: deleting a data subject destroys the keys of every run the subject is in
+(and any key scoped to the subject) and the ciphertexts, and records the destruction of each
+run in the audit chain in the same transaction (``RawDeletion``: who, when, which request).
+On SQLite the file is then scrubbed (``PRAGMA secure_delete``, ``VACUUM``, a WAL checkpoint
+that truncates the WAL): no destroyed wrapped key nor ciphertext is left in the database
+file or its WAL. PostgreSQL keeps only ciphertext and wrapped keys, never an unwrapped key;
+dead row versions and its WAL keep the destroyed ones until VACUUM and WAL recycling
+(``docs/privacy.md``).
 """
 
 from __future__ import annotations
@@ -14,12 +24,14 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any, Literal, overload
 
+import structlog
 from sqlalchemy import and_, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from models.digest import sha256_digest, verify_content
 from models.errors import ConfigurationError, ContentDestroyedError, IntegrityError
-from models.privacy import RawEvidence, RawEvidenceState
+from models.privacy import RawDeletion, RawEvidence, RawEvidenceState
+from models.redaction import has_redaction_token
 from runtime.ports import ArtifactStore
 from stores.encryption import (
     KeyEncryptionKey,
@@ -31,7 +43,10 @@ from stores.encryption import (
 )
 from stores.sql import schema
 from stores.sql.database import Database, utc
+from stores.sql.privacy_audit import append_audit, chained_deletions
 from stores.sql.privacy_subjects import CAS_PREFIX, RawVaultQueries
+
+log = structlog.get_logger(__name__)
 
 #: ciphertexts above this size go to the artifact store as encrypted objects
 INLINE_CIPHERTEXT_LIMIT = 64 * 1024
@@ -40,6 +55,16 @@ INLINE_CIPHERTEXT_LIMIT = 64 * 1024
 #: late (by this process: at once)
 ACTIVE_KEY_SECONDS = 30.0
 NO_SUBJECT = "subject:none"
+#: how many runs' active keys a process keeps at most
+ACTIVE_KEYS_KEPT = 1024
+#: a SQLite WAL checkpoint that truncates the WAL is tried this many times (a reader of an
+#: older snapshot keeps its frames until it ends)
+SCRUB_ATTEMPTS = 5
+
+
+def key_scope(run_id: str) -> str:
+    """The scope of ``run_id``'s data keys (``data_keys.subject_id``, and the KEK's context)."""
+    return f"run:{run_id}"
 
 
 def _now() -> datetime:
@@ -116,6 +141,8 @@ class SqlRawVault(RawVaultQueries):
             return cached[0], cached[1]
         found = await self._read_active_key(subject_id, create=create)
         if found is not None:
+            if len(self._active) >= ACTIVE_KEYS_KEPT:
+                self._active.clear()
             self._active[(subject_id, self.kek.key_id)] = (*found, time.monotonic())
         return found
 
@@ -156,7 +183,9 @@ class SqlRawVault(RawVaultQueries):
         k = schema.data_keys.c
         async with self.db.read() as conn:
             row = (
-                await conn.execute(select(k.wrapped_key, k.kek_id).where(k.key_id == key_id))
+                await conn.execute(
+                    select(k.wrapped_key, k.kek_id, k.subject_id).where(k.key_id == key_id)
+                )
             ).first()
         if row is None or row.wrapped_key is None:
             return None
@@ -165,20 +194,27 @@ class SqlRawVault(RawVaultQueries):
                 f"data key {key_id} of {subject_id!r} is wrapped by key-encryption key "
                 f"{row.kek_id}, not by the configured {self.kek.key_id} (REPLAYBOOK_KEK_FILE)"
             )
-        return self.kek.unwrap(bytes(row.wrapped_key), subject_id)
+        # the key's scope is its wrap's context: a run's key, or a subject's (older keys)
+        return self.kek.unwrap(bytes(row.wrapped_key), row.subject_id)
 
-    def _forget_active(self, subject_id: str) -> None:
-        self._active = {key: v for key, v in self._active.items() if key[0] != subject_id}
+    def _forget_active(self, scopes: Sequence[str]) -> None:
+        gone = set(scopes)
+        self._active = {key: v for key, v in self._active.items() if key[0] not in gone}
 
     async def destroy_keys(
-        self, conn: AsyncConnection, subject_id: str, request_id: str, at: datetime | None = None
+        self,
+        conn: AsyncConnection,
+        scopes: Sequence[str],
+        request_id: str,
+        at: datetime | None = None,
     ) -> int:
-        """Crypto-shred every data key of ``subject_id`` (inside the caller's transaction)."""
+        """Crypto-shred every data key of ``scopes`` (run scopes, ``key_scope``, or a subject
+        id for keys made before per-run keys) inside the caller's transaction."""
         k = schema.data_keys.c
-        self._forget_active(subject_id)
+        self._forget_active(scopes)
         result = await conn.execute(
             update(schema.data_keys)
-            .where(k.subject_id == subject_id, k.wrapped_key.is_not(None))
+            .where(k.subject_id.in_(list(scopes)), k.wrapped_key.is_not(None))
             .values(
                 wrapped_key=None, destroyed_at=at or self.clock(), destroyed_by_request=request_id
             )
@@ -197,7 +233,9 @@ class SqlRawVault(RawVaultQueries):
     ) -> dict[str, Any]:
         """Encrypt ``raw``; returns the ``raw_payloads`` columns (without id and sequence)."""
         subject = subject_id or NO_SUBJECT
-        key_id, key = await self._active_key(subject, create=True)
+        # one key per run: deleting any subject of the run (a person it only read about too)
+        # destroys a key, and retention destroys the run's
+        key_id, key = await self._active_key(key_scope(run_id), create=True)
         sealed = seal(data_key_cipher(key), raw, associated_data(run_id, raw_hash, sanitized_hash))
         ref = None
         if len(sealed) > INLINE_CIPHERTEXT_LIMIT and self.artifacts is not None:
@@ -266,9 +304,14 @@ class SqlRawVault(RawVaultQueries):
 
     # reading ----------------------------------------------------------------------------------
 
-    async def raw_evidence(self, run_id: str, sequence: int, *, decrypt: bool) -> RawEvidence:
+    async def raw_evidence(
+        self, run_id: str, sequence: int, *, decrypt: bool, for_raw_read: bool = False
+    ) -> RawEvidence:
         """What is known of the raw form of event ``run_id#sequence``; with ``decrypt``, its
-        content (``ContentDestroyedError`` naming the request when it was destroyed)."""
+        content (``ContentDestroyedError`` naming the request when it was destroyed). For a
+        raw read (``decrypt`` or ``for_raw_read``), ``IntegrityError`` when the row was
+        deleted or its destruction is not the one the audit chain records."""
+        strict = decrypt or for_raw_read
         r = schema.raw_payloads.c
         async with self.db.read() as conn:
             row = (
@@ -277,6 +320,8 @@ class SqlRawVault(RawVaultQueries):
                 )
             ).first()
         if row is None:
+            if strict:
+                await self._refuse_missing_row(run_id, sequence)
             return RawEvidence(
                 run_id=run_id, sequence=sequence, state=RawEvidenceState.NOT_RECORDED
             )
@@ -290,7 +335,9 @@ class SqlRawVault(RawVaultQueries):
         }
         if row.raw_hash == row.sanitized_hash:
             return RawEvidence(**base, state=RawEvidenceState.SAME_AS_SANITIZED)
-        if row.destroyed_at is not None:
+        if row.destroyed_at is not None or row.destroyed_by_request is not None:
+            if strict:
+                await self._refuse_unrecorded_destruction(row)
             return RawEvidence(
                 **base,
                 state=RawEvidenceState.DESTROYED,
@@ -301,6 +348,45 @@ class SqlRawVault(RawVaultQueries):
         if not decrypt:
             return evidence
         return evidence.model_copy(update={"content": await self._open(row)})
+
+    async def _refuse_missing_row(self, run_id: str, sequence: int) -> None:
+        """``IntegrityError`` when the event's stored payload holds pseudonyms: its raw form
+        differed, so its raw row was recorded and has been deleted; the sanitized payload is
+        not the raw one and is never shown as such."""
+        e = schema.execution_events.c
+        async with self.db.read() as conn:
+            event = (
+                await conn.execute(
+                    select(e.payload, e.payload_ref).where(
+                        e.run_id == run_id, e.sequence == sequence
+                    )
+                )
+            ).first()
+        if event is None:
+            return
+        data: bytes | None = bytes(event.payload) if event.payload is not None else None
+        if data is None and event.payload_ref.startswith(CAS_PREFIX) and self.artifacts:
+            data = await self.artifacts.get(event.payload_ref[len(CAS_PREFIX) :])
+        if data is not None and has_redaction_token(data):
+            raise IntegrityError(
+                f"raw payload of {run_id}#{sequence} is missing although its sanitized view "
+                f"holds pseudonyms: its raw-payload row was deleted (runs verify {run_id})"
+            )
+
+    async def _refuse_unrecorded_destruction(self, row: Any) -> None:
+        """``IntegrityError`` unless the audit chain records the destruction the row claims
+        (its request, its run, its time): a forged deletion is not "legitimately destroyed"."""
+        async with self.db.read() as conn:
+            deletions = await chained_deletions(conn, row.run_id)
+        at = utc(row.destroyed_at) if row.destroyed_at is not None else None
+        if not any(
+            d.request_id == row.destroyed_by_request and when == at for d, when in deletions
+        ):
+            raise IntegrityError(
+                f"raw payload of {row.run_id}#{row.sequence} says it was destroyed by request "
+                f"{row.destroyed_by_request}, but the audit chain records no such deletion of "
+                f"run {row.run_id} (forged deletion; runs verify {row.run_id})"
+            )
 
     async def _open(self, row: Any) -> bytes:
         key = await self._key(row.key_id, row.subject_id)
@@ -331,30 +417,75 @@ class SqlRawVault(RawVaultQueries):
         subject_id: str,
         request_id: str,
         at: datetime | None = None,
-    ) -> tuple[int, list[str]]:
+    ) -> tuple[dict[str, tuple[int, int]], list[str]]:
         """Mark every raw payload of ``run_ids`` (and any sealed under ``subject_id``) destroyed
-        and drop its ciphertext; returns the count and the encrypted objects to delete."""
+        and drop its ciphertext; returns, by run, (event payloads, all payloads) destroyed,
+        and the encrypted objects to delete."""
         r = schema.raw_payloads.c
         where = and_(
             r.destroyed_at.is_(None),
             r.raw_hash != r.sanitized_hash,
             (r.run_id.in_(list(run_ids)) | (r.subject_id == subject_id)),
         )
-        refs = [
-            row.ciphertext_ref[len(CAS_PREFIX) :]
-            for row in (await conn.execute(select(r.ciphertext_ref).where(where))).all()
-            if row.ciphertext_ref
-        ]
-        result = await conn.execute(
-            update(schema.raw_payloads)
-            .where(where)
-            .values(
-                ciphertext=None,
-                destroyed_at=at or self.clock(),
-                destroyed_by_request=request_id,
+        rows = (
+            await conn.execute(select(r.run_id, r.sequence, r.ciphertext_ref).where(where))
+        ).all()
+        refs = [row.ciphertext_ref[len(CAS_PREFIX) :] for row in rows if row.ciphertext_ref]
+        counts: dict[str, tuple[int, int]] = {}
+        for row in rows:
+            events, every = counts.get(row.run_id, (0, 0))
+            counts[row.run_id] = (events + (row.sequence is not None), every + 1)
+        if rows:
+            await conn.execute(
+                update(schema.raw_payloads)
+                .where(where)
+                .values(
+                    ciphertext=None,
+                    destroyed_at=at or self.clock(),
+                    destroyed_by_request=request_id,
+                )
             )
-        )
-        return result.rowcount or 0, refs
+        return counts, refs
+
+    async def _destroy(
+        self,
+        run_ids: Sequence[str],
+        subject_id: str | None,
+        request_id: str,
+        at: datetime,
+        actor: str,
+    ) -> tuple[int, list[str], int]:
+        """In one transaction: the raw payloads of ``run_ids`` (and any sealed under the
+        subject), the runs' data keys (and the subject's older ones), and one chained
+        ``RawDeletion`` per run touched. Then the SQLite file is scrubbed."""
+        async with self.db.transaction() as conn:
+            counts, refs = await self.destroy_raw(
+                conn, run_ids, subject_id or "subject:retention-only", request_id, at
+            )
+            keys_total = 0
+            for run_id in sorted(set(run_ids) | set(counts)):
+                keys = await self.destroy_keys(conn, [key_scope(run_id)], request_id, at)
+                keys_total += keys
+                events, every = counts.get(run_id, (0, 0))
+                if not (events or every or keys):
+                    continue
+                deletion = RawDeletion(
+                    request_id=request_id,
+                    run_id=run_id,
+                    subject_id=subject_id,
+                    event_payloads=events,
+                    raw_payloads=every,
+                    data_keys=keys,
+                )
+                await append_audit(
+                    conn, deletion.audit(f"audit-{uuid.uuid4().hex[:16]}", actor, at)
+                )
+            if subject_id is not None:  # keys scoped to the subject (before per-run keys)
+                keys_total += await self.destroy_keys(conn, [subject_id], request_id, at)
+        # again: a seal may have read a key meanwhile
+        self._forget_active([key_scope(r) for r in set(run_ids) | set(counts)])
+        await self.scrub()
+        return sum(every for _, every in counts.values()), refs, keys_total
 
     async def shred_subject(
         self,
@@ -362,19 +493,45 @@ class SqlRawVault(RawVaultQueries):
         subject_id: str,
         request_id: str,
         at: datetime | None = None,
+        *,
+        actor: str = "",
     ) -> tuple[int, list[str], int]:
-        """In one transaction: destroy the raw payloads of ``run_ids`` (and any sealed under
-        the subject) and the subject's data keys, all at ``at`` (the receipt's time, so that
-        "destroyed by request R at T" names the receipt's T). Returns (payloads, objects to
-        delete, keys)."""
-        at = at or self.clock()
-        async with self.db.transaction() as conn:
-            count, refs = await self.destroy_raw(conn, run_ids, subject_id, request_id, at)
-            keys = await self.destroy_keys(conn, subject_id, request_id, at)
-        self._forget_active(subject_id)  # again: a seal may have read the key meanwhile
-        return count, refs, keys
+        """Destroy the raw payloads and data keys of ``run_ids`` (and any sealed under the
+        subject), all at ``at`` (the receipt's time, so that "destroyed by request R at T"
+        names the receipt's T), each run's destruction chained in the audit log under
+        ``actor``. Returns (payloads, objects to delete, keys)."""
+        return await self._destroy(run_ids, subject_id, request_id, at or self.clock(), actor)
 
-    async def destroy_run_raw(self, run_id: str, request_id: str) -> tuple[int, list[str]]:
-        """Destroy the raw payloads of one run (retention), keeping the subject's key."""
-        async with self.db.transaction() as conn:
-            return await self.destroy_raw(conn, [run_id], "subject:retention-only", request_id)
+    async def destroy_run_raw(
+        self,
+        run_id: str,
+        request_id: str,
+        at: datetime | None = None,
+        *,
+        actor: str = "retention",
+    ) -> tuple[int, list[str]]:
+        """Destroy the raw payloads and the data keys of one run (retention)."""
+        count, refs, _ = await self._destroy([run_id], None, request_id, at or self.clock(), actor)
+        return count, refs
+
+    async def scrub(self) -> bool:
+        """SQLite: rewrite the database file without the destroyed rows' old bytes (freed
+        pages and cells are not overwritten by an UPDATE) and empty the WAL, whose frames
+        still hold them. True when the WAL was truncated (a reader of an older snapshot in
+        another process can keep it for a while: then False, and the next scrub does it).
+        PostgreSQL: nothing to do here (False)."""
+        if self.db.is_postgresql:
+            return False
+        async with self.db._writer(), self.db.engine.connect() as conn:
+            driver = (await conn.get_raw_connection()).driver_connection
+            assert driver is not None
+            for statement in ("PRAGMA secure_delete=ON", "VACUUM"):
+                await (await driver.execute(statement)).close()
+            for _ in range(SCRUB_ATTEMPTS):
+                cursor = await driver.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                row = await cursor.fetchone()
+                await cursor.close()
+                if row is not None and row[0] == 0:
+                    return True
+        log.warning("the WAL could not be truncated after a destruction (a reader holds it)")
+        return False

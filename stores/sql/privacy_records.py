@@ -4,17 +4,15 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import insert, select, text, update
+from sqlalchemy import insert, select, update
 
-from models.anchor import AUDIT_GENESIS, AUDIT_LOG_ID, Anchor, audit_link, verify_audit_chain
+from models.anchor import AUDIT_LOG_ID, Anchor, verify_audit_chain
 from models.chain import VerificationProblem
 from models.privacy import AuditRecord, DeletionReceipt, LegalHold
 from stores.anchors import AnchorLog
 from stores.sql import schema
-from stores.sql.database import Database
-
-#: the advisory lock that serialises audit appends on PostgreSQL
-_AUDIT_LOCK = 0x52425F4155444954  # "RB_AUDIT"
+from stores.sql.database import Database, utc
+from stores.sql.privacy_audit import append_audit
 
 
 class SqlPrivacyRecords:
@@ -24,41 +22,32 @@ class SqlPrivacyRecords:
         self.anchors = anchors
 
     async def audit(self, record: AuditRecord) -> None:
-        """Append ``record`` to the audit chain: linked to the record before it, one writer
-        at a time (SQLite's write lock; a transaction-scoped advisory lock on PostgreSQL)."""
-        a = schema.privacy_audit.c
-        body = record.model_dump(mode="json")
+        """Append ``record`` to the audit chain (``append_audit``) and anchor its head."""
         async with self.db.transaction() as conn:
-            if self.db.is_postgresql:
-                await conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _AUDIT_LOCK})
+            position, link = await append_audit(conn, record)
+        await self.anchor_audit(position, link, record.at)
+
+    async def anchor_audit(self, position: int, link: str, at: datetime) -> None:
+        if self.anchors is not None:
+            await self.anchors.append(
+                Anchor(kind="audit", run_id=AUDIT_LOG_ID, sequence=position, head=link, at=at)
+            )
+
+    async def anchor_audit_head(self) -> None:
+        """Anchor the audit chain's newest record (after appends made by another store in its
+        own transaction: a destruction of raw content)."""
+        a = schema.privacy_audit.c
+        async with self.db.read() as conn:
             last = (
                 await conn.execute(
-                    select(a.position, a.hash)
+                    select(a.position, a.hash, a.at)
                     .where(a.position.is_not(None))
                     .order_by(a.position.desc())
                     .limit(1)
                 )
             ).first()
-            position = 1 if last is None else last.position + 1
-            previous = AUDIT_GENESIS if last is None else last.hash
-            link = audit_link(previous, position, body)
-            await conn.execute(
-                insert(schema.privacy_audit).values(
-                    audit_id=record.audit_id,
-                    at=record.at,
-                    run_id=record.run_id,
-                    record=body,
-                    position=position,
-                    previous_hash=previous,
-                    hash=link,
-                )
-            )
-        if self.anchors is not None:
-            await self.anchors.append(
-                Anchor(
-                    kind="audit", run_id=AUDIT_LOG_ID, sequence=position, head=link, at=record.at
-                )
-            )
+        if last is not None:
+            await self.anchor_audit(last.position, last.hash, utc(last.at))
 
     async def verify_audit(self) -> tuple[int, list[str], list[VerificationProblem]]:
         """The audit chain: its length, its hashes in position order, its first problem."""

@@ -23,7 +23,7 @@ from sqlalchemy import inspect, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from models import ExecutionEventType
-from models.anchor import Anchor, RunAnchor, check_head
+from models.anchor import Anchor, AnchorEntry, check_head
 from models.chain import ChainRow, ChainVerification, VerificationProblem, verify_chain
 from models.digest import is_digest, sha256_digest
 from models.errors import (
@@ -48,6 +48,7 @@ from stores.sql.lookup_check import (
     check_projections,
     lookup_rows,
 )
+from stores.sql.raw_check import RawRows, check_raw_rows, read_raw_rows
 
 __all__ = [
     "PROJECTION_RULES",
@@ -74,16 +75,16 @@ class RunRows(NamedTuple):
     """What the checks beyond the chain read of the run besides its events."""
 
     lookup: LookupRows
-    #: its raw-payload rows (``_raw_rows``)
-    raw: Sequence[Any]
+    #: its raw-payload rows and their chained deletions (``_raw_rows``)
+    raw: RawRows
     #: its freeze records (``_freezes``)
     freezes: Sequence[Any]
-    #: what the anchor log says of it (None: no anchor log)
-    anchor: RunAnchor | None
+    #: its latest external anchor
+    anchor: AnchorEntry | None
 
 
 async def run_rows(
-    conn: AsyncConnection, anchor: RunAnchor | None, run_id: str
+    conn: AsyncConnection, anchor: AnchorEntry | None, run_id: str
 ) -> asyncio.Future[RunRows]:
     """The read of the run's lookup rows, raw-payload rows and freeze records on ``conn`` (the
     snapshot its chain is read in: ``Database.snapshot``), with ``anchor``, its latest
@@ -106,8 +107,8 @@ async def run_rows(
     return done
 
 
-async def latest_anchor(anchors: AnchorLog | None, run_id: str) -> RunAnchor | None:
-    return None if anchors is None else await anchors.run_anchor(run_id)
+async def latest_anchor(anchors: AnchorLog | None, run_id: str) -> AnchorEntry | None:
+    return None if anchors is None else await anchors.latest(run_id)
 
 
 class EventsRead:
@@ -155,9 +156,8 @@ async def check_run(
     unread = set(events.sequences).difference(payloads)
     check_projections(rows.lookup, parsed, unread, found)
     _check_heads(rows, run_id, events.hashes, found)
-    if rows.raw:
-        sanitized = dict(zip(events.sequences, events.payload_hashes, strict=True))
-        _check_raw_rows(rows.raw, sanitized, found)
+    sanitized = dict(zip(events.sequences, events.payload_hashes, strict=True))
+    check_raw_rows(run_id, rows.raw, sanitized, payloads, found)
     return with_problems(chain, found.problems, found.checked)
 
 
@@ -212,53 +212,13 @@ def _references(parsed: Iterable[tuple[int, str, str, str, Any]]) -> dict[str, i
     return refs
 
 
-async def _raw_rows(conn: AsyncConnection, run_id: str) -> Sequence[Any]:
-    """The run's raw-payload rows (none before migration 0003, nor after a downgrade: a
-    database opened without migrating is verified on what it has)."""
-    r = schema.raw_payloads.c
-    query = select(
-        r.sequence,
-        r.raw_hash,
-        r.sanitized_hash,
-        r.key_id,
-        r.ciphertext_ref,
-        r.destroyed_at,
-        r.ciphertext.is_not(None).label("inline"),
-    ).where(r.run_id == run_id, r.sequence.is_not(None))
-    if not await _has_table(conn, "raw_payloads"):
-        return []
-    return (await conn.execute(query)).all()
+async def _raw_rows(conn: AsyncConnection, run_id: str) -> RawRows:
+    """The run's raw-payload rows and their chained deletions (``stores.sql.raw_check``)."""
+    return await read_raw_rows(conn, run_id)
 
 
 async def _has_table(conn: AsyncConnection, table: str) -> bool:
     return bool(await conn.run_sync(lambda c: inspect(c).has_table(table)))
-
-
-def _check_raw_rows(raw_rows: Sequence[Any], sanitized: Mapping[int, str], found: Found) -> None:
-    """Each event's raw-payload row (rule 17) must belong to a chained event with the
-    sanitized hash it names, and hold its encrypted raw form unless a request destroyed it:
-    a raw row without ciphertext that nobody destroyed is raw evidence lost. The content is
-    not decrypted here (that is an audited read with the KEK)."""
-    for row in raw_rows:
-        found.checked["raw_payloads"] += 1
-        what = f"raw payload of sequence {row.sequence}"
-        if sanitized.get(row.sequence) != row.sanitized_hash:
-            found.add(
-                row.sequence,
-                "raw_payloads",
-                f"{what} names sanitized hash {row.sanitized_hash}, not the chained event's",
-            )
-        elif (
-            row.raw_hash != row.sanitized_hash
-            and row.destroyed_at is None
-            and (row.key_id is None or not (row.inline or row.ciphertext_ref))
-        ):
-            found.add(
-                row.sequence,
-                "raw_payloads",
-                f"{what} has no encrypted raw content and was destroyed by no request "
-                "(raw evidence lost)",
-            )
 
 
 _REFERENCING_TYPES = frozenset(str(t) for t in REFERENCING)
@@ -392,13 +352,8 @@ def _check_heads(rows: RunRows, run_id: str, hashes: Sequence[str], found: Found
             found.problems.append(problem)
     if rows.anchor is None:
         return
-    found.problems.extend(rows.anchor.problems)
-    if rows.anchor.entry is None:
-        return
     found.checked["anchors"] += 1
-    if not rows.anchor.signed:
-        found.checked["unsigned_anchors"] = 1
-    problem = check_head(rows.anchor.entry.anchor, hashes)
+    problem = check_head(rows.anchor.anchor, hashes)
     if problem is not None:
         found.problems.append(problem)
 
@@ -408,8 +363,7 @@ async def check_headless(
 ) -> ChainVerification:
     """A run without its header: not found, unless its events or an anchor say it was
     recorded (a deleted header or a deleted run is then broken, not unknown)."""
-    reading = await anchors.run_anchor(run_id) if anchors is not None else None
-    entry = None if reading is None else reading.entry
+    entry = await anchors.latest(run_id) if anchors is not None else None
     if entry is None and not rows:
         raise RunNotFoundError(f"run not found: {run_id!r}")
     chain = verify_chain(run_id, rows)
@@ -424,7 +378,5 @@ async def check_headless(
         message, at = f"run header deleted ({len(rows)} events remain)", 1
     found = VerificationProblem(sequence=at, kind="anchor", message=message)
     return with_problems(
-        chain.model_copy(update={"intact": True}),
-        [found, *(reading.problems if reading is not None else ())],
-        {"anchors": int(entry is not None)},
+        chain.model_copy(update={"intact": True}), [found], {"anchors": int(entry is not None)}
     )
