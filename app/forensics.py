@@ -7,8 +7,8 @@ from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any
 
+from integrations.tau_bench.forensics import ExpectedComparison, ForensicsRun
 from models.errors import InvalidInputError
-from models.forensics import ExpectedComparison, ForensicsRun
 
 if TYPE_CHECKING:
     from stores.bundle import Stores
@@ -78,7 +78,7 @@ async def load_runs(
 def expected_comparison(run: ForensicsRun, env_data: str | None) -> ExpectedComparison:
     """One run's writes against its expected actions, with the world replay's state check
     when the benchmark's databases are given."""
-    from models.forensics import compare_expected
+    from integrations.tau_bench.forensics import compare_expected
 
     world = world_data(env_data)
     state = world.state_matches(run) if world is not None else None

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from cli.common import JsonOption, load_settings, print_json, run_async
+from cli.common import JsonOption, capsule_key_settings, load_settings, print_json, run_async
 from cli.exit_codes import EXIT_BROKEN, EXIT_INCONCLUSIVE
 from models.errors import InvalidInputError
 
@@ -40,7 +40,7 @@ def trusted_key(path: Path | None) -> tuple[Ed25519PublicKey | None, str]:
     """The public key a capsule is checked with, and where it came from."""
     from app.capsule_keys import trusted_capsule_key
 
-    return trusted_capsule_key(path, load_settings().home)
+    return trusted_capsule_key(path, capsule_key_settings(load_settings().home))
 
 
 def open_file(path: Path, public_key: Path | None) -> OpenedCapsule:
@@ -76,7 +76,7 @@ async def export(
     from app.capsules import export_case
     from stores.bundle import open_stores
 
-    key = installation_signing_key(load_settings().home)
+    key = installation_signing_key(capsule_key_settings(load_settings().home))
     async with open_stores(load_settings().stores) as stores:
         data, manifest = await export_case(stores, case_id, key)
     output.write_bytes(data)
@@ -258,7 +258,7 @@ def public_key_(
     """Print (or write) the PEM public key that verifies this installation's capsules."""
     from app.capsule_keys import installation_public_pem
 
-    pem = installation_public_pem(load_settings().home)
+    pem = installation_public_pem(capsule_key_settings(load_settings().home))
     if output is None:
         typer.echo(pem.decode(), nl=False)
     else:

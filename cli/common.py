@@ -30,6 +30,7 @@ from worker import temporal_state
 if TYPE_CHECKING:
     from pydantic import ValidationError
 
+    from app.capsule_keys import CapsuleKeySettings
     from worker.settings import Settings
 
 T = TypeVar("T")
@@ -275,3 +276,17 @@ async def stored_candidates(
         return await store_candidates(
             stores.artifacts, system_prompt=texts.get("system_prompt"), tools=texts.get("tools")
         )
+
+
+def capsule_key_settings(home: Path) -> CapsuleKeySettings:
+    """The capsule keys this environment configures (``REPLAYBOOK_CASE_SIGNING_KEY``,
+    ``REPLAYBOOK_CASE_PUBLIC_KEY``), beside the home's own."""
+    import os
+
+    from app.capsule_keys import PUBLIC_KEY_VARIABLE, SIGNING_KEY_VARIABLE, CapsuleKeySettings
+
+    return CapsuleKeySettings(
+        home,
+        os.environ.get(SIGNING_KEY_VARIABLE) or None,
+        os.environ.get(PUBLIC_KEY_VARIABLE) or None,
+    )

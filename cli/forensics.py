@@ -20,7 +20,7 @@ import typer
 from cli.common import JsonOption, fail, load_settings, print_json, run_async
 
 if TYPE_CHECKING:
-    from models.forensics import ExpectedComparison
+    from integrations.tau_bench.forensics import ExpectedComparison
     from stores.bundle import Stores
 
 app = typer.Typer()

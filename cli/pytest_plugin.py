@@ -144,15 +144,14 @@ def run_capsule_sync(
     """``replaybook case run`` from synchronous code (in a thread if a loop is running):
     the capsule checked, then its case replayed offline; ``CapsuleRefusedError`` naming the
     failed check."""
-
     from app.capsule_keys import trusted_capsule_key
     from app.capsule_run import run_capsule
     from app.capsules import open_capsule
-    from cli.common import cli_settings
+    from cli.common import capsule_key_settings, cli_settings
     from worker.catalogs import catalogs
 
     settings = cli_settings()
-    key, _ = trusted_capsule_key(public_key, settings.home)
+    key, _ = trusted_capsule_key(public_key, capsule_key_settings(settings.home))
     capsule = open_capsule(path.read_bytes(), key)
     known = catalogs(None, settings.models, settings.model_registry)
 

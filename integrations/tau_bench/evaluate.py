@@ -3,7 +3,7 @@
 Agreement is measured against the reward the benchmark recorded; localisation against human
 failure annotations (AgentRx): does the first divergent message we name equal the annotated
 root-cause step, exactly and within ±1 and ±2 messages, and is the predicted category
-(``models.agentrx``) the annotated one, compared with the baseline "the first write whose
+(``integrations.tau_bench.agentrx``) the annotated one, compared with the baseline "the first write whose
 output starts with Error:" (that write's message, category Invalid Invocation)?
 
 The annotated runs are also split in two halves by a hash of their task id (``held_out``:
@@ -20,7 +20,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from models.forensics import ExpectedComparison, ForensicsRun, compare_expected
+from integrations.tau_bench.forensics import ExpectedComparison, ForensicsRun, compare_expected
 
 __all__ = ["Annotation", "annotations_from_agentrx", "evaluate_runs", "held_out", "localization"]
 

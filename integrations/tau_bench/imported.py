@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from integrations.tau_bench.forensics import ExpectedAction, ForensicsRun
 from integrations.tau_bench.trajectory import (
     agent_texts,
     episode_finished,
@@ -16,7 +17,6 @@ from integrations.tau_bench.trajectory import (
     tool_calls,
 )
 from models.errors import RunNotFoundError
-from models.forensics import ExpectedAction, ForensicsRun
 
 __all__ = ["forensics_run_from_imported", "load_imported_runs"]
 

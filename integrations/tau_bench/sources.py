@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from integrations.tau_bench.evaluate import Annotation, annotations_from_agentrx
+from integrations.tau_bench.forensics import ForensicsRun
 from integrations.tau_bench.trajectory import run_from_tau_record, tool_schemas
 from models.errors import InvalidInputError
-from models.forensics import ForensicsRun
 
 __all__ = ["dedupe_runs", "load_annotations", "load_json", "runs_from_file"]
 

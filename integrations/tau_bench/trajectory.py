@@ -14,8 +14,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from integrations.tau_bench.forensics import ExpectedAction, ForensicsRun, ToolCallFact
 from models.errors import InvalidInputError
-from models.forensics import ExpectedAction, ForensicsRun, ToolCallFact
 
 __all__ = ["parse_arguments", "run_from_tau_record", "tool_calls", "tool_schemas"]
 

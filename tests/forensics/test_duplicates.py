@@ -11,11 +11,11 @@ import sys
 from pathlib import Path
 
 from integrations.tau_bench.evaluate import evaluate_runs
+from integrations.tau_bench.forensics import compare_expected
 from integrations.tau_bench.sources import load_json, runs_from_file
 from models.duplicates import duplicate_calls, duplicate_side_effects, key_arguments
 from models.enums import SideEffectStatus
 from models.evidence import SideEffectRecord
-from models.forensics import compare_expected
 from tests.testdata import unpacked_testdata
 
 ROOT = Path(__file__).resolve().parents[2]

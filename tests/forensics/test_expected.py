@@ -9,10 +9,7 @@ from typing import Any, cast
 import pytest
 
 from integrations.tau_bench.evaluate import evaluate_runs
-from integrations.tau_bench.sources import dedupe_runs, load_annotations, runs_from_file
-from integrations.tau_bench.trajectory import tool_calls
-from models.errors import InvalidInputError
-from models.forensics import (
+from integrations.tau_bench.forensics import (
     ExpectedAction,
     ForensicsRun,
     ToolCallFact,
@@ -20,6 +17,9 @@ from models.forensics import (
     normalize_arguments,
     output_found,
 )
+from integrations.tau_bench.sources import dedupe_runs, load_annotations, runs_from_file
+from integrations.tau_bench.trajectory import tool_calls
+from models.errors import InvalidInputError
 from tests.testdata import unpacked_testdata
 
 DATA = unpacked_testdata() / "tau-bench"
@@ -229,8 +229,8 @@ def test_imported_adapter_matches_the_file_reader() -> None:
 
 
 def test_failure_category_in_the_agentrx_taxonomy_with_a_held_out_half() -> None:
+    from integrations.tau_bench.agentrx import CATEGORIES
     from integrations.tau_bench.evaluate import held_out
-    from models.agentrx import CATEGORIES
 
     info = json.loads((DATA / "tools_info.json").read_text())
     annotations_path = DATA / "retail/agentrx-retail-annotations.json"

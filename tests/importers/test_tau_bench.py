@@ -14,6 +14,7 @@ import pytest
 
 from app.local_replay import engine_for, replay_locally
 from integrations.tau_bench.evaluate import evaluate_runs
+from integrations.tau_bench.forensics import compare_expected
 from integrations.tau_bench.imported import load_imported_runs
 from integrations.tau_bench.importer import (
     convert_tau_file,
@@ -24,7 +25,6 @@ from integrations.tau_bench.importer import (
 from integrations.tau_bench.sources import dedupe_runs, runs_from_file
 from models import ReplayMode, ReplayStatus
 from models.errors import InvalidInputError
-from models.forensics import compare_expected
 from models.replay_flow import ReplayPlan
 from runtime.completeness import evidence_completeness
 from stores.artifacts import LocalArtifactStore

@@ -17,10 +17,10 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from integrations.tau_bench.forensics import ForensicsRun, output_found
 from integrations.tau_bench.trajectory import agent_texts, episode_finished, tool_calls
 from integrations.tau_bench.world.db import DomainData
 from integrations.tau_bench.world.replay import replay_run
-from models.forensics import ForensicsRun, output_found
 
 __all__ = ["CounterfactualVerdict", "counterfactual_verdict"]
 

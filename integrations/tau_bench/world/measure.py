@@ -17,10 +17,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from integrations.tau_bench.forensics import ForensicsRun
 from integrations.tau_bench.world.db import DomainData, load_domain
 from integrations.tau_bench.world.replay import WorldReplay, replay_run
 from models.errors import InvalidInputError
-from models.forensics import ForensicsRun
 
 __all__ = [
     "WorldData",

@@ -20,11 +20,11 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from integrations.tau_bench.forensics import ForensicsRun
 from integrations.tau_bench.world.airline import AirlineTools
 from integrations.tau_bench.world.common import DomainTools
 from integrations.tau_bench.world.db import DomainData, World, to_hashable
 from integrations.tau_bench.world.retail import RetailTools
-from models.forensics import ForensicsRun
 
 __all__ = ["CallReplay", "WorldReplay", "expected_hash", "replay_run", "tools_for"]
 

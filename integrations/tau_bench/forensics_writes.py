@@ -1,5 +1,5 @@
 """How two writes are "the same" (canonical arguments, honouring what the recorded data showed),
-and the pairing of a run's writes with its expected ones (``models.forensics``):
+and the pairing of a run's writes with its expected ones (``integrations.tau_bench.forensics``):
 
 - a write whose output starts with ``Error:`` changed nothing, so it is not a write at all;
 - arguments are compared as canonical JSON (RFC 8785: key order and ``1`` vs ``1.0`` do not
@@ -18,8 +18,8 @@ import copy
 from collections import Counter
 from typing import Any
 
+from integrations.tau_bench.forensics_records import ToolCallFact, WriteDiff
 from models.canonical import canonical_hash, normalize_json
-from models.forensics_records import ToolCallFact, WriteDiff
 
 
 def _schema_properties(schema: Any) -> dict[str, Any] | None:

@@ -1,4 +1,4 @@
-"""The records of forensics against ground truth (``models.forensics``): a run's tool calls
+"""The records of forensics against ground truth (``integrations.tau_bench.forensics``): a run's tool calls
 and expected actions as ``compare_expected`` reads them, and the comparison it returns."""
 
 from __future__ import annotations
@@ -109,7 +109,7 @@ class ExpectedComparison(Record):
     contributing: tuple[str, ...] = ()
     #: critical findings beside the verdict: ``SIDE_EFFECT_DUPLICATE`` per duplicated write
     findings: tuple[Finding, ...] = ()
-    #: the predicted root cause in the AgentRx taxonomy (models.agentrx) and its step, as
+    #: the predicted root cause in the AgentRx taxonomy (integrations.tau_bench.agentrx) and its step, as
     #: AgentRx numbers steps (1-based message index): None when the run is predicted to pass
     category: str | None = None
     category_step: int | None = None

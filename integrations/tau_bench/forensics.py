@@ -5,8 +5,8 @@ A benchmark run (tau-bench) carries its ground truth: the write actions a correc
 successful write calls up against those actions and predicts the benchmark's verdict: pass
 only if the writes match and every expected output appears in the agent's messages.
 
-How two writes are "the same" is ``models.forensics_writes``; the records are
-``models.forensics_records`` (re-exported here).
+How two writes are "the same" is ``integrations.tau_bench.forensics_writes``; the records are
+``integrations.tau_bench.forensics_records`` (re-exported here).
 
 Failure signatures are stable names built from structured facts only (tool names, argument
 names), never from ids or free text, so the same mistake aggregates across runs:
@@ -31,8 +31,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from models.agentrx import predict_category
-from models.forensics_records import (
+from integrations.tau_bench.agentrx import predict_category
+from integrations.tau_bench.forensics_records import (
     ExpectedAction,
     ExpectedComparison,
     Finding,
@@ -40,7 +40,11 @@ from models.forensics_records import (
     ToolCallFact,
     WriteDiff,
 )
-from models.forensics_writes import normalize_arguments, pair_leftovers, unmatched_writes
+from integrations.tau_bench.forensics_writes import (
+    normalize_arguments,
+    pair_leftovers,
+    unmatched_writes,
+)
 
 __all__ = [
     "ExpectedAction",
