@@ -22,6 +22,7 @@ from typing import Any
 
 from bench import (
     bench_canonical,
+    bench_compare,
     bench_ingest,
     bench_ledger,
     bench_pool,
@@ -54,6 +55,11 @@ PARTS: dict[str, Part] = {
         "canonical hashing against rfc8785 and sha256",
         bench_canonical.rows,
         lambda: bench_canonical.rows(rounds=3, sizes=(("1 MB", 1_000_000),), round_s=0.05),
+    ),
+    "compare": Part(
+        "comparison of a replay with its source, 1k against 10k steps",
+        bench_compare.main,
+        lambda: bench_compare.rows(rounds=3),
     ),
     "ledger": Part(
         "ledger appends",
