@@ -246,13 +246,15 @@ class AnchorLog:
     async def run_anchor(self, run_id: str) -> RunAnchor:
         """The run's newest valid entry, found in the log itself (module docstring), with the
         problems met: a forged entry of the run, a copy naming an entry the log lost."""
-        names = await self.objects.names("log/")
-        end = len(names)
+        # the copies first: an append writes its log entry before its copy, so a concurrent
+        # one never shows a copy past the end of the log listed after it
         copies = {
             _copy_index(name): f"{where}{name}"
             for where in _run_dirs(run_id)
             for name in await self.objects.names(where)
         }
+        names = await self.objects.names("log/")
+        end = len(names)
         problems: list[VerificationProblem] = []
         newest: AnchorEntry | None = None
         lost = sorted(i for i in copies if i > end)
@@ -310,10 +312,11 @@ class AnchorLog:
     async def verify(self) -> tuple[list[AnchorEntry], list[VerificationProblem]]:
         """The log's chain and signatures, and every run's copy against the log (a copy past
         the log's end: its newest entries were deleted)."""
+        copies = await self.objects.tree("run-anchors/")  # first, as in ``run_anchor``
         entries = await self.entries()
         problems = verify_anchor_log(entries, None if self.keys is None else self.keys.check)
         by_index = {e.index: e for e in entries}
-        for name in await self.objects.tree("run-anchors/"):
+        for name in copies:
             copy = await self._entry(f"run-anchors/{name}", fresh=True)
             logged = by_index.get(copy.index)
             if logged is None:
@@ -336,8 +339,12 @@ class AnchorLog:
     async def _unsigned_after_signed(self, entry: AnchorEntry) -> str | None:
         if self.keys is None or entry.signed or entry.index == 1:
             return None
-        before = await self._entry(f"log/{entry.index - 1:012d}.json")
-        if before.signed:
+        data = await self.objects.read(f"log/{entry.index - 1:012d}.json")
+        try:
+            before_signed = data is None or AnchorEntry.model_validate_json(data).signed
+        except ValueError:
+            before_signed = True
+        if before_signed:
             return f"anchor log entry {entry.index} is forged: unsigned after signed entries"
         return None
 

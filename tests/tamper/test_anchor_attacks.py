@@ -5,6 +5,7 @@ artifacts (unsigned) stays readable and is reported as such."""
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 from pathlib import Path
 
@@ -97,3 +98,34 @@ async def test_a_legacy_unsigned_log_is_read_and_reported_unsigned(
     assert verification.checked["anchors"] == 1 and verification.checked["unsigned_anchors"] == 1
     await rechain(recorded)
     assert not (await ledger.verify(r)).intact  # an unsigned anchor still catches a re-chain
+
+
+def test_anchors_verify_checks_a_copy_offline(tmp_path: Path) -> None:
+    """``anchors verify --public-key FILE COPY``: no database, no stack."""
+    from typer.testing import CliRunner
+
+    from cli.main import app
+    from models.digest import sha256_digest
+    from stores.case_signing import public_pem
+
+    log = open_anchor_log(LocalArtifactStore(tmp_path / "anchors"), ANCHOR_KEYS)
+    for i in range(3):
+        head = sha256_digest(str(i).encode())
+        asyncio.run(log.append(Anchor(run_id=f"run-{i}", sequence=i + 1, head=head, at=T0)))
+    copy, pem = tmp_path / "copy", tmp_path / "anchor.pem"
+    shutil.copytree(tmp_path / "anchors", copy)
+    pem.write_bytes(public_pem(ANCHOR_KEYS.trusted))
+    env = {"REPLAYBOOK_HOME": str(tmp_path / "elsewhere"), "REPLAYBOOK_DATABASE_URL": "nowhere"}
+    args = ["anchors", "verify", "--public-key", str(pem), str(copy)]
+    intact = CliRunner().invoke(app, args, env=env)
+    assert intact.exit_code == 0, intact.output
+    assert intact.stdout.startswith(f"intact: 3 anchors in {copy.as_uri()}/, signed by key ")
+    (copy / "log" / "000000000003.json").unlink()
+    cut = CliRunner().invoke(app, args, env=env)
+    assert cut.exit_code == 1, cut.output
+    assert "anchor log entry 3 (of run run-2) is missing" in cut.stdout
+    assert "its newest entries were deleted" in cut.stdout
+    other = tmp_path / "other.pem"
+    other.write_bytes(public_pem(Ed25519PrivateKey.generate().public_key()))
+    forged = CliRunner().invoke(app, [*args[:3], str(other), str(copy)], env=env)
+    assert forged.exit_code == 1 and "is forged: not signed by the anchor key" in forged.stdout
