@@ -87,16 +87,16 @@ def match_by_key(
     pairs = []
     for i in sorted(free_a):
         k = key(a[i])
-        j = first.get(k)
-        if j is not None:
+        found = first.get(k)
+        if found is not None:
             rest = more.get(k)
             if rest:
                 first[k] = rest.pop()
             else:
                 del first[k]
-            pairs.append((i, j))
+            pairs.append((i, found))
             free_a.discard(i)
-            free_b.discard(j)
+            free_b.discard(found)
     return pairs
 
 
