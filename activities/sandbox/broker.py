@@ -203,7 +203,7 @@ class StepBroker:
         appended = await self.engine.ledger.append_many(
             run_id, events, expected_sequence=int(expected)
         )
-        self.scope.grew()
+        self.scope.grew(events, appended)
         self.completed_steps += sum(
             1 for e in appended if e.type is ExecutionEventType.STEP_COMPLETED
         )

@@ -16,13 +16,17 @@ The source run is immutable: its set of digests is computed once per worker and 
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Iterable
 from typing import Any
 
 from activities.sandbox.guard import Refused
+from models import ExecutionEvent
 from models.digest import is_digest
 from models.replay_flow import StepInput
-from runtime.evidence_refs import collect_references
+from runtime.evidence_refs import CAS_PREFIX, collect_references, refs_in
+from runtime.ports import NewEvent
 from runtime.replay.engine import ReplayEngine
+from runtime.replay.source import SourceEvidence
 
 #: source runs whose digests are kept (a worker serves a few replays at a time)
 KEPT_SOURCES = 8
@@ -44,6 +48,12 @@ def named_digests(value: Any) -> set[str]:
     return found
 
 
+def _named_by_source(source: SourceEvidence) -> set[str]:
+    """What the source's header and recorded input name: an imported tool loop's tool
+    catalogue and system prompt (cheap: the worker holds the source decoded)."""
+    return named_digests(source.run.model_dump(mode="json")) | named_digests(source.agent_input)
+
+
 class EvidenceScope:
     """The reads one batch may make; ``Refused`` (kind ``scope``) for anything else."""
 
@@ -56,17 +66,30 @@ class EvidenceScope:
         self._named = named_digests(step.model_dump(mode="json"))
         #: stored by this batch (a step reads back what it checkpointed)
         self.stored: set[str] = set()
-        #: the replay run's digests, read on a miss; forgotten when the run grows
+        #: the replay run's digests: read whole on the first miss, then grown with each append
         self._own: set[str] | None = None
         self._source_records: dict[type[Any], list[Any]] = {}
+        self._by_source: set[str] | None = None
 
-    def grew(self) -> None:
-        """The replay's run was appended to: its digests are read again on the next miss."""
-        self._own = None
+    def grew(self, events: Iterable[NewEvent], appended: Iterable[ExecutionEvent]) -> None:
+        """The replay's run was appended to: what the new events point to is its evidence too
+        (added here, so that the run is read at most once a batch)."""
+        if self._own is None:  # not read yet: the first miss reads it whole
+            return
+        for event in events:
+            found = refs_in(event.type, event.payload_json())
+            self._own.update(str(ref) for ref in found if is_digest(ref))
+        for stored in appended:
+            if stored.payload_ref.startswith(CAS_PREFIX):
+                self._own.add(stored.payload_ref[len(CAS_PREFIX) :])
 
     async def artifact(self, method: str, digest: Any) -> str:
         digest = str(digest)
         if digest in self._named or digest in self.stored:
+            return digest
+        if self._by_source is None:
+            self._by_source = _named_by_source(await self.engine.source(self.source_run_id))
+        if digest in self._by_source:  # its tool catalogue, its system prompt…
             return digest
         if digest in await self._source_digests():
             return digest
@@ -111,15 +134,11 @@ class EvidenceScope:
         key = (id(self.engine.ledger), self.source_run_id)
         found = _SOURCE_DIGESTS.get(key)
         if found is None:
-            source = await self.engine.source(self.source_run_id)
+            # what its events and records point to (read once per worker and source run)
             found = frozenset(
-                # what its events and records point to, what its header and input name (an
-                # imported tool loop's tool catalogue and system prompt)
                 await collect_references(
                     self.engine.ledger, self.engine.evidence, self.source_run_id
                 )
-                | named_digests(source.run.model_dump(mode="json"))
-                | named_digests(source.agent_input)
             )
             _SOURCE_DIGESTS[key] = found
             while len(_SOURCE_DIGESTS) > KEPT_SOURCES:
