@@ -628,8 +628,12 @@ def side_by_side_html(
         "".join(f"<th>{_e(h)}</th>" for h in section.head),
         "</tr></thead><tbody>",
     ]
+    aligned = _align(source.steps, replay.steps)
     for n, row in enumerate(section.rows):
-        differs = bool(row[3]) or not row[1] or not row[2]
+        # a difference found there, or a step of one run only (the last row, beyond the
+        # aligned steps, holds the facts of no step)
+        one_side = n < len(aligned) and None in aligned[n][1:]
+        differs = bool(row[3]) or one_side
         classes = " ".join(
             c for c, on in ((ANCHOR, n == section.marked), ("differs", differs)) if on
         )

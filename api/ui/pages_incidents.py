@@ -77,7 +77,8 @@ async def _incident_page(
 ) -> Response:
     view = await incident_status_view(await state.client(), incident_id)
     alerts = await incident_alerts(await state.stores(), incident_id)
-    live = view.get("phase") not in ("COMPLETED", "FAILED", "AWAITING_CONFIRMATION")
+    # refreshed while the workflow works on its own: not while a human's form is open
+    live = view.get("phase") not in ("COMPLETED", "FAILED", "WATCHING") and not view.get("pending")
     return render(
         request,
         "incident.html",
@@ -109,6 +110,7 @@ async def confirm(
     verified_by: Text = "",
     failure_type: Text = "",
     expectations: Text = "",
+    replay_ids: Annotated[list[str] | None, Form()] = None,
 ) -> Response:
     check_csrf(request, csrf)
     if not principal.may(FORENSIC):
@@ -119,6 +121,7 @@ async def confirm(
         "verified_by": verified_by,
         "failure_type": failure_type,
         "expectations": expectations,
+        "replay_ids": " ".join(replay_ids or ()),
     }
     try:
         await confirm_root_cause(
@@ -129,6 +132,7 @@ async def confirm(
             verified_by=verified_by.strip(),
             failure_type=failure_type or None,
             expectations=[e.strip() for e in expectations.splitlines() if e.strip()],
+            replay_ids=replay_ids or None,
             fields=CONFIRM_FIELDS,
         )
     except (ConflictError, InvalidInputError) as exc:

@@ -17,7 +17,7 @@ from api.ui.web import Reader, check_csrf, error_page, html_errors, render
 from app.console import completeness_view, run_timeline, runs_page, verify_view
 from app.incidents import new_incident_request, open_incident
 from app.privacy import read_evidence
-from app.replays import new_plan, parse_budget, start_replay
+from app.replays import new_plan, parse_budget, parse_miss_policy, start_replay
 from app.runs import RUN_KINDS
 from models import ReplayMode
 from models.errors import InvalidInputError
@@ -156,6 +156,7 @@ async def replay(
     max_tokens: Text = "",
     max_cost: Text = "",
     max_duration: Text = "",
+    on_fixture_miss: Text = "fail",
 ) -> Response:
     check_csrf(request, csrf)
     if not principal.may(OPERATE):
@@ -176,6 +177,7 @@ async def replay(
             max_cost=max_cost or None,
             max_duration=_number(max_duration, "max_duration"),
         ),
+        miss=parse_miss_policy(on_fixture_miss, "on_fixture_miss"),
         fields=FORM_FIELDS,
     )
     await start_replay(state.client, stores, plan, catalogs=state.catalogs(), fields=FORM_FIELDS)
@@ -192,6 +194,7 @@ async def incident(
     csrf: Text = "",
     counterfactuals: Text = "",
     repeat: Text = "3",
+    on_fixture_miss: Text = "fail",
 ) -> Response:
     check_csrf(request, csrf)
     if not principal.may(OPERATE):
@@ -208,7 +211,12 @@ async def incident(
             )
         swaps.append((kind.strip(), value.strip()))
     try:
-        request_ = new_incident_request(run_id, swaps, repeat=_int(repeat, "repeat") or 1)
+        request_ = new_incident_request(
+            run_id,
+            swaps,
+            repeat=_int(repeat, "repeat") or 1,
+            miss_policy=parse_miss_policy(on_fixture_miss, "on_fixture_miss"),
+        )
     except ValueError as exc:  # a kind that is not one of the swaps (pydantic's words)
         first = str(exc).splitlines()[-1].strip() if str(exc) else "invalid"
         raise InvalidInputError(f"counterfactuals: {first}", field="counterfactuals") from None
