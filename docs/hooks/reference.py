@@ -186,12 +186,31 @@ def _fields(schema: dict[str, Any]) -> list[str]:
     for name, spec in schema.get("properties", {}).items():
         kind = _schema_name(spec)
         if "enum" in spec:
-            kind = " \\| ".join(f"`{v}`" for v in spec["enum"])
+            kind = " | ".join(f"`{v}`" for v in spec["enum"])
         text = spec.get("description", "")
         rows.append(
             f"| `{name}` | {_cell(kind)} | {'yes' if name in required else ''} | {_cell(text)} |"
         )
     return rows
+
+
+def _referenced(roots: list[dict[str, Any]], components: dict[str, Any]) -> list[str]:
+    """The component schemas ``roots`` refer to, directly or through one another, sorted."""
+    seen: set[str] = set()
+    stack = list(roots)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str):
+                name = ref.rsplit("/", 1)[-1]
+                if name in components and name not in seen:
+                    seen.add(name)
+                    stack.append(components[name])
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return sorted(seen)
 
 
 def http_reference() -> str:
@@ -224,20 +243,26 @@ def http_reference() -> str:
             )
             out.append("")
     components = schema.get("components", {}).get("schemas", {})
-    bodies = sorted(
-        {
-            _schema_name(content.get("schema", {}))
+    bodies = _referenced(
+        [
+            content.get("schema", {})
             for item in schema["paths"].values()
             for operation in item.values()
             for content in operation.get("requestBody", {}).get("content", {}).values()
-        }
-        & set(components)
+        ],
+        components,
     )
     if bodies:
         out.append("## Request bodies\n")
+        out.append("Every schema a request body uses, and the schemas those use.\n")
         for name in bodies:
+            component = components[name]
             out.append(f"### {name}\n")
-            rows = _fields(components[name])
+            if component.get("description"):
+                out.append(component["description"].strip() + "\n")
+            if "enum" in component:
+                out.append("One of " + ", ".join(f"`{v}`" for v in component["enum"]) + ".\n")
+            rows = _fields(component)
             if rows:
                 out.append("| field | type | required | meaning |\n| --- | --- | --- | --- |")
                 out.extend(rows)
