@@ -19,24 +19,15 @@ the documented pattern, quoted, could pass the file system's 255-byte limit on a
 name too long"). Entries written under ``anchors/runs/<quoted run id>/`` by earlier versions
 are still read.
 
-Entries are written once and never replaced: a local file is created exclusively and left
-read-only; an S3 object is written only when absent and, in a bucket with Object Lock, under
-COMPLIANCE retention, which no one (not even the bucket owner) can shorten or remove. Whoever
-also controls that Object Lock (or the anchor directory) is out of scope.
+Entries are written once and never replaced (``stores.anchor_objects``). Who can change what,
+and what detects it: docs/threat-model.md.
 """
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
-import os
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
-from pathlib import Path
-from typing import Any, Protocol
 from urllib.parse import quote
-
-from botocore.exceptions import ClientError
 
 from models.anchor import (
     ANCHOR_GENESIS,
@@ -49,151 +40,20 @@ from models.anchor import (
 from models.chain import VerificationProblem
 from models.errors import ConfigurationError, ConflictError, IntegrityError, StoreError
 from runtime.ports import ArtifactStore
+from stores.anchor_objects import LocalObjects, Objects, S3Objects
 from stores.anchor_signing import AnchorKeys
 from stores.artifacts import LocalArtifactStore, S3ArtifactStore, open_artifact_store
 
 __all__ = ["AnchorLog", "S3Access", "anchor_log_at", "legacy_anchor_log", "open_anchor_log"]
 
-#: how long an S3 anchor is kept under COMPLIANCE retention
-ANCHOR_RETENTION = timedelta(days=3650)
 _APPEND_ATTEMPTS = 20
-
-
-class _Objects(Protocol):
-    """Named write-once objects."""
-
-    location: str
-
-    async def create(self, name: str, data: bytes) -> bool:
-        """Write ``name`` unless it exists; False when it already did."""
-        ...
-
-    async def read(self, name: str) -> bytes | None: ...
-
-    async def names(self, prefix: str) -> list[str]:
-        """The names under ``prefix``, sorted."""
-        ...
-
-    async def tree(self, prefix: str) -> list[str]:
-        """Every name under ``prefix``, at any depth, relative to it."""
-        ...
-
-
-class _LocalObjects:
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.location = self.root.as_uri() + "/"
-
-    async def create(self, name: str, data: bytes) -> bool:
-        return await asyncio.to_thread(self._create, name, data)
-
-    def _create(self, name: str, data: bytes) -> bool:
-        path = self.root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
-        except FileExistsError:
-            return False
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        return True
-
-    async def read(self, name: str) -> bytes | None:
-        path = self.root / name
-        try:
-            return await asyncio.to_thread(path.read_bytes)
-        except FileNotFoundError:
-            return None
-
-    async def names(self, prefix: str) -> list[str]:
-        def list_() -> list[str]:
-            base = self.root / prefix
-            if not base.is_dir():
-                return []
-            return sorted(p.name for p in base.iterdir() if p.suffix == ".json")
-
-        return await asyncio.to_thread(list_)
-
-    async def tree(self, prefix: str) -> list[str]:
-        def walk() -> list[str]:
-            base = self.root / prefix
-            if not base.is_dir():
-                return []
-            return sorted(str(p.relative_to(base)) for p in base.rglob("*.json"))
-
-        return await asyncio.to_thread(walk)
-
-
-class _S3Objects:
-    def __init__(self, store: S3ArtifactStore, under: str = "") -> None:
-        self.store = store
-        base = f"{store.prefix}/{under}" if store.prefix else under
-        self.base = base if not base or base.endswith("/") else base + "/"
-        self.location = f"s3://{store.bucket}/{self.base}"
-
-    async def create(self, name: str, data: bytes) -> bool:
-        lock = await self.store.object_lock_enabled()
-        client, bucket, key = self.store.client, self.store.bucket, self.base + name
-
-        def create() -> bool:
-            try:
-                client.head_object(Bucket=bucket, Key=key)
-                return False
-            except ClientError as e:
-                if str(e.response.get("Error", {}).get("Code", "")) not in {"404", "NoSuchKey"}:
-                    raise
-            kwargs: dict[str, Any] = {"Bucket": bucket, "Key": key, "Body": data}
-            if lock:
-                kwargs["ObjectLockMode"] = "COMPLIANCE"
-                kwargs["ObjectLockRetainUntilDate"] = datetime.now(UTC) + ANCHOR_RETENTION
-            client.put_object(**kwargs)
-            return True
-
-        return await self._run("write anchor", create)
-
-    async def read(self, name: str) -> bytes | None:
-        client, bucket, key = self.store.client, self.store.bucket, self.base + name
-
-        def read() -> bytes | None:
-            try:
-                return bytes(client.get_object(Bucket=bucket, Key=key)["Body"].read())
-            except ClientError as e:
-                if str(e.response.get("Error", {}).get("Code", "")) in {"404", "NoSuchKey"}:
-                    return None
-                raise
-
-        return await self._run("read anchor", read)
-
-    async def names(self, prefix: str) -> list[str]:
-        return [n for n in await self.tree(prefix) if "/" not in n]
-
-    async def tree(self, prefix: str) -> list[str]:
-        client, bucket, start = self.store.client, self.store.bucket, self.base + prefix
-
-        def list_() -> list[str]:
-            out: list[str] = []
-            for page in client.get_paginator("list_objects_v2").paginate(
-                Bucket=bucket, Prefix=start
-            ):
-                out += [o["Key"][len(start) :] for o in page.get("Contents", [])]
-            return sorted(n for n in out if n.endswith(".json"))
-
-        return await self._run("list anchors", list_)
-
-    async def _run(self, what: str, fn: Any) -> Any:
-        try:
-            return await asyncio.to_thread(fn)
-        except ClientError as e:
-            raise StoreError(f"S3 {what} in {self.location} failed: {e}") from e
 
 
 class AnchorLog:
     """Append signed anchors; find a run's latest; verify the whole log."""
 
     def __init__(
-        self, objects: _Objects, keys: AnchorKeys | None = None, *, legacy: AnchorLog | None = None
+        self, objects: Objects, keys: AnchorKeys | None = None, *, legacy: AnchorLog | None = None
     ) -> None:
         self.objects = objects
         self.location = objects.location
@@ -205,7 +65,7 @@ class AnchorLog:
 
     async def ensure_location(self) -> None:
         """Create the anchor bucket (with Object Lock) when it is one and does not exist."""
-        if isinstance(self.objects, _S3Objects):
+        if isinstance(self.objects, S3Objects):
             await self.objects.store.ensure_bucket(object_lock=True)
 
     @property
@@ -233,13 +93,18 @@ class AnchorLog:
         raise ConflictError(f"anchor log {self.location}: too many concurrent appends")
 
     async def latest(self, run_id: str) -> AnchorEntry | None:
-        """The run's anchor with the highest sequence (then the latest) among its copies, else
-        in the legacy log, or None (unchecked: ``run_anchor`` checks)."""
+        """The run's newest valid entry (a forged one is skipped: ``run_anchor`` names it), else
+        its entry in the legacy log, or None."""
+        return (await self.run_anchor(run_id)).entry
+
+    async def _newest_copy(self, run_id: str) -> AnchorEntry | None:
+        """The run's copy with the highest sequence, then index (unchecked: the legacy log's
+        runs are found this way, as its version did)."""
         found = [
             (name, where) for where in _run_dirs(run_id) for name in await self.objects.names(where)
         ]
         if not found:
-            return None if self.legacy is None else await self.legacy.latest(run_id)
+            return None
         name, where = max(found)
         return await self._entry(f"{where}{name}")
 
@@ -273,7 +138,7 @@ class AnchorLog:
         if newest is None and start > 1:  # the newest were forged: the valid one before them
             newest = await self._scan(run_id, names[: start - 1], None, problems)
         if newest is None and not problems and self.legacy is not None:
-            old = await self.legacy.latest(run_id)
+            old = await self.legacy._newest_copy(run_id)
             if old is not None:
                 return RunAnchor(location=self.legacy.location, entry=old, legacy=True)
         return RunAnchor(
@@ -305,9 +170,7 @@ class AnchorLog:
 
     async def entries(self) -> list[AnchorEntry]:
         """Every entry, read afresh."""
-        return [
-            await self._entry(f"log/{n}", fresh=True) for n in await self.objects.names("log/")
-        ]
+        return [await self._entry(f"log/{n}", fresh=True) for n in await self.objects.names("log/")]
 
     async def verify(self) -> tuple[list[AnchorEntry], list[VerificationProblem]]:
         """The log's chain and signatures, and every run's copy against the log (a copy past
@@ -398,9 +261,9 @@ def legacy_anchor_log(artifacts: ArtifactStore) -> AnchorLog | None:
     """The unsigned log an earlier version wrote beside ``artifacts`` (None: not there)."""
     if isinstance(artifacts, LocalArtifactStore):
         root = artifacts.root / "anchors"
-        return AnchorLog(_LocalObjects(root)) if root.is_dir() else None
+        return AnchorLog(LocalObjects(root)) if root.is_dir() else None
     if isinstance(artifacts, S3ArtifactStore):
-        return AnchorLog(_S3Objects(artifacts, "anchors/"))
+        return AnchorLog(S3Objects(artifacts, "anchors/"))
     return None
 
 
@@ -410,9 +273,9 @@ def open_anchor_log(
     """The anchor log at the root of ``store``, a directory or bucket given to the anchors
     alone (``anchor_log_at``), signed with ``keys``."""
     if isinstance(store, LocalArtifactStore):
-        return AnchorLog(_LocalObjects(store.root), keys, legacy=legacy)
+        return AnchorLog(LocalObjects(store.root), keys, legacy=legacy)
     if isinstance(store, S3ArtifactStore):
-        return AnchorLog(_S3Objects(store), keys, legacy=legacy)
+        return AnchorLog(S3Objects(store), keys, legacy=legacy)
     raise ConfigurationError(f"no anchor log can live in {store.location}")
 
 

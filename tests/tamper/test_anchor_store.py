@@ -8,11 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from devstack.seaweedfs import SeaweedFS
 from models.anchor import Anchor
 from models.digest import sha256_digest
 from models.errors import ConfigurationError
 from runtime.ports import ArtifactStore
-from stores.anchors import anchor_store, open_anchor_log
+from stores.anchors import S3Access, anchor_log_at, anchor_store, open_anchor_log
+from tests.fixtures_s3 import unique_bucket_name
 from tests.tamper.conftest import ANCHOR_KEYS
 
 AT = datetime(2026, 11, 3, 9, 0, tzinfo=UTC)
@@ -61,3 +63,16 @@ def test_the_anchor_location_is_apart_from_the_artifact_store(tmp_path: Path) ->
         with pytest.raises(ConfigurationError, match="overlaps the artifact store"):
             anchor_store(inside, other)
     assert anchor_store(str(tmp_path / "anchors"), artifacts).location.endswith("anchors")
+
+
+async def test_an_anchor_bucket_of_its_own(seaweedfs: SeaweedFS) -> None:
+    """``REPLAYBOOK_ANCHORS=s3://…``: a second bucket, created with Object Lock, entries signed."""
+    s3 = S3Access(seaweedfs.endpoint_url, seaweedfs.access_key, seaweedfs.secret_key)
+    artifacts = f"s3://{unique_bucket_name()}/artifacts"
+    log = anchor_log_at(
+        f"s3://{unique_bucket_name()}/a", ANCHOR_KEYS, artifacts_location=artifacts, s3=s3
+    )
+    await log.ensure_location()
+    entry = await log.append(Anchor(run_id="run-s", sequence=1, head=sha256_digest(b"h"), at=AT))
+    assert ANCHOR_KEYS.check(entry) and (await log.run_anchor("run-s")).entry == entry
+    assert await log.objects.store.object_lock_enabled()  # type: ignore[attr-defined]
