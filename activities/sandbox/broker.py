@@ -207,6 +207,7 @@ class StepBroker:
         self.completed_steps += sum(
             1 for e in appended if e.type is ExecutionEventType.STEP_COMPLETED
         )
+        self.guard.steps_completed = self.completed_steps  # the replay's write allowance
         return [e.model_dump(mode="json") for e in appended]
 
     async def _finish_run(self, p: dict[str, Any]) -> Any:

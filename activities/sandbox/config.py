@@ -70,11 +70,17 @@ class SandboxSettings(BaseModel):
     #: and serves one replay. A replay worker starts them when it starts.
     warm_processes: int = Field(1, ge=0, le=64, validation_alias="REPLAYBOOK_SANDBOX_WARM")
 
-    #: bytes one replay may write through its broker, events and artifacts together (counted
-    #: by the worker, carried between batches by the workflow); past it the replay stops
-    #: with a partial result
+    #: bytes one batch of a replay's steps may write through its broker, events and
+    #: artifacts together (counted by the worker); past it the replay stops with a partial
+    #: result. Per batch, so a runaway step is stopped here however long the replay is
     max_write_bytes: PositiveInt = Field(
         64 * 1024**2, validation_alias="REPLAYBOOK_SANDBOX_MAX_WRITE_BYTES"
+    )
+    #: the replay's whole total (carried between batches by the workflow) may reach
+    #: ``max_write_bytes`` plus this much per step completed: a RECORDED replay's evidence is
+    #: ~7 KB a step (a 10,000-step replay wrote 67 MB, over a fixed 64 MiB per replay)
+    max_write_bytes_per_step: PositiveInt = Field(
+        256 * 1024, validation_alias="REPLAYBOOK_SANDBOX_MAX_WRITE_BYTES_PER_STEP"
     )
     #: broker calls one batch may make (a legitimate step makes a handful)
     max_calls_per_batch: PositiveInt = Field(

@@ -50,9 +50,12 @@ class OverQuota(Exception):
 
 @dataclass
 class Quotas:
+    #: bytes one batch may write (a runaway step is stopped at it)
     write_bytes: int
     calls_per_batch: int
     message_bytes: int
+    #: the replay's whole total may reach ``write_bytes`` plus this much per step it completed
+    write_bytes_per_step: int = 256 * 1024
 
 
 class ReplayGuard:
@@ -82,6 +85,11 @@ class ReplayGuard:
         self.cost = Decimal(0)
         #: bytes the replay wrote, this batch included (carried between batches)
         self.written = step.written_bytes
+        #: bytes this batch wrote (its own quota), and the replay's steps completed before it
+        #: and in it (the replay's allowance grows with them; the broker counts the latter)
+        self.batch_written = 0
+        self.steps_before = step.step_index
+        self.steps_completed = 0
         self.broker_calls = 0
 
     @classmethod
@@ -104,15 +112,36 @@ class ReplayGuard:
             )
 
     def write(self, method: str, size: int) -> None:
-        """Count ``size`` bytes about to be stored; refused (nothing stored) past the quota."""
-        if self.written + size > self.quotas.write_bytes:
+        """Count ``size`` bytes about to be stored; refused (nothing stored) past a quota.
+
+        Two quotas (issue 35): one batch may write ``write_bytes`` (64 MiB by default), so a
+        runaway step is stopped there whatever the replay did before; and the replay's total
+        may reach ``write_bytes`` plus ``write_bytes_per_step`` per step completed so far, so
+        a replay's evidence (every step's events and payloads, ~7 KB a step in a RECORDED
+        replay) has room that grows with its length while a replay that writes a lot in
+        every batch is still stopped. Every write counts: the recorder's and the replayed
+        code's share one untrusted process, and the worker cannot tell them apart.
+        """
+        batch = self.batch_written + size
+        if batch > self.quotas.write_bytes:
+            raise OverQuota(
+                "write_bytes",
+                f"{method}: writing {size} bytes would bring this batch to {batch} bytes, "
+                f"over its quota of {self.quotas.write_bytes} "
+                "(REPLAYBOOK_SANDBOX_MAX_WRITE_BYTES)",
+            )
+        steps = self.steps_before + self.steps_completed
+        allowance = self.quotas.write_bytes + steps * self.quotas.write_bytes_per_step
+        if self.written + size > allowance:
             raise OverQuota(
                 "write_bytes",
                 f"{method}: writing {size} bytes would bring the replay to "
-                f"{self.written + size} bytes, over its quota of {self.quotas.write_bytes} "
-                "(REPLAYBOOK_SANDBOX_MAX_WRITE_BYTES)",
+                f"{self.written + size} bytes, over its allowance of {allowance} after {steps} "
+                "steps (REPLAYBOOK_SANDBOX_MAX_WRITE_BYTES + "
+                "REPLAYBOOK_SANDBOX_MAX_WRITE_BYTES_PER_STEP per step)",
             )
         self.written += size
+        self.batch_written = batch
 
     # model calls ----------------------------------------------------------------------------
 

@@ -67,6 +67,7 @@ class SandboxedSteps:
             write_bytes=settings.max_write_bytes,
             calls_per_batch=settings.max_calls_per_batch,
             message_bytes=settings.max_message_bytes,
+            write_bytes_per_step=settings.max_write_bytes_per_step,
         )
         #: uid offsets of the sandboxes alive now, running or kept (each gets its own uid)
         self._slots: set[int] = set()
