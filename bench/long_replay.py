@@ -193,11 +193,12 @@ async def replay_through_temporal(steps: int) -> dict[str, Any]:
 def main(steps: int = 12_000) -> dict[str, Any]:
     r = asyncio.run(replay_through_temporal(steps))
     ended = r["status"] == "COMPLETED" and r["verdict"] in ("REPRODUCED", "NOT_REPRODUCED")
+    how = f"{r['status']} {r['verdict']}" + ("" if ended else f" ({r['reason']})")
     emit(
         Row(
             figure=(
                 f"{r['source_steps']:,}-step ingested run, diverging RECORDED replay through "
-                f"Temporal: {r['status']} {r['verdict']}, {r['differences']:,} differences "
+                f"Temporal: {how}, {r['differences'] or 0:,} differences "
                 f"({r['steps_replayed']:,} steps replayed in {r['replay_s']:.1f} s)"
             ),
             value=f"outcome payload {r['outcome_payload_bytes']:,} B",

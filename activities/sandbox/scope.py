@@ -49,9 +49,17 @@ def named_digests(value: Any) -> set[str]:
 
 
 def _named_by_source(source: SourceEvidence) -> set[str]:
-    """What the source's header and recorded input name: an imported tool loop's tool
-    catalogue and system prompt (cheap: the worker holds the source decoded)."""
-    return named_digests(source.run.model_dump(mode="json")) | named_digests(source.agent_input)
+    """What the source's evidence the worker holds decoded names: its header and recorded
+    input (an imported tool loop's tool catalogue and system prompt), its compiled prompts'
+    texts, its retrieved chunks, its checkpointed states. Read without touching the stores:
+    the whole evidence (``collect_references``) is read only for a digest not among these."""
+    found = named_digests(source.run.model_dump(mode="json")) | named_digests(source.agent_input)
+    found.update(p.content_ref for p in source.model_prompts if p is not None)
+    for retrievals in source.retrievals.values():
+        found.update(item.chunk_hash for r in retrievals for item in r.evidence)
+    found.update(c.state_ref for c in source.checkpoints_in_order)
+    found.update(c.state_ref for c in source.checkpoints.values())
+    return found
 
 
 class EvidenceScope:
@@ -131,6 +139,8 @@ class EvidenceScope:
         return self._source_records[record_type]
 
     async def _source_digests(self) -> frozenset[str]:
+        # a long source's whole evidence takes seconds to read and decode, on the worker's
+        # event loop: reached only for a digest the decoded source does not name
         key = (id(self.engine.ledger), self.source_run_id)
         found = _SOURCE_DIGESTS.get(key)
         if found is None:
