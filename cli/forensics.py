@@ -35,7 +35,7 @@ FileOption = Annotated[
     typer.Option(
         "--file",
         help="Read runs from a tau-bench results file instead of the store: DOMAIN=PATH "
-        "(repeatable), e.g. retail=../shared/testdata/tau-bench/retail/agentrx-retail-full.json.",
+        "(repeatable), e.g. retail=tau-bench/retail/agentrx-retail-full.json of the test data.",
     ),
 ]
 ToolsInfoOption = Annotated[

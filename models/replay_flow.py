@@ -23,7 +23,7 @@ from models.tools_module import ToolsModulePin
 
 #: the default of ``ReplayPlan.max_loop_calls``: a few turns of an imported tau-bench
 #: conversation (its recorded runs allow 30 model calls); what it costs on a small local model
-#: is measured in the README ("Imported tau-bench runs replayed against a model")
+#: is measured in docs/tau-bench.md ("Measured")
 DEFAULT_MAX_LOOP_CALLS = 6
 #: the ``source`` labels of imported benchmark runs: each records the benchmark's own step
 #: limit (tau-bench: 30) as the run's own, and by default its replays run to that limit, not

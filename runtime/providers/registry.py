@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 #: seconds per request to a registered model (``REPLAYBOOK_MODELS_TIMEOUT``): one call of an
 #: imported tau-bench conversation on gemma3-270m (a 3,800-token prompt, then 256
 #: grammar-constrained tokens) took 4-8 minutes on two cores at load averages of 5-14, with the
-#: server to itself (README, "Imported tau-bench runs replayed against a model")
+#: server to itself (docs/tau-bench.md, "What a call costs on these machines")
 REGISTRY_TIMEOUT = 840.0
 #: the longest ``REPLAYBOOK_MODELS_TIMEOUT``: a replay's model call runs inside one step, which
 #: a sandboxed step's wall-clock limit (900 s, ``SandboxSettings.wall_seconds``) and the step
