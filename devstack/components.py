@@ -34,6 +34,10 @@ _WORKER_WIRING = (
     "TEMPORAL_NAMESPACE",
     "REPLAYBOOK_S3_ENDPOINT_URL",
     "REPLAYBOOK_LOCAL_MODELS_URL",
+    # where runs are anchored and with which key (by default under the home, like the KEK): a
+    # worker or API started with others anchors where the CLI does not look, so it restarts
+    "REPLAYBOOK_ANCHORS",
+    "REPLAYBOOK_ANCHOR_SIGNING_KEY",
 )
 
 
