@@ -1,5 +1,5 @@
 """The API's configuration, from the ``api`` section of the settings (``worker.settings.
-ApiSettings``; each variable documented in README.md):
+ApiSettings``; each variable documented in docs/configuration.md):
 
 * ``REPLAYBOOK_API_TOKENS``: ``TOKEN=ROLE[+ROLE…][@NAME]`` entries separated by commas, e.g.
   ``tokenA=engineer,tokenB=forensic+engineer@alice``;

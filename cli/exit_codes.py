@@ -18,7 +18,7 @@ code   meaning
 =====  ==========================================================================================
 
 ``COMMAND_EXIT_CODES`` says which of them each command can end with beyond 0, 2, 4 and 5
-(which every command can); README.md shows the same table and a test keeps the two equal.
+(which every command can); docs/reference/cli.md shows the same table and a test keeps the two equal.
 """
 
 from __future__ import annotations

@@ -341,7 +341,7 @@ async def incident_confirm(
             "--expect",
             help="What the run must (not) do, e.g. 'no side_effect email.send where to != "
             "ticket.email', 'tool crm.get_customer called before email.send', "
-            "'outcome.refund_status == \"RECONCILED\"' (repeatable; README: expectations).",
+            "'outcome.refund_status == \"RECONCILED\"' (repeatable; docs/incidents.md: expectations).",
         ),
     ] = None,
 ) -> None:

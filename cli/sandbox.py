@@ -15,7 +15,7 @@ from models.errors import ConfigurationError
 app = typer.Typer()
 
 sandbox_app = typer.Typer(
-    help="The sandbox replay steps run in (isolation: README, Replay isolation).",
+    help="The sandbox replay steps run in (isolation: docs/sandbox.md).",
     no_args_is_help=True,
 )
 app.add_typer(sandbox_app, name="sandbox")

@@ -1,6 +1,6 @@
 """The process's settings: one pydantic-settings object, read once by each composition root
 (``python -m worker``, the CLI's ``cli.common.load_settings``, the API's ``api.serve``) and
-passed down. Every variable is documented in README.md.
+passed down. Every variable is documented in docs/configuration.md.
 
 Each section is a model of the layer that consumes it, its fields named after their variables
 (``validation_alias``; the first set one of an ``AliasChoices`` wins): ``database``,

@@ -1,4 +1,4 @@
-"""The exit-code table (``cli/exit_codes.py``, README.md) and bad input as a user types it: every
+"""The exit-code table (``cli/exit_codes.py``, docs/reference/cli.md) and bad input as a user types it: every
 command is in the table, every refusal is one line naming the field and the rule, never a
 traceback, pydantic's text or a Python exception name."""
 
@@ -38,8 +38,8 @@ def test_every_command_is_in_the_exit_code_table() -> None:
     assert _commands(typer.main.get_group(app)) == set(COMMAND_EXIT_CODES)
 
 
-def test_the_readme_shows_the_table() -> None:
-    readme = (ROOT / "README.md").read_text()
+def test_the_cli_reference_shows_the_table() -> None:
+    readme = (ROOT / "docs" / "reference" / "cli.md").read_text()
     for code in range(7):
         assert f"| `{code}` |" in readme
     (inconclusive,) = [line for line in readme.splitlines() if line.startswith("| `6` |")]

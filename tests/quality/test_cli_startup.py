@@ -1,7 +1,7 @@
 """The command line starts quickly: importing it, and ``--help`` of every group, load none of
 the heavy libraries (the Temporal SDK, SQLAlchemy, boto3, FastAPI…) nor the layers that use
 them. Asserted on the set of imported modules, never on a time (the figure is measured with
-``python -X importtime`` and kept in the README)."""
+``python -X importtime`` and described in docs/reference/cli.md)."""
 
 from __future__ import annotations
 
