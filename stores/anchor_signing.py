@@ -6,8 +6,10 @@ artifact store or the anchor location:
 1. ``REPLAYBOOK_ANCHOR_SIGNING_KEY``: a file holding the private key (PEM, PKCS#8);
 2. development only: ``$REPLAYBOOK_HOME/anchor-signing.key``, generated (mode 0600) on first use.
 
-Entries are checked with ``REPLAYBOOK_ANCHOR_PUBLIC_KEY`` when set (a verifier that must not
-hold the signing key), else with the signing key's public half. ``replaybook anchors
+Entries are checked with ``REPLAYBOOK_ANCHOR_PUBLIC_KEY`` when set, else with the signing key's
+public half; a process given the public key and no signing key checks anchors and writes none
+(a replay worker that holds no secret: the runs it finishes are anchored later, by ``anchors
+write`` or when an incident freezes them). ``replaybook anchors
 public-key -o FILE`` exports it for ``anchors verify --public-key FILE`` on a copy of the log.
 """
 
@@ -62,6 +64,10 @@ class AnchorKeys:
         return cls(None, lambda: public)
 
     @property
+    def can_sign(self) -> bool:
+        return self._signer is not None
+
+    @property
     def trusted(self) -> Ed25519PublicKey:
         return self._trusted()
 
@@ -94,7 +100,8 @@ class AnchorKeys:
 
 def load_anchor_keys(settings: AnchorSettings, home: Path) -> AnchorKeys:
     """The keys of ``settings`` (``REPLAYBOOK_ANCHOR_SIGNING_KEY``, ``…_PUBLIC_KEY``), else the
-    development signing key under ``home``."""
+    development signing key under ``home``. A process given only the public key checks
+    anchors and writes none (a replay worker that holds no secret)."""
 
     def signer() -> CaseSigningKey:
         return load_signing_key(
@@ -110,4 +117,5 @@ def load_anchor_keys(settings: AnchorSettings, home: Path) -> AnchorKeys:
             return load_public_key(Path(settings.public_key), ANCHOR_PUBLIC_VARIABLE)
         return signer().public
 
-    return AnchorKeys(signer, trusted)
+    verify_only = bool(settings.public_key) and not settings.signing_key
+    return AnchorKeys(None if verify_only else signer, trusted)

@@ -69,6 +69,10 @@ class AnchorLog:
             await self.objects.store.ensure_bucket(object_lock=True)
 
     @property
+    def can_sign(self) -> bool:
+        return self.keys is not None and self.keys.can_sign
+
+    @property
     def key_id(self) -> str | None:
         return None if self.keys is None else self.keys.key_id
 

@@ -115,11 +115,12 @@ class SqlLedger(LockedAppends, LedgerReads):
         return finished
 
     async def anchor(self, run_id: str, *, full: bool = True) -> AnchorEntry | None:
-        """Anchor the run's current head in the anchor log (None when there is no log).
+        """Anchor the run's current head in the anchor log (None when there is no log, or this
+        process only checks anchors: ``REPLAYBOOK_ANCHOR_PUBLIC_KEY`` without a signing key).
         The head is the chain's as verified (``full``: with everything else ``verify``
         checks, including the latest anchor), not the header's: anchoring a run that does not
         verify is refused, so an anchor never vouches for tampered evidence."""
-        if self.anchors is None:
+        if self.anchors is None or not self.anchors.can_sign:
             return None
         verification = await self.verify(run_id, full=full)
         if not verification.intact:

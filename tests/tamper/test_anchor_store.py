@@ -76,3 +76,19 @@ async def test_an_anchor_bucket_of_its_own(seaweedfs: SeaweedFS) -> None:
     entry = await log.append(Anchor(run_id="run-s", sequence=1, head=sha256_digest(b"h"), at=AT))
     assert ANCHOR_KEYS.check(entry) and (await log.run_anchor("run-s")).entry == entry
     assert await log.objects.store.object_lock_enabled()  # type: ignore[attr-defined]
+
+
+def test_a_process_given_only_the_public_key_writes_no_anchor(tmp_path: Path) -> None:
+    """A replay worker holds no secret: it checks anchors and signs none (no dev key made)."""
+    from stores.anchor_signing import load_anchor_keys
+    from stores.case_signing import public_pem
+    from stores.config import AnchorSettings
+
+    pem = tmp_path / "anchor.pem"
+    pem.write_bytes(public_pem(ANCHOR_KEYS.trusted))
+    checking = load_anchor_keys(AnchorSettings(public_key=str(pem)), tmp_path)
+    assert not checking.can_sign and checking.key_id == ANCHOR_KEYS.key_id
+    assert not (tmp_path / "anchor-signing.key").exists()
+    development = load_anchor_keys(AnchorSettings(), tmp_path)
+    assert development.can_sign and development.key_id != ANCHOR_KEYS.key_id
+    assert (tmp_path / "anchor-signing.key").stat().st_mode & 0o777 == 0o600
