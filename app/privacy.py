@@ -87,11 +87,18 @@ async def hold(stores: Stores, run_id: str, reason: str, until: datetime | None)
     }
 
 
-async def release(stores: Stores, run_id: str, incident_id: str | None) -> dict[str, Any]:
-    """Release a run's legal holds, and the freeze of ``incident_id`` when named."""
+async def release(
+    stores: Stores, run_id: str, incident_id: str | None, *, by: str = "cli", reason: str = ""
+) -> dict[str, Any]:
+    """Release a run's legal holds, and the freeze of ``incident_id`` when named (chained:
+    ``by``, ``reason``)."""
     privacy = _service(stores)
-    freezes = await privacy.release_freeze(run_id, incident_id) if incident_id else []
-    released = await privacy.release(run_id)
+    freezes = (
+        await privacy.release_freeze(run_id, incident_id, by=by, reason=reason)
+        if incident_id
+        else []
+    )
+    released = await privacy.release(run_id, by=by, reason=reason)
     return {
         "released": [h.model_dump(mode="json") for h in released],
         "released_freezes": freezes,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from models.chain import BreakReason, ChainVerification
 from models.duplicates import duplicate_side_effects
 from models.evidence import SideEffectRecord
 from models.ingest import is_ingested
@@ -51,8 +52,11 @@ async def list_runs_view(
 
 
 async def describe_run(stores: Stores, run_id: str) -> dict[str, Any]:
-    """A run's header, pins, chain head, events and the evidence recorded beside them."""
+    """A run's header, pins, chain head, events and the evidence recorded beside them, with
+    ``integrity``: whether the run verifies (a header that is not the chained one, or a status
+    or outcome the terminal event does not say, is shown flagged, never as if it were)."""
     run = await stores.ledger.get_run(run_id)
+    verification = await stores.ledger.verify(run_id)
     events = await stores.ledger.events(run_id)
     evidence = await SqlRunViews(stores.db).run_evidence(run_id)
     completeness = await evidence_completeness(
@@ -78,9 +82,25 @@ async def describe_run(stores: Stores, run_id: str) -> dict[str, Any]:
         "checkpoints": evidence["checkpoints"],
         # the run's data subjects (rule 17): end user and tenant, primary first
         "subjects": await stores.privacy.vault.subjects(run_id) if stores.privacy else [],
+        "integrity": integrity_view(verification),
         "evidence_completeness": {
             **completeness.model_dump(mode="json"),
             "confidence": completeness.confidence.value,
             "summary": completeness.summary(),
         },
+    }
+
+
+def integrity_view(verification: ChainVerification) -> dict[str, Any]:
+    """What ``runs show`` says of a run's integrity: intact or the first problem, whether its
+    header is chained, and whether the header shown is vouched for by the chain."""
+    report = verification.report()
+    header_problems = [p for p in report["problems"] if p["kind"] in ("header", "chain")]
+    return {
+        "intact": verification.intact,
+        "summary": verification.summary(),
+        "header": report["header"],
+        "header_verified": verification.intact
+        or (not header_problems and verification.reason is not BreakReason.HEADER),
+        "problems": report["problems"],
     }

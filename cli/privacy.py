@@ -71,15 +71,20 @@ async def privacy_release(
             help="Also release the evidence freeze of this incident (once COMPLETED or FAILED).",
         ),
     ] = None,
+    reason: Annotated[
+        str, typer.Option("--reason", help="Why the hold is lifted (chained with the release).")
+    ] = "",
+    by: Annotated[str, typer.Option("--by", help="Who releases it (chained).")] = "cli",
     as_json: JsonOption = False,
 ) -> None:
     """Release a run's legal holds. An incident freeze keeps holding its evidence unless
-    released explicitly with --incident ID."""
+    released explicitly with --incident ID. Each release is chained in the governance log
+    (who, when, why): a hold deleted in SQL still holds until released here."""
     from app.privacy import release
     from stores.bundle import open_stores
 
     async with open_stores(load_settings().stores) as stores:
-        result = await release(stores, run_id, incident)
+        result = await release(stores, run_id, incident, by=by, reason=reason)
     if as_json:
         print_json(result)
         return

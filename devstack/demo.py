@@ -66,7 +66,7 @@ async def record_sample_run(stores: Stores, run_id: str, start: datetime) -> Non
     ]
     for event in events:
         await stores.ledger.append(run_id, event)
-    await stores.ledger.finish_run(run_id, RunStatus.COMPLETED, {"outcome": "resolved"})
+    await stores.ledger.finish_run(run_id, RunStatus.COMPLETED, "resolved")
 
 
 def _sample_run_record(run_id: str, start: datetime, prompt_ref: str) -> RunRecord:

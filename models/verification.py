@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from models.canonical import canonicalize
 from models.chain import BreakReason, ChainRow, ChainVerification, VerificationProblem
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     "chained_events",
     "compare_row",
     "expected_rows",
+    "header_finish_problem",
     "joined_events",
     "rows_as_expected",
     "with_problems",
@@ -36,6 +38,7 @@ _REASONS: dict[str, BreakReason] = {
     "payload": BreakReason.ARTIFACT,
     "artifact": BreakReason.ARTIFACT,
     "anchor": BreakReason.ANCHOR,
+    "header": BreakReason.HEADER,
 }
 
 
@@ -204,6 +207,43 @@ def compare_row(
                 )
         return f"{name} record disagrees with the chained event"
     return None
+
+
+def header_finish_problem(
+    status: Any, outcome: Any, terminal: tuple[str, Any] | None
+) -> str | None:
+    """What is wrong with the status and outcome a run header shows (what finishing the run
+    wrote, not chained itself) given the run's terminal event (type, payload JSON), as a
+    sentence, or None. A COMPLETED header shows the RUN_COMPLETED event's outcome; a FAILED
+    one ends in RUN_FAILED and shows its error and message (or the replay's stop reason); a
+    RUNNING one shows no outcome (its terminal event may be written already: the header is
+    finished after it)."""
+    kind, payload = terminal if terminal is not None else (None, None)
+    data = payload if isinstance(payload, dict) else {}
+    where = "run header"
+    if status == "COMPLETED":
+        if kind != "RUN_COMPLETED":
+            return f"{where} says COMPLETED but the chain ends with {kind or 'no terminal event'}"
+        if canonicalize(outcome) != canonicalize(data.get("outcome")):
+            return (
+                f"{where} outcome {_short(outcome)} disagrees with the chained RUN_COMPLETED "
+                f"event ({_short(data.get('outcome'))})"
+            )
+        return None
+    if status == "FAILED":
+        if kind != "RUN_FAILED":
+            return f"{where} says FAILED but the chain ends with {kind or 'no terminal event'}"
+        allowed = (
+            None,
+            {"error": data.get("error"), "message": data.get("message")},
+            {"stopped": data.get("message")},
+        )
+        if all(canonicalize(outcome) != canonicalize(a) for a in allowed):
+            return f"{where} outcome {_short(outcome)} disagrees with the chained RUN_FAILED event"
+        return None
+    if status == "RUNNING":
+        return None if outcome is None else f"{where} is RUNNING yet shows an outcome"
+    return f"{where} status {_short(status)} is not a run status"
 
 
 def _short(value: Any) -> str:

@@ -25,6 +25,7 @@ from models.errors import (
     InvalidInputError,
     NotFoundError,
 )
+from models.governance import merged_reasons
 from models.privacy import (
     FORENSIC_ROLE,
     AuditRecord,
@@ -131,7 +132,8 @@ class PrivacyService:
         reasons += [
             f"incident {i} froze its evidence" for i in await self.records.active_freezes(run_id)
         ]
-        return reasons
+        # the chained holds and freezes: a row deleted or released in SQL lifts nothing
+        return merged_reasons(reasons, await self.records.governance_reasons(run_id, at))
 
     async def hold(
         self,
@@ -162,18 +164,27 @@ class PrivacyService:
             await self.artifacts.set_legal_hold(digest, True)
         return hold, len(digests)
 
-    async def release(self, run_id: str, now: datetime | None = None) -> list[LegalHold]:
-        """Release the run's legal holds; store holds stay while an incident freeze holds it."""
+    async def release(
+        self, run_id: str, now: datetime | None = None, *, by: str = "cli", reason: str = ""
+    ) -> list[LegalHold]:
+        """Release the run's legal holds (chained: ``by``, ``reason``); store holds stay while
+        an incident freeze holds it."""
         at = now or self.vault.clock()
         await self.ledger.get_run(run_id)
-        released = await self.records.release_holds(run_id, at)
+        released = await self.records.release_holds(run_id, at, by=by, reason=reason)
         if not await self.hold_reasons(run_id, at):
             for digest in await self._objects(run_id):
                 await self.artifacts.set_legal_hold(digest, False)
         return released
 
     async def release_freeze(
-        self, run_id: str, incident_id: str, now: datetime | None = None
+        self,
+        run_id: str,
+        incident_id: str,
+        now: datetime | None = None,
+        *,
+        by: str = "cli",
+        reason: str = "",
     ) -> list[str]:
         """Release the evidence freeze an incident put on ``run_id`` — a deliberate act (e.g.
         before carrying out a deletion request), allowed only once the incident is COMPLETED
@@ -189,7 +200,7 @@ class PrivacyService:
                 f"incident {incident_id} is {phase}: its freeze can be released once it is "
                 "COMPLETED or FAILED"
             )
-        released = await self.records.release_freezes(run_id, incident_id, at)
+        released = await self.records.release_freezes(run_id, incident_id, at, by=by, reason=reason)
         if not released and incident_id not in await self.records.freezing_incidents(run_id):
             raise InvalidInputError(f"incident {incident_id} froze no evidence of run {run_id}")
         log.info("incident freeze released", run_id=run_id, incident_id=incident_id)

@@ -407,8 +407,11 @@ class ReplayEngine:
             self._consumption.pop(plan.replay_id, None)
             self._decisions.pop(plan.replay_id, None)
             status = RunStatus.FAILED if stopped else RunStatus.COMPLETED
+            # the header shows the outcome as chained in RUN_COMPLETED (sanitized, rule 17)
             await self.ledger.finish_run(
-                plan.replay_id, status, outcome if not stopped else {"stopped": stopped}
+                plan.replay_id,
+                status,
+                recorder.hashing_view(outcome) if not stopped else {"stopped": stopped},
             )
         return output.model_copy(update={"head": recorder.last_sequence})
 

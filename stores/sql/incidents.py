@@ -22,10 +22,12 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from models.enums import AgentFailureType
 from models.errors import ConflictError, InvalidInputError, NotFoundError
 from models.freeze import FreezeRecord
+from models.governance import GovernanceKind, GovernanceRecord
 from models.incident import StoredIncident
 from models.regression import RegressionCase, RegressionCaseStatus, retire_case
 from stores.sql import schema
 from stores.sql.database import Database, utc
+from stores.sql.governance import append_governance
 
 __all__ = ["SqlIncidentStore"]
 
@@ -215,6 +217,19 @@ class SqlIncidentStore:
             await self._require_run(conn, freeze.run_id, f"freeze {freeze.freeze_id}")
             inserted = await conn.execute(_insert_if_absent(conn, table, "freeze_id").values(row))
             if inserted.rowcount == 1:
+                # chained: a freeze deleted in SQL still holds (``models.governance``)
+                await append_governance(
+                    conn,
+                    [
+                        _freeze_entry(
+                            GovernanceKind.FREEZE_PLACED,
+                            freeze,
+                            freeze.created_at,
+                            "incident " + freeze.incident_id,
+                            "",
+                        )
+                    ],
+                )
                 return freeze
             existing = await self._locked_row(conn, table, table.c.freeze_id == freeze.freeze_id)
             stored = FreezeRecord.model_validate(existing.record)
@@ -268,9 +283,12 @@ class SqlIncidentStore:
             until = (await conn.execute(query)).scalar_one_or_none()
         return utc(until) if until is not None else None
 
-    async def release_freeze(self, freeze_id: str, at: datetime) -> FreezeRecord:
+    async def release_freeze(
+        self, freeze_id: str, at: datetime, *, by: str = "replaybook", reason: str = ""
+    ) -> FreezeRecord:
         """Mark a freeze released at ``at``; releasing it again keeps the first release time.
-        The artifacts' legal holds and retention are the store's and are not touched here."""
+        The artifacts' legal holds and retention are the store's and are not touched here.
+        The release is chained (``by``, ``reason``): without it a freeze never lifts."""
         at = _instant(at, "the release time")
         table = schema.evidence_freezes
         async with self.db.transaction() as conn:
@@ -285,6 +303,9 @@ class SqlIncidentStore:
                 update(table)
                 .where(table.c.freeze_id == freeze_id)
                 .values(released_at=at, record=released.model_dump(mode="json"))
+            )
+            await append_governance(
+                conn, [_freeze_entry(GovernanceKind.FREEZE_RELEASED, stored, at, by, reason)]
             )
         return released
 
@@ -416,3 +437,17 @@ def _failure_types(record: Any, stored: str | None) -> tuple[str | None, str | N
     automatic = signature.get("failure_type") if isinstance(signature, dict) else stored
     confirmed = confirmation.get("failure_type") if isinstance(confirmation, dict) else None
     return automatic, confirmed
+
+
+def _freeze_entry(
+    kind: GovernanceKind, freeze: FreezeRecord, at: datetime, by: str, reason: str
+) -> GovernanceRecord:
+    return GovernanceRecord(
+        kind=kind,
+        run_id=freeze.run_id,
+        at=at,
+        actor=by,
+        reason=reason,
+        hold_id=freeze.freeze_id,
+        incident_id=freeze.incident_id,
+    )

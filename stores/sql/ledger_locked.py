@@ -71,7 +71,7 @@ class LockedAppends(PayloadPreparation):
         if batch.raw_rows:
             await conn.execute(insert(schema.raw_payloads), batch.raw_rows)
         if batch.subjects:
-            await insert_subjects_if_absent(conn, batch.subjects)
+            await insert_subjects_if_absent(conn, batch.subjects, recorded_at)
         if batch.artifact_raws:
             await insert_missing_raws(conn, batch.artifact_raws)
         await move_heads(conn, run_ids, start, heads)

@@ -257,6 +257,10 @@ def fast_rows(
 ) -> dict[Table, list[dict[str, Any]]] | None:
     """The rows of a linked batch for the batch writer, every table's (None: only the general
     path can write them, see ``projections.plain_insert_rows``)."""
+    if batch.subjects:
+        # people learned: their registrations are chained (``stores.sql.governance``), which
+        # only the general path writes (rare: once per person and run)
+        return None
     lookups = plain_insert_rows(
         [
             (

@@ -12,6 +12,7 @@ from models.privacy import AuditRecord, DeletionReceipt, LegalHold
 from stores.anchors import AnchorLog
 from stores.sql import schema
 from stores.sql.database import Database, utc
+from stores.sql.governance import SqlGovernanceLog, append_governance, hold_entry, hold_releases
 from stores.sql.privacy_audit import append_audit
 
 
@@ -72,6 +73,9 @@ class SqlPrivacyRecords:
         return [AuditRecord.model_validate(row.record) for row in rows]
 
     async def place_hold(self, hold: LegalHold) -> None:
+        """Record the hold and its chained entry (``models.governance``) in one transaction,
+        then anchor the governance log's head: deleting the row lifts nothing."""
+        entry = hold_entry(hold, placed=True, at=hold.placed_at, by=hold.placed_by)
         async with self.db.transaction() as conn:
             await conn.execute(
                 insert(schema.legal_holds).values(
@@ -83,6 +87,8 @@ class SqlPrivacyRecords:
                     record=hold.model_dump(mode="json"),
                 )
             )
+            head = await append_governance(conn, [entry])
+        await SqlGovernanceLog(self.db, self.anchors).anchor(head, [entry])
 
     async def holds(self, run_id: str | None = None) -> list[LegalHold]:
         h = schema.legal_holds.c
@@ -93,13 +99,18 @@ class SqlPrivacyRecords:
             rows = (await conn.execute(query)).all()
         return [LegalHold.model_validate(row.record) for row in rows]
 
-    async def release_holds(self, run_id: str, at: datetime) -> list[LegalHold]:
-        """Release every active hold of ``run_id``; returns the released holds."""
+    async def release_holds(
+        self, run_id: str, at: datetime, *, by: str = "cli", reason: str = ""
+    ) -> list[LegalHold]:
+        """Release every active hold of ``run_id``; returns the released holds. Each release
+        is chained (who, when, why) and the governance log's head anchored: a hold lifts only
+        so (one whose row was deleted in SQL is released from its chained record)."""
         released = [
             h.model_copy(update={"released_at": at})
             for h in await self.holds(run_id)
             if h.released_at is None
         ]
+        entries = await hold_releases(self.db, run_id, released, at, by, reason)
         async with self.db.transaction() as conn:
             for hold in released:
                 await conn.execute(
@@ -107,7 +118,13 @@ class SqlPrivacyRecords:
                     .where(schema.legal_holds.c.hold_id == hold.hold_id)
                     .values(released_at=at, record=hold.model_dump(mode="json"))
                 )
+            head = await append_governance(conn, entries)
+        await SqlGovernanceLog(self.db, self.anchors).anchor(head, entries)
         return released
+
+    async def governance_reasons(self, run_id: str, at: datetime) -> list[str]:
+        """Why the governance log says ``run_id`` is held (``SqlGovernanceLog.held_reasons``)."""
+        return await SqlGovernanceLog(self.db, self.anchors).held_reasons(run_id, at)
 
     async def active_freezes(self, run_id: str) -> list[str]:
         """Ids of the incident freezes of ``run_id`` that are not released (evidence on hold)."""
@@ -134,7 +151,9 @@ class SqlPrivacyRecords:
             rows = (await conn.execute(select(f.incident_id).where(f.run_id == run_id))).all()
         return {row.incident_id for row in rows}
 
-    async def release_freezes(self, run_id: str, incident_id: str, at: datetime) -> list[str]:
+    async def release_freezes(
+        self, run_id: str, incident_id: str, at: datetime, *, by: str = "cli", reason: str = ""
+    ) -> list[str]:
         """Release the incident's unreleased freezes of ``run_id``; returns their ids."""
         from stores.sql.incidents import SqlIncidentStore
 
@@ -149,8 +168,12 @@ class SqlPrivacyRecords:
             ).all()
         store = SqlIncidentStore(self.db)
         for row in rows:
-            await store.release_freeze(row.freeze_id, at)
-        return sorted(row.freeze_id for row in rows)
+            await store.release_freeze(row.freeze_id, at, by=by, reason=reason)
+        log = SqlGovernanceLog(self.db, self.anchors)
+        orphaned = await log.release_orphaned_freezes(run_id, incident_id, at, by, reason)
+        if rows:  # the releases just chained go outside the database too
+            await log.anchor_current(at)
+        return sorted([*(row.freeze_id for row in rows), *orphaned])
 
     async def receipt(self, request_id: str) -> DeletionReceipt | None:
         d = schema.deletion_receipts.c

@@ -5,15 +5,17 @@ encrypted objects a run holds. Mixed into ``stores.sql.privacy.SqlRawVault``."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import insert, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from models.governance import GovernanceKind, GovernanceRecord
 from models.privacy import RunSubject, SubjectKind
 from stores.sql import schema
 from stores.sql.database import Database, utc
+from stores.sql.governance import SqlGovernanceLog, append_governance
 
 #: a raw ciphertext kept in the artifact store is referenced as ``cas:<digest>``
 CAS_PREFIX = "cas:"
@@ -35,7 +37,27 @@ def learned_subject_rows(run_id: str, subjects: Sequence[RunSubject]) -> list[di
     ]
 
 
-async def insert_subjects_if_absent(conn: AsyncConnection, rows: Sequence[dict[str, Any]]) -> None:
+def subject_entries(rows: Sequence[dict[str, Any]], at: datetime) -> list[GovernanceRecord]:
+    """The governance entries registering new ``run_subjects`` rows: a row deleted later
+    disagrees with its entry, and a deletion of the subject still finds the run."""
+    return [
+        GovernanceRecord(
+            kind=GovernanceKind.SUBJECT_REGISTERED,
+            run_id=row["run_id"],
+            at=at,
+            actor="recorder",
+            subject_id=row["subject_id"],
+            subject_kind=row["kind"],
+            source=row["source"],
+            primary=row["is_primary"],
+        )
+        for row in rows
+    ]
+
+
+async def insert_subjects_if_absent(
+    conn: AsyncConnection, rows: Sequence[dict[str, Any]], at: datetime | None = None
+) -> None:
     s = schema.run_subjects.c
     known = {
         (row.run_id, row.subject_id)
@@ -51,6 +73,9 @@ async def insert_subjects_if_absent(conn: AsyncConnection, rows: Sequence[dict[s
             missing.setdefault((row["run_id"], row["subject_id"]), row)
     if missing:
         await conn.execute(insert(schema.run_subjects), list(missing.values()))
+        await append_governance(
+            conn, subject_entries(list(missing.values()), at or datetime.now(UTC))
+        )
 
 
 class RawVaultQueries:
@@ -99,6 +124,7 @@ class RawVaultQueries:
             ]
             if rows:
                 await conn.execute(insert(schema.run_subjects), rows)
+                await append_governance(conn, subject_entries(rows, datetime.now(UTC)))
 
     async def subjects(self, run_id: str) -> list[dict[str, Any]]:
         s = schema.run_subjects.c
@@ -128,6 +154,9 @@ class RawVaultQueries:
         ]
 
     async def runs_of_subject(self, subject_id: str) -> list[str]:
+        """Every run about ``subject_id``: its ``run_subjects`` rows, its raw payloads and its
+        registrations in the governance log (a row deleted in SQL does not hide a run)."""
+        registered = await SqlGovernanceLog(self.db).runs_of_subject(subject_id)
         s, r = schema.run_subjects.c, schema.raw_payloads.c
         async with self.db.read() as conn:
             declared = (
@@ -136,7 +165,9 @@ class RawVaultQueries:
             sealed = (
                 await conn.execute(select(r.run_id).where(r.subject_id == subject_id).distinct())
             ).all()
-        return sorted({row.run_id for row in declared} | {row.run_id for row in sealed})
+        return sorted(
+            {row.run_id for row in declared} | {row.run_id for row in sealed} | set(registered)
+        )
 
     async def raw_refs(self, run_id: str) -> list[str]:
         """Digests of the run's encrypted raw objects in the artifact store (for holds)."""

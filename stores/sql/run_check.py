@@ -34,13 +34,19 @@ from models.errors import (
     RunNotFoundError,
     StoreError,
 )
-from models.verification import ChainedEvents, joined_events, with_problems
+from models.verification import (
+    ChainedEvents,
+    header_finish_problem,
+    joined_events,
+    with_problems,
+)
 from runtime.evidence_refs import REFERENCING, refs_in
 from runtime.ports import ArtifactStore
 from stores.anchors import AnchorLog
 from stores.sql import schema
-from stores.sql.chain_read import json_values
+from stores.sql.chain_read import json_value, json_values
 from stores.sql.database import utc
+from stores.sql.governance import governance_rows
 from stores.sql.lookup_check import (
     PROJECTION_RULES,
     Found,
@@ -66,8 +72,12 @@ _DIGEST_LENGTH = len("sha256:") + 64
 _CONCURRENCY = 16
 
 
-_PARSED_TYPES = frozenset(t for rule in PROJECTION_RULES for t in rule.event_types) | frozenset(
-    str(t) for t in REFERENCING
+#: the events that end a run: the run header's status and outcome are checked against them
+_TERMINAL_TYPES = frozenset({str(E.RUN_COMPLETED), str(E.RUN_FAILED)})
+_PARSED_TYPES = (
+    frozenset(t for rule in PROJECTION_RULES for t in rule.event_types)
+    | frozenset(str(t) for t in REFERENCING)
+    | _TERMINAL_TYPES
 )
 
 
@@ -81,6 +91,10 @@ class RunRows(NamedTuple):
     freezes: Sequence[Any]
     #: its latest external anchor
     anchor: AnchorEntry | None
+    #: its header as stored (the JSON record; None when the header is gone)
+    header: Any = None
+    #: its governance rows (``stores.sql.governance.GovernanceRows``; None: not read)
+    governance: Any = None
 
 
 async def run_rows(
@@ -96,9 +110,13 @@ async def run_rows(
     now."""
     raw = await _raw_rows(conn, run_id)
     freezes = await _freezes(conn, run_id)
+    header = (
+        await conn.execute(select(schema.runs.c.record).where(schema.runs.c.run_id == run_id))
+    ).scalar()
+    governance = await governance_rows(conn, run_id)
 
     async def read() -> RunRows:
-        return RunRows(await lookup_rows(conn, run_id), raw, freezes, anchor)
+        return RunRows(await lookup_rows(conn, run_id), raw, freezes, anchor, header, governance)
 
     if conn.dialect.name == "sqlite":
         return asyncio.ensure_future(read())
@@ -156,9 +174,33 @@ async def check_run(
     unread = set(events.sequences).difference(payloads)
     check_projections(rows.lookup, parsed, unread, found)
     _check_heads(rows, run_id, events.hashes, found)
+    _check_header(rows.header, parsed, found)
+    if rows.governance is not None:
+        found.problems += rows.governance.problems()
     sanitized = dict(zip(events.sequences, events.payload_hashes, strict=True))
     check_raw_rows(run_id, rows.raw, sanitized, payloads, found)
     return with_problems(chain, found.problems, found.checked)
+
+
+def _check_header(
+    header: Any, parsed: Sequence[tuple[int, str, str, str, Any]], found: Found
+) -> None:
+    """The header's status and outcome (written when the run finished, not chained) must be
+    what the run's terminal event says (``header_finish_problem``); the rest of the header is
+    chained at genesis (``models.chain.header_genesis``)."""
+    if isinstance(header, str):
+        header = json_value(header)
+    if not isinstance(header, dict):
+        return
+    ends = [(s, t, p) for s, _, t, _, p in parsed if t in _TERMINAL_TYPES]
+    sequence, kind, payload = ends[-1] if ends else (None, None, None)
+    problem = header_finish_problem(
+        header.get("status"), header.get("outcome"), None if kind is None else (kind, payload)
+    )
+    if problem is not None:
+        found.problems.append(
+            VerificationProblem(sequence=sequence, kind="header", message=problem)
+        )
 
 
 def _parsed_events(

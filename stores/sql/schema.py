@@ -377,3 +377,21 @@ alert_fingerprints = Table(
     Column("first_seen", _utc(), nullable=False),
     Column("last_seen", _utc(), nullable=False),
 )
+
+# governance log (migration 0007) --------------------------------------------------------------
+
+# data-subject registrations, legal holds and freezes (placed, released) as one hash chain
+# (``models.governance``): the rows above must agree with it
+governance_log = Table(
+    "governance_log",
+    metadata,
+    Column("position", BigInteger, primary_key=True, autoincrement=False),
+    Column("run_id", Id, nullable=False, index=True),
+    Column("kind", String(32), nullable=False),
+    Column("subject_id", Id, nullable=True, index=True),
+    Column("at", _utc(), nullable=False),
+    # a models.governance.GovernanceRecord
+    Column("record", Json, nullable=False),
+    Column("previous_hash", DigestCol, nullable=False),
+    Column("hash", DigestCol, nullable=False),
+)

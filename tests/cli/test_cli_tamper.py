@@ -79,3 +79,26 @@ def test_a_cut_tail_with_a_rewritten_head_disagrees_with_the_anchor(tmp_path: Pa
     assert json.loads(anchors.stdout)["problems"][0]["kind"] == "anchor"
     written = run(["anchors", "write", "--all", "--json"], home)
     assert written.returncode == 1 and b"refusing to anchor" in written.stderr
+
+
+def test_a_forged_header_outcome_and_a_deleted_subject_are_named(tmp_path: Path) -> None:
+    """Issue 31: the header's outcome and a ``run_subjects`` row edited in SQL are named by
+    ``runs verify`` (exit 1), and ``runs show`` flags the header instead of showing it as is."""
+    home = tmp_path / "home"
+    view = agent_run(home, "--scenario", "happy", "--seed", "3")
+    run_id = view["run_id"]
+    with sqlite3.connect(home / "replaybook.db") as conn:
+        subjects = conn.execute("SELECT count(*) FROM run_subjects WHERE run_id=?", (run_id,))
+        assert subjects.fetchone()[0] >= 1
+        conn.execute(
+            "UPDATE runs SET record=json_set(record, '$.outcome', 'forged') WHERE run_id=?",
+            (run_id,),
+        )
+        conn.execute("DELETE FROM run_subjects WHERE run_id=?", (run_id,))
+    verified = run(["runs", "verify", run_id, "--json"], home)
+    assert verified.returncode == 1
+    messages = [p["message"] for p in json.loads(verified.stdout)["problems"]]
+    assert any("run header outcome forged disagrees" in m for m in messages), messages
+    assert any("has no run_subjects row" in m for m in messages), messages
+    shown = run(["runs", "show", run_id], home)
+    assert b"DOES NOT VERIFY (the header shown may be forged)" in shown.stdout
