@@ -175,5 +175,7 @@ async def runs_verify(run_id: str, as_json: JsonOption = False) -> None:
     else:
         typer.echo(result.summary())
         typer.echo(f"anchors: {anchors['note']}")
+        if result.header_chained is False:  # recorded before the header was chained
+            typer.echo(f"header: {result.report()['header']}")
     if not result.intact:
         raise typer.Exit(EXIT_BROKEN)
