@@ -33,6 +33,7 @@ from bench import (
     capsule,
     long_replay,
     otlp,
+    replay_scale,
     sdk,
 )
 from bench.common import TABLE_HEADER, Row, emit, machine_load
@@ -92,6 +93,11 @@ PARTS: dict[str, Part] = {
     "pool": Part("child replay start-up", bench_pool.main, lambda: bench_pool.main(rounds=3)),
     "replay": Part(
         "replay through Temporal", bench_replay.main, lambda: bench_replay.main(steps=200)
+    ),
+    "replay-scale": Part(
+        "RECORDED replays through Temporal with default settings, 1k against 10k steps",
+        replay_scale.main,
+        lambda: replay_scale.rows(sizes=(50, 500), rounds=3),
     ),
     # the client SDK's overhead per model and tool call against the bare call; its memory
     # with the server down
