@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import types
 from datetime import timedelta
 
 import pytest
@@ -23,6 +24,7 @@ from stores.sql.evidence import SqlEvidenceReader
 from stores.sql.incidents import SqlIncidentStore
 from stores.sql.privacy import SqlRawVault
 from stores.sql.privacy_records import SqlPrivacyRecords
+from tests.runtime.test_ingest import _ingest
 from tests.tamper.conftest import T0, Recorded
 from tests.tamper.test_tamper import broken
 
@@ -67,6 +69,23 @@ async def test_rewrite_the_header_as_created(
     await _set_header(recorded, header)
     summary = await broken(recorded)
     assert summary.startswith("broken at sequence 1: run header rewritten"), summary
+
+
+async def test_rewrite_an_ingested_run_header(recorded: Recorded) -> None:
+    """An ingested run's header is chained like a recorded one's (its labels and outcome)."""
+    rec = types.SimpleNamespace(
+        ledger=recorded.ledger,
+        artifacts=recorded.artifacts,
+        evidence=SqlEvidenceReader(recorded.database),
+    )
+    run_id = f"ingested-{recorded.run_id}"
+    await _ingest(rec, run_id)
+    assert (await recorded.ledger.verify(run_id)).header_chained is True
+    header = (await recorded.ledger.get_run(run_id)).model_dump(mode="json")
+    await _set_header(recorded, header | {"outcome": {"ended_by": "agent"}}, run_id)
+    assert "run header outcome" in await broken(recorded, run_id)
+    await _set_header(recorded, header | {"labels": {"agent": "other"}}, run_id)
+    assert (await broken(recorded, run_id)).startswith("broken at sequence 1: run header")
 
 
 def test_a_run_recorded_before_header_chaining_verifies_flagged() -> None:
@@ -164,8 +183,10 @@ async def test_delete_the_newest_governance_entry_too(recorded: Recorded) -> Non
     assert reasons and "governance log does not verify" in reasons[0], reasons
 
 
-async def _set_header(rec: Recorded, header: dict[str, object]) -> None:
+async def _set_header(rec: Recorded, header: dict[str, object], run_id: str = "") -> None:
     cast = "CAST(:v AS JSONB)" if rec.database.is_postgresql else ":v"
     await rec.sql(
-        f"UPDATE runs SET record = {cast} WHERE run_id=:r", v=json.dumps(header), r=rec.run_id
+        f"UPDATE runs SET record = {cast} WHERE run_id=:r",
+        v=json.dumps(header),
+        r=run_id or rec.run_id,
     )
