@@ -5,15 +5,16 @@ actions (replay, incident, confirmation) call the same operations as the CLI and
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+import orjson
+
 from app.runs import RUN_KINDS, run_kind
 from models.errors import InvalidInputError
+from models.evidence import SideEffectRecord
 from runtime.completeness import evidence_completeness
 from stores.sql.run_pages import RunFilter, chain_heads, runs_after, side_effect_states
-from stores.sql.views import SqlRunViews
 
 if TYPE_CHECKING:
     from stores.bundle import Stores
@@ -23,7 +24,7 @@ PAGE_SIZE = 25
 #: the most runs one page reads while looking for runs of a kind (the kind is in the labels)
 MAX_SCAN = 2000
 #: the characters of a payload a timeline entry shows (the event page shows all of it)
-PAYLOAD_PREVIEW = 2000
+PAYLOAD_PREVIEW = 400
 
 
 def parse_cursor(text: str | None) -> tuple[datetime, str] | None:
@@ -129,19 +130,20 @@ async def run_timeline(stores: Stores, run_id: str) -> dict[str, Any]:
     event (sanitized payload, previewed) in sequence order."""
     run = await stores.ledger.get_run(run_id)
     loaded = await stores.ledger.events_with_payloads(run_id, missing_ok=True)
-    evidence = await SqlRunViews(stores.db).run_evidence(run_id)
+    recorded_effects = await stores.evidence.records(SideEffectRecord, run_id)
     completeness = await evidence_completeness(
-        stores.ledger, stores.evidence, stores.artifacts, run_id
+        stores.ledger, stores.evidence, stores.artifacts, run_id, loaded
     )
     history: dict[str, list[dict[str, Any]]] = {}
     events = []
     for event, data in loaded:
-        payload = json.loads(data) if data is not None else None
+        payload = orjson.loads(data) if data is not None else None
         if event.type == "SIDE_EFFECT" and isinstance(payload, dict):
             history.setdefault(str(payload.get("side_effect_id")), []).append(
                 {"sequence": event.sequence, "status": payload.get("status")}
             )
-        text = "" if payload is None else json.dumps(payload, indent=1, ensure_ascii=False)
+        # the stored canonical JSON as it is (the event page shows it whole)
+        text = "" if data is None else data[: PAYLOAD_PREVIEW + 1].decode(errors="replace")
         events.append(
             {
                 "sequence": event.sequence,
@@ -156,8 +158,8 @@ async def run_timeline(stores: Stores, run_id: str) -> dict[str, Any]:
             }
         )
     effects = [
-        {**_record(e), "history": history.get(str(_record(e).get("side_effect_id")), [])}
-        for e in evidence["side_effects"]
+        {**e.model_dump(mode="json"), "history": history.get(e.side_effect_id, [])}
+        for e in recorded_effects
     ]
     return {
         **run.model_dump(mode="json"),
@@ -171,12 +173,8 @@ async def run_timeline(stores: Stores, run_id: str) -> dict[str, Any]:
     }
 
 
-def _record(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else json.loads(value)
-
-
 def _short(value: Any, size: int = 120) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    text = value if isinstance(value, str) else orjson.dumps(value).decode()
     return text if len(text) <= size else text[: size - 1] + "…"
 
 

@@ -35,6 +35,7 @@ from bench import (
     otlp,
     replay_scale,
     sdk,
+    ui,
 )
 from bench.common import TABLE_HEADER, Row, emit, machine_load
 
@@ -121,6 +122,13 @@ PARTS: dict[str, Part] = {
         "long diverging ingested replay through Temporal",
         long_replay.main,
         lambda: long_replay.main(steps=800),
+    ),
+    # the web console's run page (1,000 steps) and runs page (100,000 runs) against the API's
+    # JSON of the same data
+    "ui": Part(
+        "web console pages against the API's JSON",
+        ui.main,
+        lambda: ui.main(runs=10_000, steps=1_000, rounds=3),
     ),
 }
 

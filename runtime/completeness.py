@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 
 from models import (
     ApprovalRecord,
     ContextSnapshot,
+    ExecutionEvent,
     ExecutionEventType,
     PolicyDecision,
     PolicyDecisionRecord,
@@ -19,14 +21,21 @@ from runtime.ports import ArtifactStore, EventLedger, EvidenceReader
 
 
 async def gather_completeness_facts(
-    ledger: EventLedger, evidence: EvidenceReader, artifacts: ArtifactStore, run_id: str
+    ledger: EventLedger,
+    evidence: EvidenceReader,
+    artifacts: ArtifactStore,
+    run_id: str,
+    loaded: Sequence[tuple[ExecutionEvent, bytes | None]] | None = None,
 ) -> CompletenessFacts:
+    """``loaded``: the run's events with their payloads (``missing_ok``) when the caller has
+    read them already (the console's timeline), else read here."""
     run = await ledger.get_run(run_id)
-    loaded = await ledger.events_with_payloads(
-        run_id,
-        types=frozenset({ExecutionEventType.MODEL_CALL, ExecutionEventType.TOOL_CALL}),
-        missing_ok=True,
-    )
+    if loaded is None:
+        loaded = await ledger.events_with_payloads(
+            run_id,
+            types=frozenset({ExecutionEventType.MODEL_CALL, ExecutionEventType.TOOL_CALL}),
+            missing_ok=True,
+        )
     prompts = {p.artifact_id: p for p in await evidence.records(PromptArtifact, run_id)}
     # a snapshot that continues another counts only when its whole message list resolves
     contexts = resolvable_snapshots(await evidence.records(ContextSnapshot, run_id))
@@ -79,6 +88,12 @@ async def gather_completeness_facts(
 
 
 async def evidence_completeness(
-    ledger: EventLedger, evidence: EvidenceReader, artifacts: ArtifactStore, run_id: str
+    ledger: EventLedger,
+    evidence: EvidenceReader,
+    artifacts: ArtifactStore,
+    run_id: str,
+    loaded: Sequence[tuple[ExecutionEvent, bytes | None]] | None = None,
 ) -> EvidenceCompleteness:
-    return score_completeness(await gather_completeness_facts(ledger, evidence, artifacts, run_id))
+    return score_completeness(
+        await gather_completeness_facts(ledger, evidence, artifacts, run_id, loaded)
+    )

@@ -42,28 +42,35 @@ async def runs_after(
     ``run_id``), strictly after the keyset position ``after`` (the last row of the page
     before)."""
     r = schema.runs.c
-    query = select(
-        r.run_id,
-        r.graph_id,
-        r.graph_version,
-        r.status,
-        r.created_at,
-        r.head_sequence,
-        r.head_hash,
-        r.record,
-    )
+    # the page's ids first, ordered on the two keys alone: the sort then carries no record
+    # (the JSON column, read afterwards for the page's rows only)
+    page = select(r.run_id)
     if where.graph_id:
-        query = query.where(r.graph_id == where.graph_id)
+        page = page.where(r.graph_id == where.graph_id)
     if where.status:
-        query = query.where(r.status == where.status)
+        page = page.where(r.status == where.status)
     if where.since is not None:
-        query = query.where(r.created_at >= where.since)
+        page = page.where(r.created_at >= where.since)
     if where.until is not None:
-        query = query.where(r.created_at < where.until)
+        page = page.where(r.created_at < where.until)
     if after is not None:
         at, run_id = after
-        query = query.where(or_(r.created_at < at, and_(r.created_at == at, r.run_id > run_id)))
-    query = query.order_by(r.created_at.desc(), r.run_id).limit(limit)
+        page = page.where(or_(r.created_at < at, and_(r.created_at == at, r.run_id > run_id)))
+    page = page.order_by(r.created_at.desc(), r.run_id).limit(limit)
+    query = (
+        select(
+            r.run_id,
+            r.graph_id,
+            r.graph_version,
+            r.status,
+            r.created_at,
+            r.head_sequence,
+            r.head_hash,
+            r.record,
+        )
+        .where(r.run_id.in_(page.scalar_subquery()))
+        .order_by(r.created_at.desc(), r.run_id)
+    )
     async with db.read() as conn:
         rows = (await conn.execute(query)).all()
     return [
