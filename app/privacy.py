@@ -108,5 +108,10 @@ async def release(
 
 async def delete_subject(stores: Stores, subject_id: str, request_id: str, by: str = "") -> Any:
     """Crypto-shred a data subject; refused naming the hold when any of their runs is held.
-    ``by``: who asked (chained with each run's destruction)."""
+    ``by``: who asked (chained with each run's destruction). An e-mail address or a phone
+    number given in clear names the pseudonymous subject ingestion registered for it (the
+    receipt names the pseudonym, never the address)."""
+    from models.redaction import address_subject
+
+    subject_id = address_subject(subject_id) or subject_id
     return await _service(stores).delete_subject(subject_id, request_id, by=by)

@@ -16,6 +16,7 @@ import structlog
 
 from ingest.events import record_event
 from ingest.recorder import IngestRecorder, content_digest
+from ingest.redaction import ingest_policy, ingest_policy_version, register_subjects
 from ingest.state import IngestState, is_read, load_ingest_state, state_from_events, states_of
 from ingest.writes import close_open_writes
 from models import ExecutionEventType, RunRecord, RunStatus
@@ -41,9 +42,11 @@ async def ingest_run(
     before anything is written, so a refused header leaves no run. The same header again is
     a no-op; another one under the run id is a ``ConflictError``."""
     puts = ConcurrentPuts(artifacts)  # settled before the run's first events are written
+    policy_version = ingest_policy_version(ledger, header.pinned.redaction_policy_version)
     loop = await _loop_input(puts, header)
     digest = content_digest(header.model_dump(mode="json"))
     recorder = IngestRecorder(ledger, puts, header.run_id, header.started_at, head=0)
+    recorder.redaction = ingest_policy(ledger, policy_version)
     recorder.begin(0, digest, header.started_at)
     recorder.step_id = "run"
     await recorder.record(
@@ -61,8 +64,15 @@ async def ingest_run(
     await record_prompt(recorder, header.system_prompt)
     events = recorder.take_pending()
     run = _run_record(header, loop.system_prompt_ref)
+    if run.pinned.redaction_policy_version != policy_version:
+        run = run.model_copy(
+            update={
+                "pinned": run.pinned.model_copy(update={"redaction_policy_version": policy_version})
+            }
+        )
     await puts.settle()
     if await ledger.start_run(run, events):
+        await register_subjects(ledger, header.run_id, recorder.subjects)
         log.debug("run ingested", run_id=header.run_id, graph=header.graph_id)
         # the state of the run just written, for its first batch (not read back)
         written = [
@@ -197,6 +207,7 @@ async def _record_batch(
     run_id = state.run.run_id
     puts = ConcurrentPuts(artifacts)  # settled before the batch's events are written
     recorder = IngestRecorder(ledger, puts, run_id, state.run.created_at, head=state.head)
+    recorder.redaction = ingest_policy(ledger, state.run.pinned.redaction_policy_version)
     recorder.stored_messages = state.stored_messages
     recorder.step_id = state.step or "run"
     expected = state.next_sequence
@@ -228,6 +239,8 @@ async def _record_batch(
             end = event
             await _end(recorder, state, event)
     await puts.settle()
+    # the people the batch names, subjects before their raw content is written
+    await register_subjects(ledger, run_id, recorder.subjects)
     if recorder.pending:
         try:  # the ledger appends only if its head is still the snapshot's
             await recorder.flush(expected_sequence=state.head + 1)

@@ -123,7 +123,7 @@ async def record_event(
             record=PolicyDecisionRecord(
                 policy_id=event.policy_id,
                 policy_version=event.policy_version,
-                input_hash=canonical_hash(event.input),
+                input_hash=canonical_hash(recorder.hashing_view(event.input)),
                 sanitized_input=event.input,
                 decision=event.decision,
                 reasons=event.reasons,
@@ -137,7 +137,7 @@ async def record_event(
             record=ApprovalRecord(
                 approval_id=event.approval_id,
                 approver=event.approver,
-                action_hash=action_hash(event.capability, event.arguments),
+                action_hash=action_hash(event.capability, recorder.hashing_view(event.arguments)),
                 decision=event.decision,
                 approved_at=recorder.logical_time(),
                 expires_at=event.expires_at,

@@ -7,7 +7,7 @@ header). The chain covers the event id, so these markers are as tamper-evident a
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from pydantic import JsonValue
@@ -15,6 +15,7 @@ from pydantic import JsonValue
 from models import ExecutionEvent, ExecutionEventType, HashedRecord
 from models.canonical import canonical_hash
 from models.digest import digest_hex
+from models.redaction import pseudonym_subjects
 from runtime.ports import ArtifactStore, EventLedger, NewEvent
 from runtime.recorder import RunRecorder
 
@@ -72,6 +73,8 @@ class IngestRecorder(RunRecorder):
         #: canonical message bytes -> artifact digest, so each message is stored once (per
         #: run while this process keeps the run's state, ``IngestState.stored_messages``)
         self.stored_messages: dict[bytes, str] = {}
+        #: the data subjects the sanitized payloads name (``models.redaction.pseudonym_subjects``)
+        self.subjects: set[str] = set()
 
     def begin(self, sequence: int, digest: str, at: datetime | None) -> None:
         """Start recording the ledger events of client event ``sequence``."""
@@ -101,8 +104,8 @@ class IngestRecorder(RunRecorder):
     ) -> ExecutionEvent | None:
         self._count += 1
         event_id = f"{self.run_id}:{self._marker.sequence}:{self._count}:{self._marker.digest}"
-        self._pending.append(
-            NewEvent(
+        if self.redaction is None:
+            event = NewEvent(
                 step_id or self.step_id,
                 type,
                 self.logical_time(),
@@ -110,5 +113,12 @@ class IngestRecorder(RunRecorder):
                 payload=payload,
                 event_id=event_id,
             )
-        )
+        else:
+            # the sanitized view is recorded, the raw bytes sealed beside it (rule 17); each
+            # person it names by pseudonym becomes a subject of the run
+            event = replace(
+                self._event(step_id or self.step_id, type, record, payload), event_id=event_id
+            )
+            self.subjects |= pseudonym_subjects(event.canonical_payload())
+        self._pending.append(event)
         return None

@@ -64,7 +64,7 @@ async def open_write(
         step_id=recorder.step_id,
         capability_id=name,
         idempotency_key=idempotency_key or f"idem-{run_key(recorder.run_id, 'idem', sequence)}",
-        action_hash=action_hash(name, arguments),
+        action_hash=action_hash(name, recorder.hashing_view(arguments)),
         status=SideEffectStatus.PLANNED,
         provider_request_id=provider_request_id
         or f"preq-{run_key(recorder.run_id, 'preq', sequence)}",
@@ -137,7 +137,7 @@ async def record_result(
             f"event {event.sequence}: tool_call_sequence {event.tool_call_sequence} names no "
             "open write (not a tool_intent, not recorded yet, or already completed)"
         )
-    if executing.action_hash != action_hash(event.name, event.arguments):
+    if executing.action_hash != action_hash(event.name, recorder.hashing_view(event.arguments)):
         raise InvalidInputError(
             f"event {event.sequence}: name and arguments differ from those of the intent "
             f"(event {event.tool_call_sequence})"
@@ -190,7 +190,8 @@ async def record_fixture(
     fixture = ToolFixture(
         tool_call_id=call_id,
         capability_id=capability_id,
-        request_hash=request_hash(capability_id, arguments),
+        # over the sanitized view, as the recorder runtime hashes (a replay sees that view)
+        request_hash=request_hash(capability_id, recorder.hashing_view(arguments)),
         sanitized_request=arguments,
         sanitized_response=output,
         outcome=outcome,

@@ -316,3 +316,21 @@ def has_redaction_token(data: bytes | memoryview) -> bool:
     """Whether a stored payload holds a pseudonym a policy wrote: its raw form differed, so a
     raw-payload row (ciphertext, or a recorded destruction) must exist beside it."""
     return _TOKEN_BYTES.search(data) is not None
+
+
+#: the pseudonyms that name a person: each is a data subject of the run that holds it
+_PERSON_TOKEN_BYTES = re.compile(rb"<((?:email|phone):[0-9a-f]{16})>")
+
+
+def pseudonym_subjects(data: bytes) -> set[str]:
+    """The data subjects a sanitized payload names by pseudonym: ``email:<16 hex>``,
+    ``phone:<16 hex>`` (the token without its brackets: no address is kept in clear)."""
+    return {m.decode() for m in _PERSON_TOKEN_BYTES.findall(data)}
+
+
+def address_subject(value: str) -> str | None:
+    """The subject id of an e-mail address or a phone number given in clear (what
+    ``pseudonym_subjects`` registered for it), or None when ``value`` is neither."""
+    token = RedactionPolicy(REDACT_V1).sanitize(value.strip())
+    match = _PERSON_TOKEN_BYTES.fullmatch(token.encode()) if isinstance(token, str) else None
+    return match.group(1).decode() if match else None

@@ -74,7 +74,12 @@ async def open_stores(settings: StoreSettings) -> AsyncIterator[Stores]:
     try:
         # the KEK is loaded from its settings (or the dev key file under the home directory)
         # only when a raw payload is sealed or opened
-        vault = SqlRawVault(db, artifacts, lambda: load_kek(settings.kek, settings.home))
+        vault = SqlRawVault(
+            db,
+            artifacts,
+            lambda: load_kek(settings.kek, settings.home),
+            ingest_redaction=settings.kek.ingest_redaction,
+        )
         ledger = SqlLedger(db, artifacts, vault=vault, anchors=anchors)
         evidence = SqlEvidenceReader(db)
         # the side-effect ledger opens: what a dead process left EXECUTING past its lease is

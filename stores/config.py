@@ -52,6 +52,9 @@ class KekSettings(BaseModel):
     file: Path | None = Field(None, validation_alias="REPLAYBOOK_KEK_FILE")
     #: the base64 text of 32 bytes
     key: SecretStr | None = Field(None, validation_alias="REPLAYBOOK_KEK")
+    #: the redaction policy ingestion applies to a run whose header pins none (``none``
+    #: turns it off); its raw payloads are sealed in the vault under this KEK
+    ingest_redaction: str = Field("redact-v1", validation_alias="REPLAYBOOK_INGEST_REDACTION")
 
 
 class AnchorSettings(BaseModel):

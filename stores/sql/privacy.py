@@ -31,7 +31,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from models.digest import sha256_digest, verify_content
 from models.errors import ConfigurationError, ContentDestroyedError, IntegrityError
 from models.privacy import RawDeletion, RawEvidence, RawEvidenceState
-from models.redaction import has_redaction_token
+from models.redaction import DEFAULT_REDACTION_POLICY, has_redaction_token
 from runtime.ports import ArtifactStore
 from stores.encryption import (
     KeyEncryptionKey,
@@ -110,8 +110,12 @@ class SqlRawVault(RawVaultQueries):
         kek: KeyEncryptionKey | Callable[[], KeyEncryptionKey] = load_kek,
         *,
         clock: Callable[[], datetime] = _now,
+        ingest_redaction: str = DEFAULT_REDACTION_POLICY,
     ) -> None:
         self.db = db
+        #: the policy ingestion applies when a run's header pins none
+        #: (``REPLAYBOOK_INGEST_REDACTION``; ``none``: off)
+        self.ingest_redaction = ingest_redaction
         self.artifacts = artifacts
         self._kek = kek
         self.clock = clock

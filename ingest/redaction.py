@@ -1,0 +1,68 @@
+"""The redaction step of ingestion (rule 17): an ingested run is private like a recorded one.
+
+Its policy is the one its header pins (``pinned.redaction_policy_version``), else the
+configured default (``REPLAYBOOK_INGEST_REDACTION``, ``redact-v1`` unless set; ``none``
+turns it off), and it is pinned in the run's header so that a replay sanitizes as ingestion
+did. Every ledger event is recorded as its sanitized view with its raw bytes sealed in the
+vault (``ingest.recorder.IngestRecorder``), and each person a sanitized payload names by
+pseudonym (``email:<hex>``, ``phone:<hex>``) becomes a data subject of the run, so that
+``privacy delete-subject`` of that address (or of its pseudonym) and retention reach it. A
+ledger without a raw-evidence vault records as given.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from models.errors import ConfigurationError, InvalidInputError
+from models.privacy import RunSubject, SubjectKind
+from models.redaction import KNOWN_POLICY_VERSIONS, RedactionPolicy
+from runtime.privacy.redaction import recording_redaction
+
+#: where a subject found by redaction is said to come from
+SUBJECT_SOURCE = "redaction:ingest"
+
+
+def _vault(ledger: Any) -> Any:
+    return getattr(ledger, "vault", None)
+
+
+def ingest_policy_version(ledger: Any, pinned: str | None) -> str | None:
+    """The policy a new ingested run is recorded with (and pins): ``pinned``, else the
+    vault's configured default; ``pinned`` when the ledger keeps no raw content."""
+    vault = _vault(ledger)
+    if pinned is not None and pinned not in KNOWN_POLICY_VERSIONS:
+        raise InvalidInputError(
+            f"pinned.redaction_policy_version {pinned!r} is not a known policy "
+            f"(known: {', '.join(sorted(KNOWN_POLICY_VERSIONS))})",
+            field="pinned.redaction_policy_version",
+        )
+    if vault is None or pinned is not None:
+        return pinned
+    default = str(vault.ingest_redaction)
+    if default not in KNOWN_POLICY_VERSIONS:
+        raise ConfigurationError(
+            f"REPLAYBOOK_INGEST_REDACTION {default!r} is not a known policy "
+            f"(known: {', '.join(sorted(KNOWN_POLICY_VERSIONS))})"
+        )
+    return default
+
+
+def ingest_policy(ledger: Any, version: str | None) -> RedactionPolicy | None:
+    """The policy an ingested run's events are sanitized with (None: recorded as given)."""
+    if _vault(ledger) is None:
+        return None
+    return recording_redaction(version, ())
+
+
+async def register_subjects(ledger: Any, run_id: str, subjects: Iterable[str]) -> None:
+    """Make each pseudonymous person a subject of ``run_id`` (those known already are kept)."""
+    vault = _vault(ledger)
+    found = sorted(set(subjects))
+    if vault is None or not found:
+        return
+    await vault.add_subjects(
+        run_id,
+        [RunSubject(subject_id=s, kind=SubjectKind.PERSON, source=SUBJECT_SOURCE) for s in found],
+    )

@@ -1,0 +1,72 @@
+"""Ingested runs are private like recorded ones (issue 31, item 4), through the real API and
+CLI: a header pinning ``redact-v1`` and an e-mail address in a user message → ``runs show``
+serves ``<email:…>``, the address's pseudonym is a subject of the run, and ``privacy
+delete-subject`` of the address destroys its raw content; the chain still verifies. A header
+that pins nothing gets the configured default (``REPLAYBOOK_INGEST_REDACTION``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+
+from api import create_app
+from api.auth import parse_tokens
+from api.config import ApiConfig
+from models.redaction import address_subject
+from tests.api.test_api_http import auth, settings_for
+from tests.cli.test_cli import run
+from tests.runtime.test_ingest import header, run_plain_agent
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+ADDRESS = "ada.lovelace@example.com"
+LINES = [f"I want italian food tonight, write to {ADDRESS}", "yes please", "thanks, bye"]
+
+
+async def _ingest(home: Path, run_id: str, pinned: dict[str, str]) -> None:
+    settings = settings_for(home, f"sqlite+aiosqlite:///{home / 'replaybook.db'}")
+    app = create_app(settings, ApiConfig(tokens=parse_tokens("eng-token=engineer", "test")))
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://api") as client:
+        head = header(run_id).model_dump(mode="json") | {"pinned": pinned}
+        created = await client.post("/api/runs", json=head, headers=auth("eng-token"))
+        assert created.status_code == 201, created.text
+        events = run_plain_agent(LINES).events
+        sent = await client.post(
+            f"/api/runs/{run_id}/events", json={"events": events}, headers=auth("eng-token")
+        )
+        assert sent.status_code == 201, sent.text
+    await app.state.api.close()
+
+
+def _ok(args: list[str], home: Path) -> dict:
+    result = run(args, home)
+    assert result.returncode == 0, result.stderr.decode()
+    return json.loads(result.stdout)
+
+
+async def test_an_ingested_run_is_redacted_and_deletion_reaches_it(tmp_path: Path) -> None:
+    await _ingest(tmp_path, "ingested-pii", {"redaction_policy_version": "redact-v1"})
+    await _ingest(tmp_path, "ingested-default", {})
+
+    shown = run(["runs", "show", "ingested-pii", "--json"], tmp_path)
+    assert shown.returncode == 0, shown.stderr.decode()
+    assert b"<email:" in shown.stdout and ADDRESS.encode() not in shown.stdout
+    view = json.loads(shown.stdout)
+    assert view["pinned"]["redaction_policy_version"] == "redact-v1"
+    subject = address_subject(ADDRESS)
+    assert subject in {s["subject_id"] for s in view["subjects"]}
+    default = _ok(["runs", "show", "ingested-default", "--json"], tmp_path)
+    assert default["pinned"]["redaction_policy_version"] == "redact-v1"  # the default
+
+    receipt = _ok(
+        ["privacy", "delete-subject", ADDRESS, "--request-id", "DSR-ada", "--json"], tmp_path
+    )
+    assert receipt["subject_id"] == subject  # the pseudonym: no address kept in clear
+    assert set(receipt["runs"]) == {"ingested-pii", "ingested-default"}
+    assert receipt["raw_payloads_destroyed"] >= 2 and receipt["data_keys_destroyed"] >= 2
+    for run_id in receipt["runs"]:
+        assert run(["runs", "verify", run_id], tmp_path).returncode == 0
