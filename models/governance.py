@@ -164,8 +164,8 @@ def row_problems(
             rows, what, release = freezes, f"freeze {entry.hold_id}", GovernanceKind.FREEZE_RELEASED
         else:
             continue
-        if (release, entry.hold_id) in released:
-            continue
+        if (release, entry.hold_id) in released or (entry.until is not None and entry.until <= now):
+            continue  # lifted by a chained release, or its term ended
         if entry.hold_id not in rows:
             problems.append(
                 f"{what} ({where}, placed by {entry.actor}) has no row: deleted in SQL, yet "
