@@ -6,6 +6,7 @@ intervals, side effects, and the human's confirmation (the same update as the CL
 from __future__ import annotations
 
 from typing import Annotated, Any
+from urllib.parse import quote
 
 from fastapi import APIRouter, Form, Request
 from fastapi.responses import RedirectResponse, Response
@@ -178,7 +179,13 @@ async def resolve(
 @html_errors
 async def report(request: Request, incident_id: str, state: State, _: Reader) -> Response:
     data = await load_report(await state.stores(), incident_id, "html")
-    return Response(data, media_type="text/html; charset=utf-8")
+    # the stored report is self-contained (no link leaving it); served here, it links back
+    back = (
+        f'<p class="console-link"><a href="/ui/incidents/{quote(incident_id)}">'
+        "← this incident in the Replaybook console</a></p>"
+    ).encode()
+    page = data.replace(b"<body>", b"<body>" + back, 1)
+    return Response(page, media_type="text/html; charset=utf-8")
 
 
 @router.get("/cases")

@@ -173,6 +173,10 @@ async def test_list_run_replay_incident_confirm(
     await page.screenshot(path=shots / "incident-completed.png", full_page=True)
 
     incident_id = page.url.rstrip("/").rsplit("/", 1)[-1]
+    await page.click("text=HTML report")  # the report, and from it back to the console
+    await expect(page.locator("h1")).to_contain_text("DATA_NONUNIQUE_LOOKUP_WRONG_RECIPIENT")
+    await page.click("text=this incident in the Replaybook console")
+    await expect(phase).to_have_text("COMPLETED")
 
     # two runs compared: the first divergence marked, the next difference one click away
     right = await wrong_customer_run(replay_stack, wrong=False)
