@@ -172,7 +172,10 @@ def test_a_replay_of_a_tampered_run_fails_with_exit_1(stack: tuple[Path, int]) -
         run(["replay", "start", view["run_id"], "--mode", "recorded", "--wait", "--json"], home), 1
     )
     assert failed["status"] == "FAILED"
-    assert run(["replay", "status", failed["replay_id"]], home).returncode == 1
+    status = run(["replay", "status", failed["replay_id"]], home)
+    # the reason, not only FAILED (issue 31 item 8)
+    assert status.returncode == 1 and b"reason: " in status.stdout, status.stdout
+    assert b"sequence 3" in status.stdout, status.stdout
 
 
 def test_a_running_replay_shows_its_progress(stack: tuple[Path, int]) -> None:
