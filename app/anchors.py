@@ -95,11 +95,11 @@ async def write_anchors(
     return written
 
 
-async def verify_anchors(stores: Stores) -> dict[str, Any]:
+async def verify_anchors(stores: Stores, *, min_length: int | None = None) -> dict[str, Any]:
     """The anchor log's own chain, then every anchored run: still in the database, and its
     chain still holding the latest anchored head."""
     log = _log(stores)
-    view = await _log_view(log)
+    view = await _log_view(log, min_length)
     entries: list[AnchorEntry] = view.pop("_entries")
     problems: list[VerificationProblem] = view.pop("_problems")
     latest: dict[str, Any] = {}
@@ -165,10 +165,20 @@ async def _anchor_audit(stores: Stores) -> list[dict[str, Any]]:
     ]
 
 
-async def _log_view(log: AnchorLog) -> dict[str, Any]:
-    """The log's own check (chain, signatures, the runs' copies) and that of the unsigned log
-    an earlier version wrote beside the artifacts, when there is one."""
+async def _log_view(log: AnchorLog, min_length: int | None = None) -> dict[str, Any]:
+    """The log's own check (chain, signatures, the runs' copies, at least ``min_length``
+    entries: a length noted earlier) and that of the unsigned log an earlier version wrote
+    beside the artifacts, when there is one."""
     entries, problems = await log.verify()
+    if min_length is not None and len(entries) < min_length:
+        problems.append(
+            VerificationProblem(
+                sequence=None,
+                kind="anchor",
+                message=f"the anchor log {log.location} has {len(entries)} entries, fewer than "
+                f"the {min_length} expected: its newest entries were deleted",
+            )
+        )
     view: dict[str, Any] = {
         "location": log.location,
         "key_id": log.key_id,
@@ -197,7 +207,7 @@ async def _log_view(log: AnchorLog) -> dict[str, Any]:
 
 
 async def verify_anchor_copy(
-    location: str, public_key: Path, s3: S3Access | None = None
+    location: str, public_key: Path, s3: S3Access | None = None, min_length: int | None = None
 ) -> dict[str, Any]:
     """Check a copy of an anchor log offline (no database, no stack): its chain, every entry's
     signature under ``public_key``, the runs' copies against the log."""
@@ -205,7 +215,7 @@ async def verify_anchor_copy(
     local = "://" not in location
     if local and not await asyncio.to_thread(lambda: Path(location).expanduser().is_dir()):
         raise ConfigurationError(f"anchor log {location}: no such directory", field="location")
-    view = await _log_view(anchor_log_at(location, keys, s3=s3))
+    view = await _log_view(anchor_log_at(location, keys, s3=s3), min_length)
     view.pop("_entries")
     view.pop("_problems")
     return view

@@ -59,6 +59,15 @@ async def anchors_verify(
             "configured one.",
         ),
     ] = None,
+    min_length: Annotated[
+        int | None,
+        typer.Option(
+            "--min-length",
+            min=0,
+            help="The log's length noted earlier: fewer entries now is a truncated log (its "
+            "newest entries and their copies deleted).",
+        ),
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Check the anchor log's chain and signatures, the runs' copies of their entries, and
@@ -77,7 +86,7 @@ async def anchors_verify(
         a = settings.artifacts
         secret = a.s3_secret_key.get_secret_value() if a.s3_secret_key is not None else None
         view = await verify_anchor_copy(
-            location, public_key, S3Access(a.s3_endpoint_url, a.s3_access_key, secret)
+            location, public_key, S3Access(a.s3_endpoint_url, a.s3_access_key, secret), min_length
         )
     else:
         stores_settings = settings.stores
@@ -85,7 +94,7 @@ async def anchors_verify(
             anchors = stores_settings.anchors.model_copy(update={"public_key": str(public_key)})
             stores_settings = stores_settings.model_copy(update={"anchors": anchors})
         async with open_stores(stores_settings) as stores:
-            view = await verify_anchors(stores)
+            view = await verify_anchors(stores, min_length=min_length)
     if as_json:
         print_json(view)
     else:

@@ -129,3 +129,7 @@ def test_anchors_verify_checks_a_copy_offline(tmp_path: Path) -> None:
     other.write_bytes(public_pem(Ed25519PrivateKey.generate().public_key()))
     forged = CliRunner().invoke(app, [*args[:3], str(other), str(copy)], env=env)
     assert forged.exit_code == 1 and "is forged: not signed by the anchor key" in forged.stdout
+    (copy / "run-anchors").rename(tmp_path / "gone")  # the copies deleted too: a shorter log
+    assert CliRunner().invoke(app, args, env=env).exit_code == 0
+    noted = CliRunner().invoke(app, [*args, "--min-length", "3"], env=env)
+    assert noted.exit_code == 1 and "has 2 entries, fewer than the 3 expected" in noted.stdout
