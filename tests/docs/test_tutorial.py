@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+import shlex
 import subprocess
 from pathlib import Path
 from types import ModuleType
@@ -85,3 +86,37 @@ def test_the_cli_page_lists_every_command_of_the_help() -> None:
     assert missing == []
     page_text = (ROOT / "docs" / "reference" / "cli.md").read_text()
     assert reference.CLI_MARKER in page_text  # the page is the generated one
+
+
+SHELL_BLOCK = re.compile(r"^```sh[^\n]*\n(.*?)^```$", re.M | re.S)
+
+
+def _command_lines(markdown: str) -> list[list[str]]:
+    """Every ``.venv/bin/replaybook …`` line of the page's shell blocks, as words (continuations
+    joined, comments and redirections cut)."""
+    lines = []
+    for block in SHELL_BLOCK.findall(markdown):
+        for line in block.replace("\\\n", " ").splitlines():
+            line = line.split(" #", 1)[0].split(" > ", 1)[0].split(" | ", 1)[0].strip()
+            if line.startswith(".venv/bin/replaybook "):
+                lines.append(shlex.split(line)[1:])
+    return lines
+
+
+def test_every_command_of_the_tour_exists_with_its_options() -> None:
+    """The README's tour and the tutorial's blocks that need the running stack are not run by
+    the suite; their commands and options must still be ones the CLI has."""
+    commands = {tuple(path[1:]): command for path, command, _ in reference._commands()}
+    checked = 0
+    for page in (ROOT / "README.md", TUTORIAL):
+        for words in _command_lines(page.read_text()):
+            path: tuple[str, ...] = ()
+            while words and (*path, words[0]) in commands:
+                path, words = (*path, words[0]), words[1:]
+            command = commands.get(path)
+            assert path and command is not None, (page.name, words)
+            options = {opt for param in command.params for opt in param.opts}
+            used = {word.split("=", 1)[0] for word in words if word.startswith("--")}
+            assert used <= options, (page.name, " ".join(path), sorted(used - options))
+            checked += 1
+    assert checked >= 15
