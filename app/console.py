@@ -258,3 +258,40 @@ async def completeness_view(stores: Stores, run_id: str) -> dict[str, Any]:
         stores.ledger, stores.evidence, stores.artifacts, run_id
     )
     return {"summary": completeness.summary(), "confidence": completeness.confidence.value}
+
+
+async def incident_side_effects(stores: Stores, view: dict[str, Any]) -> list[dict[str, Any]]:
+    """What really happened to each write of the incident's source run (the report's "side
+    effects' truth"): status history from the chain, reconciliation or the human's word,
+    receipt. ``view``: the incident's status as ``incident_status_view`` gives it."""
+    from forensics.side_effect_truth import side_effect_truths
+    from models.incident_flow import IncidentView, ReconcileOutcome
+
+    outcomes = tuple(ReconcileOutcome.model_validate(o) for o in view.get("side_effects") or ())
+    incident = IncidentView(
+        incident_id=view["incident_id"], source_run_id=view["source_run_id"], side_effects=outcomes
+    )
+    truths = await side_effect_truths(
+        stores.ledger, stores.evidence, incident.source_run_id, incident
+    )
+    return [t.model_dump(mode="json") for t in truths]
+
+
+#: the characters of a compiled prompt an event page shows
+PROMPT_SHOWN = 20_000
+
+
+async def event_view(stores: Stores, run_id: str, sequence: int) -> dict[str, Any]:
+    """One event's sanitized view (``app.privacy.read_evidence``); a compiled prompt's event
+    also carries the prompt's text (what the model was sent as the system message: template,
+    system policy, tool schemas; the conversation is in the context snapshot)."""
+    from app.privacy import read_evidence
+
+    view = await read_evidence(stores, run_id, sequence)
+    payload = view.get("payload")
+    if view.get("type") == "PROMPT_COMPILED" and isinstance(payload, dict):
+        ref = payload.get("content_ref")
+        if isinstance(ref, str) and await stores.artifacts.exists(ref):
+            text = (await stores.artifacts.get(ref)).decode(errors="replace")
+            view = {**view, "compiled_prompt": text[:PROMPT_SHOWN]}
+    return view

@@ -16,7 +16,7 @@ from api.state import State
 from api.ui.web import Reader, check_csrf, error_page, html_errors, render
 from app.alerts import incident_alerts
 from app.capsules import list_cases
-from app.console import compare_view
+from app.console import compare_view, incident_side_effects
 from app.incidents import (
     confirm_root_cause,
     incident_status_view,
@@ -77,7 +77,9 @@ async def _incident_page(
     form: dict[str, str] | None = None,
 ) -> Response:
     view = await incident_status_view(await state.client(), incident_id)
-    alerts = await incident_alerts(await state.stores(), incident_id)
+    stores = await state.stores()
+    alerts = await incident_alerts(stores, incident_id)
+    truths = await incident_side_effects(stores, view)
     # refreshed while the workflow works on its own: not while a human's form is open
     live = view.get("phase") not in ("COMPLETED", "FAILED", "WATCHING") and not view.get("pending")
     return render(
@@ -86,6 +88,7 @@ async def _incident_page(
         status=status,
         incident=view,
         alerts=alerts,
+        truths=truths,
         live=live and rejection is None,
         rejection=rejection,
         form=form or {},

@@ -14,9 +14,8 @@ from api.auth import OPERATE
 from api.routes_runs import read_raw
 from api.state import State
 from api.ui.web import Reader, check_csrf, error_page, html_errors, render
-from app.console import completeness_view, run_timeline, runs_page, verify_view
+from app.console import completeness_view, event_view, run_timeline, runs_page, verify_view
 from app.incidents import new_incident_request, open_incident
-from app.privacy import read_evidence
 from app.replays import new_plan, parse_budget, parse_miss_policy, start_replay
 from app.runs import RUN_KINDS
 from models import ReplayMode
@@ -99,7 +98,7 @@ async def verify(
 @router.get("/runs/{run_id}/events/{sequence}")
 @html_errors
 async def event(request: Request, run_id: str, sequence: int, state: State, _: Reader) -> Response:
-    view = await read_evidence(await state.stores(), run_id, sequence)
+    view = await event_view(await state.stores(), run_id, sequence)
     return render(request, "event.html", run_id=run_id, sequence=sequence, view=view, raw=False)
 
 

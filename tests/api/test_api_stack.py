@@ -122,6 +122,18 @@ def test_dev_status_shows_the_api_and_the_worker_metrics_port(stack: Stack) -> N
     assert httpx.get(f"{stack.url}/metrics").status_code == 200
 
 
+def test_dev_status_names_the_console_and_it_lists_the_runs(stack: Stack) -> None:
+    run_id = stack.cli("agent", "run", "support-desk", "--scenario", "happy", "--json")["run_id"]
+    assert stack.status["ui_url"] == f"{stack.url}/ui/"
+    with stack.http("admin") as admin:
+        page = admin.get(f"{stack.status['ui_url']}runs")
+        assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+        assert f'href="/ui/runs/{run_id}"' in page.text
+    with httpx.Client(base_url=stack.url) as anonymous:  # a browser without a token: log in
+        assert anonymous.get("/ui/runs").headers["location"].startswith("/ui/login")
+    assert f"console {stack.url}/ui/" in stack.cli("dev", "status")
+
+
 def test_side_effect_retry_over_http_is_refused_unless_proved_not_applied(stack: Stack) -> None:
     view = stack.cli(
         "agent", "run", "support-desk", "--scenario", "refund-timeout", "--seed", "3", "--json"

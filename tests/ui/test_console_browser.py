@@ -147,6 +147,10 @@ async def test_list_run_replay_incident_confirm(
     phase = page.locator("#incident-phase")
     await expect(phase).to_have_text("AWAITING_CONFIRMATION", timeout=SLOW_MS)
     await expect(page.get_by_role("cell", name="prompt=v18")).to_be_visible()
+    # the side effects' truth: the wrong customer's email was sent (applied)
+    truth = page.locator("tr", has_text="email.send")
+    await expect(truth).to_contain_text("applied")
+    await expect(truth).to_contain_text("PLANNED → EXECUTING → CONFIRMED")
 
     # the workflow refuses a cause resting on the v18 replays (a fixture miss each: no
     # conclusive run); the page shows its reason and keeps what was typed
