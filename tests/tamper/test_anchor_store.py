@@ -86,7 +86,7 @@ def test_a_process_given_only_the_public_key_writes_no_anchor(tmp_path: Path) ->
 
     pem = tmp_path / "anchor.pem"
     pem.write_bytes(public_pem(ANCHOR_KEYS.trusted))
-    checking = load_anchor_keys(AnchorSettings(public_key=str(pem)), tmp_path)
+    checking = load_anchor_keys(AnchorSettings.model_validate({"public_key": str(pem)}), tmp_path)
     assert not checking.can_sign and checking.key_id == ANCHOR_KEYS.key_id
     assert not (tmp_path / "anchor-signing.key").exists()
     development = load_anchor_keys(AnchorSettings(), tmp_path)
