@@ -175,6 +175,16 @@ async def test_bad_bodies_name_the_field_and_the_problem(
         {"sourceRunId": run_id, "mode": "PROMPT_SWAP", "candidateSystemPrompt": "Be kind."}
     )
     assert wrong["field"] == "candidateSystemPrompt" and "tool-loop runs" in wrong["message"]
+    # the team's tools module: importable, under SANDBOX_LIVE, for a tool-loop run (issue 32)
+    team = {"sourceRunId": run_id, "mode": "EXACT", "fixtureMissPolicy": "SANDBOX_LIVE"}
+    missing = await problem({**team, "toolsModule": "no_such_team_tools"})
+    assert missing["field"] == "toolsModule" and "cannot import" in missing["message"]
+    desk = {**team, "toolsModule": "examples.live.desk_replay_tools"}
+    live_only = await problem({**desk, "fixtureMissPolicy": "FAIL"})
+    assert live_only["field"] == "toolsModule"
+    assert "only under fixtureMissPolicy SANDBOX_LIVE" in live_only["message"]
+    own = await problem(desk)
+    assert own["field"] == "toolsModule" and "tool-loop runs" in own["message"]
     fork = await problem({"sourceRunId": run_id, "mode": "EXACT", "startFromStep": "planner-4"})
     assert fork["message"] == (
         "startFromStep is only for mode FORK_FROM_STEP or PROMPT_SWAP or MODEL_SWAP"
