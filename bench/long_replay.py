@@ -3,7 +3,7 @@ ingested run whose replay diverges ends with a verdict through Temporal (issue 3
 
 An agent reports a run of STEPS steps (12,000 by default) through the ingestion core, as the
 HTTP API does: a task, then turns of a model call asking for a READ tool and the tool's
-answer (a ``model`` step and a ``tools`` step each), a report filed (a WRITE) and an answer.
+answers (a ``model`` step and a ``tools`` step each, two lookups a turn), a report filed (a WRITE) and an answer.
 Its header declares ``max_model_calls`` of 50 (a limit its own runtime did not enforce), so
 the replayed loop stops where the recording went on: the replay
 never files the report (NOT_REPRODUCED: another side effect) and differs from the source in
@@ -46,7 +46,7 @@ DECLARED_CALLS = 50
 
 
 def long_run_events(steps: int) -> list[dict[str, Any]]:
-    """An agent that looks records up, one a turn, files a report (a WRITE) and answers:
+    """An agent that looks records up, two a turn, files a report (a WRITE) and answers:
     about ``steps`` steps (a model step and a tools step a turn)."""
     events: list[dict[str, Any]] = []
     clock = START
@@ -56,25 +56,32 @@ def long_run_events(steps: int) -> list[dict[str, Any]]:
         clock += timedelta(milliseconds=500)
         events.append({**event, "sequence": len(events) + 1, "at": clock.isoformat()})
 
-    def turn(call_id: str, name: str, arguments: dict[str, Any], output: str) -> None:
-        call = {"id": call_id, "name": name, "arguments": arguments}
-        add({"type": "model_call", "model": "agent-1", "tool_calls": [call], "usage": USAGE})
-        add(
-            {
-                "type": "tool_call",
-                "tool_call_id": call_id,
-                "name": name,
-                "arguments": arguments,
-                "output": output,
-                "outcome": "SUCCESS",
-            }
-        )
+    def turn(calls: list[tuple[str, str, dict[str, Any], str]]) -> None:
+        """One model call asking for ``calls`` at once, then their answers (one tools step)."""
+        asked = [{"id": i, "name": name, "arguments": args} for i, name, args, _ in calls]
+        add({"type": "model_call", "model": "agent-1", "tool_calls": asked, "usage": USAGE})
+        for call_id, name, arguments, output in calls:
+            add(
+                {
+                    "type": "tool_call",
+                    "tool_call_id": call_id,
+                    "name": name,
+                    "arguments": arguments,
+                    "output": output,
+                    "outcome": "SUCCESS",
+                }
+            )
 
     turns = max((steps - 3) // 2, 1)
     for index in range(turns):
-        arguments = {"record": f"account-{index:06d}", "ledger": "regional-ledger-eu-west"}
-        turn(f"c{index}", LOOKUP, arguments, f"record {index}: ok")
-    turn("report", "file_report", {"checked": turns}, "report filed")
+        # two lookups a turn (parallel tool calls): a profile and a history
+        turn(
+            [
+                (f"c{index}-{part}", LOOKUP, _record(index, part), f"{part} {index}: ok")
+                for part in ("profile", "history")
+            ]
+        )
+    turn([("report", "file_report", {"checked": turns}, "report filed")])
     add(
         {
             "type": "model_call",
@@ -85,6 +92,10 @@ def long_run_events(steps: int) -> list[dict[str, Any]]:
     )
     add({"type": "run_end", "outcome": {"checked": turns}})
     return events
+
+
+def _record(index: int, part: str) -> dict[str, Any]:
+    return {"account": f"customer-account-{index:06d}-eu-west-1", "part": part}
 
 
 def long_run_header(run_id: str, model_calls: int | None) -> IngestRunHeader:
