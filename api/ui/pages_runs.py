@@ -7,14 +7,21 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Form, Request
+from fastapi import APIRouter, Form, Query, Request
 from fastapi.responses import RedirectResponse, Response
 
 from api.auth import OPERATE
 from api.routes_runs import read_raw
 from api.state import State
 from api.ui.web import Reader, check_csrf, error_page, html_errors, render
-from app.console import completeness_view, event_view, run_timeline, runs_page, verify_view
+from app.console import (
+    PAGE_SIZE,
+    completeness_view,
+    event_view,
+    run_timeline,
+    runs_page,
+    verify_view,
+)
 from app.incidents import new_incident_request, open_incident
 from app.replays import new_plan, parse_budget, parse_miss_policy, start_replay
 from app.runs import RUN_KINDS
@@ -57,6 +64,7 @@ async def runs(
     since: str = "",
     until: str = "",
     after: str = "",
+    limit: Annotated[int, Query(ge=1, le=200)] = PAGE_SIZE,
 ) -> Response:
     page = await runs_page(
         await state.stores(),
@@ -66,8 +74,11 @@ async def runs(
         since=since,
         until=until,
         after=after,
+        limit=limit,
     )
     filters = {"kind": kind, "graph": graph, "outcome": outcome, "since": since, "until": until}
+    if limit != PAGE_SIZE:
+        filters["limit"] = str(limit)
     return render(request, "runs.html", page=page, filters=filters, kinds=RUN_KINDS)
 
 
