@@ -98,7 +98,7 @@ PARTS: dict[str, Part] = {
     "replay-scale": Part(
         "RECORDED replays through Temporal with default settings, 1k against 10k steps",
         replay_scale.main,
-        lambda: replay_scale.rows(sizes=(50, 500), rounds=3),
+        lambda: replay_scale.rows(sizes=(10, 200), rounds=3),
     ),
     # the client SDK's overhead per model and tool call against the bare call; its memory
     # with the server down

@@ -5,8 +5,9 @@ Everything real, as ``bench.bench_replay``: a Temporal dev server on free ports,
 this process with the default sandbox settings (bubblewrap, the default write quotas: nothing
 raised), the SQLite ledger in a temporary directory. Both runs are recorded first, then replayed
 in interleaved rounds (short, long, long, short, ...); each replay must end COMPLETED and
-reproduced, not partial. Goal: the long replay at most 12x the short one's wall time (linear:
-10x). ``--steps LONG`` (``python -m bench.replay_scale 50000``) replays one long run once.
+reproduced, not partial. Goal: the long replay at most 1.2x its share of the steps (10x the
+steps: at most 12x the short one's wall time). The synthetic graph exists at 10, 200, 1,000 and
+10,000 steps (``examples.synthetic.LENGTHS``): the quick size is 10 against 200. ``--steps LONG`` (``python -m bench.replay_scale 50000``) replays one long run once.
 """
 
 from __future__ import annotations
@@ -30,7 +31,9 @@ from worker.settings import Settings
 from worker.temporal import connect, running_workers
 from workflows.replay import ReplayWorkflow
 
-GOAL_RATIO = 12.0
+#: the long replay's time at most this much more than in proportion to its steps (1.2: 10x the
+#: steps in at most 12x the time)
+GOAL_SLACK = 1.2
 
 
 async def _replays(sizes: tuple[int, ...], rounds: int) -> dict[int, list[float]]:
@@ -79,6 +82,7 @@ async def _replays(sizes: tuple[int, ...], rounds: int) -> dict[int, list[float]
 
 def rows(sizes: tuple[int, int] = (1_000, 10_000), rounds: int = 3) -> list[Row]:
     short, long = sizes
+    goal = GOAL_SLACK * long / short
     times = asyncio.run(_replays(sizes, rounds))
     ratio = ratio_spread(times[long], times[short])
     return [
@@ -89,9 +93,9 @@ def rows(sizes: tuple[int, int] = (1_000, 10_000), rounds: int = 3) -> list[Row]
                 value=Spread.of(times[long]).text(scale=1, unit="s", digits=1),
                 baseline=f"{short:,} steps " + Spread.of(times[short]).text(1, "s", 1),
                 ratio=ratio.median,
-                goal=f"<= {GOAL_RATIO:g}x the {short:,}-step time "
+                goal=f"<= {goal:g}x the {short:,}-step time "
                 f"(rounds {ratio.low:.1f}–{ratio.high:.1f}x); COMPLETED, reproduced",
-                met=ratio.median <= GOAL_RATIO,
+                met=ratio.median <= goal,
                 load=machine_load(),
             )
         )
