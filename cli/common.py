@@ -251,6 +251,15 @@ ToolsFile = Annotated[
         "(name, description, parameters, side_effect_class).",
     ),
 ]
+
+
+def pinned_tools_module(name: str | None) -> Any:
+    """``--tools-module NAME`` imported, checked and pinned (``ToolsModulePin``); None."""
+    from app.replay_checks import pin_tools_module
+
+    return pin_tools_module(name, "--tools-module") if name else None
+
+
 ToolsModule = Annotated[
     str | None,
     typer.Option(

@@ -14,6 +14,7 @@ from cli.common import (
     ToolsFile,
     ToolsModule,
     load_settings,
+    pinned_tools_module,
     print_json,
     run_async,
     stored_candidates,
@@ -164,7 +165,6 @@ async def incident_open(
     """Open an incident for RUN_ID: starts the Incident workflow (id = incident id). Its
     replays share one budget (no limit unless given)."""
     from app.incidents import new_incident_request, parse_candidates
-    from app.replay_checks import pin_tools_module
     from app.replays import parse_budget, parse_miss_policy
     from models.replay_plans import CANDIDATE_KINDS
 
@@ -192,7 +192,7 @@ async def incident_open(
         watch_clean_runs=watch_clean_runs,
         watch_days=watch_days,
         substitute_model=substitute_model or None,
-        tools_module=pin_tools_module(tools_module, "--tools-module") if tools_module else None,
+        tools_module=pinned_tools_module(tools_module),
     )
     await _open(settings, request)
     view = {"incident_id": request.incident_id, "source_run_id": run_id, "phase": "FREEZING"}
@@ -488,7 +488,6 @@ async def _gate(
 ) -> None:
     from app.incidents import parse_candidates
     from app.regression import gated_graphs, run_gate
-    from app.replay_checks import pin_tools_module
     from app.replays import parse_miss_policy
     from models.replay_plans import CANDIDATE_KINDS
     from stores.bundle import open_stores
@@ -503,7 +502,7 @@ async def _gate(
             field="--candidate",
         )
     miss = parse_miss_policy(on_fixture_miss)
-    team = pin_tools_module(tools_module, "--tools-module") if tools_module else None
+    team = pinned_tools_module(tools_module)
     settings = load_settings()
     known = catalogs(None, settings.models)
     gated_graphs(known, pairs, graphs)  # an unknown candidate or agent: exit 2 before any work

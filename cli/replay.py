@@ -15,6 +15,7 @@ from cli.common import (
     ToolsModule,
     fail,
     load_settings,
+    pinned_tools_module,
     print_json,
     run_async,
     stored_candidates,
@@ -175,7 +176,6 @@ async def replay_start(
 ) -> None:
     """Start a replay of RUN_ID (a Temporal workflow whose id is the replay id); with --wait,
     exit 1 when it ends FAILED or CANCELED."""
-    from app.replay_checks import pin_tools_module
     from app.replays import new_plan, parse_budget, parse_miss_policy
 
     budget = parse_budget(
@@ -202,7 +202,7 @@ async def replay_start(
         substitute_model=substitute_model,
         max_loop_calls=max_loop_calls,
         candidates=await stored_candidates(system_prompt_file, tools_file),
-        tools_module=pin_tools_module(tools_module, "--tools-module") if tools_module else None,
+        tools_module=pinned_tools_module(tools_module),
     )
     await _start(plan, wait=wait, as_json=as_json)
 

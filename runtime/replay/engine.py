@@ -65,7 +65,7 @@ from runtime.replay.gateways import (
 from runtime.replay.prompt_drift import RecordedPromptModelGateway
 from runtime.replay.source import ReplaySource, SourceEvidence, load_source_evidence
 from runtime.team_tools import pin_problem, pinned_team_tools
-from runtime.tools import ToolCallContext
+from runtime.tools import ToolCallContext, ToolProvider
 
 E = ExecutionEventType
 #: errors that end a replay with a (partial) result instead of failing it
@@ -328,6 +328,24 @@ class ReplayEngine:
         return started.sequence, manifest
 
     # RUNNING --------------------------------------------------------------------------------
+
+    async def _live_reads(
+        self, plan: ReplayPlan, catalog: AgentCatalog, graph_id: str
+    ) -> Mapping[str, ToolProvider]:
+        """The READ providers a fixture miss may call under ``SANDBOX_LIVE`` (none under the
+        other policies): the catalog's, and the team's tools module's (``--tools-module``),
+        imported and called in this process — a sandboxed step's: inside the sandbox — each
+        call let through by ``live_read_time`` first."""
+        if plan.miss_policy is not FixtureMissPolicy.SANDBOX_LIVE:
+            return {}
+        reads = await catalog.read_providers()
+        if plan.tools_module is None:
+            return reads
+
+        async def gate(tool: str, arguments: dict[str, Any], context: ToolCallContext) -> Any:
+            return await self.live_read_time(graph_id, tool, arguments, context)
+
+        return {**reads, **pinned_team_tools(plan.tools_module).providers(gate)}
 
     async def live_read_time(
         self, graph_id: str, tool: str, arguments: dict[str, Any], context: ToolCallContext
@@ -610,21 +628,7 @@ class ReplayEngine:
             if cursors.random_state_ref
             else random.Random(source.seed)
         )
-        live_reads = (
-            await catalog.read_providers()
-            if plan.miss_policy is FixtureMissPolicy.SANDBOX_LIVE
-            else {}
-        )
-        if plan.tools_module is not None and plan.miss_policy is FixtureMissPolicy.SANDBOX_LIVE:
-            # the team's READ tools, imported and called in this process (a sandboxed step's:
-            # inside the sandbox), each call let through by ``live_read_time`` first
-            graph_id = run.graph_id
-
-            async def gate(tool: str, arguments: dict[str, Any], context: ToolCallContext) -> Any:
-                return await self.live_read_time(graph_id, tool, arguments, context)
-
-            team = pinned_team_tools(plan.tools_module).providers(gate)
-            live_reads = {**live_reads, **team}
+        live_reads = await self._live_reads(plan, catalog, run.graph_id)
         return AgentEnvironment(
             run_id=plan.replay_id,
             clock=recorder.clock,
