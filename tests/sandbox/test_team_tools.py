@@ -209,3 +209,19 @@ async def test_a_module_that_does_not_fit_the_run_is_refused(
     with pytest.raises(InvalidInputError, match="only under miss_policy SANDBOX_LIVE"):
         plan_with(fine, FixtureMissPolicy.FAIL)
     await check_replay_plan(stores, plan_with(fine), None, PLAN_FIELDS)  # accepted
+
+
+def test_a_distribution_registers_its_module_under_an_entry_point(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a distribution as pip installs it: its metadata with a replaybook.tools entry point
+    info = tmp_path / "acme_desk-1.4.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: acme-desk\nVersion: 1.4.0\n")
+    (info / "entry_points.txt").write_text(f"[replaybook.tools]\nacme-desk = {MODULE}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    pin = pin_tools_module("acme-desk", "--tools-module")
+    assert (pin.module, pin.entry_point) == (MODULE, "acme-desk")
+    assert pin.digest == pin_tools_module(MODULE, "--tools-module").digest
+    with pytest.raises(InvalidInputError, match=r"\(acme-desk\)"):
+        pin_tools_module("acme desk", "--tools-module")  # the known names are listed
