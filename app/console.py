@@ -25,6 +25,24 @@ PAGE_SIZE = 25
 MAX_SCAN = 2000
 #: the characters of a payload a timeline entry shows (the event page shows all of it)
 PAYLOAD_PREVIEW = 400
+#: the events whose timeline row shows the payload under the summary
+PREVIEWED = frozenset(
+    {
+        "RUN_STARTED",
+        "MODEL_CALL",
+        "TOOL_CALL",
+        "RETRIEVAL",
+        "POLICY_DECISION",
+        "APPROVAL",
+        "SIDE_EFFECT",
+        "ACTION_REFUSED",
+        "WRITE_BLOCKED",
+        "FIXTURE_MISS",
+        "OPAQUE",
+        "RUN_COMPLETED",
+        "RUN_FAILED",
+    }
+)
 
 
 def parse_cursor(text: str | None) -> tuple[datetime, str] | None:
@@ -144,6 +162,7 @@ async def run_timeline(stores: Stores, run_id: str) -> dict[str, Any]:
             )
         # the stored canonical JSON as it is (the event page shows it whole)
         text = "" if data is None else data[: PAYLOAD_PREVIEW + 1].decode(errors="replace")
+        kind = str(event.type)
         events.append(
             {
                 "sequence": event.sequence,
@@ -151,7 +170,9 @@ async def run_timeline(stores: Stores, run_id: str) -> dict[str, Any]:
                 "step_id": event.step_id,
                 "logical_time": event.logical_time.isoformat(),
                 "summary": event_summary(str(event.type), payload),
-                "payload": text[:PAYLOAD_PREVIEW],
+                # the payload beside a summary that names only part of it (the others' one
+                # line is the payload itself; the event's page shows every payload whole)
+                "payload": text[:PAYLOAD_PREVIEW] if kind in PREVIEWED else "",
                 "truncated": len(text) > PAYLOAD_PREVIEW,
                 "missing": data is None,
                 "hash": event.hash,
