@@ -16,6 +16,7 @@ from api.auth import FORENSIC, READ, Principal, require_role
 from api.errors import naming
 from api.schemas import RunIdPath
 from api.state import State
+from app.anchors import anchor_use
 from app.privacy import read_evidence
 from app.runs import describe_run, list_runs_view
 from models.errors import AccessDeniedError, InvalidInputError
@@ -51,9 +52,11 @@ async def get_run(run_id: RunIdPath, state: State, _: Reader) -> dict[str, Any]:
     responses=answers(404),
 )
 async def verify_run(run_id: RunIdPath, state: State, _: Reader) -> dict[str, Any]:
+    stores = await state.stores()
     with naming("run_id"):
-        result = await (await state.stores()).ledger.verify(run_id)
-    return result.report()
+        result = await stores.ledger.verify(run_id)
+    # how the anchors were used (signed, unsigned, none; or no anchor location configured)
+    return result.report() | {"anchor_log": anchor_use(stores, result)}
 
 
 @router.get(

@@ -34,6 +34,7 @@ async def test_a_run_id_of_the_documented_pattern_works_end_to_end(
     verified = await client.get(f"/api/runs/{run_id}/verify", headers=eng)
     assert verified.status_code == 200, verified.text
     assert verified.json()["intact"] is True and verified.json()["checked"]["anchors"] == 1
+    assert verified.json()["anchor_log"]["signed"] is True
 
 
 def _refused(answer: httpx.Response, field: str, *words: str) -> None:
