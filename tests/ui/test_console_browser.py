@@ -46,6 +46,7 @@ TOKENS = {
     "tok-viewer-ui": Grant({Role.VIEWER}),
     "tok-ops-ui": Grant({Role.ENGINEER, Role.FORENSIC}, "dana"),
 }
+TEMPORAL_UI = "http://temporal-ui.invalid:8233"
 #: how long a replay or an incident may take on a loaded 2-core machine
 SLOW_MS = 240_000
 
@@ -54,6 +55,8 @@ SLOW_MS = 240_000
 async def console(replay_stack: ReplayStack) -> AsyncIterator[str]:
     """The API (and its console) over the session's stack, served on a free port."""
     app = create_app(replay_stack.settings, ApiConfig(tokens=dict(TOKENS)))
+    # the session's Temporal server runs headless: a Web UI address for the links alone
+    app.state.console_temporal_ui = TEMPORAL_UI
     (port,) = free_ports(1)
     server = uvicorn.Server(
         uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
@@ -131,6 +134,11 @@ async def test_list_run_replay_incident_confirm(
     await expect(page).to_have_url(re.compile(r"/ui/replays/replay-"))
     await expect(page.locator("#replay-status")).to_have_text("COMPLETED", timeout=SLOW_MS)
     await expect(page.locator("#verdict")).to_contain_text("REPRODUCED")
+    replay_id = page.url.rstrip("/").rsplit("/", 1)[-1]
+    namespace = replay_stack.settings.temporal.namespace
+    await expect(page.get_by_role("link", name="Temporal Web UI")).to_have_attribute(
+        "href", f"{TEMPORAL_UI}/namespaces/{namespace}/workflows/{replay_id}"
+    )
     await expect(page.locator("table.side-by-side")).to_contain_text("crm.find_by_phone")
     await page.screenshot(path=shots / "replay.png", full_page=True)
     await page.check("#collapse-equal")  # an exact replay: every step equal, all collapsed
