@@ -23,7 +23,7 @@ from sqlalchemy import inspect, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from models import ExecutionEventType
-from models.anchor import Anchor, AnchorEntry, check_head
+from models.anchor import Anchor, RunAnchor, check_head
 from models.chain import ChainRow, ChainVerification, VerificationProblem, verify_chain
 from models.digest import is_digest, sha256_digest
 from models.errors import (
@@ -89,8 +89,8 @@ class RunRows(NamedTuple):
     raw: RawRows
     #: its freeze records (``_freezes``)
     freezes: Sequence[Any]
-    #: its latest external anchor
-    anchor: AnchorEntry | None
+    #: what the anchor log says of it (None: no anchor log)
+    anchor: RunAnchor | None
     #: its header as stored (the JSON record; None when the header is gone)
     header: Any = None
     #: its governance rows (``stores.sql.governance.GovernanceRows``; None: not read)
@@ -98,7 +98,7 @@ class RunRows(NamedTuple):
 
 
 async def run_rows(
-    conn: AsyncConnection, anchor: AnchorEntry | None, run_id: str
+    conn: AsyncConnection, anchor: RunAnchor | None, run_id: str
 ) -> asyncio.Future[RunRows]:
     """The read of the run's lookup rows, raw-payload rows and freeze records on ``conn`` (the
     snapshot its chain is read in: ``Database.snapshot``), with ``anchor``, its latest
@@ -125,8 +125,8 @@ async def run_rows(
     return done
 
 
-async def latest_anchor(anchors: AnchorLog | None, run_id: str) -> AnchorEntry | None:
-    return None if anchors is None else await anchors.latest(run_id)
+async def latest_anchor(anchors: AnchorLog | None, run_id: str) -> RunAnchor | None:
+    return None if anchors is None else await anchors.run_anchor(run_id)
 
 
 class EventsRead:
@@ -394,8 +394,13 @@ def _check_heads(rows: RunRows, run_id: str, hashes: Sequence[str], found: Found
             found.problems.append(problem)
     if rows.anchor is None:
         return
+    found.problems.extend(rows.anchor.problems)
+    if rows.anchor.entry is None:
+        return
     found.checked["anchors"] += 1
-    problem = check_head(rows.anchor.anchor, hashes)
+    if not rows.anchor.signed:
+        found.checked["unsigned_anchors"] = 1
+    problem = check_head(rows.anchor.entry.anchor, hashes)
     if problem is not None:
         found.problems.append(problem)
 
@@ -405,7 +410,8 @@ async def check_headless(
 ) -> ChainVerification:
     """A run without its header: not found, unless its events or an anchor say it was
     recorded (a deleted header or a deleted run is then broken, not unknown)."""
-    entry = await anchors.latest(run_id) if anchors is not None else None
+    reading = await anchors.run_anchor(run_id) if anchors is not None else None
+    entry = None if reading is None else reading.entry
     if entry is None and not rows:
         raise RunNotFoundError(f"run not found: {run_id!r}")
     chain = verify_chain(run_id, rows)
@@ -420,5 +426,7 @@ async def check_headless(
         message, at = f"run header deleted ({len(rows)} events remain)", 1
     found = VerificationProblem(sequence=at, kind="anchor", message=message)
     return with_problems(
-        chain.model_copy(update={"intact": True}), [found], {"anchors": int(entry is not None)}
+        chain.model_copy(update={"intact": True}),
+        [found, *(reading.problems if reading is not None else ())],
+        {"anchors": int(entry is not None)},
     )
