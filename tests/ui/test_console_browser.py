@@ -24,6 +24,8 @@ from sqlalchemy import text
 from api import create_app
 from api.auth import Grant, Role, fingerprint
 from api.config import ApiConfig
+from app.capsules import list_cases
+from app.incidents import retire_case
 from app.privacy import audit_log
 from devstack.ports import free_ports
 from examples.support_desk.spec import run_scenario
@@ -204,6 +206,10 @@ async def test_list_run_replay_incident_confirm(
         await page.goto(f"{console}{path}")
         await expect(page.locator("table").first).to_be_visible()
         await page.screenshot(path=shots / f"{name}.png", full_page=True)
+    # retired: the session's other tests gate every active case of this stack
+    for case in await list_cases(replay_stack.stores):
+        if case["incident_id"] == incident_id:
+            await retire_case(replay_stack.stores, case["case_id"], "console browser test")
 
 
 async def test_a_viewer_cannot_open_raw_evidence(
