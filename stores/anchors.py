@@ -47,6 +47,8 @@ from stores.artifacts import LocalArtifactStore, S3ArtifactStore, open_artifact_
 __all__ = ["AnchorLog", "S3Access", "anchor_log_at", "legacy_anchor_log", "open_anchor_log"]
 
 _APPEND_ATTEMPTS = 20
+#: log entries a process keeps once read (written once, they never change)
+_CACHED_ENTRIES = 100_000
 
 
 class AnchorLog:
@@ -228,6 +230,8 @@ class AnchorLog:
             raise IntegrityError(
                 f"anchor {name} in {self.location} is not an anchor entry"
             ) from exc
+        if len(self._read) >= _CACHED_ENTRIES:  # a long-lived process: bounded memory
+            self._read.clear()
         self._read[name] = entry
         return entry
 
