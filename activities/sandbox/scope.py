@@ -51,14 +51,17 @@ def named_digests(value: Any) -> set[str]:
 def _named_by_source(source: SourceEvidence) -> set[str]:
     """What the source's evidence the worker holds decoded names: its header and recorded
     input (an imported tool loop's tool catalogue and system prompt), its compiled prompts'
-    texts, its retrieved chunks, its checkpointed states. Read without touching the stores:
-    the whole evidence (``collect_references``) is read only for a digest not among these."""
+    texts, its retrieved chunks, its checkpointed states and random states. Read without
+    touching the stores: the whole evidence (``collect_references``) is read only for a
+    digest not among these."""
     found = named_digests(source.run.model_dump(mode="json")) | named_digests(source.agent_input)
     found.update(p.content_ref for p in source.model_prompts if p is not None)
     for retrievals in source.retrievals.values():
         found.update(item.chunk_hash for r in retrievals for item in r.evidence)
     found.update(c.state_ref for c in source.checkpoints_in_order)
     found.update(c.state_ref for c in source.checkpoints.values())
+    # a fork restores the random state its step started with
+    found.update(m.random_state_ref for m in source.starts.values() if m.random_state_ref)
     return found
 
 
