@@ -186,36 +186,42 @@ def _declared(module: str, value: Any, where: str) -> tuple[dict[str, Any], list
 _LOADED: dict[tuple[str, str], TeamTools] = {}
 
 
-def load_team_tools(name: str, field: str = "--tools-module") -> TeamTools:
-    """Import the module the user named (module path or entry-point name), check its contract
-    and pin it; ``InvalidInputError`` naming ``field`` and the problem otherwise."""
-    target, entry_point = resolve_name(name, field)
+def _imported(target: str, where: str, field: str | None) -> tuple[str, dict[str, Any], list[str]]:
+    """``target`` (``module[:attribute]``) hashed and imported, its mapping checked: its source
+    digest, READ tools and WRITE tool names; ``InvalidInputError`` starting with ``where``."""
     module_name, _, attribute = target.partition(":")
     try:
         digest = source_digest(module_name)
         module = importlib.import_module(module_name)
     except InvalidInputError as exc:
-        raise InvalidInputError(f"{field} {name}: {exc}", field=field) from None
+        raise InvalidInputError(f"{where}: {exc}", field=field) from None
     except Exception as exc:  # the team's module failed to import: say how
         raise InvalidInputError(
-            f"{field} {name}: cannot import {module_name}: {type(exc).__name__}: {exc}",
-            field=field,
+            f"{where}: cannot import {module_name}: {type(exc).__name__}: {exc}", field=field
         ) from None
     attribute = attribute or "REPLAYBOOK_TOOLS"
     if not hasattr(module, attribute):
         raise InvalidInputError(
-            f"{field} {name}: {module_name} defines no {attribute} (a mapping of tool names to "
+            f"{where}: {module_name} defines no {attribute} (a mapping of tool names to "
             "{'effect': 'READ' | 'WRITE', 'call': callable})",
             field=field,
         )
     try:
-        reads, writes = _declared(target, getattr(module, attribute), f"{field} {name}")
+        reads, writes = _declared(target, getattr(module, attribute), where)
     except InvalidInputError as exc:
         raise InvalidInputError(str(exc), field=field) from None
+    return digest, reads, writes
+
+
+def load_team_tools(name: str, field: str = "--tools-module") -> TeamTools:
+    """Import the module the user named (module path or entry-point name), check its contract
+    and pin it; ``InvalidInputError`` naming ``field`` and the problem otherwise."""
+    target, entry_point = resolve_name(name, field)
+    digest, reads, writes = _imported(target, f"{field} {name}", field)
     pin = ToolsModulePin(
         module=target,
         digest=digest,
-        distribution=_distribution(module_name),
+        distribution=_distribution(target.partition(":")[0]),
         entry_point=entry_point,
         read_tools=tuple(sorted(reads)),
     )
@@ -226,7 +232,8 @@ def load_team_tools(name: str, field: str = "--tools-module") -> TeamTools:
 
 def pinned_team_tools(pin: ToolsModulePin) -> TeamTools:
     """The module ``pin`` names, as it was pinned: imported here (in a sandboxed step: inside
-    the sandbox) and refused when its source files changed since."""
+    the sandbox), refused when its source files changed since; only the READ tools the pin
+    lists are kept."""
     loaded = _LOADED.get((pin.module, pin.digest))
     if loaded is not None:
         return loaded
@@ -236,9 +243,12 @@ def pinned_team_tools(pin: ToolsModulePin) -> TeamTools:
             f"tools module {pin.module} changed since the replay was planned (pinned "
             f"{pin.digest}, found {found})"
         )
-    tools = load_team_tools(pin.module, "tools module")
-    if tools.pin.digest != pin.digest:  # changed between the two reads
+    digest, reads, writes = _imported(pin.module, f"tools module {pin.module}", None)
+    if digest != pin.digest:  # changed between the two reads
         raise InvalidInputError(f"tools module {pin.module} changed while it was loaded")
+    kept = {name: call for name, call in reads.items() if name in pin.read_tools}
+    tools = TeamTools(pin, kept, tuple(sorted(writes)))
+    _LOADED[(pin.module, pin.digest)] = tools
     return tools
 
 

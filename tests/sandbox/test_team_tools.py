@@ -31,7 +31,7 @@ from models.errors import InvalidInputError
 from models.replay_plans import PLAN_FIELDS, build_replay_plan
 from runtime.providers.registry import ModelRegistrySettings
 from runtime.replay.engine import ReplayEngine
-from runtime.team_tools import load_team_tools, pinned_team_tools
+from runtime.team_tools import load_team_tools, pin_problem, pinned_team_tools
 from stores.bundle import Stores, open_stores
 from tests.fixtures_replay import stack_settings
 from tests.fixtures_team_tools import MODULE, RULE, STARTED, ingest_desk_run
@@ -225,3 +225,17 @@ def test_a_distribution_registers_its_module_under_an_entry_point(
     assert pin.digest == pin_tools_module(MODULE, "--tools-module").digest
     with pytest.raises(InvalidInputError, match=r"\(acme-desk\)"):
         pin_tools_module("acme desk", "--tools-module")  # the known names are listed
+
+
+def test_a_module_whose_files_changed_since_the_pin_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    text = "def a(arguments, context):\n    return {}\n\nREPLAYBOOK_TOOLS = {'a': {'effect': 'READ', 'call': a}}\n"
+    name = _module(tmp_path, f"team_{uuid.uuid4().hex[:8]}", text, monkeypatch)
+    pin = pin_tools_module(name, "--tools-module")
+    assert pin_problem(pin) is None
+    (tmp_path / f"{name}.py").write_text(text + "# edited\n")
+    assert "is not the pinned one" in (pin_problem(pin) or "")  # the worker: PREPARING
+    unseen = pin.model_copy(update={"module": f"{name}:REPLAYBOOK_TOOLS"})
+    with pytest.raises(InvalidInputError, match="changed since the replay was planned"):
+        pinned_team_tools(unseen)  # the sandboxed child, before it imports anything
