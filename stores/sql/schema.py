@@ -55,6 +55,9 @@ runs = Table(
     Column("head_hash", DigestCol, nullable=False),
     Column("record", Json, nullable=False),
 )
+# newest first, as the runs are listed (the console's keyset pages, GET /api/runs): a page
+# reads its rows, not every run (migration 0008)
+Index("ix_runs_created", runs.c.created_at.desc(), runs.c.run_id)
 
 execution_events = Table(
     "execution_events",
