@@ -124,8 +124,12 @@ class AnchorLog:
             for where in _run_dirs(run_id)
             for name in await self.objects.names(where)
         }
-        names = await self.objects.names("log/")
-        end = len(names)
+        indexes: dict[int, str] = {}
+        for name in await self.objects.names("log/"):
+            index = _log_index(name)
+            if index is not None:  # another name is no entry: ``verify`` names it
+                indexes[index] = name
+        end = max(indexes, default=0)
         problems: list[VerificationProblem] = []
         newest: AnchorEntry | None = None
         lost = sorted(i for i in copies if i > end)
@@ -140,9 +144,19 @@ class AnchorLog:
             if self._problem(copy) is None:
                 newest = copy  # a valid copy still says what the run's head was
         start = max((i for i in copies if i <= end), default=1)
-        newest = await self._scan(run_id, names[start - 1 :], newest, problems)
+        for index in range(start, end + 1):  # where a newer anchor of the run could have been
+            if index not in indexes:
+                problems.append(
+                    _problem(
+                        f"anchor log entry {index} is missing from {self.location} (deleted: "
+                        f"it may have held a newer anchor of run {run_id})"
+                    )
+                )
+        after = [indexes[i] for i in sorted(indexes) if i >= start]
+        newest = await self._scan(run_id, after, newest, problems)
         if newest is None and start > 1:  # the newest were forged: the valid one before them
-            newest = await self._scan(run_id, names[: start - 1], None, problems)
+            before = [indexes[i] for i in sorted(indexes) if i < start]
+            newest = await self._scan(run_id, before, None, problems)
         if newest is None and not problems and self.legacy is not None:
             old = await self.legacy._newest_copy(run_id)
             if old is not None:
@@ -238,6 +252,12 @@ class AnchorLog:
 
 def _problem(message: str) -> VerificationProblem:
     return VerificationProblem(sequence=None, kind="anchor", message=message)
+
+
+def _log_index(name: str) -> int | None:
+    """The index a log entry's name ``<index>.json`` says (None: not such a name)."""
+    stem = name.removesuffix(".json")
+    return int(stem) if stem.isdigit() and name.endswith(".json") else None
 
 
 def _copy_index(name: str) -> int:

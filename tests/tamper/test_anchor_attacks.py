@@ -12,6 +12,7 @@ from pathlib import Path
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from models.anchor import ANCHOR_GENESIS, Anchor, anchor_entry
+from models.digest import sha256_digest
 from stores.anchor_signing import AnchorKeys
 from stores.anchors import _run_dir, legacy_anchor_log, open_anchor_log
 from stores.artifacts import LocalArtifactStore
@@ -105,7 +106,6 @@ def test_anchors_verify_checks_a_copy_offline(tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
     from cli.main import app
-    from models.digest import sha256_digest
     from stores.case_signing import public_pem
 
     log = open_anchor_log(LocalArtifactStore(tmp_path / "anchors"), ANCHOR_KEYS)
@@ -133,3 +133,20 @@ def test_anchors_verify_checks_a_copy_offline(tmp_path: Path) -> None:
     assert CliRunner().invoke(app, args, env=env).exit_code == 0
     noted = CliRunner().invoke(app, [*args, "--min-length", "3"], env=env)
     assert noted.exit_code == 1 and "has 2 entries, fewer than the 3 expected" in noted.stdout
+
+
+async def test_delete_a_runs_newer_anchor_from_the_middle_of_the_log(recorded: Recorded) -> None:
+    r, other = recorded.run_id, "run-other"
+    at = Anchor(run_id=other, sequence=1, head=sha256_digest(b"other"), at=T0)
+    await recorded.anchors.append(at)
+    newer = await recorded.ledger.anchor(r)
+    await recorded.anchors.append(at)
+    assert newer is not None and newer.index == 3
+    (_anchors_dir(recorded) / "log" / "000000000003.json").unlink()
+    for copy in (_anchors_dir(recorded) / _run_dir(r)).glob("*-000000000003.json"):
+        copy.unlink()
+    summary = await broken(recorded)
+    assert summary == (
+        f"broken: anchor log entry 3 is missing from {recorded.anchors.location} (deleted: it "
+        f"may have held a newer anchor of run {r})"
+    ), summary
