@@ -16,6 +16,7 @@ import sys
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -239,3 +240,27 @@ def test_a_module_whose_files_changed_since_the_pin_is_refused(
     unseen = pin.model_copy(update={"module": f"{name}:REPLAYBOOK_TOOLS"})
     with pytest.raises(InvalidInputError, match="changed since the replay was planned"):
         pinned_team_tools(unseen)  # the sandboxed child, before it imports anything
+
+
+async def test_the_gate_checks_the_module_against_each_tool_loop_case(
+    stores: Stores, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from app.regression import _case_tools
+
+    run_id = await ingest_desk_run(stores, f"desk-{uuid.uuid4().hex[:8]}", "scripted")
+    case: Any = SimpleNamespace(case_id="case-1", source_run_id=run_id)
+    live = FixtureMissPolicy.SANDBOX_LIVE
+    desk = pin_tools_module(MODULE, "--tools-module")
+    assert await _case_tools(stores, case, [("prompt", "v2")], live, desk) == desk
+    assert await _case_tools(stores, case, [], live, None) is None
+    name = _module(
+        tmp_path,
+        f"team_{uuid.uuid4().hex[:8]}",
+        "REPLAYBOOK_TOOLS = {'weather': {'effect': 'READ', 'call': print}}",
+        monkeypatch,
+    )
+    other = pin_tools_module(name, "--tools-module")
+    with pytest.raises(InvalidInputError, match=r"--tools-module .*tool 'weather' is not in"):
+        await _case_tools(stores, case, [], live, other)
+    with pytest.raises(InvalidInputError, match=r"sandbox-live miss policy \(here FAIL\)"):
+        await _case_tools(stores, case, [], FixtureMissPolicy.FAIL, desk)
