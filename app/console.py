@@ -316,3 +316,16 @@ async def event_view(stores: Stores, run_id: str, sequence: int) -> dict[str, An
             text = (await stores.artifacts.get(ref)).decode(errors="replace")
             view = {**view, "compiled_prompt": text[:PROMPT_SHOWN]}
     return view
+
+
+async def incidents_list(
+    stores: Stores, *, source_run_id: str | None = None, limit: int = 200
+) -> list[dict[str, Any]]:
+    """Incidents newest first (of one run when ``source_run_id``): id, run, phase, failure
+    type and signature once signed, when opened and last updated."""
+    from stores.sql.incidents import SqlIncidentStore
+
+    found = await SqlIncidentStore(stores.db).list_incidents(
+        source_run_id=source_run_id, limit=limit
+    )
+    return [i.model_dump(mode="json", exclude={"record"}) for i in found]

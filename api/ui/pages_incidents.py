@@ -16,7 +16,7 @@ from api.state import State
 from api.ui.web import Reader, check_csrf, error_page, html_errors, render
 from app.alerts import incident_alerts
 from app.capsules import list_cases
-from app.console import compare_view, incident_side_effects
+from app.console import compare_view, incident_side_effects, incidents_list
 from app.incidents import (
     confirm_root_cause,
     incident_status_view,
@@ -93,6 +93,12 @@ async def _incident_page(
         rejection=rejection,
         form=form or {},
     )
+
+
+@router.get("/incidents")
+@html_errors
+async def incidents(request: Request, state: State, _: Reader) -> Response:
+    return render(request, "incidents.html", incidents=await incidents_list(await state.stores()))
 
 
 @router.get("/incidents/{incident_id}")
@@ -203,4 +209,11 @@ async def slo(request: Request, state: State, _: Reader) -> Response:
     stores = await state.stores()
     result: Any = await compute_slos(stores)
     groups = await signature_groups(stores)
-    return render(request, "slo.html", slo=result.model_dump(mode="json"), signatures=groups)
+    watching = [i for i in await incidents_list(stores) if i["phase"] == "WATCHING"]
+    return render(
+        request,
+        "slo.html",
+        slo=result.model_dump(mode="json"),
+        signatures=groups,
+        watching=watching,
+    )

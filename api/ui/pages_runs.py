@@ -18,6 +18,7 @@ from app.console import (
     PAGE_SIZE,
     completeness_view,
     event_view,
+    incidents_list,
     run_timeline,
     runs_page,
     verify_view,
@@ -85,8 +86,11 @@ async def runs(
 @router.get("/runs/{run_id}")
 @html_errors
 async def run(request: Request, run_id: str, state: State, _: Reader) -> Response:
-    view = await run_timeline(await state.stores(), run_id)
-    return render(request, "run.html", run=view, modes=[m.value for m in ReplayMode])
+    stores = await state.stores()
+    view = await run_timeline(stores, run_id)
+    incidents = await incidents_list(stores, source_run_id=run_id)
+    modes = [m.value for m in ReplayMode]
+    return render(request, "run.html", run=view, modes=modes, incidents=incidents)
 
 
 @router.get("/runs/{run_id}/completeness")

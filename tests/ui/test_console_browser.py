@@ -202,7 +202,11 @@ async def test_list_run_replay_incident_confirm(
 
     await page.goto(f"{console}/ui/cases")
     await expect(page.locator("table")).to_contain_text(incident_id)  # its regression case
-    for name, path in (("cases", "/ui/cases"), ("slo", "/ui/slo")):
+    await page.goto(f"{console}/ui/incidents")
+    await expect(page.locator("tr", has_text=incident_id)).to_contain_text("COMPLETED")
+    await page.goto(f"{console}/ui/runs/{run_id}")  # the run names its incidents
+    await expect(page.locator("table.incidents")).to_contain_text(incident_id)
+    for name, path in (("cases", "/ui/cases"), ("slo", "/ui/slo"), ("incidents", "/ui/incidents")):
         await page.goto(f"{console}{path}")
         await expect(page.locator("table").first).to_be_visible()
         await page.screenshot(path=shots / f"{name}.png", full_page=True)
