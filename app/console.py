@@ -315,7 +315,33 @@ async def event_view(stores: Stores, run_id: str, sequence: int) -> dict[str, An
         if isinstance(ref, str) and await stores.artifacts.exists(ref):
             text = (await stores.artifacts.get(ref)).decode(errors="replace")
             view = {**view, "compiled_prompt": text[:PROMPT_SHOWN]}
+    if view.get("type") == "CONTEXT_SNAPSHOT" and isinstance(payload, dict):
+        view = {**view, "messages": await _messages(stores, payload.get("message_refs") or [])}
     return view
+
+
+#: the messages of a context snapshot an event page shows
+MESSAGES_SHOWN = 100
+
+
+async def _messages(stores: Stores, refs: list[Any]) -> list[dict[str, Any]]:
+    """A context snapshot's messages (stored sanitized by the recorder), each as role and
+    content, or what is missing."""
+    out: list[dict[str, Any]] = []
+    for ref in refs[:MESSAGES_SHOWN]:
+        if not isinstance(ref, str) or not await stores.artifacts.exists(ref):
+            out.append({"role": "?", "content": f"(missing: {ref})"})
+            continue
+        message = orjson.loads(await stores.artifacts.get(ref))
+        if not isinstance(message, dict):
+            message = {"role": "?", "content": message}
+        content = message.get("content")
+        text = content if isinstance(content, str) else orjson.dumps(content).decode()
+        calls = message.get("tool_calls")
+        if calls:
+            text = f"{text or ''} {orjson.dumps(calls).decode()}".strip()
+        out.append({"role": message.get("role", "?"), "content": text[:PROMPT_SHOWN]})
+    return out
 
 
 async def incidents_list(
