@@ -10,6 +10,7 @@ from __future__ import annotations
 from pydantic import JsonValue
 
 from ingest.recorder import IngestRecorder
+from ingest.redaction import sanitized_messages
 from ingest.state import IngestState
 from ingest.writes import (
     STATUS_OF_OUTCOME,
@@ -163,11 +164,15 @@ async def record_event(
 
 async def _model_call(recorder: IngestRecorder, state: IngestState, event: ModelCallEvent) -> None:
     messages = list(event.messages) if event.messages is not None else state.conversation.messages
+    system_prompt = state.system_prompt
+    if recorder.redaction is not None:  # the context's message artifacts are sanitized too
+        messages = sanitized_messages(recorder.redaction, messages, state.sanitized_messages)
+        system_prompt = recorder.redaction.sanitize(system_prompt)
     tools = tool_schemas(state.tools_json)
     _, snapshot = await record_context(
         recorder,
         state.conversation.model_calls + 1,
-        state.system_prompt,
+        system_prompt,
         messages,
         tools,
         event.model,

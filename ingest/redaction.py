@@ -12,10 +12,11 @@ ledger without a raw-evidence vault records as given.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from models.errors import ConfigurationError, InvalidInputError
+from models.model_call import ChatMessage
 from models.privacy import RunSubject, SubjectKind
 from models.redaction import KNOWN_POLICY_VERSIONS, RedactionPolicy
 from runtime.privacy.redaction import recording_redaction
@@ -66,3 +67,30 @@ async def register_subjects(ledger: Any, run_id: str, subjects: Iterable[str]) -
         run_id,
         [RunSubject(subject_id=s, kind=SubjectKind.PERSON, source=SUBJECT_SOURCE) for s in found],
     )
+
+
+def sanitized_messages(
+    policy: RedactionPolicy,
+    messages: Sequence[ChatMessage],
+    cache: dict[int, tuple[Any, Any]],
+) -> list[ChatMessage]:
+    """The sanitized view of a model call's conversation: what its context snapshot stores and
+    hashes (the raw words are sealed with the events that brought them: user messages, model
+    answers, tool results). ``cache`` keeps each message's view by identity, so a long
+    conversation sanitizes only its new messages and the objects stay the same from call to
+    call (``runtime.tool_loop.context``'s fast path)."""
+    out = []
+    for message in messages:
+        hit = cache.get(id(message))
+        if hit is not None and hit[0] is message:
+            out.append(hit[1])
+            continue
+        dumped = message.model_dump(mode="json")
+        clean = policy.sanitize(dumped)
+        view = message if clean == dumped else ChatMessage.model_validate(clean)
+        cache[id(message)] = (message, view)
+        out.append(view)
+    if len(cache) > 2 * len(messages) + 64:  # messages sent afresh each call: keep these
+        cache.clear()
+        cache.update((id(m), (m, v)) for m, v in zip(messages, out, strict=True))
+    return out

@@ -88,6 +88,8 @@ class IngestState:
     #: what the last context snapshot recorded (``record_context``): the next one costs the
     #: messages after it (a rebuilt state knows none: its first snapshot lists them all)
     context: KnownContext = field(default_factory=KnownContext)
+    #: id of a conversation message -> (it, its sanitized view) (``sanitized_messages``)
+    sanitized_messages: dict[int, tuple[Any, Any]] = field(default_factory=dict)
 
     @property
     def next_sequence(self) -> int:

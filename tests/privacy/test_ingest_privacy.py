@@ -59,6 +59,10 @@ async def test_an_ingested_run_is_redacted_and_deletion_reaches_it(tmp_path: Pat
     assert view["pinned"]["redaction_policy_version"] == "redact-v1"
     subject = address_subject(ADDRESS)
     assert subject in {s["subject_id"] for s in view["subjects"]}
+    # nowhere in clear: not in the database files, not in a stored artifact (the context
+    # snapshots' messages are sanitized too)
+    stored = [p for p in tmp_path.rglob("*") if p.is_file() and "kek" not in p.name]
+    assert [p for p in stored if ADDRESS.encode() in p.read_bytes()] == []
     default = _ok(["runs", "show", "ingested-default", "--json"], tmp_path)
     assert default["pinned"]["redaction_policy_version"] == "redact-v1"  # the default
 
