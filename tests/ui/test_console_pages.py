@@ -140,3 +140,24 @@ async def test_a_small_page_size_pages_by_keyset(
     assert more is not None and "limit=2" in more.group(1)
     second = await client.get("/ui/runs?" + more.group(1).replace("&amp;", "&"), headers=VIEWER)
     assert RUN_LINK.findall(second.text)[:1] == ids[2:3]
+
+
+async def test_a_model_calls_prompt_and_context(
+    console: tuple[httpx.AsyncClient, list[str]],
+) -> None:
+    client, ids = console
+    run = await client.get(f"/ui/runs/{ids[0]}", headers=VIEWER)
+    assert "PROMPT_COMPILED" in run.text and "CONTEXT_SNAPSHOT" in run.text
+    sequence: dict[str, int] = {}  # the first event of each type
+    for n, kind in re.findall(
+        r'<tr id="ev-(\d+)"><td>.*?</td><td>.*?</td><td>([A-Z_]+)</td>', run.text
+    ):
+        sequence.setdefault(kind, int(n))
+    prompt = await client.get(
+        f"/ui/runs/{ids[0]}/events/{sequence['PROMPT_COMPILED']}", headers=VIEWER
+    )
+    assert "Compiled prompt" in prompt.text and "System policy" in prompt.text
+    context = await client.get(
+        f"/ui/runs/{ids[0]}/events/{sequence['CONTEXT_SNAPSHOT']}", headers=VIEWER
+    )
+    assert "the messages sent" in context.text and "<td>system</td>" in context.text
