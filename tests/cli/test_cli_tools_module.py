@@ -1,31 +1,23 @@
 """``--tools-module`` on the command line (issue 32, item 3): a module that cannot serve is
 refused before anything starts, in one line naming the flag, exit 2 — on ``replay start``,
-``incident open`` and ``regress`` alike. A real process, as a user runs it."""
+``incident open`` and ``regress`` alike. In process (Typer's runner: the same app, options and
+error handling as the console script, without an interpreter start per case)."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
-ROOT = Path(__file__).resolve().parents[2]
-CLI = "import sys; from cli.main import app; sys.argv[0] = 'replaybook'; app()"
+from cli.main import app
 
 
-def run(args: list[str], home: Path) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("REPLAYBOOK_", "AWS_"))}
-    env |= {"REPLAYBOOK_HOME": str(home), "REPLAYBOOK_LOCAL_MODELS": "off"}
-    return subprocess.run(
-        [sys.executable, "-c", CLI, *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=ROOT,
-        timeout=120,
-    )
+def run(args: list[str], home: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[int, str]:
+    monkeypatch.setenv("REPLAYBOOK_HOME", str(home))
+    monkeypatch.setenv("REPLAYBOOK_LOCAL_MODELS", "off")
+    done = CliRunner().invoke(app, args)
+    return done.exit_code, done.stderr
 
 
 @pytest.mark.parametrize(
@@ -40,20 +32,21 @@ def run(args: list[str], home: Path) -> subprocess.CompletedProcess[str]:
     ],
 )
 def test_an_unimportable_module_is_refused_with_exit_2(
-    args: list[str], says: str, tmp_path: Path
+    args: list[str], says: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    done = run([*args, "--tools-module", "no_such_team_tools"], tmp_path)
-    assert done.returncode == 2, done.stderr
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and says in lines[0], done.stderr
+    code, stderr = run([*args, "--tools-module", "no_such_team_tools"], tmp_path, monkeypatch)
+    assert code == 2, stderr
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and says in lines[0], stderr
 
 
-def test_the_module_answers_only_under_sandbox_live(tmp_path: Path) -> None:
-    done = run(
-        ["replay", "start", "run-x", "--tools-module", "examples.live.desk_replay_tools"], tmp_path
-    )
-    assert done.returncode == 2, done.stderr
-    assert done.stderr.strip() == (
+def test_the_module_answers_only_under_sandbox_live(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    args = ["replay", "start", "run-x", "--tools-module", "examples.live.desk_replay_tools"]
+    code, stderr = run(args, tmp_path, monkeypatch)
+    assert code == 2, stderr
+    assert stderr.strip() == (
         "replaybook: --tools-module examples.live.desk_replay_tools: the team's tools answer "
         "fixture misses only under --on-fixture-miss sandbox-live (here FAIL)"
     )
