@@ -16,7 +16,13 @@ import structlog
 
 from ingest.events import record_event
 from ingest.recorder import IngestRecorder, content_digest
-from ingest.redaction import ingest_policy, ingest_policy_version, register_subjects
+from ingest.redaction import (
+    ingest_policy,
+    ingest_policy_version,
+    register_subjects,
+    sanitized_header,
+    seal_raw_forms,
+)
 from ingest.state import IngestState, is_read, load_ingest_state, state_from_events, states_of
 from ingest.writes import close_open_writes
 from models import ExecutionEventType, RunRecord, RunStatus
@@ -43,10 +49,13 @@ async def ingest_run(
     a no-op; another one under the run id is a ``ConflictError``."""
     puts = ConcurrentPuts(artifacts)  # settled before the run's first events are written
     policy_version = ingest_policy_version(ledger, header.pinned.redaction_policy_version)
+    policy = ingest_policy(ledger, policy_version)
+    digest = content_digest(header.model_dump(mode="json"))  # of what the client sent
+    # the system prompt and attachments stored sanitized, their raw forms sealed (below)
+    header, raw_forms = sanitized_header(header, policy)
     loop = await _loop_input(puts, header)
-    digest = content_digest(header.model_dump(mode="json"))
     recorder = IngestRecorder(ledger, puts, header.run_id, header.started_at, head=0)
-    recorder.redaction = ingest_policy(ledger, policy_version)
+    recorder.redaction = policy
     recorder.begin(0, digest, header.started_at)
     recorder.step_id = "run"
     await recorder.record(
@@ -71,6 +80,7 @@ async def ingest_run(
             }
         )
     await puts.settle()
+    await seal_raw_forms(ledger, header.run_id, raw_forms, policy)
     if await ledger.start_run(run, events):
         await register_subjects(ledger, header.run_id, recorder.subjects)
         log.debug("run ingested", run_id=header.run_id, graph=header.graph_id)

@@ -15,7 +15,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from models.canonical import canonicalize
+from models.digest import sha256_digest
 from models.errors import ConfigurationError, InvalidInputError
+from models.ingest import IngestRunHeader
 from models.model_call import ChatMessage
 from models.privacy import RunSubject, SubjectKind
 from models.redaction import KNOWN_POLICY_VERSIONS, RedactionPolicy
@@ -94,3 +97,37 @@ def sanitized_messages(
         cache.clear()
         cache.update((id(m), (m, v)) for m, v in zip(messages, out, strict=True))
     return out
+
+
+def sanitized_header(
+    header: IngestRunHeader, policy: RedactionPolicy | None
+) -> tuple[IngestRunHeader, list[tuple[bytes, str]]]:
+    """The header with its system prompt and attachments sanitized (what the artifact store
+    gets), and the (raw bytes, sanitized digest) of each that changed (``seal_raw_forms``)."""
+    if policy is None:
+        return header, []
+    raw_forms: list[tuple[bytes, str]] = []
+    prompt = header.system_prompt
+    if prompt is not None and (clean := policy.sanitize(prompt)) != prompt:
+        raw_forms.append((prompt.encode(), sha256_digest(clean.encode())))
+        prompt = clean
+    attachments = {}
+    for name, value in header.attachments.items():
+        view = policy.sanitize(value)
+        if view != value:
+            raw_forms.append((canonicalize(value), sha256_digest(canonicalize(view))))
+        attachments[name] = view
+    if not raw_forms:
+        return header, []
+    return header.model_copy(
+        update={"system_prompt": prompt, "attachments": attachments}
+    ), raw_forms
+
+
+async def seal_raw_forms(
+    ledger: Any, run_id: str, raw_forms: list[tuple[bytes, str]], policy: RedactionPolicy | None
+) -> None:
+    """Keep the raw forms of sanitized header artifacts encrypted under the run's key."""
+    vault = _vault(ledger)
+    if vault is not None and policy is not None and raw_forms:
+        await vault.record_artifact_raws(run_id, raw_forms, policy.version, None)

@@ -31,7 +31,11 @@ async def _ingest(home: Path, run_id: str, pinned: dict[str, str]) -> None:
     app = create_app(settings, ApiConfig(tokens=parse_tokens("eng-token=engineer", "test")))
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://api") as client:
-        head = header(run_id).model_dump(mode="json") | {"pinned": pinned}
+        head = header(run_id).model_dump(mode="json") | {
+            "pinned": pinned,
+            "system_prompt": f"You book tables. Escalations go to {ADDRESS}.",
+            "attachments": {"customer": {"email": ADDRESS}},
+        }
         created = await client.post("/api/runs", json=head, headers=auth("eng-token"))
         assert created.status_code == 201, created.text
         events = run_plain_agent(LINES).events
@@ -40,6 +44,10 @@ async def _ingest(home: Path, run_id: str, pinned: dict[str, str]) -> None:
         )
         assert sent.status_code == 201, sent.text
     await app.state.api.close()
+
+
+def _files_holding(root: Path, needle: bytes) -> list[Path]:
+    return [p for p in root.rglob("*") if p.is_file() and needle in p.read_bytes()]
 
 
 def _ok(args: list[str], home: Path) -> dict:
@@ -61,8 +69,7 @@ async def test_an_ingested_run_is_redacted_and_deletion_reaches_it(tmp_path: Pat
     assert subject in {s["subject_id"] for s in view["subjects"]}
     # nowhere in clear: not in the database files, not in a stored artifact (the context
     # snapshots' messages are sanitized too)
-    stored = [p for p in tmp_path.rglob("*") if p.is_file() and "kek" not in p.name]
-    assert [p for p in stored if ADDRESS.encode() in p.read_bytes()] == []
+    assert _files_holding(tmp_path, ADDRESS.encode()) == []
     default = _ok(["runs", "show", "ingested-default", "--json"], tmp_path)
     assert default["pinned"]["redaction_policy_version"] == "redact-v1"  # the default
 
