@@ -34,7 +34,7 @@ from itertools import zip_longest
 from typing import Any
 
 from models.canonical import canonicalize
-from models.comparison_align import capability_opcodes, match_by_key, positions
+from models.comparison_align import LazyPositions, capability_opcodes, match_by_key
 from models.comparison_evidence import (
     approval_diffs,
     candidate_diffs,
@@ -94,14 +94,30 @@ class _Found:
 # alignment helpers --------------------------------------------------------------------------
 
 
-_positions = positions  # the name the callers below use
+_positions = LazyPositions  # the name the callers below use
+
+
+def _pair(first: str, second: str) -> str:
+    """Two ids as one unambiguous string key (the first's length first). Not a tuple: the
+    matching keeps its keys, and thousands of live tuples make the garbage collector's full
+    passes (over the whole heap, two long trajectories included) run again and again; a long
+    comparison grew 15-18x for 10x the steps with them."""
+    return f"{len(first)}:{first}{second}"
+
+
+def _same_tool_sequence(a: Sequence[ToolCallFact], b: Sequence[ToolCallFact]) -> bool:
+    """The same ``(capability, request hash)`` sequence, compared field by field (lists of
+    strings: no tuple per call, see ``_pair``)."""
+    return [t.capability_id for t in a] == [t.capability_id for t in b] and [
+        t.request_hash for t in a
+    ] == [t.request_hash for t in b]
 
 
 # the diffs ----------------------------------------------------------------------------------
 
 
 def _model_decision_diff(
-    a: Sequence[ModelDecision], b: Sequence[ModelDecision], pa: list[int], pb: list[int]
+    a: Sequence[ModelDecision], b: Sequence[ModelDecision], pa: Sequence[int], pb: Sequence[int]
 ) -> _Found | None:
     for i, (da, db) in enumerate(zip_longest(a, b)):
         if (
@@ -154,7 +170,7 @@ def _model_decision_diff(
 
 
 def _tool_diffs(
-    a: Sequence[ToolCallFact], b: Sequence[ToolCallFact], pa: list[int], pb: list[int]
+    a: Sequence[ToolCallFact], b: Sequence[ToolCallFact], pa: Sequence[int], pb: Sequence[int]
 ) -> list[_Found]:
     found: list[_Found] = []
     opcodes = capability_opcodes([t.capability_id for t in a], [t.capability_id for t in b])
@@ -203,13 +219,13 @@ def _tool_diffs(
 
 
 def _policy_diffs(
-    a: Sequence[PolicyFact], b: Sequence[PolicyFact], pa: list[int], pb: list[int]
+    a: Sequence[PolicyFact], b: Sequence[PolicyFact], pa: Sequence[int], pb: Sequence[int]
 ) -> list[_Found]:
     free_a, free_b = set(range(len(a))), set(range(len(b)))
-    same_input = match_by_key(a, b, lambda x: (x.policy_id, x.input_hash), free_a, free_b)
+    same_input = match_by_key(a, b, lambda x: _pair(x.policy_id, x.input_hash), free_a, free_b)
     # another input with the same verdict: the input change is reported by other diffs
-    match_by_key(a, b, lambda x: (x.policy_id, x.decision), free_a, free_b)
-    other_input = match_by_key(a, b, lambda x: (x.policy_id, x.step_id), free_a, free_b)
+    match_by_key(a, b, lambda x: _pair(x.policy_id, x.decision), free_a, free_b)
+    other_input = match_by_key(a, b, lambda x: _pair(x.policy_id, x.step_id), free_a, free_b)
     found: list[_Found] = []
     for pairs, how in ((same_input, "on the same input"), (other_input, "on another input")):
         for i, j in pairs:
@@ -242,11 +258,11 @@ def _policy_diffs(
 
 
 def _side_effect_diffs(
-    a: Sequence[SideEffectFact], b: Sequence[SideEffectFact], pa: list[int], pb: list[int]
+    a: Sequence[SideEffectFact], b: Sequence[SideEffectFact], pa: Sequence[int], pb: Sequence[int]
 ) -> list[_Found]:
     free_a, free_b = set(range(len(a))), set(range(len(b)))
-    match_by_key(a, b, lambda x: (x.capability_id, x.action_hash), free_a, free_b)
-    changed = match_by_key(a, b, lambda x: (x.capability_id, x.step_id), free_a, free_b)
+    match_by_key(a, b, lambda x: _pair(x.capability_id, x.action_hash), free_a, free_b)
+    changed = match_by_key(a, b, lambda x: _pair(x.capability_id, x.step_id), free_a, free_b)
     found: list[_Found] = []
     for i, j in changed:
         ea, eb = a[i], b[j]
@@ -363,8 +379,7 @@ def compare_trajectories(source: Trajectory, replay: Trajectory) -> ReplayCompar
     drift = tuple(candidate_diffs(replay.candidates)) + drift
     return ReplayComparison(
         same_outcome=same_outcome,
-        same_tool_sequence=[(t.capability_id, t.request_hash) for t in source.tool_calls]
-        == [(t.capability_id, t.request_hash) for t in replay.tool_calls],
+        same_tool_sequence=_same_tool_sequence(source.tool_calls, replay.tool_calls),
         same_side_effects=Counter((e.capability_id, e.action_hash) for e in source.side_effects)
         == Counter((e.capability_id, e.action_hash) for e in replay.side_effects),
         answer_similarity=similarity,

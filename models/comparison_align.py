@@ -19,9 +19,9 @@ import functools
 from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Callable, Hashable, Iterable, Sequence
-from typing import TypeVar
+from typing import TypeVar, overload
 
-__all__ = ["EXACT_LIMIT", "capability_opcodes", "match_by_key", "positions"]
+__all__ = ["EXACT_LIMIT", "LazyPositions", "capability_opcodes", "match_by_key", "positions"]
 
 T = TypeVar("T")
 Opcode = tuple[str, int, int, int, int]
@@ -38,6 +38,30 @@ def _occurrences(steps: tuple[str, ...]) -> dict[str, list[int]]:
     for index, step in enumerate(steps):
         occurrences[step].append(index)
     return occurrences
+
+
+class LazyPositions(Sequence[int]):
+    """``positions(steps, step_ids)``, computed on first use: a comparison without differences
+    never reads them (they only place the differences found)."""
+
+    def __init__(self, steps: Sequence[str], step_ids: Iterable[str]) -> None:
+        self._steps, self._ids = steps, step_ids
+        self._list: list[int] | None = None
+
+    def _all(self) -> list[int]:
+        if self._list is None:
+            self._list = positions(self._steps, self._ids)
+        return self._list
+
+    @overload
+    def __getitem__(self, index: int) -> int: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[int]: ...
+    def __getitem__(self, index: int | slice) -> int | Sequence[int]:
+        return self._all()[index]
+
+    def __len__(self) -> int:
+        return len(self._all())
 
 
 def positions(steps: Sequence[str], step_ids: Iterable[str]) -> list[int]:
@@ -78,14 +102,15 @@ def match_by_key(
     # 1,000: each is an object for the garbage collector)
     first: dict[Hashable, int] = {}
     more: dict[Hashable, list[int]] = {}
-    for j in sorted(free_b, reverse=True):
+    # every item free (the first pass of a comparison): their indices in order, no sort
+    for j in range(len(b) - 1, -1, -1) if len(free_b) == len(b) else sorted(free_b, reverse=True):
         k = key(b[j])
         later = first.get(k)
         if later is not None:
             more.setdefault(k, []).append(later)
         first[k] = j
     pairs = []
-    for i in sorted(free_a):
+    for i in range(len(a)) if len(free_a) == len(a) else sorted(free_a):
         k = key(a[i])
         found = first.get(k)
         if found is not None:

@@ -20,7 +20,7 @@ __all__ = ["approval_diffs", "prompt_drift_diffs", "retrieval_diffs"]
 
 
 def approval_diffs(
-    a: Sequence[ApprovalFact], b: Sequence[ApprovalFact], pa: list[int], pb: list[int]
+    a: Sequence[ApprovalFact], b: Sequence[ApprovalFact], pa: Sequence[int], pb: Sequence[int]
 ) -> list[tuple[TrajectoryDiff, int]]:
     """Each replay approval whose action the source also had approved, with another decision;
     else one at a step where the source approved another action. An approval only one side
@@ -63,7 +63,7 @@ def _shown(fact: RetrievalFact) -> str:
 
 
 def retrieval_diffs(
-    a: Sequence[RetrievalFact], b: Sequence[RetrievalFact], pa: list[int], pb: list[int]
+    a: Sequence[RetrievalFact], b: Sequence[RetrievalFact], pa: Sequence[int], pb: Sequence[int]
 ) -> list[tuple[TrajectoryDiff, int]]:
     """Retrievals paired in order at the same step: other chunks, another ranking or another
     retriever version is a ``RETRIEVAL_CHANGED`` naming both results."""
