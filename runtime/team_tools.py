@@ -36,7 +36,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from models.errors import InvalidInputError
+from models.errors import FixtureMissError, InvalidInputError
 from models.tools_module import ENTRY_POINT_GROUP, ToolsModulePin
 from runtime.tools import ToolCallContext, ToolProvider
 
@@ -75,9 +75,17 @@ def _provider(
 ) -> ToolProvider:
     async def provider(arguments: dict[str, Any], context: ToolCallContext) -> dict[str, Any]:
         at = await gate(name, arguments, context)
-        answer = fn(dict(arguments), TeamToolContext(context.run_id, at, name))
-        if inspect.isawaitable(answer):
-            answer = await answer
+        try:
+            answer = fn(dict(arguments), TeamToolContext(context.run_id, at, name))
+            if inspect.isawaitable(answer):
+                answer = await answer
+        except Exception as exc:  # the team's code failed: the miss stays unanswered
+            raise FixtureMissError(
+                f"tool {name!r} of {pin.module} raised {type(exc).__name__}: {exc} (the fixture "
+                "miss it was to answer stays unanswered)",
+                capability_id=name,
+                retryable=False,
+            ) from None
         if not isinstance(answer, dict):
             raise InvalidInputError(
                 f"tool {name!r} of {pin.module} returned {type(answer).__name__}, not a JSON "

@@ -28,11 +28,12 @@ from app.local_replay import run_prepared
 from app.replay_checks import check_replay_plan, pin_tools_module
 from examples.live import desk_replay_tools
 from models import ExecutionEventType, FixtureMissPolicy, ReplayMode, ToolFixture
-from models.errors import InvalidInputError
+from models.errors import FixtureMissError, InvalidInputError
 from models.replay_plans import PLAN_FIELDS, build_replay_plan
 from runtime.providers.registry import ModelRegistrySettings
 from runtime.replay.engine import ReplayEngine
 from runtime.team_tools import load_team_tools, pin_problem, pinned_team_tools
+from runtime.tools import ToolCallContext
 from stores.bundle import Stores, open_stores
 from tests.fixtures_replay import stack_settings
 from tests.fixtures_team_tools import MODULE, RULE, STARTED, ingest_desk_run
@@ -264,3 +265,26 @@ async def test_the_gate_checks_the_module_against_each_tool_loop_case(
         await _case_tools(stores, case, [], live, other)
     with pytest.raises(InvalidInputError, match=r"sandbox-live miss policy \(here FAIL\)"):
         await _case_tools(stores, case, [], FixtureMissPolicy.FAIL, desk)
+
+
+async def test_a_tool_that_raises_leaves_the_miss_unanswered(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    text = (
+        "def down(arguments, context):\n    raise ConnectionError('no network here')\n\n"
+        "async def odd(arguments, context):\n    return ['not', 'an', 'object']\n\n"
+        "REPLAYBOOK_TOOLS = {'down': {'effect': 'READ', 'call': down},\n"
+        "                    'odd': {'effect': 'READ', 'call': odd}}\n"
+    )
+    name = _module(tmp_path, f"team_{uuid.uuid4().hex[:8]}", text, monkeypatch)
+
+    async def gate(tool: str, arguments: dict[str, Any], context: Any) -> Any:
+        return STARTED
+
+    providers = load_team_tools(name).providers(gate)
+    context = ToolCallContext(run_id="replay-1", logical_time=STARTED)
+    # a stopping error: the replay ends with what it had, INCONCLUSIVE, and says why
+    with pytest.raises(FixtureMissError, match=r"tool 'down' of .* raised ConnectionError"):
+        await providers["down"]({}, context)
+    with pytest.raises(InvalidInputError, match="returned list, not a JSON object"):
+        await providers["odd"]({}, context)
