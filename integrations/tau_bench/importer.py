@@ -33,6 +33,7 @@ from models import ExecutionEventType, SideEffectRecord
 from models.errors import InvalidInputError
 from models.ingest import IngestEventBatch, IngestRunHeader, IngestTool
 from models.model_call import ToolCallRequest
+from models.redaction import NO_REDACTION
 from runtime.ports import ArtifactStore, EventLedger, EvidenceReader, IngestLedger
 from runtime.tool_loop.conversation import parse_arguments
 
@@ -275,6 +276,9 @@ def _run_header(
             "tools": tools_json,
             "user_turns": True,
             "max_model_calls": max_model_calls,
+            # a public benchmark's synthetic users, kept as published: its forensics compare
+            # the recorded calls and messages with the task's ground truth as given
+            "pinned": {"redaction_policy_version": NO_REDACTION},
             "terminate_tools": [t for t in TERMINATE_TOOLS if any(x.name == t for x in tools)],
             "attachments": {
                 ATTACHMENT: {
