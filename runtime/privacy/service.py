@@ -280,11 +280,13 @@ class PrivacyService:
                 skipped.append({"run_id": run_id, "held": reasons})
                 continue
             count, refs = await self.vault.destroy_run_raw(
-                run_id, f"retention:{retention_class}:{at.date().isoformat()}", at
+                run_id, f"retention:{retention_class}:{at.date().isoformat()}", at, scrub=False
             )
             await self.records.anchor_audit_head()
             for digest in refs:
                 if await self.artifacts.exists(digest):
                     await self.artifacts.delete(digest)
             destroyed.append({"run_id": run_id, "raw_payloads": count, "class": retention_class})
+        if destroyed:  # the destroyed bytes out of the SQLite file and its WAL, once
+            await self.vault.scrub()
         return {"swept_at": at.isoformat(), "destroyed": destroyed, "held": skipped}

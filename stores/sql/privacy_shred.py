@@ -150,10 +150,11 @@ class RawShredding:
         request_id: str,
         at: datetime,
         actor: str,
+        scrub: bool = True,
     ) -> tuple[int, list[str], int]:
         """In one transaction: the raw payloads of ``run_ids`` (and any sealed under the
         subject), the runs' data keys (and the subject's older ones), and one chained
-        ``RawDeletion`` per run touched. Then the SQLite file is scrubbed."""
+        ``RawDeletion`` per run touched. Then (``scrub``) the SQLite file is scrubbed."""
         async with self.db.transaction() as conn:
             counts, refs = await self.destroy_raw(
                 conn, run_ids, subject_id or "subject:retention-only", request_id, at
@@ -180,7 +181,8 @@ class RawShredding:
                 keys_total += await self.destroy_keys(conn, [subject_id], request_id, at)
         # again: a seal may have read a key meanwhile
         self._forget_active([key_scope(r) for r in set(run_ids) | set(counts)])
-        await self.scrub()
+        if scrub:
+            await self.scrub()
         return sum(every for _, every in counts.values()), refs, keys_total
 
     async def shred_subject(
@@ -205,9 +207,13 @@ class RawShredding:
         at: datetime | None = None,
         *,
         actor: str = "retention",
+        scrub: bool = True,
     ) -> tuple[int, list[str]]:
-        """Destroy the raw payloads and the data keys of one run (retention)."""
-        count, refs, _ = await self._destroy([run_id], None, request_id, at or self.clock(), actor)
+        """Destroy the raw payloads and the data keys of one run (retention); ``scrub``: the
+        SQLite scrub after it (a sweep of many runs scrubs once, at its end)."""
+        count, refs, _ = await self._destroy(
+            [run_id], None, request_id, at or self.clock(), actor, scrub
+        )
         return count, refs
 
     async def scrub(self) -> bool:

@@ -2,11 +2,14 @@
 CLI: a header pinning ``redact-v1`` and an e-mail address in a user message → ``runs show``
 serves ``<email:…>``, the address's pseudonym is a subject of the run, and ``privacy
 delete-subject`` of the address destroys its raw content; the chain still verifies. A header
-that pins nothing gets the configured default (``REPLAYBOOK_INGEST_REDACTION``)."""
+that pins nothing gets the configured default (``REPLAYBOOK_INGEST_REDACTION``), and retention
+reaches it."""
 
 from __future__ import annotations
 
 import json
+import sqlite3
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
@@ -73,11 +76,20 @@ async def test_an_ingested_run_is_redacted_and_deletion_reaches_it(tmp_path: Pat
     default = _ok(["runs", "show", "ingested-default", "--json"], tmp_path)
     assert default["pinned"]["redaction_policy_version"] == "redact-v1"  # the default
 
+    # retention reaches an ingested run (both were started long ago; one is made recent)
+    now = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
+    with sqlite3.connect(tmp_path / "replaybook.db") as db:
+        db.execute("UPDATE runs SET created_at = ? WHERE run_id = 'ingested-pii'", (now,))
+    swept = _ok(["privacy", "sweep", "--json"], tmp_path)
+    assert [(d["run_id"], d["raw_payloads"] > 0) for d in swept["destroyed"]] == [
+        ("ingested-default", True)
+    ]
+
     receipt = _ok(
         ["privacy", "delete-subject", ADDRESS, "--request-id", "DSR-ada", "--json"], tmp_path
     )
     assert receipt["subject_id"] == subject  # the pseudonym: no address kept in clear
     assert set(receipt["runs"]) == {"ingested-pii", "ingested-default"}
-    assert receipt["raw_payloads_destroyed"] >= 2 and receipt["data_keys_destroyed"] >= 2
+    assert receipt["raw_payloads_destroyed"] >= 1 and receipt["data_keys_destroyed"] == 1
     for run_id in receipt["runs"]:
         assert run(["runs", "verify", run_id], tmp_path).returncode == 0
