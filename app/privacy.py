@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from models.errors import ConfigurationError, InvalidInputError
-from models.privacy import FORENSIC_ROLE
+from models.privacy import FORENSIC_ROLE, NO_SUBJECT
 
 #: the largest event sequence (a signed 64-bit column)
 MAX_SEQUENCE = 2**63 - 1
@@ -113,5 +113,11 @@ async def delete_subject(stores: Stores, subject_id: str, request_id: str, by: s
     receipt names the pseudonym, never the address)."""
     from models.redaction import address_subject
 
+    if subject_id.strip() == NO_SUBJECT:
+        raise InvalidInputError(
+            f"subject {NO_SUBJECT} names raw content sealed for no declared subject (every "
+            "such run), not a person: delete the person's subject id or address",
+            field="subject_id",
+        )
     subject_id = address_subject(subject_id) or subject_id
     return await _service(stores).delete_subject(subject_id, request_id, by=by)

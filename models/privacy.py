@@ -28,6 +28,9 @@ from models.capability import PersonRecords
 #: the actor and role names the privacy functions check
 FORENSIC_ROLE = "forensic"
 
+#: the key scope of raw content sealed for no declared subject (not a person: never deleted)
+NO_SUBJECT = "subject:none"
+
 #: labels of a run header that name its subjects
 SUBJECT_LABEL = "subject"
 TENANT_LABEL = "tenant"

@@ -30,7 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from models.digest import sha256_digest, verify_content
 from models.errors import ConfigurationError, ContentDestroyedError, IntegrityError
-from models.privacy import RawEvidence, RawEvidenceState
+from models.privacy import NO_SUBJECT, RawEvidence, RawEvidenceState
 from models.redaction import DEFAULT_REDACTION_POLICY
 from runtime.ports import ArtifactStore
 from stores.encryption import (
@@ -54,7 +54,6 @@ INLINE_CIPHERTEXT_LIMIT = 64 * 1024
 #: many payloads under one key; a key crypto-shredded by another process is seen at most this
 #: late (by this process: at once)
 ACTIVE_KEY_SECONDS = 30.0
-NO_SUBJECT = "subject:none"
 #: how many runs' active keys a process keeps at most
 ACTIVE_KEYS_KEPT = 1024
 

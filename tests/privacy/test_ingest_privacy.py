@@ -93,3 +93,6 @@ async def test_an_ingested_run_is_redacted_and_deletion_reaches_it(tmp_path: Pat
     assert receipt["raw_payloads_destroyed"] >= 1 and receipt["data_keys_destroyed"] == 1
     for run_id in receipt["runs"]:
         assert run(["runs", "verify", run_id], tmp_path).returncode == 0
+    # the scope of raw content sealed for no declared subject is not a person
+    refused = run(["privacy", "delete-subject", "subject:none", "--request-id", "X"], tmp_path)
+    assert refused.returncode == 2 and b"not a person" in refused.stderr
