@@ -55,7 +55,10 @@ async def read_raw_rows(conn: AsyncConnection, run_id: str) -> RawRows:
     ).first()
     pinned = (header.record or {}).get("pinned") or {} if header is not None else {}
     policy = pinned.get("redaction_policy_version") if isinstance(pinned, dict) else None
-    deletions = await chained_deletions(conn, run_id) if rows else []
+    # the audit chain is read only for a run with destroyed rows (privacy_audit has no index
+    # on run_id; most runs have nothing destroyed)
+    destroyed = any(r.destroyed_at is not None or r.destroyed_by_request for r in rows)
+    deletions = await chained_deletions(conn, run_id) if destroyed else []
     return RawRows(rows, deletions, bool(rows) or policy not in (None, NO_REDACTION))
 
 
