@@ -11,9 +11,9 @@ LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON
 
 .PHONY: install demo test typecheck bench lint docs clean
 
-# every package mypy checks (the configuration is [tool.mypy] in pyproject.toml)
+# every package mypy checks, the tests included (the configuration is [tool.mypy] in pyproject.toml)
 TYPED := models runtime forensics ingest integrations stores activities workflows app cli api \
-         devstack worker examples bench
+         devstack worker examples bench tests
 
 install: $(STAMP)
 	bash infra/ensure-debian-tools.sh bwrap=bubblewrap

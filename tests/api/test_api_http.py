@@ -203,13 +203,13 @@ async def test_bad_bodies_name_the_field_and_the_problem(
         headers=eng,
     )
     assert incident.status_code == 422 and incident.json()["field"] == "counterfactuals.kind"
-    team = await client.post(
+    refused = await client.post(
         "/api/incidents",
         json={"sourceRunId": run_id, "toolsModule": "examples.live.desk_replay_tools"},
         headers=eng,
     )
-    assert team.status_code == 422 and team.json()["field"] == "toolsModule", team.text
-    assert "only under the sandbox-live miss policy (here FAIL)" in team.json()["message"]
+    assert refused.status_code == 422 and refused.json()["field"] == "toolsModule", refused.text
+    assert "only under the sandbox-live miss policy (here FAIL)" in refused.json()["message"]
     report = await client.get("/api/incidents/i1/report?format=pdf", headers=eng)
     assert report.status_code == 422 and report.json()["field"] == "format"
 

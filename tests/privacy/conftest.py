@@ -37,20 +37,20 @@ TEST_KEK = LocalKeyEncryptionKey(os.urandom(32))
 class PrivacyStack:
     db: Database
     ledger: SqlLedger
-    artifacts: object
+    artifacts: LocalArtifactStore
     evidence: SqlEvidenceReader
     vault: SqlRawVault
     privacy: PrivacyService
     world: SimulatedWorld
 
 
-async def make_stack(db: Database, artifacts: object) -> PrivacyStack:
-    vault = SqlRawVault(db, artifacts, TEST_KEK)  # type: ignore[arg-type]
-    ledger = SqlLedger(db, artifacts, vault=vault)  # type: ignore[arg-type]
+async def make_stack(db: Database, artifacts: LocalArtifactStore) -> PrivacyStack:
+    vault = SqlRawVault(db, artifacts, TEST_KEK)
+    ledger = SqlLedger(db, artifacts, vault=vault)
     evidence = SqlEvidenceReader(db)
     world = SimulatedWorld(SqlWorldStore.beside(db.engine.url))
     await world.ensure()
-    service = PrivacyService(ledger, evidence, artifacts, vault, SqlPrivacyRecords(db))  # type: ignore[arg-type]
+    service = PrivacyService(ledger, evidence, artifacts, vault, SqlPrivacyRecords(db))
     return PrivacyStack(db, ledger, artifacts, evidence, vault, service, world)
 
 

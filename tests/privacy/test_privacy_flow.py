@@ -30,7 +30,7 @@ async def _first_tool_call(stack: PrivacyStack, run_id: str) -> int:
     return next(e.sequence for e in events if e.type == "TOOL_CALL")
 
 
-async def test_recorded_payloads_are_sanitized_and_raw_is_kept_encrypted(stack) -> None:  # type: ignore[no-untyped-def]
+async def test_recorded_payloads_are_sanitized_and_raw_is_kept_encrypted(stack) -> None:
     run_id = await _wrong_customer(stack)
     blob = b"".join(p or b"" for _, p in await stack.ledger.events_with_payloads(run_id))
     assert not any(value in blob for value in RAW_VALUES)
@@ -46,13 +46,13 @@ async def test_recorded_payloads_are_sanitized_and_raw_is_kept_encrypted(stack) 
     assert subjects == ["customer:C-2002", "customer:C-2001", "tenant:acme"]
 
 
-async def test_names_the_run_read_are_redacted_and_the_wrong_recipient_is_a_subject(stack) -> None:  # type: ignore[no-untyped-def]
+async def test_names_the_run_read_are_redacted_and_the_wrong_recipient_is_a_subject(stack) -> None:
     run_id = await _wrong_customer(stack)
     # events and stored artifacts (messages, checkpoint state): no name of either customer,
     # although the CRM answered both records and the e-mail went out as "Hello Bob"
     blob = b"".join(p or b"" for _, p in await stack.ledger.events_with_payloads(run_id))
     for digest in await referenced_artifacts(stack.ledger, stack.evidence, run_id, stack.artifacts):
-        blob += await stack.artifacts.get(digest)  # type: ignore[attr-defined]
+        blob += await stack.artifacts.get(digest)
     assert b"<name:" in blob and b"<email:" in blob
     assert NAMES.findall(blob) == []
     assert b"Hello <name:" in blob  # the reply the e-mail carried
@@ -68,7 +68,7 @@ async def test_names_the_run_read_are_redacted_and_the_wrong_recipient_is_a_subj
     assert (await stack.ledger.verify(run_id)).intact
 
 
-async def test_raw_read_needs_the_forensic_role_and_a_reason_and_is_audited(stack) -> None:  # type: ignore[no-untyped-def]
+async def test_raw_read_needs_the_forensic_role_and_a_reason_and_is_audited(stack) -> None:
     run_id = await _wrong_customer(stack)
     seq = await _first_tool_call(stack, run_id)
     with pytest.raises(AccessDeniedError, match="forensic role"):
@@ -85,7 +85,7 @@ async def test_raw_read_needs_the_forensic_role_and_a_reason_and_is_audited(stac
     assert audits[1].reason == "INC-7 review" and audits[1].sequence == seq
 
 
-async def test_delete_subject_shreds_raw_keeps_the_chain_and_is_refused_under_hold(stack) -> None:  # type: ignore[no-untyped-def]
+async def test_delete_subject_shreds_raw_keeps_the_chain_and_is_refused_under_hold(stack) -> None:
     run_id = await _wrong_customer(stack)
     seq = await _first_tool_call(stack, run_id)
     subject = "customer:C-2002"
@@ -109,7 +109,7 @@ async def test_delete_subject_shreds_raw_keeps_the_chain_and_is_refused_under_ho
     assert await stack.privacy.delete_subject(subject, "DSR-1") == receipt
 
 
-async def test_sweep_destroys_raw_content_past_retention_unless_held(stack) -> None:  # type: ignore[no-untyped-def]
+async def test_sweep_destroys_raw_content_past_retention_unless_held(stack) -> None:
     expired = await _wrong_customer(stack)
     held = await _wrong_customer(stack)
     await stack.privacy.hold(held, "regulator request")
@@ -125,7 +125,7 @@ async def test_sweep_destroys_raw_content_past_retention_unless_held(stack) -> N
     await stack.privacy.release(held)
 
 
-async def test_on_s3_holds_use_object_lock_and_deletion_still_verifies(  # type: ignore[no-untyped-def]
+async def test_on_s3_holds_use_object_lock_and_deletion_still_verifies(
     private_database, s3_artifact_store
 ) -> None:
     stack = await make_stack(private_database, s3_artifact_store)

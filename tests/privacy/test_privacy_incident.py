@@ -53,7 +53,7 @@ def _leaks(text: str) -> list[str]:
     return [needle for needle in PERSONAL if needle in text] + NAMES.findall(text)
 
 
-async def _raw_sequences(stack, run_id: str) -> list[int]:  # type: ignore[no-untyped-def]
+async def _raw_sequences(stack, run_id: str) -> list[int]:
     vault = stack.stores.privacy.vault
     out = []
     for event in await stack.stores.ledger.events(run_id):
@@ -63,7 +63,7 @@ async def _raw_sequences(stack, run_id: str) -> list[int]:  # type: ignore[no-un
     return out
 
 
-async def test_subject_deleted_after_an_incident_leaves_no_personal_data_in_its_report(  # type: ignore[no-untyped-def]
+async def test_subject_deleted_after_an_incident_leaves_no_personal_data_in_its_report(
     isolated_replay_stack,
 ) -> None:
     stack = isolated_replay_stack
@@ -150,7 +150,7 @@ async def test_subject_deleted_after_an_incident_leaves_no_personal_data_in_its_
     assert f"Hello {carol}" in recorded  # the counterfactual did greet Carol, pseudonymously
 
 
-async def test_replay_of_a_run_whose_subject_was_deleted_is_limited_and_says_why(  # type: ignore[no-untyped-def]
+async def test_replay_of_a_run_whose_subject_was_deleted_is_limited_and_says_why(
     isolated_replay_stack,
 ) -> None:
     stack = isolated_replay_stack

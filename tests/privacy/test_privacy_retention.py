@@ -17,7 +17,8 @@ from tests.privacy.conftest import PrivacyStack, make_stack
 
 async def test_every_retention_class_has_a_duration() -> None:
     assert set(RETENTION_PERIODS) == set(RetentionClass)
-    ordered = [RETENTION_PERIODS[c] for c in ("EPHEMERAL", "STANDARD", "INCIDENT", "REGULATORY")]
+    classes = ("EPHEMERAL", "STANDARD", "INCIDENT", "REGULATORY")
+    ordered = [RETENTION_PERIODS[RetentionClass(c)] for c in classes]
     assert ordered == sorted(ordered) and ordered[0] > timedelta(0)
     assert RETENTION_PERIODS[RetentionClass.STANDARD] == timedelta(days=90)
 
@@ -29,7 +30,7 @@ async def _run_with_raw_objects(stack: PrivacyStack) -> tuple[str, list[str]]:
     return result.run_id, refs
 
 
-async def test_sweep_on_s3_deletes_expired_raw_objects_and_keeps_held_ones(  # type: ignore[no-untyped-def]
+async def test_sweep_on_s3_deletes_expired_raw_objects_and_keeps_held_ones(
     private_database, s3_artifact_store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # every ciphertext goes to the object store (normally only those above 64 KiB)

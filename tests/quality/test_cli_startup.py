@@ -93,7 +93,7 @@ def test_help_of_each_group_loads_no_heavy_module(argv: tuple[str, ...]) -> None
     assert sorted(modules & set(HEAVY)) == [], argv
 
 
-def test_a_pure_local_command_loads_no_store_or_service(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_a_pure_local_command_loads_no_store_or_service(tmp_path) -> None:
     doc = tmp_path / "doc.json"
     doc.write_text('{"b": 2, "a": 1.0}')
     modules = loaded("canonical", str(doc))

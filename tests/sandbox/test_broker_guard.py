@@ -55,12 +55,12 @@ def test_the_quotas_are_settings() -> None:
 
 
 @pytest.fixture
-async def stores(tmp_path: Path):  # type: ignore[no-untyped-def]
+async def stores(tmp_path: Path):
     async with open_stores(stack_settings(tmp_path, "unused").stores) as opened:
         yield opened
 
 
-async def _broker(stores, model, plan_changes, usage=BudgetUsage(), quotas=QUOTAS):  # type: ignore[no-untyped-def]
+async def _broker(stores, model, plan_changes, usage=BudgetUsage(), quotas=QUOTAS):
     source = await record_coding_run(stores.ledger, stores.artifacts, "print('hi')")
     catalog = dataclasses.replace(coding_catalog(), models={"none": model})
     engine = ReplayEngine(
@@ -82,11 +82,11 @@ async def _broker(stores, model, plan_changes, usage=BudgetUsage(), quotas=QUOTA
     return await StepBroker.open(engine, step, quotas), engine, plan
 
 
-def _complete(model: str = "none") -> dict:  # type: ignore[type-arg]
+def _complete(model: str = "none") -> dict:
     return {"graph_id": "coding-agent", "model": model, "request": REQUEST.model_dump(mode="json")}
 
 
-async def test_model_calls_past_the_budget_are_refused_by_the_workers_count(stores) -> None:  # type: ignore[no-untyped-def]
+async def test_model_calls_past_the_budget_are_refused_by_the_workers_count(stores) -> None:
     model = CountingModel()
     broker, _, _ = await _broker(
         stores,
@@ -106,7 +106,7 @@ async def test_model_calls_past_the_budget_are_refused_by_the_workers_count(stor
     assert broker.kinds == ["model.complete"]
 
 
-async def test_only_the_plans_model_in_a_mode_that_calls_one(stores) -> None:  # type: ignore[no-untyped-def]
+async def test_only_the_plans_model_in_a_mode_that_calls_one(stores) -> None:
     model = CountingModel()
     broker, _, _ = await _broker(stores, model, {"mode": ReplayMode.RECORDED})
     with pytest.raises(SandboxViolationError, match="RECORDED"):
@@ -117,7 +117,7 @@ async def test_only_the_plans_model_in_a_mode_that_calls_one(stores) -> None:  #
     assert model.calls == 0
 
 
-async def test_appends_need_their_sequence_and_writes_stop_at_the_quota(stores) -> None:  # type: ignore[no-untyped-def]
+async def test_appends_need_their_sequence_and_writes_stop_at_the_quota(stores) -> None:
     broker, _, plan = await _broker(stores, CountingModel(), {"mode": ReplayMode.RECORDED})
     event = codec.dump_new_event(
         NewEvent("s", ExecutionEventType.STEP_STARTED, _now(), payload={"step": "s"})
@@ -143,7 +143,7 @@ async def test_appends_need_their_sequence_and_writes_stop_at_the_quota(stores) 
         await broker.handle("ledger.get_run", {"run_id": plan.source_run_id})
 
 
-async def test_evidence_a_replay_writes_is_sanitized_with_the_source_policy(stores) -> None:  # type: ignore[no-untyped-def]
+async def test_evidence_a_replay_writes_is_sanitized_with_the_source_policy(stores) -> None:
     broker, _, _ = await _broker(stores, CountingModel(), {"mode": ReplayMode.RECORDED})
     # the coding run recorded raw (policy none): a source with a policy gets its replay sanitized
     broker.guard.redaction = redaction_policy(REDACT_V1, frozenset())
@@ -157,13 +157,13 @@ async def test_evidence_a_replay_writes_is_sanitized_with_the_source_policy(stor
     assert b"ada@example.com" not in data
 
 
-def _now():  # type: ignore[no-untyped-def]
+def _now():
     from datetime import UTC, datetime
 
     return datetime(2025, 1, 1, tzinfo=UTC)
 
 
-async def test_a_replay_adds_only_people_to_its_own_run_subjects(stores) -> None:  # type: ignore[no-untyped-def]
+async def test_a_replay_adds_only_people_to_its_own_run_subjects(stores) -> None:
     """``vault.add_subjects``: the people a live read returned become subjects of the replay's
     own run; another run, or a subject that is not a PERSON, is refused."""
     person = {"subject_id": "customer:C-2001", "kind": "PERSON", "source": "provider:crm"}
@@ -188,7 +188,7 @@ async def test_a_replay_adds_only_people_to_its_own_run_subjects(stores) -> None
 SECRET = "the other run's compiled prompt: not for a replay of another run"
 
 
-async def another_runs_prompt(ledger, artifacts):  # type: ignore[no-untyped-def]
+async def another_runs_prompt(ledger, artifacts):
     """A compiled prompt recorded by another run: its record's key and its text's digest."""
     from models import PromptArtifact, RunRecord
     from models.canonical import canonical_hash
@@ -212,7 +212,7 @@ async def another_runs_prompt(ledger, artifacts):  # type: ignore[no-untyped-def
     return prompt.artifact_id, digest
 
 
-async def test_evidence_of_another_run_is_refused_by_key_and_by_digest(stores) -> None:  # type: ignore[no-untyped-def]
+async def test_evidence_of_another_run_is_refused_by_key_and_by_digest(stores) -> None:
     """Issue 31 item 7: content addressing is no permission. Another run's prompt record (by
     key), its text (by digest, read or asked whether it exists) and a forged event whose
     payload reference names it are refused; the source's and the batch's own are served."""

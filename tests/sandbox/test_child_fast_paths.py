@@ -23,7 +23,7 @@ from tests.sandbox.test_broker_guard import CountingModel, _broker
 
 
 @pytest.fixture
-async def stores(tmp_path: Path):  # type: ignore[no-untyped-def]
+async def stores(tmp_path: Path):
     async with open_stores(stack_settings(tmp_path, "unused").stores) as opened:
         yield opened
 
@@ -46,7 +46,7 @@ async def test_a_put_costs_no_message_and_rides_on_the_next_call() -> None:
     assert frames == []
 
 
-async def test_carried_puts_are_stored_before_the_call_and_only_as_named(stores) -> None:  # type: ignore[no-untyped-def]
+async def test_carried_puts_are_stored_before_the_call_and_only_as_named(stores) -> None:
     broker, _, _ = await _broker(stores, CountingModel(), {"mode": ReplayMode.RECORDED})
     data = b'{"state": "carried"}'
     digest = sha256_digest(data)
@@ -133,7 +133,7 @@ async def _replay(engine: ReplayEngine, replay_id: str, source_run_id: str, fres
 
 
 async def test_an_engine_that_ran_the_step_before_reads_neither_decisions_nor_tail(
-    stores,  # type: ignore[no-untyped-def]
+    stores,
 ) -> None:
     from examples.support_desk.catalog import support_desk_catalog
     from examples.support_desk.providers import SimulatedWorld
@@ -149,8 +149,8 @@ async def test_an_engine_that_ran_the_step_before_reads_neither_decisions_nor_ta
         evidence = CountingEvidence(stores.evidence)
         ledger = CountingLedger(stores.ledger)
         engine = ReplayEngine(
-            ledger,  # type: ignore[arg-type]
-            evidence,  # type: ignore[arg-type]
+            ledger,
+            evidence,
             stores.artifacts,
             {"support-desk": support_desk_catalog(None)},
         )

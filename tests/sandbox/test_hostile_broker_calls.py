@@ -42,7 +42,7 @@ def violations(kind: str) -> float:
     return REGISTRY.get_sample_value("agent_replay_sandbox_violation_total", {"kind": kind}) or 0.0
 
 
-async def hostile_replay(stack, body: str, **plan: object) -> tuple[ReplayOutcome, list]:  # type: ignore[no-untyped-def]
+async def hostile_replay(stack, body: str, **plan: object) -> tuple[ReplayOutcome, list]:
     """Replay a coding run whose recorded code is ``PRELUDE + body``, run inline; the outcome
     and the replay's events with their payloads."""
     source = await record_coding_run(
@@ -52,14 +52,14 @@ async def hostile_replay(stack, body: str, **plan: object) -> tuple[ReplayOutcom
         replay_id=f"replay-hostile-{uuid.uuid4().hex[:10]}",
         source_run_id=source.run_id,
         mode=plan.pop("mode", ReplayMode.RECORDED),
-        **plan,  # type: ignore[arg-type]
+        **plan,
     )
     outcome = await stack.replay(replay_plan)
     events = await stack.stores.ledger.events_with_payloads(replay_plan.replay_id)
     return outcome, events
 
 
-def refusal_recorded(events: list, error: str) -> dict:  # type: ignore[type-arg]
+def refusal_recorded(events: list, error: str) -> dict:
     """The worker's own record of the refusal: a RUN_FAILED of the step naming the error."""
     failed = [
         json.loads(data or b"{}") for e, data in events if e.type is ExecutionEventType.RUN_FAILED
@@ -70,7 +70,7 @@ def refusal_recorded(events: list, error: str) -> dict:  # type: ignore[type-arg
     return failed[-1]
 
 
-async def assert_worker_survives(stack) -> None:  # type: ignore[no-untyped-def]
+async def assert_worker_survives(stack) -> None:
     ordinary = await record_synthetic_run(stack.stores.ledger, stack.stores.artifacts, 10)
     outcome = await stack.replay(
         ReplayPlan(
@@ -83,7 +83,7 @@ async def assert_worker_survives(stack) -> None:  # type: ignore[no-untyped-def]
 
 
 async def test_the_frame_walking_crm_lookup_is_refused_and_nothing_leaks(
-    sandbox_stack,  # type: ignore[no-untyped-def]
+    sandbox_stack,
 ) -> None:
     stack = sandbox_stack
     crm_before = await stack.world.call_count("crm", "find_by_phone")
@@ -120,7 +120,7 @@ async def test_the_frame_walking_crm_lookup_is_refused_and_nothing_leaks(
 
 
 async def test_reads_and_appends_of_another_run_are_refused(
-    sandbox_stack,  # type: ignore[no-untyped-def]
+    sandbox_stack,
 ) -> None:
     stack = sandbox_stack
     other = await record_synthetic_run(stack.stores.ledger, stack.stores.artifacts, 10)
@@ -158,7 +158,7 @@ def _size(path: Path) -> int:
 
 
 async def test_artifact_puts_stop_at_the_write_quota(
-    sandbox_stack,  # type: ignore[no-untyped-def]
+    sandbox_stack,
 ) -> None:
     stack = sandbox_stack
     artifacts = stack.settings.home / "artifacts"
@@ -207,7 +207,7 @@ raise RuntimeError("ANSWERS " + json.dumps(answers))
 
 
 async def test_model_calls_are_refused_in_recorded_mode_and_past_the_budget(
-    sandbox_stack,  # type: ignore[no-untyped-def]
+    sandbox_stack,
 ) -> None:
     stack = sandbox_stack
     counted = violations("model.complete")
@@ -230,7 +230,7 @@ async def test_model_calls_are_refused_in_recorded_mode_and_past_the_budget(
 
 
 async def test_another_runs_prompt_is_refused_by_key_and_by_digest(
-    sandbox_stack,  # type: ignore[no-untyped-def]
+    sandbox_stack,
 ) -> None:
     """Issue 31 item 7: the recorded code asked the broker for another run's prompt record by
     its key and for its text by the digest the record names; both are refused now, with the

@@ -29,7 +29,7 @@ from tests.fixtures_replay import stack_settings
 from workflows.replay import ReplayWorkflow
 
 
-async def _replay(replays: SyntheticReplays, runner) -> tuple[str, StepOutput]:  # type: ignore[no-untyped-def]
+async def _replay(replays: SyntheticReplays, runner) -> tuple[str, StepOutput]:
     step = await replays.first_step(3, prefix="replay-pool")
     replay_id = step.plan.replay_id
     while True:
@@ -42,7 +42,7 @@ async def _replay(replays: SyntheticReplays, runner) -> tuple[str, StepOutput]: 
         step = next_batch(step, out)
 
 
-async def _recorded(ledger, replay_id: str) -> list[tuple[str, str, object]]:  # type: ignore[no-untyped-def]
+async def _recorded(ledger, replay_id: str) -> list[tuple[str, str, object]]:
     """The replay's events after its header (which names the replay), with each step's
     result: what must not depend on which process ran the steps."""
     loaded = (await ledger.events_with_payloads(replay_id))[1:]
@@ -124,7 +124,7 @@ def _sandbox_processes(uid: int) -> list[str]:
     return found
 
 
-async def _poll(predicate, deadline_s: float, what: str):  # type: ignore[no-untyped-def]
+async def _poll(predicate, deadline_s: float, what: str):
     deadline = time.monotonic() + deadline_s
     while time.monotonic() < deadline:
         value = predicate()

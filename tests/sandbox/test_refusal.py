@@ -35,19 +35,19 @@ def test_settings_default_to_bubblewrap_and_refuse_unknown_modes() -> None:
 
 async def test_a_replay_worker_without_bubblewrap_refuses_to_start(
     tmp_path: Path, temporal_client
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     settings = stack_settings(tmp_path, "unused").model_copy(update={"sandbox": MISSING})
     with pytest.raises(SandboxUnavailableError, match="not installed"):
         async with running_workers(settings, "replay", temporal_client):
             raise AssertionError("the worker started without a sandbox")
 
 
-async def _replay_first_step(replays: SyntheticReplays, runner):  # type: ignore[no-untyped-def]
+async def _replay_first_step(replays: SyntheticReplays, runner):
     step = await replays.first_step(1)
     return step.plan, await runner.run_steps(step)
 
 
-async def _isolation_recorded(ledger, replay_id: str) -> list[str]:  # type: ignore[no-untyped-def]
+async def _isolation_recorded(ledger, replay_id: str) -> list[str]:
     loaded = await ledger.events_with_payloads(
         replay_id, types=frozenset({ExecutionEventType.STEP_STARTED})
     )

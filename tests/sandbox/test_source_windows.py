@@ -33,7 +33,7 @@ from tests.sandbox.test_pool import _recorded
 
 
 @pytest.fixture
-async def stores(tmp_path: Path):  # type: ignore[no-untyped-def]
+async def stores(tmp_path: Path):
     async with open_stores(stack_settings(tmp_path, "unused").stores) as opened:
         yield opened
 
@@ -71,7 +71,7 @@ async def _support_desk_broker(stores: Any) -> tuple[StepBroker, SourceEvidence]
     return broker, evidence
 
 
-def _calling(broker: StepBroker, loop: asyncio.AbstractEventLoop, calls: list[str]) -> Callable:  # type: ignore[type-arg]
+def _calling(broker: StepBroker, loop: asyncio.AbstractEventLoop, calls: list[str]) -> Callable:
     """The child's blocking ``call``, served by ``broker`` on ``loop`` (from another thread)."""
 
     def call(method: str, params: dict[str, Any]) -> Any:
@@ -221,7 +221,7 @@ async def test_a_sandboxed_replay_records_the_same_without_loading_the_run(
         prepared = await engine.prepare(sandboxed)  # the worker decodes the source here
         assert prepared.ok, prepared.problems
         counting = LoadCountingLedger(engine.ledger)
-        engine.ledger = counting  # type: ignore[assignment]
+        engine.ledger = counting
         runner = replays.runner(SandboxSettings(warm_processes=0))
         step = StepInput(
             plan=sandboxed,

@@ -46,7 +46,7 @@ class Listener:
             conn.close()
 
 
-async def replay_output(stack, run_id: str):  # type: ignore[no-untyped-def]
+async def replay_output(stack, run_id: str):
     """Replay ``run_id``; the outcome and the replayed step's recorded output and isolation."""
     p = plan(run_id)
     outcome = await stack.replay(p)
@@ -59,7 +59,7 @@ async def replay_output(stack, run_id: str):  # type: ignore[no-untyped-def]
 
 
 async def test_hostile_recorded_code_is_contained_reported_and_the_worker_survives(
-    sandbox_stack,  # type: ignore[no-untyped-def]
+    sandbox_stack,
 ) -> None:
     stack = sandbox_stack
     listener = Listener()
@@ -119,7 +119,7 @@ async def test_hostile_recorded_code_is_contained_reported_and_the_worker_surviv
 
 
 async def test_a_step_process_killed_by_its_own_code_fails_the_replay_with_the_reason(
-    sandbox_stack,  # type: ignore[no-untyped-def]
+    sandbox_stack,
 ) -> None:
     stack = sandbox_stack
     # inline: the generated code runs in the step's own process and kills it
@@ -157,7 +157,7 @@ async def test_a_step_process_killed_by_its_own_code_fails_the_replay_with_the_r
 
 
 async def test_a_step_past_the_replays_time_limit_is_stopped_and_inconclusive(
-    sandbox_stack,  # type: ignore[no-untyped-def]
+    sandbox_stack,
 ) -> None:
     """Issue 31 item 7: ``--max-duration`` holds inside a step. The recorded code sleeps far
     past the replay's limit; the worker stops its sandboxed process at the deadline, records

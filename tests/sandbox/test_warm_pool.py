@@ -15,7 +15,7 @@ from tests.fixtures_replay import stack_settings
 from tests.sandbox.test_pool import _recorded, _replay
 
 
-async def _until(predicate, seconds: float = 60.0) -> None:  # type: ignore[no-untyped-def]
+async def _until(predicate, seconds: float = 60.0) -> None:
     deadline = time.monotonic() + seconds
     while not predicate():
         assert time.monotonic() < deadline, "condition not reached in time"
@@ -61,7 +61,7 @@ def _alive(pid: int) -> bool:
 
 async def test_a_replay_worker_starts_its_warm_processes_when_it_starts(
     tmp_path: Path, temporal_server
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     """The worker's default (one warm process) is started with the worker, before any replay,
     and is gone when the worker stops."""
     from worker.temporal import connect, running_workers

@@ -29,12 +29,12 @@ QUOTAS = Quotas(
 
 
 @pytest.fixture
-async def stores(tmp_path: Path):  # type: ignore[no-untyped-def]
+async def stores(tmp_path: Path):
     async with open_stores(stack_settings(tmp_path, "unused").stores) as opened:
         yield opened
 
 
-async def _broker(stores, written: int, steps_before: int) -> StepBroker:  # type: ignore[no-untyped-def]
+async def _broker(stores, written: int, steps_before: int) -> StepBroker:
     source = await record_coding_run(stores.ledger, stores.artifacts, "print('hi')")
     engine = ReplayEngine(
         stores.ledger, stores.evidence, stores.artifacts, {"coding-agent": coding_catalog()}
@@ -56,18 +56,18 @@ async def _broker(stores, written: int, steps_before: int) -> StepBroker:  # typ
     return await StepBroker.open(engine, step, QUOTAS)
 
 
-def _put(size: int) -> dict[str, str]:
+def _put(size: int) -> dict[str, str | None]:
     return {"data": codec.b64(uuid.uuid4().bytes * (size // 16))}
 
 
-async def test_a_long_replay_may_write_more_than_one_batch_s_quota(stores) -> None:  # type: ignore[no-untyped-def]
+async def test_a_long_replay_may_write_more_than_one_batch_s_quota(stores) -> None:
     # 100 steps done, 90,000 bytes written: over the batch quota in total, within the allowance
     broker = await _broker(stores, written=90_000, steps_before=100)
     await broker.handle("artifacts.put", _put(3200))
     assert broker.written == 93_200
 
 
-async def test_one_batch_is_stopped_at_its_quota_whatever_the_allowance(stores) -> None:  # type: ignore[no-untyped-def]
+async def test_one_batch_is_stopped_at_its_quota_whatever_the_allowance(stores) -> None:
     broker = await _broker(stores, written=0, steps_before=10_000)
     await broker.handle("artifacts.put", _put(3200))
     with pytest.raises(SandboxQuotaError, match=r"this batch .*REPLAYBOOK_SANDBOX_MAX_WRITE_BYTES"):
@@ -75,7 +75,7 @@ async def test_one_batch_is_stopped_at_its_quota_whatever_the_allowance(stores) 
     assert broker.written == 3200
 
 
-async def test_a_replay_over_its_allowance_is_stopped(stores) -> None:  # type: ignore[no-untyped-def]
+async def test_a_replay_over_its_allowance_is_stopped(stores) -> None:
     # 3 steps done: allowance 4096 + 3 * 1000 bytes; 6,000 already written
     broker = await _broker(stores, written=6_000, steps_before=3)
     with pytest.raises(SandboxQuotaError, match="allowance of 7096 after 3 steps"):

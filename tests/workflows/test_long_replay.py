@@ -20,7 +20,7 @@ from models.replay_flow import ReplayPlan
 
 
 async def test_a_long_diverging_ingested_replay_ends_with_a_verdict(
-    replay_stack,  # type: ignore[no-untyped-def]
+    replay_stack,
 ) -> None:
     stack = replay_stack
     run_id = await ingest_long_run(stack.stores, 800, diverging=True)
