@@ -41,7 +41,6 @@ from runtime.trajectory import load_trajectory
 from stores.bundle import Stores
 from stores.sql.incidents import SqlIncidentStore
 from stores.sql.side_effect_leases import sweep_expired_side_effects
-from stores.sql.views import SqlRunViews
 
 log = structlog.get_logger(__name__)
 FREEZE_TYPES = tuple(EvidenceType)
@@ -57,10 +56,13 @@ class IncidentActivities:
         stores: Stores,
         incidents: SqlIncidentStore,
         reconcilers: Callable[[str], list[SideEffectReconciler]],
+        console_url: str | None = None,
     ) -> None:
         self.stores = stores
         self.incidents = incidents
         self.reconcilers = reconcilers
+        #: the web console's root (``REPLAYBOOK_CONSOLE_URL``): the HTML report links back to it
+        self.console_url = console_url
 
     @activity.defn(name="freeze_incident_evidence")
     async def freeze_incident_evidence(
@@ -236,7 +238,7 @@ class IncidentActivities:
         # bounded page oldest first, so starting at the graph's first run would judge only runs
         # older than the watch once the graph has more runs than a page, and never advance
         since = counts.cursor if counts.cursor is not None else counts.started_at
-        rows = await SqlRunViews(s.db).runs_of_graph_since(source.graph_id, since)
+        rows = await s.run_views.runs_of_graph_since(source.graph_id, since)
         judged: list[WatchedRun] = []
         for row in rows:
             run = RunRecord.model_validate(row)
@@ -338,8 +340,10 @@ class IncidentActivities:
                 self.stores.ledger, self.stores.evidence, self.incidents, view
             )
         refs = {}
-        for fmt, render in (("json", render_json), ("md", render_markdown), ("html", render_html)):
+        for fmt, render in (("json", render_json), ("md", render_markdown)):
             refs[fmt] = await self.stores.artifacts.put(render(bundle).encode())
+        html = render_html(bundle, console_url=self.console_url)
+        refs["html"] = await self.stores.artifacts.put(html.encode())
         refs["bundle"] = await self.stores.artifacts.put(
             canonicalize(bundle.model_dump(mode="json"))
         )

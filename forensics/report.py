@@ -9,7 +9,8 @@ and regression cases. Markdown and HTML render one intermediate page (``_page``)
   carries a "not confirmed by a human" banner and the classification is labelled automatic.
 - Evidence is untrusted (a prompt or argument may hold ``<script>``): in HTML every value goes
   through ``html.escape``; in Markdown identifiers go in code spans and text is backslash-escaped.
-  The page has no script, no external asset, no link leaving it.
+  The page has no script, no external asset and no link leaving it, except, when the console's
+  URL is known (``REPLAYBOOK_CONSOLE_URL``), one link to the incident's console page.
 - Side by side: source and replay steps are aligned on the longest common subsequence of their
   step ids; a fact belongs to the first occurrence of its step at or after the previous fact's.
   The first divergent step (``comparison.first_divergent_step``, computed with
@@ -23,6 +24,7 @@ import html
 import json
 import re
 from typing import TYPE_CHECKING, Any, NamedTuple
+from urllib.parse import quote
 
 from models.comparison import compare_trajectories
 from models.enums import ReplayConfidence, ReplayStatus
@@ -38,6 +40,7 @@ if TYPE_CHECKING:  # annotations only
 
 __all__ = [
     "NOT_CONFIRMED",
+    "console_link",
     "render_html",
     "render_json",
     "render_markdown",
@@ -579,14 +582,24 @@ def _html_cell(cell: _Cell) -> str:
     return " ".join(parts)
 
 
-def render_html(bundle: ReportBundle) -> str:
-    """One self-contained page: inline CSS, no script, every evidence value escaped."""
+def console_link(console_url: str, incident_id: str) -> str:
+    """The incident's page in the web console served at ``console_url`` (e.g.
+    ``http://host:port/ui/``)."""
+    return f"{console_url.rstrip('/')}/incidents/{quote(incident_id, safe='')}"
+
+
+def render_html(bundle: ReportBundle, console_url: str | None = None) -> str:
+    """One self-contained page: inline CSS, no script, every evidence value escaped; with
+    ``console_url`` (the web console's root), one link back to the incident's console page."""
     page, report = _page(bundle), bundle.report
     out = [
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">',
         f"<title>Incident {_e(report.incident_id)}: {_e(report.failure_signature)}</title>",
         f"<style>{_CSS}</style></head><body><header><h1>{_html_cell(page.title)}</h1>",
     ]
+    if console_url:
+        href = _e(console_link(console_url, report.incident_id))
+        out.append(f'<p class="console"><a href="{href}">Open in the web console</a></p>')
     if page.cause:
         head = "<strong>Confirmed root cause</strong> (by a human):"
         out.append(f'<div class="confirmed">{head} {_e(page.cause)}</div>')

@@ -104,6 +104,11 @@ class ApiSettings(BaseModel):
     #: seconds without a new span after which an OTLP trace whose root never arrived is
     #: finished as it is (``ingest.otlp_receiver``)
     otlp_idle_seconds: float = Field(300.0, gt=0, validation_alias="REPLAYBOOK_OTLP_IDLE_SECONDS")
+    #: where people open the web console (``http(s)://host[:port]/ui/``): the stored HTML
+    #: incident reports link back to the incident's page there; unset: no link
+    console_url: str | None = Field(
+        None, pattern=r"^https?://[^\s\"'<>]+$", validation_alias="REPLAYBOOK_CONSOLE_URL"
+    )
 
 
 class MetricsSettings(BaseModel):

@@ -22,6 +22,7 @@ from models.enums import (
     ReplayMode,
     ReplayStatus,
 )
+from models.errors import ConfigurationError
 from models.incident import EvidenceRef, FailureForensicsReport
 from models.regression import ArgumentConstraint, ForbiddenSideEffect, RegressionCase
 from models.replay import ReplayResult, TrajectoryDiff
@@ -29,6 +30,7 @@ from models.report_bundle import FailureSummary, PendingTask, ReportBundle, Time
 from models.signatures import FailureClassification
 from models.statistics import wilson_interval
 from models.trajectory import ModelDecision, SideEffectFact, ToolCallFact, Trajectory
+from worker.settings import Settings
 
 XSS = "<script>alert(1)</script>"
 T0 = datetime(2025, 3, 4, 3, 0, tzinfo=UTC)
@@ -386,3 +388,19 @@ def test_critical_diffs_come_from_a_real_comparison() -> None:
     critical = bundle().report.critical_diffs
     assert critical and all(isinstance(d, TrajectoryDiff) and d.critical for d in critical)
     assert COMPARISON.diffs[0].source_step == "crm"
+
+
+def test_html_links_back_to_the_console_only_when_its_url_is_known() -> None:
+    b = bundle()
+    incident = b.report.incident_id
+    page = Page(render_html(b, console_url="https://rb.example/ui/"))
+    hrefs = [a.get("href") or "#" for t, a, _ in page.elements if t == "a"]
+    leaving = [h for h in hrefs if not h.startswith("#")]
+    assert leaving == [f"https://rb.example/ui/incidents/{incident}"]
+    assert page.errors == [] and "<script" not in render_html(b, console_url="https://rb.example")
+    # unset: self-contained, no link leaving the page
+    assert all((a.get("href") or "#").startswith("#") for _, a, _ in Page(render_html(b)).elements)
+    env = {"REPLAYBOOK_CONSOLE_URL": "https://rb.example/ui/"}
+    assert Settings.from_env(env).api.console_url == "https://rb.example/ui/"
+    with pytest.raises(ConfigurationError, match="REPLAYBOOK_CONSOLE_URL"):
+        Settings.from_env({"REPLAYBOOK_CONSOLE_URL": "javascript:alert(1)"})
