@@ -25,6 +25,7 @@ from runtime.providers.registry import ModelRegistrySettings
 from runtime.replay.catalog import AgentCatalog
 from runtime.replay.engine import ReplayEngine
 from stores.bundle import Stores, open_stores
+from stores.sql.incidents import SqlIncidentStore
 from stores.sql.side_effect_leases import sweep_expired_side_effects
 from worker.agents import open_world, reconcilers_for, tool_providers_for
 from worker.catalogs import catalogs as agent_catalogs
@@ -91,7 +92,7 @@ async def running_workers(
         acts = ReplayActivities(engine, steps, tau_counterfactual(tau_worlds))
         incident_acts = IncidentActivities(
             stores,
-            stores.incidents,
+            SqlIncidentStore(stores.db),
             lambda graph_id: reconcilers_for(graph_id, world),
             console_url=settings.api.console_url,
         )
@@ -111,13 +112,7 @@ async def running_workers(
             )
         if queues in ("replay", "all"):
             # the replay pool executes agent steps: it is given no write provider at all
-            workers.append(
-                Worker(
-                    client,
-                    task_queue=REPLAY_QUEUE,
-                    activities=[acts.replay_step, acts.expect_sandboxes],
-                )
-            )
+            workers.append(Worker(client, task_queue=REPLAY_QUEUE, activities=[acts.replay_step]))
         tasks = [asyncio.create_task(w.run()) for w in workers]
         if queues in ("control", "all"):  # the control pool sweeps expired side-effect leases
             tasks.append(asyncio.create_task(_sweep_leases(stores)))
