@@ -41,7 +41,6 @@ from runtime.trajectory import load_trajectory
 from stores.bundle import Stores
 from stores.sql.incidents import SqlIncidentStore
 from stores.sql.side_effect_leases import sweep_expired_side_effects
-from stores.sql.views import SqlRunViews
 
 log = structlog.get_logger(__name__)
 FREEZE_TYPES = tuple(EvidenceType)
@@ -239,7 +238,7 @@ class IncidentActivities:
         # bounded page oldest first, so starting at the graph's first run would judge only runs
         # older than the watch once the graph has more runs than a page, and never advance
         since = counts.cursor if counts.cursor is not None else counts.started_at
-        rows = await SqlRunViews(s.db).runs_of_graph_since(source.graph_id, since)
+        rows = await s.run_views.runs_of_graph_since(source.graph_id, since)
         judged: list[WatchedRun] = []
         for row in rows:
             run = RunRecord.model_validate(row)

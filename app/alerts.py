@@ -18,7 +18,6 @@ from app.incidents import new_incident_request, open_incident
 from app.replays import ClientSource
 from models.errors import ConflictError, RunNotFoundError
 from stores.bundle import Stores
-from stores.sql.alert_fingerprints import SqlAlertFingerprints
 
 _SAFE = re.compile(r"[^A-Za-z0-9._-]")
 
@@ -40,7 +39,7 @@ async def take_alerts(
 async def incident_alerts(stores: Stores, incident_id: str) -> list[dict[str, Any]]:
     """The alerts taken into ``incident_id`` (opened it or attached to it), with their
     deliveries: what ``incident status`` and ``GET /api/incidents/{id}`` show."""
-    return await SqlAlertFingerprints(stores.db).for_incident(incident_id)
+    return await stores.alert_fingerprints.for_incident(incident_id)
 
 
 async def _take(
@@ -53,7 +52,7 @@ async def _take(
         return answer | {"action": "ignored", "reason": "the alert is resolved"}
     if not fingerprint:
         return answer | {"action": "ignored", "reason": "the alert has no fingerprint"}
-    fingerprints = SqlAlertFingerprints(stores.db)
+    fingerprints = stores.alert_fingerprints
     now = datetime.now(UTC)
     if (seen := await fingerprints.taken(fingerprint, now)) is not None:
         return answer | _duplicate(seen)
@@ -111,9 +110,7 @@ async def _open_for_run(
 
 
 async def _attach_to_signed(stores: Stores, signature: str) -> tuple[str, str | None, str]:
-    from stores.sql.incidents import SqlIncidentStore
-
-    found = await SqlIncidentStore(stores.db).list_incidents(signature=signature, limit=1)
+    found = await stores.incidents.list_incidents(signature=signature, limit=1)
     if not found:
         return "ignored", None, f"no incident is signed {signature!r} and the alert names no run_id"
     return "attached", found[0].incident_id, ""

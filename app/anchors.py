@@ -11,14 +11,15 @@ from typing import Any
 from models.anchor import AUDIT_LOG_ID, Anchor, AnchorEntry, check_head, unsigned_prefix
 from models.chain import ChainVerification, VerificationProblem
 from models.errors import ConfigurationError, InvalidInputError
-from stores.anchor_signing import AnchorKeys
+from stores.anchor_signing import AnchorKeys, load_anchor_keys
 from stores.anchors import AnchorLog, S3Access, anchor_log_at
 from stores.bundle import Stores
-from stores.case_signing import load_public_key
-from stores.sql.privacy_records import SqlPrivacyRecords
+from stores.case_signing import load_public_key, public_pem
+from stores.config import StoreSettings
 
 __all__ = [
     "NO_ANCHORS",
+    "anchor_public_pem",
     "anchor_use",
     "verify_anchor_copy",
     "verify_anchors",
@@ -124,7 +125,7 @@ async def verify_anchors(stores: Stores, *, min_length: int | None = None) -> di
         if problem is not None:
             problems.append(problem)
     # the audit log of raw reads: its own chain, and its head against its latest anchor
-    audits, audit_hashes, audit_problems = await SqlPrivacyRecords(stores.db).verify_audit()
+    audits, audit_hashes, audit_problems = await stores.privacy_records.verify_audit()
     problems += audit_problems
     audit_anchor = next((e.anchor for e in reversed(entries) if e.anchor.kind == "audit"), None)
     if audit_anchor is not None:
@@ -142,7 +143,7 @@ async def verify_anchors(stores: Stores, *, min_length: int | None = None) -> di
 
 async def _anchor_audit(stores: Stores) -> list[dict[str, Any]]:
     """Anchor the audit chain's head (when it verifies and has records)."""
-    count, hashes, problems = await SqlPrivacyRecords(stores.db).verify_audit()
+    count, hashes, problems = await stores.privacy_records.verify_audit()
     if problems or not count:
         return []
     entry = await _log(stores).append(
@@ -207,11 +208,20 @@ async def _log_view(log: AnchorLog, min_length: int | None = None) -> dict[str, 
 
 
 async def verify_anchor_copy(
-    location: str, public_key: Path, s3: S3Access | None = None, min_length: int | None = None
+    location: str,
+    public_key: Path,
+    settings: StoreSettings | None = None,
+    min_length: int | None = None,
 ) -> dict[str, Any]:
     """Check a copy of an anchor log offline (no database, no stack): its chain, every entry's
-    signature under ``public_key``, the runs' copies against the log."""
+    signature under ``public_key``, the runs' copies against the log. An ``s3://`` copy is read
+    with the endpoint and credentials of ``settings``' artifact store."""
     keys = AnchorKeys.checking(load_public_key(public_key))
+    s3 = None
+    if settings is not None:
+        a = settings.artifacts
+        secret = a.s3_secret_key.get_secret_value() if a.s3_secret_key is not None else None
+        s3 = S3Access(a.s3_endpoint_url, a.s3_access_key, secret)
     local = "://" not in location
     if local and not await asyncio.to_thread(lambda: Path(location).expanduser().is_dir()):
         raise ConfigurationError(f"anchor log {location}: no such directory", field="location")
@@ -219,3 +229,8 @@ async def verify_anchor_copy(
     view.pop("_entries")
     view.pop("_problems")
     return view
+
+
+def anchor_public_pem(settings: StoreSettings) -> bytes:
+    """The PEM public key that checks the anchors of the installation ``settings`` describe."""
+    return public_pem(load_anchor_keys(settings.anchors, settings.home).trusted)

@@ -48,7 +48,6 @@ from stores.sql.capsule_rows import (
     live_read_answers,
     newest_gate_replay,
 )
-from stores.sql.incidents import SqlIncidentStore
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -91,7 +90,7 @@ async def export_case(
     """The signed capsule of regression case ``case_id``: its source run's rows and every
     artifact they reference, the live READ answers its incident's replays got, the chain head.
     The source run must verify (``ChainBrokenError`` otherwise: broken evidence is not shipped)."""
-    case = await SqlIncidentStore(stores.db).get_case(case_id)
+    case = await stores.incidents.get_case(case_id)
     run_id = case.source_run_id
     verification = await stores.ledger.verify(run_id)
     if not verification.intact:
@@ -202,7 +201,7 @@ async def import_capsule(stores: Stores, capsule: OpenedCapsule, *, with_case: b
     await import_run_rows(stores.db, capsule.rows())
     await check_chain(stores, capsule.manifest)
     if with_case:
-        await SqlIncidentStore(stores.db).put_case(capsule.case)
+        await stores.incidents.put_case(capsule.case)
     return capsule.manifest.source_run_id
 
 
@@ -224,7 +223,7 @@ async def check_chain(stores: Stores, manifest: CapsuleManifest) -> None:
 async def list_cases(stores: Stores) -> list[dict[str, Any]]:
     """Every regression case: id, incident, status, and the last gate result recorded for it
     (its newest ``regress`` replay's verdict, when the gate replayed it)."""
-    store = SqlIncidentStore(stores.db)
+    store = stores.incidents
     out = []
     for case in await store.list_cases():
         out.append(

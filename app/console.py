@@ -349,9 +349,5 @@ async def incidents_list(
 ) -> list[dict[str, Any]]:
     """Incidents newest first (of one run when ``source_run_id``): id, run, phase, failure
     type and signature once signed, when opened and last updated."""
-    from stores.sql.incidents import SqlIncidentStore
-
-    found = await SqlIncidentStore(stores.db).list_incidents(
-        source_run_id=source_run_id, limit=limit
-    )
+    found = await stores.incidents.list_incidents(source_run_id=source_run_id, limit=limit)
     return [i.model_dump(mode="json", exclude={"record"}) for i in found]

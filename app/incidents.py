@@ -245,11 +245,9 @@ REPORT_FORMATS = ("json", "md", "html")
 
 async def load_report(stores: Stores, incident_id: str, fmt: str) -> bytes:
     """The stored ``FailureForensicsReport`` rendering; ``ConflictError`` before it exists."""
-    from stores.sql.incidents import SqlIncidentStore
-
     if fmt not in REPORT_FORMATS:
         raise InvalidInputError(f"--format must be json, md or html, not {fmt!r}")
-    incident = await SqlIncidentStore(stores.db).get_incident(incident_id)
+    incident = await stores.incidents.get_incident(incident_id)
     refs = (incident.record or {}).get("report_refs")
     ref = refs.get(fmt) if isinstance(refs, dict) else None
     if not isinstance(ref, str):
@@ -297,13 +295,9 @@ def view_json(view: IncidentView) -> dict[str, Any]:
 
 async def signature_groups(stores: Stores) -> list[dict[str, Any]]:
     """Incidents grouped by failure signature, with counts."""
-    from stores.sql.incidents import SqlIncidentStore
-
-    return await SqlIncidentStore(stores.db).signature_groups()
+    return await stores.incidents.signature_groups()
 
 
 async def retire_case(stores: Stores, case_id: str, reason: str) -> None:
     """Retire a regression case: it stays on record, inactive."""
-    from stores.sql.incidents import SqlIncidentStore
-
-    await SqlIncidentStore(stores.db).retire_case(case_id, reason, datetime.now(UTC))
+    await stores.incidents.retire_case(case_id, reason, datetime.now(UTC))

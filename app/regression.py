@@ -33,7 +33,6 @@ from models.tools_module import ToolsModulePin
 from models.verdicts import outcome_verdict
 from runtime.trajectory import load_trajectory
 from runtime.verification import require_verified
-from stores.sql.incidents import SqlIncidentStore
 
 if TYPE_CHECKING:
     from temporalio.client import Client
@@ -201,7 +200,7 @@ async def run_gate(
     run's tool catalogue and the candidate's before any replay)."""
     repeats = repeat if isinstance(repeat, GateRepeats) else GateRepeats(count=repeat)
     repeats.check()
-    cases = await SqlIncidentStore(stores.db).active_cases()
+    cases = await stores.incidents.active_cases()
     selected: list[str] | None = None
     if catalogs is not None:
         selected = gated_graphs(catalogs, candidates, graphs)
@@ -257,7 +256,7 @@ async def case_threshold(stores: Stores, case: RegressionCase) -> tuple[float, s
     rate its incident's counterfactual of the confirmed fix showed (else of its best
     counterfactual), or ``DEFAULT_THRESHOLD`` when the incident has none."""
     try:
-        incident = await SqlIncidentStore(stores.db).get_incident(case.incident_id)
+        incident = await stores.incidents.get_incident(case.incident_id)
     except NotFoundError:
         return DEFAULT_THRESHOLD, "default"
     view = incident.record or {}

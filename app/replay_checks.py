@@ -50,10 +50,8 @@ async def check_replay_id_free(stores: Stores, replay_id: str, field: str) -> No
 async def check_incident_id_free(stores: Stores, incident_id: str, field: str) -> None:
     """``ConflictError`` naming the incident already recorded under ``incident_id``: opening
     it again would start a workflow that replaces it (its report, its confirmation)."""
-    from stores.sql.incidents import SqlIncidentStore
-
     try:
-        existing = await SqlIncidentStore(stores.db).get_incident(incident_id)
+        existing = await stores.incidents.get_incident(incident_id)
     except NotFoundError:
         return
     raise ConflictError(

@@ -10,7 +10,7 @@ from models.evidence import SideEffectRecord
 from models.ingest import is_ingested
 from runtime.completeness import evidence_completeness
 from stores.bundle import Stores
-from stores.sql.views import SqlRunViews, run_labels
+from stores.sql.views import run_labels
 
 #: what a run is: recorded live by an agent, imported from another system, a replay, or a
 #: replay the regression gate ran
@@ -58,7 +58,7 @@ async def describe_run(stores: Stores, run_id: str) -> dict[str, Any]:
     run = await stores.ledger.get_run(run_id)
     verification = await stores.ledger.verify(run_id)
     events = await stores.ledger.events(run_id)
-    evidence = await SqlRunViews(stores.db).run_evidence(run_id)
+    evidence = await stores.run_views.run_evidence(run_id)
     completeness = await evidence_completeness(
         stores.ledger, stores.evidence, stores.artifacts, run_id
     )

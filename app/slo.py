@@ -89,7 +89,7 @@ def _expired(effect: SideEffectFact, lease_end: datetime) -> bool:
 
 
 async def compute_slos(stores: Stores) -> SloReport:
-    facts = SqlSloFacts(stores.db)
+    facts = stores.slo_facts
     runs = await _runs(facts)
     replays = {run_id for run_id, is_replay in runs.items() if is_replay}
     effects = [s for s in await facts.side_effects() if s.run_id not in replays]

@@ -74,7 +74,6 @@ async def anchors_verify(
     (without LOCATION) every anchored run against its latest anchor; exit 1 naming the first
     problem (an edited, forged or truncated log, a truncated or deleted run)."""
     from app.anchors import verify_anchor_copy, verify_anchors
-    from stores.anchors import S3Access
     from stores.bundle import open_stores
 
     settings = load_settings()
@@ -83,11 +82,7 @@ async def anchors_verify(
             raise ConfigurationError(
                 "--public-key: required to check a copy of the anchor log", field="--public-key"
             )
-        a = settings.artifacts
-        secret = a.s3_secret_key.get_secret_value() if a.s3_secret_key is not None else None
-        view = await verify_anchor_copy(
-            location, public_key, S3Access(a.s3_endpoint_url, a.s3_access_key, secret), min_length
-        )
+        view = await verify_anchor_copy(location, public_key, settings.stores, min_length)
     else:
         stores_settings = settings.stores
         if public_key is not None:
@@ -128,11 +123,9 @@ def anchors_public_key(
     output: Annotated[Path | None, typer.Option("-o", "--output", help="Write it here.")] = None,
 ) -> None:
     """Print (or write) the PEM public key that checks this installation's anchors."""
-    from stores.anchor_signing import load_anchor_keys
-    from stores.case_signing import public_pem
+    from app.anchors import anchor_public_pem
 
-    settings = load_settings().stores
-    pem = public_pem(load_anchor_keys(settings.anchors, settings.home).trusted)
+    pem = anchor_public_pem(load_settings().stores)
     if output is None:
         typer.echo(pem.decode(), nl=False)
     else:

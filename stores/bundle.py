@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from models import SideEffectRecord
 from runtime.ports import ArtifactStore
@@ -14,14 +15,18 @@ from stores.anchors import AnchorLog, S3Access, anchor_log_at
 from stores.artifacts import S3ArtifactStore, open_artifact_store
 from stores.config import StoreSettings
 from stores.encryption import load_kek
+from stores.sql.alert_fingerprints import SqlAlertFingerprints
 from stores.sql.database import UNAVAILABLE_ERRORS as UNAVAILABLE_ERRORS
 from stores.sql.database import Database, open_database
 from stores.sql.evidence import SqlEvidenceReader
+from stores.sql.incidents import SqlIncidentStore
 from stores.sql.ledger import SqlLedger
 from stores.sql.otlp_spans import SqlOtlpSpans
 from stores.sql.privacy import SqlRawVault
 from stores.sql.privacy_records import SqlPrivacyRecords
 from stores.sql.side_effect_leases import sweep_expired_side_effects
+from stores.sql.slo_queries import SqlSloFacts
+from stores.sql.views import SqlRunViews
 
 
 @dataclass
@@ -41,6 +46,33 @@ class Stores:
     swept: list[SideEffectRecord] = field(default_factory=list)
     #: the OTLP receiver's staging tables (``POST /v1/traces``)
     otlp_spans: SqlOtlpSpans | None = None
+
+    # the record stores over the same database, each built once per bundle (on first use)
+
+    @cached_property
+    def incidents(self) -> SqlIncidentStore:
+        """Incidents, their evidence freezes and the regression cases they produced."""
+        return SqlIncidentStore(self.db)
+
+    @cached_property
+    def run_views(self) -> SqlRunViews:
+        """Read-only views of recorded runs (evidence, policy decisions, runs of a graph)."""
+        return SqlRunViews(self.db)
+
+    @cached_property
+    def slo_facts(self) -> SqlSloFacts:
+        """The facts service-level objectives are computed from."""
+        return SqlSloFacts(self.db)
+
+    @cached_property
+    def privacy_records(self) -> SqlPrivacyRecords:
+        """Holds, deletions and the audit chain of raw reads (anchored with the runs)."""
+        return SqlPrivacyRecords(self.db, self.anchors)
+
+    @cached_property
+    def alert_fingerprints(self) -> SqlAlertFingerprints:
+        """Alertmanager fingerprints and the incident each one was taken into."""
+        return SqlAlertFingerprints(self.db)
 
 
 @contextlib.asynccontextmanager
@@ -87,18 +119,17 @@ async def open_stores(settings: StoreSettings) -> AsyncIterator[Stores]:
         swept = await sweep_expired_side_effects(
             ledger, settings.database.side_effect_lease_seconds
         )
-        yield Stores(
+        stores = Stores(
             db=db,
             artifacts=artifacts,
             ledger=ledger,
             evidence=evidence,
-            privacy=PrivacyService(
-                ledger, evidence, artifacts, vault, SqlPrivacyRecords(db, anchors)
-            ),
             anchors=anchors,
             side_effect_lease_seconds=settings.database.side_effect_lease_seconds,
             swept=swept,
             otlp_spans=SqlOtlpSpans(db),
         )
+        stores.privacy = PrivacyService(ledger, evidence, artifacts, vault, stores.privacy_records)
+        yield stores
     finally:
         await db.dispose()

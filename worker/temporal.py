@@ -25,7 +25,6 @@ from runtime.providers.registry import ModelRegistrySettings
 from runtime.replay.catalog import AgentCatalog
 from runtime.replay.engine import ReplayEngine
 from stores.bundle import Stores, open_stores
-from stores.sql.incidents import SqlIncidentStore
 from stores.sql.side_effect_leases import sweep_expired_side_effects
 from worker.agents import open_world, reconcilers_for, tool_providers_for
 from worker.catalogs import catalogs as agent_catalogs
@@ -92,7 +91,7 @@ async def running_workers(
         acts = ReplayActivities(engine, steps, tau_counterfactual(tau_worlds))
         incident_acts = IncidentActivities(
             stores,
-            SqlIncidentStore(stores.db),
+            stores.incidents,
             lambda graph_id: reconcilers_for(graph_id, world),
             console_url=settings.api.console_url,
         )
