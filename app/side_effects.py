@@ -1,6 +1,7 @@
 """Side-effect operations the faces share: retrying a write proved not applied — directly, or
 durably as the ``SideEffectRetry`` workflow — and reading back the exact arguments it was
-recorded with (the core lives in ``activities.side_effects``, which the workflow runs).
+recorded with (the core lives in ``runtime.side_effect_retry``; the workflow's activities
+run it too).
 
 The live tool providers are a parameter (``providers_for``: graph id -> providers): the
 composition root knows the deployment's agents and their worlds, this module does not."""
@@ -9,12 +10,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from activities.side_effects import (
-    ProvidersFor,
-    check_retry,
-    recorded_arguments,
-    retry_recorded_side_effect,
-)
 from app.replays import ClientSource
 from models import SideEffectRecord
 from models.errors import (
@@ -28,6 +23,12 @@ from models.errors import (
 )
 from models.queues import CONTROL_QUEUE
 from models.retry_flow import SideEffectRetryResult
+from runtime.side_effect_retry import (
+    ProvidersFor,
+    check_retry,
+    recorded_arguments,
+    retry_recorded_side_effect,
+)
 from stores.bundle import Stores
 from stores.sql.side_effect_leases import sweep_expired_side_effects
 
