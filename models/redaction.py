@@ -330,7 +330,12 @@ def pseudonym_subjects(data: bytes) -> set[str]:
 
 def address_subject(value: str) -> str | None:
     """The subject id of an e-mail address or a phone number given in clear (what
-    ``pseudonym_subjects`` registered for it), or None when ``value`` is neither."""
-    token = RedactionPolicy(REDACT_V1).sanitize(value.strip())
+    ``pseudonym_subjects`` registered for it), or None when ``value`` is neither. The
+    subject-id prefix may come with it (``email:ada@example.com``, ``phone:+1 555 0100``)."""
+    value = value.strip()
+    kind, _, rest = value.partition(":")
+    if kind in ("email", "phone") and rest.strip():
+        value = rest.strip()  # ``email:<hex>``, a pseudonym already, sanitizes to no token
+    token = RedactionPolicy(REDACT_V1).sanitize(value)
     match = _PERSON_TOKEN_BYTES.fullmatch(token.encode()) if isinstance(token, str) else None
     return match.group(1).decode() if match else None
