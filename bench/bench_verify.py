@@ -58,10 +58,10 @@ EVENTS = 10_000
 RATIO_TARGET = 3.0
 
 
-def _events(run_id: str, state_refs: list[str]) -> list[NewEvent]:
-    """A run of ``EVENTS`` events in a fixed mix: one in ten a tool call (some of them
+def _events(run_id: str, state_refs: list[str], count: int = EVENTS) -> list[NewEvent]:
+    """A run of ``count`` events in a fixed mix: one in ten a tool call (some of them
     artifact-stored), policy decisions, approvals, side effects, checkpoints, model calls."""
-    return [_event(run_id, state_refs, i) for i in range(EVENTS)]
+    return [_event(run_id, state_refs, i) for i in range(count)]
 
 
 def _event(run_id: str, state_refs: list[str], i: int) -> NewEvent:
@@ -130,7 +130,7 @@ def _side_effect(run_id: str, i: int, kind: int, action: str) -> SideEffectRecor
     )
 
 
-async def _bench(url: str, root: Path) -> dict[str, float]:
+async def _bench(url: str, root: Path, count: int = EVENTS) -> dict[str, float]:
     db = await open_database(url)
     try:
         artifacts = LocalArtifactStore(root)
@@ -142,7 +142,7 @@ async def _bench(url: str, root: Path) -> dict[str, float]:
             RunRecord(run_id=run_id, graph_id="bench", graph_version="1", created_at=T0)
         )
         state_refs = [await artifacts.put(f"state {i}".encode()) for i in range(20)]
-        events = _events(run_id, state_refs)
+        events = _events(run_id, state_refs, count)
         for start in range(0, len(events), 500):
             await ledger.append_many(run_id, events[start : start + 500])
         # the header's status and outcome are checked against the terminal event
@@ -158,8 +158,9 @@ async def _bench(url: str, root: Path) -> dict[str, float]:
                 result = await ledger.verify(run_id, full=is_full)
                 best = min(best, time.perf_counter() - started)
                 assert result.intact
-            rates[name] = EVENTS / best
-        rates.update(await _chain_from_database(db, ledger, run_id))
+            rates[name] = count / best
+        rates.update(await _chain_from_database(db, ledger, run_id, count))
+        rates["events"] = count
         rates["checked projections"] = full.checked["projections"]
         rates["checked payloads"] = full.checked["payloads"]
         rates["checked artifacts"] = full.checked["artifacts"]
@@ -187,7 +188,9 @@ async def _raw_fetch(db: Database, run_id: str) -> int:
         return len(await driver.fetch(_RAW_ROWS.format(mark="$1"), run_id))
 
 
-async def _chain_from_database(db: Database, ledger: SqlLedger, run_id: str) -> dict[str, float]:
+async def _chain_from_database(
+    db: Database, ledger: SqlLedger, run_id: str, count: int
+) -> dict[str, float]:
     """Events/s of ``verify(full=False)`` (joined texts, fixed metadata template), of the general
     path (row objects, ``verify_chain``), of sha256 over the same chained bytes and of the raw
     driver's fetch of the same rows."""
@@ -235,15 +238,15 @@ async def _chain_from_database(db: Database, ledger: SqlLedger, run_id: str) -> 
         assert await _raw_fetch(db, run_id) == len(stored)
 
     times = await ainterleaved({"fast": fast, "general": general, "sha256": sha, "fetch": fetch})
-    return {f"chain {name}": EVENTS / seconds for name, seconds in times.items()}
+    return {f"chain {name}": count / seconds for name, seconds in times.items()}
 
 
 def chain_row(backend: str, rates: dict[str, float]) -> Row:
     fast, general, sha = rates["chain fast"], rates["chain general"], rates["chain sha256"]
-    fetch = rates["chain fetch"]
+    fetch, count = rates["chain fetch"], int(rates["events"])
     row = emit(
         Row(
-            figure=f"chain verification from the database ({backend}, {EVENTS:,} events)",
+            figure=f"chain verification from the database ({backend}, {count:,} events)",
             value=f"{fast:,.0f} ev/s (general path {general:,.0f} ev/s)",
             baseline=f"sha256 of the same bytes {sha:,.0f} ev/s",
             ratio=fast / sha,
@@ -255,7 +258,7 @@ def chain_row(backend: str, rates: dict[str, float]) -> Row:
     # the floor of reading each event as a row: what a per-row verification cannot beat
     emit(
         Row(
-            figure=f"raw driver fetch of the same rows ({backend}, {EVENTS:,} events, "
+            figure=f"raw driver fetch of the same rows ({backend}, {count:,} events, "
             "no verification)",
             value=f"{fetch:,.0f} ev/s ({1e6 / fetch:.2f} µs a row)",
             baseline=f"chain verification from the database {fast:,.0f} ev/s",
@@ -268,7 +271,7 @@ def chain_row(backend: str, rates: dict[str, float]) -> Row:
     return row
 
 
-async def main(pg: bool) -> int:
+async def main(pg: bool, events: int = EVENTS) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         backends = {"sqlite": f"sqlite+aiosqlite:///{Path(tmp) / 'bench.db'}"}
         pg_url = await create_scratch_database(PG_ADMIN_URL, "rb_bench") if pg else None
@@ -277,13 +280,13 @@ async def main(pg: bool) -> int:
         worst = 0.0
         try:
             for name, url in backends.items():
-                rates = await _bench(url, Path(tmp) / f"artifacts-{name}")
+                rates = await _bench(url, Path(tmp) / f"artifacts-{name}", events)
                 chain_row(name, rates)
                 ratio = rates["chain only"] / rates["full"]
                 worst = max(worst, ratio)
                 emit(
                     Row(
-                        figure=f"full run verification ({name}, {EVENTS:,} events; "
+                        figure=f"full run verification ({name}, {events:,} events; "
                         f"{rates['checked projections']:.0f} lookup rows, "
                         f"{rates['checked payloads']:.0f} payloads, "
                         f"{rates['checked artifacts']:.0f} artifacts)",
