@@ -127,8 +127,9 @@ async def ingest_long_run(stores: Any, steps: int, *, diverging: bool) -> str:
     return run_id
 
 
-async def replay_through_temporal(steps: int) -> dict[str, Any]:
-    """Ingest the diverging run, replay it through Temporal (default sandbox), and measure."""
+async def replay_through_temporal(steps: int, *, diverging: bool = True) -> dict[str, Any]:
+    """Ingest the run (diverging: its replay stops at the declared model calls; else every
+    step is replayed), replay it through Temporal (default sandbox), and measure."""
     from devstack.temporal_server import start_temporal_dev_server
     from models import ExecutionEventType, ReplayMode
     from models.queues import CONTROL_QUEUE
@@ -153,7 +154,7 @@ async def replay_through_temporal(steps: int) -> dict[str, Any]:
             )
             async with open_stores(settings.stores) as stores:
                 began = time.perf_counter()
-                run_id = await ingest_long_run(stores, steps, diverging=True)
+                run_id = await ingest_long_run(stores, steps, diverging=diverging)
                 ingested = time.perf_counter() - began
                 client = await connect(settings)
                 plan = ReplayPlan(
@@ -201,14 +202,15 @@ async def replay_through_temporal(steps: int) -> dict[str, Any]:
     }
 
 
-def main(steps: int = 12_000) -> dict[str, Any]:
-    r = asyncio.run(replay_through_temporal(steps))
+def main(steps: int = 12_000, *, diverging: bool = True) -> dict[str, Any]:
+    r = asyncio.run(replay_through_temporal(steps, diverging=diverging))
     ended = r["status"] == "COMPLETED" and r["verdict"] in ("REPRODUCED", "NOT_REPRODUCED")
     how = f"{r['status']} {r['verdict']}" + ("" if ended else f" ({r['reason']})")
     emit(
         Row(
             figure=(
-                f"{r['source_steps']:,}-step ingested run, diverging RECORDED replay through "
+                f"{r['source_steps']:,}-step ingested run, "
+                f"{'diverging' if diverging else 'reproducing'} RECORDED replay through "
                 f"Temporal: {how}, {r['differences'] or 0:,} differences "
                 f"({r['steps_replayed']:,} steps replayed in {r['replay_s']:.1f} s)"
             ),
@@ -224,4 +226,9 @@ def main(steps: int = 12_000) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    print(json.dumps(main(int(sys.argv[1]) if len(sys.argv) > 1 else 12_000), indent=2))
+    # python -m bench.long_replay [STEPS] [--reproducing]: --reproducing ingests a run whose
+    # replay replays every step (its header declares all its model calls)
+    numbers = [int(a) for a in sys.argv[1:] if a.isdigit()]
+    reproducing = "--reproducing" in sys.argv
+    result = main(numbers[0] if numbers else 12_000, diverging=not reproducing)
+    print(json.dumps(result, indent=2))
