@@ -184,6 +184,19 @@ class ReplayActivities:
             log.info("repeat children at once", replay_id=plan.replay_id, problem=str(exc))
             return False
 
+    @activity.defn(name="expect_sandboxes")
+    async def expect_sandboxes(self, key: str, count: int) -> int:
+        """A fan-out is about to start ``count`` child replays whose ids start with ``key-``
+        (an incident's replays, a ``--repeat`` parent's next children): this replay worker's
+        warm sandbox pool grows to hold a started process for each, off their first batches'
+        path. Returns the pool's new size (0 with the development flag: no sandbox).
+
+        Starts processes only (each as any other: same isolation, same limits; each serves
+        one replay); runs no step, reads and writes no store."""
+        if self.sandboxed is None:
+            return 0
+        return self.sandboxed.expect(key, count)
+
     @activity.defn(name="close_replay_run")
     async def close_replay_run(self, replay_id: str, reason: str) -> None:
         """Mark the replay run ended early (canceled, failed, or stopped by its budget) in its

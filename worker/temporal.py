@@ -111,7 +111,13 @@ async def running_workers(
             )
         if queues in ("replay", "all"):
             # the replay pool executes agent steps: it is given no write provider at all
-            workers.append(Worker(client, task_queue=REPLAY_QUEUE, activities=[acts.replay_step]))
+            workers.append(
+                Worker(
+                    client,
+                    task_queue=REPLAY_QUEUE,
+                    activities=[acts.replay_step, acts.expect_sandboxes],
+                )
+            )
         tasks = [asyncio.create_task(w.run()) for w in workers]
         if queues in ("control", "all"):  # the control pool sweeps expired side-effect leases
             tasks.append(asyncio.create_task(_sweep_leases(stores)))

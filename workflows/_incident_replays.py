@@ -14,7 +14,7 @@ with workflow.unsafe.imports_passed_through():
     from models.queues import CONTROL_QUEUE
     from models.replay_flow import ReplayOutcome, ReplayWorkflowInput
     from models.replay_plans import plan_for_candidates
-    from workflows.replay import ReplayWorkflow
+    from workflows.replay import REPEAT_CONCURRENCY, ReplayWorkflow, warm_sandboxes
 
 from workflows._incident_state import (
     FAILURE_SIGNATURE,
@@ -56,6 +56,18 @@ class ReplayPhases(IncidentState):
             workflow.upsert_search_attributes([FAILURE_SIGNATURE.value_set(signature.signature)])
             self._event(IncidentPhase.COUNTERFACTUALS, f"signature {signature.signature}")
         await self._save()
+
+    async def _warm_for_replays(self, request: IncidentRequest) -> None:
+        """Announce the incident's replays (exact and each counterfactual: their first
+        ``REPEAT_CONCURRENCY`` children) to a replay worker before freezing, so that its warm
+        sandbox pool has their processes started by the time their first batches come."""
+        if request.repeat == 1:  # no repeat parents: the replays are the incident's children
+            await warm_sandboxes(request.incident_id, 1 + len(request.counterfactuals))
+            return
+        at_once = min(request.repeat, REPEAT_CONCURRENCY)
+        suffixes = ["exact"] + [f"cf{i + 1}" for i in range(len(request.counterfactuals))]
+        for suffix in suffixes:
+            await warm_sandboxes(f"{request.incident_id}-{suffix}", at_once)
 
     async def _replays(
         self, request: IncidentRequest, counterfactuals: list[Counterfactual | None]

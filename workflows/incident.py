@@ -210,6 +210,7 @@ class IncidentWorkflow(EvidencePhases, ReplayPhases, ForkPhases, ClosingPhases):
         return str(exc.cause or exc)
 
     async def _lifecycle(self, request: IncidentRequest) -> None:
+        await self._warm_for_replays(request)
         await self._freeze(request)
         await self._reconcile(request)
         if request.retry_not_applied:

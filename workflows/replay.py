@@ -72,6 +72,8 @@ STEP_HEARTBEAT_SECONDS = 5
 STEP_TIMEOUT = timedelta(minutes=15)
 #: child replays running at once for --repeat
 REPEAT_CONCURRENCY = 10
+#: the patch under which a fan-out announces its children to the replay workers' sandbox pools
+WARM_SANDBOXES = "fanout-warm-sandboxes"
 #: errors that retrying cannot fix
 NON_RETRYABLE = [
     "InvalidInputError",
@@ -423,6 +425,9 @@ class ReplayWorkflow:
         else:
             outcomes = []
             for start in range(0, len(children), at_once):
+                # this batch and the next announced: the next one's processes start meanwhile
+                ahead = len(children[start : start + 2 * at_once])
+                await warm_sandboxes(plan.replay_id, ahead)
                 outcomes += await self._children(children[start : start + at_once])
         return self._summarized(plan, outcomes, started_at)
 
@@ -494,6 +499,7 @@ class ReplayWorkflow:
                 for child, share in zip(pending[:size], shares(left, size), strict=True)
             ]
             pending = pending[size:]
+            await warm_sandboxes(plan.replay_id, size + min(len(pending), at_once))
             outcomes += await self._children(batch)
         return outcomes
 
@@ -564,6 +570,25 @@ class ReplayWorkflow:
                 )
                 for o, v in zip(outcomes, verdicts, strict=True)
             ),
+        )
+
+
+async def warm_sandboxes(key: str, count: int) -> None:
+    """Tell a replay worker that ``count`` child replays whose ids start with ``key-`` are
+    about to run, so that its warm sandbox pool holds a started process for each before their
+    first batch (``expect_sandboxes``). A hint: a worker that does not answer within seconds
+    (none running, an older one) changes nothing, the children start their processes as
+    before. Behind the ``fanout-warm-sandboxes`` patch (histories from before have no such
+    activity)."""
+    if count <= 0 or not workflow.patched(WARM_SANDBOXES):
+        return
+    with contextlib.suppress(ActivityError):
+        await workflow.execute_activity_method(
+            ReplayActivities.expect_sandboxes,
+            args=[key, count],
+            task_queue=REPLAY_QUEUE,
+            schedule_to_close_timeout=timedelta(seconds=10),
+            retry_policy=RetryPolicy(maximum_attempts=1),
         )
 
 

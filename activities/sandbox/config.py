@@ -69,6 +69,10 @@ class SandboxSettings(BaseModel):
     #: here, ~65 MB each); each is started exactly as any other (same isolation, same limits)
     #: and serves one replay. A replay worker starts them when it starts.
     warm_processes: int = Field(1, ge=0, le=64, validation_alias="REPLAYBOOK_SANDBOX_WARM")
+    #: at most this many warm processes while a fan-out (an incident's replays, a
+    #: ``--repeat`` parent) has announced child replays still to come: the pool grows to one
+    #: started process per announced child, ahead of their first batches (0: never grows)
+    fanout_warm: int = Field(32, ge=0, le=256, validation_alias="REPLAYBOOK_SANDBOX_FANOUT_WARM")
 
     #: bytes one batch of a replay's steps may write through its broker, events and
     #: artifacts together (counted by the worker); past it the replay stops with a partial

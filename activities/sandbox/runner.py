@@ -24,6 +24,7 @@ import structlog
 from activities.sandbox import codec, ending, rpc
 from activities.sandbox.broker import StepBroker
 from activities.sandbox.config import SandboxSettings
+from activities.sandbox.demand import EXPECT_SECONDS, Demand
 from activities.sandbox.guard import Quotas
 from activities.sandbox.process import StepProcess, why_it_died
 from models.errors import (
@@ -78,16 +79,25 @@ class SandboxedSteps:
         # more than a few per core only queue up (the waiting activity keeps heartbeating)
         self._running = asyncio.Semaphore(2 * (os.cpu_count() or 1))
         self._max_kept = 4 * (os.cpu_count() or 1)
-        #: started processes not yet serving any replay (``settings.warm_processes`` of them)
+        #: started processes not yet serving any replay (``settings.warm_processes`` of them,
+        #: more while a fan-out announced with ``expect`` has children to come)
         self._warm: list[StepProcess] = []
         self._refilling: asyncio.Task[None] | None = None
+        self._demand = Demand()
+        #: first batches of a fan-out waiting for the pool's next started process
+        self._waiting: list[asyncio.Future[StepProcess | None]] = []
+        #: warm processes started at once when the pool is short (each start is CPU-bound)
+        self._starting_at_once = 2 * (os.cpu_count() or 1)
         #: processes started and batches run (for the benchmark and the tests)
         self.started = 0
         self.batches = 0
 
     async def run_steps(self, step: StepInput) -> StepOutput:
+        # a replay's first batch during a fan-out waits for the pool's next process outside
+        # the batches' semaphore: batches in started processes never queue behind starts
+        ready = None if step.plan.replay_id in self._kept else await self._ready(step)
         async with self._running:
-            child = self._kept.pop(step.plan.replay_id, None)
+            child = ready or self._kept.pop(step.plan.replay_id, None)
             if child is not None and child.idle_timer is not None:
                 child.idle_timer.cancel()
             if child is None or not child.alive:
@@ -150,8 +160,66 @@ class SandboxedSteps:
         """Pids of the started processes waiting for a replay."""
         return [c.process.pid for c in self._warm]
 
+    def expect(self, key: str, count: int) -> int:
+        """``count`` child replays whose ids start with ``key-`` are about to run here (an
+        incident's or a ``--repeat`` parent's fan-out): the pool grows to hold a started
+        process for each (at most ``settings.fanout_warm``) now, off their first batch's path.
+        Returns the pool's new size."""
+        self._demand.expect(key, count, time.monotonic())
+        asyncio.get_running_loop().call_later(EXPECT_SECONDS + 1, self._trim)
+        self._refill_soon()
+        return self._target()
+
+    def _target(self) -> int:
+        """How many warm processes the pool holds now (those waited for included)."""
+        wanted = self._demand.wanted(time.monotonic()) + len(self._waiting)
+        return max(self.settings.warm_processes, min(wanted, self.settings.fanout_warm))
+
+    async def _ready(self, step: StepInput) -> StepProcess | None:
+        """A replay's first batch while the pool is filling for a fan-out: the pool's next
+        started process (taken in turn, never a start of its own competing with the pool's);
+        None when fan-outs are off or the pool is not filling (the batch takes as usual)."""
+        if not self.settings.fanout_warm or step.step_index:
+            return None
+        while self._warm:  # a process already waiting
+            warm = self._warm.pop(0)
+            if warm.alive:
+                self._demand.taken(step.plan.replay_id)
+                self._refill_soon()
+                warm.replay_id = step.plan.replay_id
+                return warm
+            await self._release(warm)
+        if self._refilling is None or self._refilling.done():
+            return None
+        self._demand.taken(step.plan.replay_id)
+        waiter: asyncio.Future[StepProcess | None] = asyncio.get_running_loop().create_future()
+        self._waiting.append(waiter)
+        try:
+            child = await waiter
+        finally:
+            if waiter in self._waiting:
+                self._waiting.remove(waiter)
+        if child is not None:
+            child.replay_id = step.plan.replay_id
+        return child
+
+    def _handed(self, child: StepProcess) -> bool:
+        """Give a newly started process to the first batch waiting for one, if any."""
+        while self._waiting:
+            waiter = self._waiting.pop(0)
+            if not waiter.done():
+                waiter.set_result(child)
+                return True
+        return False
+
+    def _trim(self) -> None:
+        """Warm processes of a fan-out whose children never came are stopped."""
+        while len(self._warm) > self._target():
+            self._close_later(self._warm.pop())
+
     async def _take(self, replay_id: str) -> StepProcess:
         """A warm process for ``replay_id`` if one is alive, else a new one; then refill."""
+        self._demand.taken(replay_id)
         child = None
         while self._warm and child is None:
             candidate = self._warm.pop(0)
@@ -166,28 +234,52 @@ class SandboxedSteps:
         return child
 
     def _refill_soon(self) -> None:
-        if len(self._warm) < self.settings.warm_processes and (
-            self._refilling is None or self._refilling.done()
-        ):
+        if len(self._warm) < self._target() and (self._refilling is None or self._refilling.done()):
             self._refilling = asyncio.ensure_future(self._refill())
 
     async def _refill(self) -> None:
-        while len(self._warm) < self.settings.warm_processes:
-            try:
-                child = await self._start("")
-            except Exception as exc:  # the next batch meets (and reports) the problem itself
-                log.warning("warm sandbox not started", error=str(exc))
-                return
-            try:
-                await self._prime(child)
-            except asyncio.CancelledError:  # the worker is shutting down: leave nothing behind
-                await self._release(child)
-                raise
-            except Exception as exc:
-                log.warning("warm sandbox not primed", error=str(exc))
-                await self._release(child)
-                return
+        """Start processes, several at once, until the pool reaches its target (a start that
+        fails stops the refill: the next batch meets and reports the problem itself)."""
+        starting: set[asyncio.Future[bool]] = set()
+        failed = False
+        try:
+            while True:
+                short = self._target() - len(self._warm) - len(starting)
+                room = self._starting_at_once - len(starting)
+                for _ in range(0 if failed else max(min(short, room), 0)):
+                    starting.add(asyncio.ensure_future(self._warm_one()))
+                if not starting:
+                    return
+                done, starting = await asyncio.wait(starting, return_when=asyncio.FIRST_COMPLETED)
+                failed = failed or not all(task.result() for task in done)
+        finally:
+            for task in starting:
+                task.cancel()
+            await asyncio.gather(*starting, return_exceptions=True)
+            for waiter in self._waiting:  # batches still waiting start their own process
+                if not waiter.done():
+                    waiter.set_result(None)
+            self._waiting.clear()
+
+    async def _warm_one(self) -> bool:
+        """One more started and primed process in the pool (False: it could not be)."""
+        try:
+            child = await self._start("")
+        except Exception as exc:
+            log.warning("warm sandbox not started", error=str(exc))
+            return False
+        try:
+            await self._prime(child)
+        except asyncio.CancelledError:  # the worker is shutting down: leave nothing behind
+            await self._release(child)
+            raise
+        except Exception as exc:
+            log.warning("warm sandbox not primed", error=str(exc))
+            await self._release(child)
+            return False
+        if not self._handed(child):
             self._warm.append(child)
+        return True
 
     async def _prime(self, child: StepProcess) -> None:
         """Have a warm process import the agent catalogs and build its engine now, off any
