@@ -32,6 +32,7 @@ from bench import (
     bench_source,
     bench_verify,
     capsule,
+    fanout,
     long_replay,
     otlp,
     replay_scale,
@@ -132,6 +133,14 @@ PARTS: dict[str, Part] = {
         ui.main,
         lambda: ui.main(runs=10_000, steps=1_000, rounds=3),
     ),
+    # an incident with exact + 2 counterfactuals x 20 (60 child replays, 20 at once): each
+    # child's first batch, scheduled to completed, and the incident's total, before issue 35's
+    # fan-out pool (1 warm process) against today's, in interleaved rounds (issue 35 item 4)
+    "fanout": Part(
+        "incident fan-out: first batches and the incident's total",
+        fanout.main,
+        lambda: fanout.main(repeat=4, rounds=1),
+    ),
 }
 
 
@@ -147,6 +156,7 @@ QUICK_SKIPPED: dict[str, str] = {
     "source": "records two runs and replays each in a bubblewrap worker process of its own",
     "sdk": "its memory row records 2,000 events under tracemalloc with the server down",
     "otlp": "starts two servers and waits for traces to be assembled into runs",
+    "fanout": "starts a Temporal dev server and workers, runs incidents of 60 child replays",
 }
 
 
