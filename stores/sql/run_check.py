@@ -16,7 +16,7 @@ import asyncio
 import itertools
 import operator
 import typing
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from sqlalchemy import inspect, select
@@ -70,6 +70,14 @@ E = ExecutionEventType
 CAS_PREFIX = "cas:"
 _DIGEST_LENGTH = len("sha256:") + 64
 _CONCURRENCY = 16
+#: reads started at a time (at most ``_CONCURRENCY`` of them in flight): between two such
+#: chunks the loop takes a turn, so a long run's check lets heartbeats and other tasks run
+#: (50,000 reads gathered at once held a worker's loop for seconds: a small artifact's read
+#: completes without suspending)
+_CHUNK = 256
+#: runs with more events than this have their whole-run checks run off the event loop
+_OFF_LOOP_EVENTS = 4096
+_T = typing.TypeVar("_T")
 
 
 #: the events that end a run: the run header's status and outcome are checked against them
@@ -164,22 +172,36 @@ async def check_run(
     found = Found()
     in_store = list(map(str.startswith, events.payload_refs, itertools.repeat(CAS_PREFIX)))
     payloads, from_store = await _payloads(artifacts, events, in_store, found)
+    # the whole-run passes below are plain CPU work over every event: a long run's (50,000
+    # steps) held the worker's loop for seconds, so for a long run they run in a thread (the
+    # loop gets the GIL between its slices: heartbeats go out); ``found`` is touched by one
+    # of them at a time, while this waits
+    off_loop = len(events.sequences) > _OFF_LOOP_EVENTS
     if parsed is None:
-        parsed = _parsed_events(events, from_store)
+        parsed = await _cpu(off_loop, _parsed_events, events, from_store)
     elif from_store:  # the artifact-stored ones too, in sequence order
-        stored = _parsed_events(events.selected(in_store), from_store)
+        stored = await _cpu(off_loop, _parsed_events, events.selected(in_store), from_store)
         parsed = sorted([*parsed, *stored], key=operator.itemgetter(0))
-    await _check_artifacts(artifacts, _references(parsed), found)
+    await _check_artifacts(artifacts, await _cpu(off_loop, _references, parsed), found)
     rows = await reading
-    unread = set(events.sequences).difference(payloads)
-    check_projections(rows.lookup, parsed, unread, found)
-    _check_heads(rows, run_id, events.hashes, found)
-    _check_header(rows.header, parsed, found)
-    if rows.governance is not None:
-        found.problems += rows.governance.problems()
-    sanitized = dict(zip(events.sequences, events.payload_hashes, strict=True))
-    check_raw_rows(run_id, rows.raw, sanitized, payloads, found)
+
+    def check_rows() -> None:
+        unread = set(events.sequences).difference(payloads)
+        check_projections(rows.lookup, parsed, unread, found)
+        _check_heads(rows, run_id, events.hashes, found)
+        _check_header(rows.header, parsed, found)
+        if rows.governance is not None:
+            found.problems += rows.governance.problems()
+        sanitized = dict(zip(events.sequences, events.payload_hashes, strict=True))
+        check_raw_rows(run_id, rows.raw, sanitized, payloads, found)
+
+    await _cpu(off_loop, check_rows)
     return with_problems(chain, found.problems, found.checked)
+
+
+async def _cpu(off_loop: bool, fn: Callable[..., _T], *args: Any) -> _T:
+    """``fn(*args)``: in a thread when ``off_loop`` (a long run), else here."""
+    return await asyncio.to_thread(fn, *args) if off_loop else fn(*args)
 
 
 def _check_header(
@@ -327,7 +349,7 @@ async def _payloads(
         found.checked["payloads"] += 1
         from_store[sequence] = data
 
-    await asyncio.gather(*(read(*event) for event in stored))
+    await _in_chunks(read, stored)
     found.checked["payloads"] += len(in_store) - len(stored)
     out.update(from_store)
     return out, from_store
@@ -360,7 +382,16 @@ async def _check_artifacts(
                 return
         found.checked["artifacts"] += 1
 
-    await asyncio.gather(*(read(d, s) for d, s in refs.items()))
+    await _in_chunks(read, list(refs.items()))
+
+
+async def _in_chunks(
+    read: Callable[..., Awaitable[None]], items: Sequence[tuple[Any, ...]]
+) -> None:
+    """``read(*item)`` for every item, ``_CHUNK`` tasks at a time, a loop turn between chunks."""
+    for start in range(0, len(items), _CHUNK):
+        await asyncio.gather(*(read(*item) for item in items[start : start + _CHUNK]))
+        await asyncio.sleep(0)
 
 
 async def _freezes(conn: AsyncConnection, run_id: str) -> Sequence[Any]:
