@@ -13,6 +13,7 @@ from typing import Any
 from examples.model_free import allow_all_policies, model_free_catalog, model_free_spec
 from models import SideEffectClass
 from models.capability import Capability
+from models.errors import GraphNotFoundError
 from runtime.capabilities import CapabilityRegistry
 from runtime.environment import AgentEnvironment
 from runtime.executor import RunResult
@@ -63,9 +64,28 @@ def chain(total: int) -> GraphDefinition:
     )
 
 
-GRAPHS = GraphRegistry()
-for _n in LENGTHS:
-    GRAPHS.register(chain(_n))
+class _Chains(GraphRegistry):
+    """The chains of ``LENGTHS``, each built the first time it is asked for: building all of
+    them at import (11,210 steps) cost every sandboxed step process part of its start, an
+    incident's 60 child replays 60 times (issue 35 item 4)."""
+
+    def get(self, graph_id: str, version: str) -> GraphDefinition:
+        built = (graph_id, version) in self._graphs
+        if graph_id == GRAPH_ID and not built and version in {str(n) for n in LENGTHS}:
+            self.register(chain(int(version)))
+        if (graph_id, version) not in self._graphs:
+            known = ", ".join(self.versions(graph_id)) or "none"
+            raise GraphNotFoundError(
+                f"graph {graph_id}@{version} is not registered (versions: {known})"
+            )
+        return super().get(graph_id, version)
+
+    def versions(self, graph_id: str) -> list[str]:
+        lazy = {str(n) for n in LENGTHS} if graph_id == GRAPH_ID else set()
+        return sorted(set(super().versions(graph_id)) | lazy)
+
+
+GRAPHS = _Chains()
 
 
 async def counter_read(arguments: dict[str, Any], context: ToolCallContext) -> dict[str, Any]:
