@@ -64,7 +64,7 @@ PARTS: dict[str, Part] = {
     "compare": Part(
         "comparison of a replay with its source, 1k against 10k steps",
         bench_compare.main,
-        lambda: bench_compare.rows(rounds=3),
+        lambda: bench_compare.rows(rounds=3, sizes=(200, 2_000)),
     ),
     "ledger": Part(
         "ledger appends",
