@@ -5,6 +5,7 @@ Declared here so the runtime depends on behaviour, not on SQLAlchemy or boto3.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ from models import ExecutionEvent, ExecutionEventType, HashedRecord, RunRecord, 
 from models.canonical import canonicalize
 from models.chain import ChainVerification
 from models.model_call import ModelRequest, ModelResponse
+from models.privacy import RunSubject
 
 
 @runtime_checkable
@@ -142,6 +144,115 @@ class EventLedger(Protocol):
 
     async def verify(self, run_id: str, *, full: bool = True) -> ChainVerification:
         """The run's chain and, when ``full``, everything read later as its evidence."""
+        ...
+
+
+class RawVault(Protocol):
+    """Where a ledger keeps the raw form of sanitized content sealed (rule 17), and which
+    people are a run's data subjects (a deletion request of any of them shreds it)."""
+
+    async def add_subjects(self, run_id: str, subjects: Sequence[RunSubject]) -> None: ...
+
+    async def record_artifact_raw(
+        self,
+        run_id: str,
+        raw: bytes,
+        sanitized_hash: str,
+        policy_version: str,
+        subject_id: str | None,
+    ) -> None:
+        """Keep the raw form of a sanitized artifact (messages, checkpoint state)."""
+        ...
+
+
+class BatchRawVault(RawVault, Protocol):
+    async def record_artifact_raws(
+        self,
+        run_id: str,
+        artifacts: Sequence[tuple[bytes, str]],
+        policy_version: str,
+        subject_id: str | None,
+    ) -> None:
+        """``record_artifact_raw`` of several (raw bytes, sanitized hash) pairs at once."""
+        ...
+
+
+#: the raw form of a sanitized artifact kept with an append: (raw bytes, sanitized hash,
+#: redaction policy version, data subject)
+ArtifactRaw = tuple[bytes, str, str, str | None]
+
+
+@runtime_checkable
+class VaultedLedger(Protocol):
+    """A ledger that keeps raw content (a sandboxed step's ledger, the SQL ledger)."""
+
+    @property
+    def vault(self) -> RawVault: ...
+
+
+@runtime_checkable
+class WriteBehindLedger(EventLedger, Protocol):
+    """A ledger with a group-commit writer (``stores.sql.ledger.SqlLedger``): appends are
+    handed to it and committed in the background, in order, with what goes with them."""
+
+    @property
+    def vault(self) -> BatchRawVault: ...
+
+    async def submit(
+        self,
+        run_id: str,
+        events: Sequence[NewEvent],
+        *,
+        expected_sequence: int | None = None,
+        artifact_raws: Sequence[ArtifactRaw] = (),
+        subjects: Sequence[RunSubject] = (),
+    ) -> asyncio.Future[list[ExecutionEvent]]:
+        """Hand events to the writer; the future resolves once they are committed, with the
+        raw forms of sanitized artifacts and the people the run learned of in the same
+        transaction."""
+        ...
+
+
+class RecordedRun(Protocol):
+    """A run as its recorder holds it: the sequence of its last event handed to the ledger,
+    and the events buffered to be written before the next one (clock reads; a deferred
+    recorder's every event)."""
+
+    last_sequence: int
+
+    @property
+    def buffered(self) -> list[NewEvent]: ...
+
+
+class RecordingWrites(Protocol):
+    """How a run recorder's events, and the evidence writes they depend on, reach the ledger
+    and the artifact store: one small object per write mode (``runtime.recording_writes``:
+    direct, deferred, write-behind), chosen when the recorder is made."""
+
+    async def record(
+        self, run: RecordedRun, event: NewEvent, *, durable: bool
+    ) -> ExecutionEvent | None:
+        """Write ``event`` after the run's buffered events (or buffer it, or hand it off);
+        the appended event when it is written before this returns."""
+        ...
+
+    async def flush(self, run: RecordedRun, expected_sequence: int | None) -> None:
+        """Write what is buffered and wait until everything handed off is committed; raises
+        what kept any of it from being committed."""
+        ...
+
+    async def put_artifact(self, data: bytes) -> str:
+        """Store ``data`` (or start storing it) and return its digest."""
+        ...
+
+    async def add_subjects(self, subjects: Sequence[RunSubject]) -> None:
+        """People the run learned of become its data subjects (no vault: nothing to do)."""
+        ...
+
+    async def keep_raw_artifact(
+        self, raw: bytes, digest: str, policy_version: str, subject_id: str | None
+    ) -> None:
+        """Keep the raw form of the sanitized artifact ``digest`` (no vault: nothing kept)."""
         ...
 
 
