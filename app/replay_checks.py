@@ -102,9 +102,13 @@ async def check_replay_plan(
     an agent the caller does not know, which the worker judges), the start step is one the
     run recorded, and each denied approval is one the run recorded."""
     from runtime.replay.catalog import replay_model
+    from runtime.verification import require_verified
 
     await check_replay_id_free(stores, plan.replay_id, fields.replay_id)
     run = await stores.ledger.get_run(plan.source_run_id)
+    # a tampered source is refused before any workflow starts (the replay's PREPARING checks
+    # it again, against what the worker reads)
+    await require_verified(stores.ledger, plan.source_run_id, to=f"replay {plan.source_run_id}")
     for field, kind, digest in (
         (fields.system_prompt, "system_prompt", plan.candidate_system_prompt),
         (fields.tools, "tools", plan.candidate_tools),

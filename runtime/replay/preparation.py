@@ -19,6 +19,7 @@ from models import (
 )
 from models.canonical import normalize_json
 from models.errors import ReplaybookError
+from models.redaction import NO_REDACTION
 from models.replay_flow import PreparedReplay, ReplayCursorsView, ReplayPlan
 from models.verdicts import manifest_drift
 from runtime.completeness import evidence_completeness
@@ -251,11 +252,20 @@ async def _begin(
     candidates = await candidate_facts(host.artifacts, plan, source.agent_input)
     if candidates:  # what was swapped in, and how it differs (the trajectory's facts)
         payload["candidates"] = candidates
-    started = await host.ledger.append(
-        plan.replay_id,
-        NewEvent("run", E.RUN_STARTED, source.start_time, payload=payload),
-        expected_sequence=1,
-    )
+    event = NewEvent("run", E.RUN_STARTED, source.start_time, payload=payload)
+    policy = pinned.redaction_policy_version
+    if policy not in (None, NO_REDACTION):
+        # made of the source's sanitized evidence: its raw form is itself, and its raw-payload
+        # row says so (without one, the pseudonyms it carries would read as a deleted raw row)
+        event = NewEvent(
+            "run",
+            E.RUN_STARTED,
+            source.start_time,
+            payload=payload,
+            raw=event.canonical_payload(),
+            redaction_policy_version=policy,
+        )
+    started = await host.ledger.append(plan.replay_id, event, expected_sequence=1)
     return started.sequence, manifest
 
 

@@ -139,3 +139,32 @@ async def test_both_faces_refuse_a_denial_the_run_never_had(
         json={"sourceRunId": run_id, "mode": "PROMPT_SWAP", "candidatePromptVersion": "v99"},
     )
     assert unknown.status_code == 422 and "candidatePromptVersion v99" in unknown.text
+
+
+async def test_a_tampered_source_is_refused_before_temporal(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """Issue 31: a replay of a run that does not verify refuses to start (exit 1 naming the
+    place), not a started replay that fails in PREPARING."""
+    import json
+
+    from sqlalchemy import text
+
+    home = tmp_path_factory.mktemp("tampered")
+    settings = Settings.from_env({"REPLAYBOOK_HOME": str(home), "TEMPORAL_ADDRESS": NO_TEMPORAL})
+    async with open_stores(settings.stores) as stores:
+        world = SimulatedWorld(SqlWorldStore.beside(stores.db.engine.url))
+        await world.ensure()
+        result = await run_scenario(world, stores.ledger, stores.artifacts, "happy", seed=1)
+        header = json.loads((await stores.ledger.get_run(result.run_id)).model_dump_json())
+        async with stores.db.engine.begin() as conn:
+            await conn.execute(
+                text("UPDATE runs SET record = :v WHERE run_id = :r"),
+                {"v": json.dumps(header | {"outcome": "forged"}), "r": result.run_id},
+            )
+    refused = cli(home, NO_TEMPORAL, "replay", "start", result.run_id, "--mode", "exact")
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    assert f"refusing to replay {result.run_id}: run {result.run_id} does not verify" in (
+        refused.stderr
+    )
+    assert "run header outcome" in refused.stderr
