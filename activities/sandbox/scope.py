@@ -15,12 +15,13 @@ The source run is immutable: its set of digests is computed once per worker and 
 
 from __future__ import annotations
 
+import json
 from collections import OrderedDict
 from collections.abc import Iterable
 from typing import Any
 
 from activities.sandbox.guard import Refused
-from models import ExecutionEvent
+from models import ExecutionEvent, ExecutionEventType
 from models.digest import is_digest
 from models.replay_flow import StepInput
 from runtime.evidence_refs import CAS_PREFIX, collect_references, refs_in
@@ -46,6 +47,13 @@ def named_digests(value: Any) -> set[str]:
         elif is_digest(item):
             found.add(item)
     return found
+
+
+def _step_refs(event_type: ExecutionEventType, payload: Any) -> set[str]:
+    """The digests a completed step's ``replay_step`` names (its checkpoint, random state)."""
+    if event_type is not ExecutionEventType.STEP_COMPLETED or not isinstance(payload, dict):
+        return set()
+    return named_digests(payload.get("replay_step"))
 
 
 def _named_by_source(source: SourceEvidence) -> set[str]:
@@ -88,8 +96,10 @@ class EvidenceScope:
         if self._own is None:  # not read yet: the first miss reads it whole
             return
         for event in events:
-            found = refs_in(event.type, event.payload_json())
+            payload = event.payload_json()
+            found = refs_in(event.type, payload)
             self._own.update(str(ref) for ref in found if is_digest(ref))
+            self._own.update(_step_refs(event.type, payload))
         for stored in appended:
             if stored.payload_ref.startswith(CAS_PREFIX):
                 self._own.add(stored.payload_ref[len(CAS_PREFIX) :])
@@ -105,9 +115,7 @@ class EvidenceScope:
         if digest in await self._source_digests():
             return digest
         if self._own is None:
-            self._own = await collect_references(
-                self.engine.ledger, self.engine.evidence, self.replay_id
-            )
+            self._own = await self._own_digests()
         if digest in self._own:
             return digest
         raise Refused(
@@ -115,6 +123,18 @@ class EvidenceScope:
             f"{method} of artifact {digest[:80]!r}: not evidence of the source run "
             f"{self.source_run_id!r} or of the replay {self.replay_id!r}",
         )
+
+    async def _own_digests(self) -> set[str]:
+        """The replay run's evidence as stored: its references, and the checkpoint and random
+        state each completed step names inside ``replay_step`` (a batch retried after its
+        worker died resumes from them, not from what the workflow passed)."""
+        own = await collect_references(self.engine.ledger, self.engine.evidence, self.replay_id)
+        for event, data in await self.engine.ledger.events_with_payloads(
+            self.replay_id, types=frozenset({ExecutionEventType.STEP_COMPLETED}), missing_ok=True
+        ):
+            if data:
+                own.update(_step_refs(event.type, json.loads(data)))
+        return own
 
     async def record(self, method: str, record_type: type[Any], key: str, record: Any) -> None:
         run_id = getattr(record, "run_id", None)

@@ -18,7 +18,9 @@ from api.config import ApiConfig
 from examples.support_desk.providers import SimulatedWorld
 from examples.support_desk.spec import run_scenario
 from stores.bundle import open_stores
+from stores.sql.scratch import create_scratch_database, drop_scratch_database
 from stores.sql.support_desk_world import SqlWorldStore
+from tests.fixtures_db import PG_ADMIN_URL
 from worker.settings import Settings
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -32,12 +34,16 @@ RUN_LINK = re.compile(r'<td><a href="/ui/runs/(run-[0-9a-f]+)">')
 async def console(
     request: pytest.FixtureRequest,
     tmp_path_factory: pytest.TempPathFactory,
-    sqlite_url: str,
-    postgres_url: str,
 ) -> AsyncIterator[tuple[httpx.AsyncClient, list[str]]]:
-    """A client of the console over a database holding three runs (ids newest first)."""
+    """A client of the console over a database of its own holding three runs (ids newest
+    first): the session's shared databases hold other tests' runs, which the pages list."""
     home: Path = tmp_path_factory.mktemp(f"console-{request.param}")
-    url = sqlite_url if request.param == "sqlite" else postgres_url
+    pg_url = (
+        await create_scratch_database(PG_ADMIN_URL, "rb_console")
+        if request.param == "postgresql"
+        else None
+    )
+    url = pg_url or f"sqlite+aiosqlite:///{home / 'console.db'}"
     settings = Settings.from_env(
         {
             "REPLAYBOOK_HOME": str(home),
@@ -58,6 +64,8 @@ async def console(
     async with httpx.AsyncClient(transport=transport, base_url="http://ui") as client:
         yield client, ids[::-1]
     await app.state.api.close()
+    if pg_url is not None:
+        await drop_scratch_database(PG_ADMIN_URL, pg_url)
 
 
 async def test_tokens_cookie_and_csrf(console: tuple[httpx.AsyncClient, list[str]]) -> None:
