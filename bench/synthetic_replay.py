@@ -1,5 +1,5 @@
 """A recorded synthetic run ready for sandboxed replays: the set-up ``bench.bench_pool`` and the
-sandbox tests (``tests/sandbox``) share. The stores, an engine with the worker's agent catalogs,
+sandbox tests (``tests/activities/sandbox``) share. The stores, an engine with the worker's agent catalogs,
 the run (``examples.synthetic``), sandbox runners with the worker's catalog factory, the
 first batch of a RECORDED replay of the run and the batch after one.
 

@@ -2,7 +2,7 @@
 # Make sure the Debian packages the stack and the tests run are installed, each named as
 # BINARY=PACKAGE: bubblewrap (bwrap) — replay workers run every replay step in it and refuse to
 # start without it (rule 16); prometheus — the alert-rule test runs infra/prometheus-rules.yml
-# in a real Prometheus; chromium — the web console's browser tests (tests/ui/) drive it
+# in a real Prometheus; chromium — the web console's browser tests (tests/api/ui/) drive it
 # headless. Idempotent: does nothing when every binary is on PATH.
 set -euo pipefail
 missing=()

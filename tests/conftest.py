@@ -15,6 +15,7 @@ pytest_plugins = [
     "tests.fixtures_temporal",
     "tests.fixtures_replay",
     "tests.fixtures_models",
+    "tests.fixtures_import",
 ]
 
 # the stacks the tests start as processes (`replaybook up`, workers) read the environment: no

@@ -35,12 +35,12 @@ def stack_settings(home: Path, temporal_address: str, database_url: str | None =
             "REPLAYBOOK_DATABASE_URL": database_url,
             "TEMPORAL_ADDRESS": temporal_address,
             "REPLAYBOOK_LOG_FORMAT": "json",
-            # small enough for tests/sandbox to run a replay into it, far above what any
+            # small enough for tests/activities/sandbox to run a replay into it, far above what any
             # legitimate test replay writes
             "REPLAYBOOK_SANDBOX_MAX_WRITE_BYTES": str(SANDBOX_WRITE_QUOTA),
             "REPLAYBOOK_SANDBOX_MAX_MESSAGE_BYTES": str(SANDBOX_MESSAGE_QUOTA),
             # the suite starts dozens of workers: no warm sandbox each (the pool has its own
-            # tests, tests/sandbox/test_warm_pool.py)
+            # tests, tests/activities/sandbox/test_warm_pool.py)
             "REPLAYBOOK_SANDBOX_WARM": "0",
         }
     )

@@ -153,7 +153,7 @@ def kill_sandbox(pid: int) -> None:
     death makes the kernel kill everything inside — then bwrap itself. (When the worker itself
     dies, bwrap's --die-with-parent does the same: the outer bwrap and the namespace's init both
     carry a parent-death SIGKILL; the uid change only clears it for the step process, which then
-    dies with its namespace. tests/sandbox/test_pool.py measures it with ps.)"""
+    dies with its namespace. tests/activities/sandbox/test_pool.py measures it with ps.)"""
     for child in _children(pid):
         with contextlib.suppress(ProcessLookupError):
             os.kill(child, signal.SIGKILL)

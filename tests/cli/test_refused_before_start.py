@@ -141,6 +141,25 @@ async def test_both_faces_refuse_a_denial_the_run_never_had(
     assert unknown.status_code == 422 and "candidatePromptVersion v99" in unknown.text
 
 
+async def test_both_faces_refuse_an_unknown_capability_with_the_same_message(
+    recorded: tuple[Path, str], api: httpx.AsyncClient
+) -> None:
+    """Issue 34's acceptance: the same invalid request through both faces, the same words
+    (each face names the input as its user wrote it: the flag or the JSON field)."""
+    home, run_id = recorded
+    body = {"sourceRunId": run_id, "mode": "EXACT", "denyApprovals": ["no.such.capability"]}
+    answer = await api.post("/api/replays", json=body)
+    assert answer.status_code == 422, answer.text
+    api_message = answer.json()["message"].removeprefix("denyApprovals ")
+    result = cli(
+        home, NO_TEMPORAL, "replay", "start", run_id, "--deny-approval", "no.such.capability"
+    )
+    assert result.returncode == 2, result.stderr
+    refusals = [line for line in result.stderr.splitlines() if line.startswith("replaybook: ")]
+    assert refusals == [f"replaybook: --deny-approval {api_message}"], result.stderr
+    assert api_message.startswith(f"no.such.capability: run {run_id} recorded no approval")
+
+
 async def test_a_tampered_source_is_refused_before_temporal(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:

@@ -29,3 +29,25 @@ def top_level_packages(root: Path = ROOT) -> tuple[str, ...]:
 
 
 PACKAGES = top_level_packages()
+
+#: the test folders that are not a package's mirror: suites that cross every layer on purpose
+#: (a whole stack killed, tampered with, driven by a real framework or a real model), the
+#: quality rules themselves and the documentation's own checks
+SUITES = frozenset({"chaos", "tamper", "live", "local_models", "quality", "docs"})
+
+
+def unmirrored_test_folders(root: Path = ROOT) -> list[str]:
+    """Folders under ``tests/`` holding test modules that mirror no folder of the project
+    (``tests/<package>/<subpackage>/…``, or ``tests/infra`` and ``tests/sdk`` for the folders
+    that hold no Python package of the root) and are not one of the ``SUITES``."""
+    tests = root / "tests"
+    wrong = []
+    for module in sorted(tests.rglob("test_*.py")):
+        parts = module.parent.relative_to(tests).parts
+        if not parts:
+            continue
+        if parts[0] in SUITES and len(parts) == 1:
+            continue
+        if not root.joinpath(*parts).is_dir():
+            wrong.append("/".join(("tests", *parts)))
+    return sorted(set(wrong))

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.quality.layout import PACKAGES, top_level_packages
+from tests.quality.layout import PACKAGES, top_level_packages, unmirrored_test_folders
 from tests.quality.source_facts import (
     forbidden_imports,
     package_graph,
@@ -206,3 +206,18 @@ def test_an_upward_import_by_name_in_app_fails_the_rules(tmp_path: Path) -> None
     }
     assert schema_users(tree) == {"app/rows.py": (1,)}
     assert set(ALLOWED) != set(packages)  # a new package without rules is a failure
+
+
+def test_the_tests_mirror_the_packages() -> None:
+    """``tests/<package>/<subpackage>/test_*.py`` for a package's tests, or a declared suite
+    (``layout.SUITES``): a test is found where its code is."""
+    assert unmirrored_test_folders() == []
+
+
+def test_a_test_folder_that_mirrors_nothing_is_named(tmp_path: Path) -> None:
+    (tmp_path / "runtime").mkdir()
+    (tmp_path / "runtime" / "__init__.py").write_text("")
+    for folder in ("runtime", "misc", "chaos/deep"):
+        (tmp_path / "tests" / folder).mkdir(parents=True)
+        (tmp_path / "tests" / folder / "test_x.py").write_text("")
+    assert unmirrored_test_folders(tmp_path) == ["tests/chaos/deep", "tests/misc"]

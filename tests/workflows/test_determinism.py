@@ -1,5 +1,5 @@
 """Replays saved histories of the workflows with Temporal's Replayer: a change that breaks
-determinism (or renames a workflow, activity or query) fails here. See tests/histories."""
+determinism (or renames a workflow, activity or query) fails here. See tests/workflows/histories."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from temporalio.worker import Replayer
 from workflows.incident import IncidentWorkflow
 from workflows.replay import ReplayWorkflow
 
-HISTORIES = Path(__file__).resolve().parents[1] / "histories"
+HISTORIES = Path(__file__).resolve().parent / "histories"
 
 
 @pytest.mark.parametrize("name", sorted(p.stem for p in HISTORIES.glob("*.json")))

@@ -18,8 +18,8 @@ from models.errors import SandboxViolationError
 from models.redaction import REDACT_V1, redaction_policy
 from runtime.replay.engine import ReplayEngine
 from stores.bundle import open_stores
+from tests.activities.sandbox.test_broker_guard import CountingModel, _broker
 from tests.fixtures_replay import stack_settings
-from tests.sandbox.test_broker_guard import CountingModel, _broker
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from models.enums import RetentionClass
 from models.privacy import RawEvidenceState
 from models.retention import RETENTION_PERIODS, retention_until
 from stores.sql import privacy as sql_privacy
-from tests.privacy.conftest import PrivacyStack, make_stack
+from tests.runtime.privacy.conftest import PrivacyStack, make_stack
 
 
 async def test_every_retention_class_has_a_duration() -> None:

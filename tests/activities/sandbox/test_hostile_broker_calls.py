@@ -235,7 +235,7 @@ async def test_another_runs_prompt_is_refused_by_key_and_by_digest(
     """Issue 31 item 7: the recorded code asked the broker for another run's prompt record by
     its key and for its text by the digest the record names; both are refused now, with the
     refusal recorded, and nothing of that prompt reaches the replay's evidence."""
-    from tests.sandbox.test_broker_guard import SECRET, another_runs_prompt
+    from tests.activities.sandbox.test_broker_guard import SECRET, another_runs_prompt
 
     stack = sandbox_stack
     key, digest = await another_runs_prompt(stack.stores.ledger, stack.stores.artifacts)

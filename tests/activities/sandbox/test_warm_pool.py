@@ -11,8 +11,8 @@ from pathlib import Path
 
 from activities.sandbox.config import SandboxSettings
 from bench.synthetic_replay import synthetic_replays
+from tests.activities.sandbox.test_pool import _recorded, _replay
 from tests.fixtures_replay import stack_settings
-from tests.sandbox.test_pool import _recorded, _replay
 
 
 async def _until(predicate, seconds: float = 60.0) -> None:
@@ -70,9 +70,11 @@ async def test_a_replay_worker_starts_its_warm_processes_when_it_starts(
     sandbox = settings.sandbox.model_copy(update={"warm_processes": 1})
     settings = settings.model_copy(update={"sandbox": sandbox})
     client = await connect(settings)
+    # sandboxes an earlier test of this process left closing are not this worker's
+    before = set(_sandboxes())
     async with running_workers(settings, "replay", client):
-        await _until(lambda: len(_sandboxes()) == 1)
-        (pid,) = _sandboxes()
+        await _until(lambda: len(set(_sandboxes()) - before) == 1)
+        (pid,) = set(_sandboxes()) - before
     await _until(lambda: not _alive(pid))
 
 

@@ -16,7 +16,7 @@ from examples.synthetic import record_synthetic_run
 from models import ExecutionEventType, ReplayMode, ReplayStatus, RunStatus
 from models.replay_flow import ReplayPlan
 
-PROJECT = Path(__file__).resolve().parents[2]
+PROJECT = Path(__file__).resolve().parents[3]
 
 
 def plan(run_id: str) -> ReplayPlan:

@@ -27,9 +27,9 @@ from models.replay_flow import ReplayCursorsView, ReplayPlan, StepInput
 from runtime.replay.engine import ReplayEngine
 from runtime.replay.source import SourceEvidence
 from stores.bundle import open_stores
+from tests.activities.sandbox.test_broker_guard import QUOTAS
+from tests.activities.sandbox.test_pool import _recorded
 from tests.fixtures_replay import stack_settings
-from tests.sandbox.test_broker_guard import QUOTAS
-from tests.sandbox.test_pool import _recorded
 
 
 @pytest.fixture

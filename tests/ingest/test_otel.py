@@ -14,7 +14,7 @@ from ingest.otel import import_otel
 from models import ReplayMode, SideEffectRecord
 from models.errors import InvalidInputError
 from runtime.trajectory import load_trajectory
-from tests.importers.conftest import OTEL_FILES
+from tests.fixtures_import import OTEL_FILES
 
 
 def test_the_four_framework_traces_are_there() -> None:

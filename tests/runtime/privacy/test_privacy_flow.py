@@ -13,7 +13,7 @@ from examples.support_desk.spec import run_scenario
 from models.errors import AccessDeniedError, ContentDestroyedError, EvidenceLockedError
 from models.privacy import RawEvidenceState, RawReadOutcome, SubjectKind
 from runtime.evidence_refs import referenced_artifacts
-from tests.privacy.conftest import PrivacyStack, make_stack
+from tests.runtime.privacy.conftest import PrivacyStack, make_stack
 
 RAW_VALUES = (b"bob@example.com", b"carol@example.com", b"+1-555-0199")
 #: the names of both customers sharing the phone (the CRM's records the run read)

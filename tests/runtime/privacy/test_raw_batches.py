@@ -16,7 +16,7 @@ from models.privacy import RawEvidenceState
 from runtime.ports import NewEvent
 from stores.sql import privacy as sql_privacy
 from stores.sql.ledger import SqlLedger
-from tests.privacy.conftest import PrivacyStack
+from tests.runtime.privacy.conftest import PrivacyStack
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 SUBJECT = "customer:C-2002"

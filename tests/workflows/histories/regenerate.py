@@ -1,4 +1,4 @@
-"""Regenerate the saved workflow histories: ``.venv/bin/python -m tests.histories.regenerate``.
+"""Regenerate the saved workflow histories: ``.venv/bin/python -m tests.workflows.histories.regenerate``.
 
 Runs each workflow once on a throw-away dev server and saves its history as JSON here. The
 histories are committed; ``tests/workflows/test_determinism.py`` replays them with Temporal's

@@ -13,7 +13,7 @@ from app.local_replay import engine_for, replay_locally
 from integrations.tau2_bench.importer import import_tau2_bench
 from integrations.tau_bench.imported import load_imported_runs
 from models import ReplayMode, SideEffectRecord
-from tests.importers.conftest import TAU
+from tests.fixtures_import import TAU
 
 USER = "mia_li_3668"
 

@@ -31,7 +31,7 @@ from stores.artifacts import LocalArtifactStore
 from stores.sql.database import open_database
 from stores.sql.evidence import SqlEvidenceReader
 from stores.sql.ledger import SqlLedger
-from tests.importers.conftest import TAU, TAU_FILES, ImportStores
+from tests.fixtures_import import TAU, TAU_FILES, ImportStores
 
 TOOLS = TAU / "tools_info.json"
 

@@ -14,7 +14,7 @@ from stores.artifacts import LocalArtifactStore
 from stores.encryption import data_key_cipher, open_sealed
 from stores.sql import schema
 from stores.sql.privacy import associated_data, key_scope
-from tests.privacy.conftest import TEST_KEK, PrivacyStack
+from tests.runtime.privacy.conftest import TEST_KEK, PrivacyStack
 
 #: Bob, the third party whose record the wrong-customer run read (his deletion destroyed no
 #: key before per-run keys: the run's raw was sealed under the customer's key)

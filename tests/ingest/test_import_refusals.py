@@ -15,8 +15,8 @@ from ingest.otel import convert_otel_file
 from integrations.tau2_bench.importer import convert_tau2_file
 from integrations.tau_bench.importer import convert_tau_file
 from models.errors import InvalidInputError
-from tests.importers.conftest import OTEL_FILES, TAU
-from tests.importers.test_tau2_bench import _results
+from tests.fixtures_import import OTEL_FILES, TAU
+from tests.integrations.test_tau2_bench import _results
 
 _TRAJ = [
     {"role": "system", "content": "policy"},
