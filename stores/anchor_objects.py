@@ -1,12 +1,22 @@
 """Where the anchor log's entries are kept: named write-once objects in a local directory or an
-S3 bucket (``stores.anchors``). A local file is created exclusively and left read-only; an S3
-object is written only when absent and, in a bucket with Object Lock, under COMPLIANCE
-retention, which no one (not even the bucket owner) can shorten or remove."""
+S3 bucket (``stores.anchors``), each written whole under its name or not at all, by one writer
+only when two race for it.
+
+A local file is written and synced under a temporary name, then linked to its name (``link``
+fails when the name exists: atomic and exclusive), and left read-only: a writer that dies
+half-way leaves no short entry holding an index. An S3 object is put with ``If-None-Match: *``
+(the server refuses the second writer with 412 PreconditionFailed: no check-then-put window),
+in a bucket with Object Lock under COMPLIANCE retention, which no one (not even the bucket
+owner) can shorten or remove; the object is read back after the put, so a server that ignores
+the precondition and lets another writer's bytes replace these ones is seen as a lost race
+(docs/threat-model.md states that limit)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Protocol
@@ -20,6 +30,9 @@ __all__ = ["ANCHOR_RETENTION", "LocalObjects", "Objects", "S3Objects"]
 
 #: how long an S3 anchor is kept under COMPLIANCE retention
 ANCHOR_RETENTION = timedelta(days=3650)
+#: puts of one anchor answered 409 ConditionalRequestConflict (a concurrent conditional write
+#: the server could not order) tried again before giving up
+_CONFLICT_ATTEMPTS = 5
 
 
 class Objects(Protocol):
@@ -53,14 +66,24 @@ class LocalObjects:
     def _create(self, name: str, data: bytes) -> bool:
         path = self.root / name
         path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
-        except FileExistsError:
+        if path.exists():  # the common loser of a race: no temporary file written for nothing
             return False
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+        # a name starting with "." and not ending in ".json": never listed as an entry
+        temp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            try:
+                os.link(temp, path)  # the whole entry appears under its name, or nothing does
+            except FileExistsError:
+                return False
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temp)
+        _sync_directory(path.parent)
         return True
 
     async def read(self, name: str) -> bytes | None:
@@ -101,18 +124,29 @@ class S3Objects:
         client, bucket, key = self.store.client, self.store.bucket, self.base + name
 
         def create() -> bool:
-            try:
-                client.head_object(Bucket=bucket, Key=key)
-                return False
-            except ClientError as e:
-                if str(e.response.get("Error", {}).get("Code", "")) not in {"404", "NoSuchKey"}:
-                    raise
             kwargs: dict[str, Any] = {"Bucket": bucket, "Key": key, "Body": data}
+            # the server writes only when the key is absent: two writers (or an attacker
+            # racing the writer) cannot both pass a check made before the put
+            kwargs["IfNoneMatch"] = "*"
             if lock:
                 kwargs["ObjectLockMode"] = "COMPLIANCE"
                 kwargs["ObjectLockRetainUntilDate"] = datetime.now(UTC) + ANCHOR_RETENTION
-            client.put_object(**kwargs)
-            return True
+            for attempt in range(_CONFLICT_ATTEMPTS):
+                try:
+                    client.put_object(**kwargs)
+                    break
+                except ClientError as e:
+                    code = _code(e)
+                    if code in {"412", "PreconditionFailed"}:
+                        return False
+                    if code not in {"409", "ConditionalRequestConflict"}:
+                        raise
+                    if attempt == _CONFLICT_ATTEMPTS - 1:
+                        raise
+            # a server that ignored the precondition may have let another writer's bytes
+            # replace these: then that writer holds the name, and this one lost
+            stored = client.get_object(Bucket=bucket, Key=key)["Body"].read()
+            return bool(stored == data)
 
         return await self._run("write anchor", create)
 
@@ -123,7 +157,7 @@ class S3Objects:
             try:
                 return bytes(client.get_object(Bucket=bucket, Key=key)["Body"].read())
             except ClientError as e:
-                if str(e.response.get("Error", {}).get("Code", "")) in {"404", "NoSuchKey"}:
+                if _code(e) in {"404", "NoSuchKey"}:
                     return None
                 raise
 
@@ -150,3 +184,16 @@ class S3Objects:
             return await asyncio.to_thread(fn)
         except ClientError as e:
             raise StoreError(f"S3 {what} in {self.location} failed: {e}") from e
+
+
+def _code(e: ClientError) -> str:
+    return str(e.response.get("Error", {}).get("Code", ""))
+
+
+def _sync_directory(directory: Path) -> None:
+    """Make a new name in ``directory`` durable (its entry, not only the file's bytes)."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
