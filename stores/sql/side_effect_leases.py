@@ -4,6 +4,12 @@ it becomes UNKNOWN (and goes to reconciliation), never EXECUTING for good.
 
 The sweep appends the UNKNOWN transition to the side effect's own run, under an event id
 derived from the EXECUTING event it ends: two sweepers racing record it once.
+
+In a run that keeps raw forms apart (rule 17), the UNKNOWN is a copy of the EXECUTING record's
+sanitized view — the sweeper never holds (nor decrypts) the raw form — so it is recorded with
+a raw-payload row saying its raw form is itself, under the EXECUTING event's redaction policy.
+Without that row the pseudonyms the copy carries would read as a raw row somebody deleted
+(``stores.sql.raw_check``): an untouched run would fail ``runs verify``.
 """
 
 from __future__ import annotations
@@ -15,10 +21,12 @@ from sqlalchemy import select
 
 from models import ExecutionEventType, SideEffectRecord, SideEffectStatus
 from models.errors import SequenceConflictError
+from models.redaction import NO_REDACTION
 from runtime.ports import NewEvent
 from runtime.unknown_outcomes import count_unknown_recorded
 from stores.sql import schema
 from stores.sql.ledger import SqlLedger
+from stores.sql.privacy import event_raw_id
 
 log = structlog.get_logger(__name__)
 
@@ -68,6 +76,17 @@ async def sweep_expired_side_effects(
             record=unknown,
             event_id=f"{record.side_effect_id}:lease-expired:{sequence}",
         )
+        policy = await _redaction_policy(ledger, record.run_id, sequence)
+        if policy is not None:  # made of sanitized evidence: its raw form is itself
+            event = NewEvent(
+                event.step_id,
+                event.type,
+                now,
+                record=unknown,
+                event_id=event.event_id,
+                raw=event.canonical_payload(),
+                redaction_policy_version=policy,
+            )
         try:
             await ledger.append(record.run_id, event)
         except SequenceConflictError:  # another sweeper (or the owner) recorded it first
@@ -81,3 +100,21 @@ async def sweep_expired_side_effects(
         )
         swept.append(unknown)
     return swept
+
+
+async def _redaction_policy(ledger: SqlLedger, run_id: str, sequence: int) -> str | None:
+    """The redaction policy the EXECUTING event at ``sequence`` was recorded under (its raw
+    row's), else the one the run's header pins; None when the run keeps no raw forms."""
+    r, runs = schema.raw_payloads.c, schema.runs.c
+    async with ledger.db.read() as conn:
+        row = (
+            await conn.execute(
+                select(r.redaction_policy_version).where(r.raw_id == event_raw_id(run_id, sequence))
+            )
+        ).first()
+        if row is not None:
+            return str(row.redaction_policy_version)
+        header = (await conn.execute(select(runs.record).where(runs.run_id == run_id))).first()
+    pinned = ((header.record or {}).get("pinned") or {}) if header is not None else {}
+    policy = pinned.get("redaction_policy_version") if isinstance(pinned, dict) else None
+    return None if policy in (None, NO_REDACTION) else str(policy)
