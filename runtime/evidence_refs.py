@@ -18,7 +18,7 @@ from models import (
 )
 from models.digest import is_digest
 from models.errors import InvalidInputError
-from runtime.ports import ArtifactStore, EventLedger, EvidenceReader
+from runtime.ports import ArtifactStore, EventLedger, EvidenceReader, StoringLedger
 
 __all__ = [
     "REFERENCING",
@@ -124,7 +124,9 @@ async def referenced_artifacts(
 ) -> set[str]:
     """Every artifact digest the run's evidence points to that exists in ``artifacts`` (by
     default the ledger's own store, ``SqlLedger.artifacts``)."""
-    store = artifacts if artifacts is not None else getattr(ledger, "artifacts", None)
+    store = artifacts
+    if store is None and isinstance(ledger, StoringLedger):
+        store = ledger.artifacts
     if store is None:
         raise InvalidInputError(
             f"run {run_id}: no artifact store to look referenced artifacts up in"

@@ -191,6 +191,37 @@ class VaultedLedger(Protocol):
 
 
 @runtime_checkable
+class StoringLedger(Protocol):
+    """A ledger that names the artifact store its evidence's artifacts are in (the SQL
+    ledger)."""
+
+    @property
+    def artifacts(self) -> ArtifactStore | None: ...
+
+
+@runtime_checkable
+class SubjectVault(Protocol):
+    """What a vault tells of a run's people and of its destroyed raw content
+    (``stores.sql.privacy.SqlRawVault``): a new run takes on its data subjects (a replay, its
+    source's), and a replay says when a deletion request left it only the sanitized view."""
+
+    async def add_subjects(self, run_id: str, subjects: Sequence[RunSubject]) -> None: ...
+
+    async def run_subjects(self, run_id: str) -> list[RunSubject]: ...
+
+    async def destroyed_summary(self, run_id: str) -> tuple[int, str | None, datetime | None]:
+        """(raw payloads of the run a deletion request destroyed, one request id, its time)."""
+        ...
+
+
+def subject_vault(ledger: object) -> SubjectVault | None:
+    """The ledger's vault when it keeps data subjects (the SQL ledger's); None for a ledger
+    that keeps no raw content (a test's) or only seals it (a sandboxed step's)."""
+    vault = ledger.vault if isinstance(ledger, VaultedLedger) else None
+    return vault if isinstance(vault, SubjectVault) else None
+
+
+@runtime_checkable
 class WriteBehindLedger(EventLedger, Protocol):
     """A ledger with a group-commit writer (``stores.sql.ledger.SqlLedger``): appends are
     handed to it and committed in the background, in order, with what goes with them."""

@@ -19,7 +19,7 @@ from runtime.knowledge import RecordingKnowledgeGateway, Retriever
 from runtime.manifests import capture_environment, capture_source_code
 from runtime.model_gateway import RecordingModelGateway
 from runtime.policy import PolicySet, RecordingPolicyEngine
-from runtime.ports import ArtifactStore, EventLedger, ModelProvider
+from runtime.ports import ArtifactStore, EventLedger, ModelProvider, VaultedLedger
 from runtime.privacy.redaction import recording_redaction
 from runtime.prompts import PromptBundle
 from runtime.recorder import RunRecorder
@@ -112,9 +112,8 @@ async def record_run(
             labels=run_labels,
         )
     )
-    vault = getattr(ledger, "vault", None)
-    if vault is not None:
-        await vault.add_subjects(run_id, subjects)
+    if isinstance(ledger, VaultedLedger):
+        await ledger.vault.add_subjects(run_id, subjects)
     return await execute_graph(
         spec.graph, env, recorder, ledger, agent_input, seed=seed, max_steps=spec.max_steps
     )

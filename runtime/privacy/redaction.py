@@ -8,6 +8,7 @@ from models import RunRecord
 from models.base import format_instant
 from models.capability import Capability
 from models.redaction import NO_REDACTION, RedactionPolicy, redaction_policy
+from runtime.ports import subject_vault
 
 
 def personal_fields(capabilities: Iterable[Capability]) -> frozenset[str]:
@@ -27,7 +28,7 @@ def replay_redaction(run: RunRecord, capabilities: Iterable[Capability]) -> Reda
 async def destroyed_content_note(ledger: object, run_id: str) -> str | None:
     """Why a replay of ``run_id`` is LIMITED when a deletion request destroyed raw content of
     it; None when nothing was destroyed (or the ledger keeps no raw content)."""
-    vault = getattr(ledger, "vault", None)
+    vault = subject_vault(ledger)
     if vault is None:
         return None
     count, request_id, at = await vault.destroyed_summary(run_id)

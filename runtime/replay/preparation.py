@@ -25,7 +25,7 @@ from models.verdicts import manifest_drift
 from runtime.completeness import evidence_completeness
 from runtime.graph import GraphDefinition
 from runtime.manifests import capture_environment, capture_source_code
-from runtime.ports import ArtifactStore, EventLedger, EvidenceReader, NewEvent
+from runtime.ports import ArtifactStore, EventLedger, EvidenceReader, NewEvent, subject_vault
 from runtime.privacy.redaction import destroyed_content_note
 from runtime.replay.candidates import candidate_facts, candidate_problems
 from runtime.replay.catalog import AgentCatalog
@@ -237,7 +237,7 @@ async def _begin(
             },
         )
     )
-    vault = getattr(host.ledger, "vault", None)
+    vault = subject_vault(host.ledger)
     if vault is not None:  # the replay holds the source's people's data: their subjects too
         await vault.add_subjects(plan.replay_id, await vault.run_subjects(run.run_id))
     existing = await host.ledger.events(plan.replay_id)

@@ -32,7 +32,7 @@ from models.digest import sha256_digest, verify_content
 from models.errors import ConfigurationError, ContentDestroyedError, IntegrityError
 from models.privacy import NO_SUBJECT, RawEvidence, RawEvidenceState
 from models.redaction import DEFAULT_REDACTION_POLICY
-from runtime.ports import ArtifactStore
+from runtime.ports import ArtifactStore, SubjectVault
 from stores.encryption import (
     KeyEncryptionKey,
     data_key_cipher,
@@ -91,7 +91,7 @@ def artifact_raw_id(run_id: str, sanitized_hash: str) -> str:
     return f"artifact:{run_id}:{sanitized_hash}"
 
 
-class SqlRawVault(RawVaultQueries, RawShredding):
+class SqlRawVault(RawVaultQueries, RawShredding, SubjectVault):
     """Seals and opens raw payloads; the KEK is loaded on first use (``kek`` factory)."""
 
     def __init__(
