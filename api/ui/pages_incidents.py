@@ -13,7 +13,7 @@ from fastapi.responses import RedirectResponse, Response
 
 from api.auth import FORENSIC
 from api.state import State
-from api.ui.web import Reader, check_csrf, error_page, html_errors, render
+from api.ui.web import Reader, html_errors, refused_form, render, validation_reason
 from app.alerts import incident_alerts
 from app.capsules import list_cases
 from app.console import compare_view, incident_side_effects, incidents_list
@@ -122,9 +122,8 @@ async def confirm(
     expectations: Text = "",
     replay_ids: Annotated[list[str] | None, Form()] = None,
 ) -> Response:
-    check_csrf(request, csrf)
-    if not principal.may(FORENSIC):
-        return error_page(request, 403, "confirming a root cause needs the role forensic or admin")
+    if refused := refused_form(request, csrf, principal, FORENSIC, "confirming a root cause"):
+        return refused
     form = {
         "root_cause": root_cause,
         "fix_version": fix_version,
@@ -164,9 +163,8 @@ async def resolve(
     evidence: Text = "",
     resolved_by: Text = "",
 ) -> Response:
-    check_csrf(request, csrf)
-    if not principal.may(FORENSIC):
-        return error_page(request, 403, "settling a side effect needs the role forensic or admin")
+    if refused := refused_form(request, csrf, principal, FORENSIC, "settling a side effect"):
+        return refused
     try:
         resolution = SideEffectResolution(
             side_effect_id=side_effect_id,
@@ -175,8 +173,8 @@ async def resolve(
             resolved_by=resolved_by,
         )
     except ValueError as exc:
-        first = str(exc).splitlines()[-1].strip()
-        return await _incident_page(request, state, incident_id, 422, f"refused: {first}")
+        reason = f"refused: {validation_reason(exc)}"
+        return await _incident_page(request, state, incident_id, 422, reason)
     try:
         await resolve_side_effect(await state.client(), incident_id, resolution)
     except ConflictError as exc:

@@ -13,7 +13,7 @@ from fastapi.responses import RedirectResponse, Response
 from api.auth import OPERATE
 from api.routes_runs import read_raw
 from api.state import State
-from api.ui.web import Reader, check_csrf, error_page, html_errors, render
+from api.ui.web import Reader, html_errors, refused_form, render, validation_reason
 from app.console import (
     PAGE_SIZE,
     completeness_view,
@@ -172,9 +172,8 @@ async def replay(
     max_duration: Text = "",
     on_fixture_miss: Text = "fail",
 ) -> Response:
-    check_csrf(request, csrf)
-    if not principal.may(OPERATE):
-        return error_page(request, 403, "starting a replay needs the role engineer or admin")
+    if refused := refused_form(request, csrf, principal, OPERATE, "starting a replay"):
+        return refused
     if mode not in ReplayMode.__members__:
         raise InvalidInputError(f"mode must be one of {', '.join(ReplayMode)}", field="mode")
     stores = await state.stores()
@@ -210,9 +209,8 @@ async def incident(
     repeat: Text = "3",
     on_fixture_miss: Text = "fail",
 ) -> Response:
-    check_csrf(request, csrf)
-    if not principal.may(OPERATE):
-        return error_page(request, 403, "opening an incident needs the role engineer or admin")
+    if refused := refused_form(request, csrf, principal, OPERATE, "opening an incident"):
+        return refused
     swaps = []
     for line in counterfactuals.replace(",", "\n").splitlines():
         kind, sep, value = line.strip().partition("=")
@@ -231,8 +229,8 @@ async def incident(
             repeat=_int(repeat, "repeat") or 1,
             miss_policy=parse_miss_policy(on_fixture_miss, "on_fixture_miss"),
         )
-    except ValueError as exc:  # a kind that is not one of the swaps (pydantic's words)
-        first = str(exc).splitlines()[-1].strip() if str(exc) else "invalid"
-        raise InvalidInputError(f"counterfactuals: {first}", field="counterfactuals") from None
+    except ValueError as exc:  # a kind that is not one of the swaps
+        reason = validation_reason(exc)
+        raise InvalidInputError(f"counterfactuals: {reason}", field="counterfactuals") from None
     await open_incident(state.client, await state.stores(), request_, catalogs=state.catalogs())
     return RedirectResponse(f"/ui/incidents/{request_.incident_id}", status_code=303)

@@ -20,6 +20,7 @@ from urllib.parse import quote
 from fastapi import Depends, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
+from pydantic import ValidationError
 from starlette.exceptions import HTTPException
 
 from api.auth import READ, Principal, Role, principal_of
@@ -101,6 +102,32 @@ def render(request: Request, name: str, status: int = 200, **context: Any) -> HT
 
 def error_page(request: Request, status: int, message: str, field: str = "") -> HTMLResponse:
     return render(request, "error.html", status=status, code=status, message=message, field=field)
+
+
+def refused_form(
+    request: Request, csrf: str, principal: Principal, allowed: tuple[Role, ...], action: str
+) -> HTMLResponse | None:
+    """A console form's checks before it acts: its CSRF token (a stale or foreign form is
+    refused with 403) and the caller's role (the 403 page says what ``action`` needs); None
+    when the form may act."""
+    check_csrf(request, csrf)
+    if principal.may(allowed):
+        return None
+    names = " or ".join(r.value for r in (*allowed, Role.ADMIN))
+    return error_page(request, 403, f"{action} needs the role {names}")
+
+
+def validation_reason(exc: ValueError) -> str:
+    """What a record refused in a form's values, worded as the API words it: ``field:
+    problem`` for each (not pydantic's whole message, which counts the errors, names the
+    model and ends in a link)."""
+    if isinstance(exc, ValidationError):
+        problems = [
+            f"{'.'.join(str(p) for p in e['loc'] if not isinstance(p, int)) or 'value'}: {e['msg']}"
+            for e in exc.errors()
+        ]
+        return "; ".join(problems) or "invalid"
+    return str(exc).strip() or "invalid"
 
 
 def html_errors(

@@ -101,9 +101,21 @@ async def test_tokens_cookie_and_csrf(console: tuple[httpx.AsyncClient, list[str
         headers=cookies,
     )
     assert bad.status_code == 422 and "counterfactuals" in bad.text
+    # a kind that is no swap: the record's refusal, in its own words, named by the field
+    kind = await client.post(
+        f"/ui/runs/{ids[0]}/incident",
+        data={"counterfactuals": "flavour=v2", "csrf": csrf.group(1)},
+        headers=cookies,
+    )
+    assert kind.status_code == 422, kind.text
+    assert "counterfactuals: kind: Input should be &#39;prompt&#39;" in kind.text, kind.text
+    assert "errors.pydantic.dev" not in kind.text
     # a viewer may not start anything
     viewer = await client.post(f"/ui/runs/{ids[0]}/replay", data={}, headers=VIEWER)
     assert viewer.status_code == 403 and "engineer" in viewer.text
+    confirm = await client.post("/ui/incidents/INC-none/confirm", data={}, headers=VIEWER)
+    assert confirm.status_code == 403
+    assert "confirming a root cause needs the role forensic or admin" in confirm.text
 
 
 async def test_runs_are_paged_newest_first_and_filtered(
