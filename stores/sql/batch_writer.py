@@ -43,8 +43,13 @@ __all__ = ["POSTGRES_LANES", "BatchWriter", "FastBatch", "NeedsGeneralPath", "ba
 #: what a database connection waits for SQLite's write lock (as the pooled connections)
 _SQLITE_BUSY_MS = 10_000
 #: PostgreSQL transactions a batch writer keeps in flight at once (its connections); the
-#: ledger's group commit splits runs over as many lanes
-POSTGRES_LANES = 2
+#: ledger's group commit splits runs over as many lanes. One: every append queued while a
+#: transaction commits goes into the next, so each WAL flush carries all of them. With two,
+#: the second lane's commit usually reached the server during the first one's flush and
+#: waited for a flush of its own (PostgreSQL flushes the WAL one flush at a time): half the
+#: appends per flush, and 8 awaiting writers swung between 2,000 and 10,800 ev/s from round to
+#: round where one lane gave 6,200-10,600 (docs/performance.md, issue 35 item 6)
+POSTGRES_LANES = 1
 
 
 class NeedsGeneralPath(Exception):
