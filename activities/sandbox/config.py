@@ -73,6 +73,12 @@ class SandboxSettings(BaseModel):
     #: ``--repeat`` parent) has announced child replays still to come: the pool grows to one
     #: started process per announced child, ahead of their first batches (0: never grows)
     fanout_warm: int = Field(32, ge=0, le=256, validation_alias="REPLAYBOOK_SANDBOX_FANOUT_WARM")
+    #: the sibling replays of one announced fan-out (same parent, same source run) take turns
+    #: in at most this many processes of their own, one batch at a time each, instead of one
+    #: process per replay: each start is ~0.5 s of CPU, and twenty of them at once on two
+    #: cores took seconds (``siblings``; the trade in docs/sandbox.md). 0: a process per
+    #: replay, as before
+    fanout_share: int = Field(2, ge=0, le=64, validation_alias="REPLAYBOOK_SANDBOX_FANOUT_SHARE")
 
     #: bytes one batch of a replay's steps may write through its broker, events and
     #: artifacts together (counted by the worker); past it the replay stops with a partial

@@ -6,7 +6,9 @@ A fan-out is announced under a key, the id its child replays' ids start with (``
 for ``INC-7-exact-000`` …); announcing a key again replaces its count (so an incident's early
 announcement and its replay parent's own do not add up), a child taking a process counts one
 off its key, and an announcement nobody came for is forgotten after ``EXPECT_SECONDS`` (a
-parent that failed, or children that landed on another worker). Pure bookkeeping: no I/O.
+parent that failed, or children that landed on another worker). A key stays known as a fan-out
+(``announced``: its children may share processes, ``siblings``) until ``EXPECT_SECONDS`` after
+its last announcement, also once all its children came. Pure bookkeeping: no I/O.
 """
 
 from __future__ import annotations
@@ -23,9 +25,21 @@ class Demand:
 
     #: key -> (children still to come, monotonic time the announcement lapses)
     _expected: dict[str, tuple[int, float]] = field(default_factory=dict)
+    #: key -> monotonic time its last announcement lapses
+    _announced: dict[str, float] = field(default_factory=dict)
 
     def expect(self, key: str, count: int, now: float) -> None:
-        """``count`` children of ``key`` are about to want a process (0 forgets the key)."""
+        """``count`` children of ``key`` are about to want a process (0 forgets the count)."""
+        self._announced[key] = max(self._announced.get(key, now), now + EXPECT_SECONDS)
+        self._count(key, count, now)
+
+    def announced(self, key: str, now: float) -> bool:
+        """Whether ``key`` is a fan-out announced within the last ``EXPECT_SECONDS``."""
+        for lapsed in [k for k, until in self._announced.items() if until <= now]:
+            del self._announced[lapsed]
+        return key in self._announced
+
+    def _count(self, key: str, count: int, now: float) -> None:
         if count > 0:
             self._expected[key] = (count, now + EXPECT_SECONDS)
         else:
@@ -36,7 +50,7 @@ class Demand:
         key, _, _ = replay_id.rpartition("-")
         if key in self._expected:
             count, until = self._expected[key]
-            self.expect(key, count - 1, until - EXPECT_SECONDS)
+            self._count(key, count - 1, until - EXPECT_SECONDS)
 
     def wanted(self, now: float) -> int:
         """Children announced and still to come (lapsed announcements dropped)."""
