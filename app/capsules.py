@@ -1,6 +1,7 @@
 """Incident capsules (``.rbcase``, ``models.capsule``): export a regression case with the
 evidence its replay needs, open one (every check, in order, each named when it fails), bring
-one back into a store, and list the cases a store holds."""
+one back into a store, and list the cases a store holds. A run whose raw content was
+destroyed travels with the audit records of those deletions (``app.capsule_deletions``)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from app.capsule_deletions import DELETIONS_ENTRY, carried_deletions, check_deletions
 from app.regression import case_threshold
 from models import RunStatus
 from models.capsule import (
@@ -43,7 +45,7 @@ from stores.case_signing import (
     verify_signature,
 )
 from stores.sql.capsule_rows import (
-    export_run_rows,
+    export_run_evidence,
     import_run_rows,
     live_read_answers,
     newest_gate_replay,
@@ -83,13 +85,18 @@ class OpenedCapsule:
     def live_answers(self) -> list[dict[str, Any]]:
         return [json.loads(d) for p, d in sorted(self.entries.items()) if p.startswith(LIVE_DIR)]
 
+    def deletions(self) -> list[dict[str, Any]]:
+        """The chained audit records of the run's destroyed raw content (checked on opening)."""
+        return carried_deletions(self.entries)
+
 
 async def export_case(
     stores: Stores, case_id: str, key: CaseSigningKey, *, now: datetime | None = None
 ) -> tuple[bytes, CapsuleManifest]:
     """The signed capsule of regression case ``case_id``: its source run's rows and every
-    artifact they reference, the live READ answers its incident's replays got, the chain head.
-    The source run must verify (``ChainBrokenError`` otherwise: broken evidence is not shipped)."""
+    artifact they reference, the live READ answers its incident's replays got, the chained
+    records of its destroyed raw content, the chain head. The source run must verify
+    (``CapsuleRefusedError`` otherwise: broken evidence is not shipped)."""
     case = await stores.incidents.get_case(case_id)
     run_id = case.source_run_id
     verification = await stores.ledger.verify(run_id)
@@ -97,12 +104,16 @@ async def export_case(
         raise CapsuleRefusedError(
             "chain", f"run {run_id} of case {case_id} does not verify: {verification.summary()}"
         )
-    rows = await export_run_rows(stores.db, run_id)
+    rows, deletions = await export_run_evidence(stores.db, run_id)
     digests = await collect_references(stores.ledger, stores.evidence, run_id)
     digests |= {r["ciphertext_ref"] for r in rows["raw_payloads"] if r["ciphertext_ref"]}
     files: dict[str, bytes] = {
         ROWS_DIR + name + ".json": _json(table_rows) for name, table_rows in rows.items()
     }
+    files[DELETIONS_ENTRY] = _json(deletions)
+    # the reader's check, made before signing: a capsule whose rows and deletions disagree
+    # (a deletion between the verification above and the read) is never signed
+    check_deletions(run_id, files)
     for digest in sorted(d.removeprefix("cas:") for d in digests):
         files[artifact_path(digest)] = await stores.artifacts.get(digest)
     answers, live_from = await live_read_answers(stores.db, run_id)
@@ -134,6 +145,7 @@ async def export_case(
                 "rows": {name: len(r) for name, r in rows.items()},
                 "artifacts": len(digests),
                 "live_answers": len(answers),
+                "deletions": len(deletions),
             },
         },
         case,
@@ -146,7 +158,8 @@ async def export_case(
 
 def open_capsule(data: bytes, trusted: Ed25519PublicKey | None = None) -> OpenedCapsule:
     """Check ``data`` in order — ``format``, ``signature`` (with ``trusted``, else with the key
-    the capsule names), ``manifest``, ``entries`` — and return it opened;
+    the capsule names), ``manifest``, ``entries``, ``deletions`` (its destroyed raw rows
+    against the deletion records it carries) — and return it opened;
     ``CapsuleRefusedError`` naming the first check that failed (a broken signature also says
     which entry differs, when that can be told)."""
     signed, key_id, signature = split_signature(data)
@@ -177,6 +190,7 @@ def open_capsule(data: bytes, trusted: Ed25519PublicKey | None = None) -> Opened
     case = parse_case(entries)
     if case.case_id != manifest.case_id or case.source_run_id != manifest.source_run_id:
         raise CapsuleRefusedError("manifest", "case.json is not the case the manifest names")
+    check_deletions(manifest.source_run_id, entries)
     return OpenedCapsule(manifest, case, entries, "given" if trusted is not None else "embedded")
 
 
@@ -198,7 +212,7 @@ async def import_capsule(stores: Stores, capsule: OpenedCapsule, *, with_case: b
         stored = await stores.artifacts.put(blob)
         if stored != digest:  # the entries check makes this impossible; never trust it blindly
             raise CapsuleRefusedError("entries", f"artifact {digest} hashes to {stored}")
-    await import_run_rows(stores.db, capsule.rows())
+    await import_run_rows(stores.db, capsule.rows(), capsule.deletions())
     await check_chain(stores, capsule.manifest)
     if with_case:
         await stores.incidents.put_case(capsule.case)
@@ -275,6 +289,7 @@ def capsule_summary(capsule: OpenedCapsule, data: Sequence[int] | bytes) -> dict
         "trust": capsule.trust,
         "chain_heads": [h.model_dump() for h in m.chain_heads],
         "entries": len(m.entries),
+        "deletions": len(capsule.deletions()),
         "bytes": len(data),
         "sha256": sha256_digest(bytes(data)),
         "notes": m.notes,

@@ -16,11 +16,13 @@ entry, the archive's directory, the manifest, the signature itself) is refused. 
   payloads only as the ciphertext the origin holds, whose keys never leave it);
 * ``artifacts/<hex>``: every artifact the run's evidence points to, named by its digest;
 * ``live/<hex>.json``: answers READ tools gave the incident's own replays live
-  (``sandbox-live``), so an offline replay asks no world either.
+  (``sandbox-live``), so an offline replay asks no world either;
+* ``audit/deletions.json``: the chained audit records of the run's destroyed raw content
+  (``app.capsule_deletions``).
 
 The checks run in a fixed order and each has a name a refusal reports: ``format``,
-``signature``, ``manifest``, ``entries``, then (by the reader, once the rows are in a store)
-``chain``.
+``signature``, ``manifest``, ``entries``, ``deletions``, then (by the reader, once the rows
+are in a store) ``chain``.
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ ROWS_DIR = "rows/"
 ARTIFACTS_DIR = "artifacts/"
 LIVE_DIR = "live/"
 #: the checks in the order they run; a refusal names the first that failed
-CHECKS = ("format", "signature", "manifest", "entries", "chain")
+CHECKS = ("format", "signature", "manifest", "entries", "deletions", "chain")
 
 _SIGNATURE_HEAD = b"replaybook-case-signature/1 ed25519 key="
 _KEY_ID_LENGTH = 16
