@@ -1,5 +1,7 @@
 """Real third-party runs end to end, the figures of ``docs/real-runs.md``:
-``.venv/bin/python -m bench.real_runs [--data ../shared/testdata] [--json]``.
+``.venv/bin/python -m bench.real_runs [--data FOLDER] [--json]``; the data is by default the
+repository's own (``tests/data/testdata.tar.xz``, unpacked once by ``tests.testdata``), so a
+clone measures itself; ``--data`` names another ``testdata`` folder of the same layout.
 
 Into a fresh SQLite store it imports every tau-bench file (airline and retail) and every OTel
 trace, verifies every chain, replays every distinct run in ``recorded`` mode through the real
@@ -35,6 +37,7 @@ from models.duplicates import duplicate_side_effects
 from models.evidence import SideEffectRecord
 from runtime.trajectory import load_trajectory
 from stores.bundle import open_stores
+from tests.testdata import unpacked_testdata
 from worker.settings import Settings
 
 TAU_SOURCES = (
@@ -204,10 +207,20 @@ def _table(r: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(prog="python -m bench.real_runs", description=__doc__)
-    parser.add_argument("--data", default="../shared/testdata", type=Path)
+    parser.add_argument(
+        "--data",
+        type=Path,
+        default=None,
+        help="a testdata folder holding tau-bench/ and otel-any-agent/ "
+        "(default: the repository's compressed test data, unpacked once)",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
-    result = asyncio.run(measure(args.data))
+    data = args.data if args.data is not None else unpacked_testdata()
+    missing = [d for d in ("tau-bench", "otel-any-agent") if not (data / d).is_dir()]
+    if missing:
+        parser.error(f"--data {data}: no {' or '.join(f'{d}/' for d in missing)} in it")
+    result = asyncio.run(measure(data))
     if args.json:
         print(json.dumps(result, indent=2))
     else:
