@@ -205,15 +205,20 @@ def _where_changed(data: bytes) -> str:
 
 
 async def import_capsule(stores: Stores, capsule: OpenedCapsule, *, with_case: bool = True) -> str:
-    """Put the capsule's artifacts and rows into ``stores``, check its chain there (``chain``
-    refused when it does not verify or its head is not the manifest's), and store its case
-    (``with_case``). Returns the source run's id. A run already in the store is refused."""
+    """Put the capsule's artifacts and rows into ``stores`` and its deletion records into the
+    store's audit chain, check its chain there (``chain`` refused when it does not verify or
+    its head is not the manifest's), anchor the audit chain's new head (when the store signs
+    anchors), and store its case (``with_case``). Returns the source run's id. A run already
+    in the store is refused."""
     for digest, blob in sorted(capsule.artifacts().items()):
         stored = await stores.artifacts.put(blob)
         if stored != digest:  # the entries check makes this impossible; never trust it blindly
             raise CapsuleRefusedError("entries", f"artifact {digest} hashes to {stored}")
-    await import_run_rows(stores.db, capsule.rows(), capsule.deletions())
+    deletions = capsule.deletions()
+    await import_run_rows(stores.db, capsule.rows(), deletions)
     await check_chain(stores, capsule.manifest)
+    if deletions and stores.anchors is not None and stores.anchors.can_sign:
+        await stores.privacy_records.anchor_audit_head()
     if with_case:
         await stores.incidents.put_case(capsule.case)
     return capsule.manifest.source_run_id

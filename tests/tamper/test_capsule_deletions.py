@@ -22,7 +22,7 @@ from app.capsule_deletions import DELETIONS_ENTRY
 from app.capsule_run import capsule_store_settings
 from app.capsules import OpenedCapsule, capsule_summary, export_case, import_capsule, open_capsule
 from models import ExecutionEventType, RunRecord, RunStatus
-from models.anchor import audit_link
+from models.anchor import AUDIT_LOG_ID, audit_link
 from models.canonical import canonicalize
 from models.capsule import CASE_ENTRY, MANIFEST_ENTRY, pack_unsigned, signature_line
 from models.capsule import with_signature as signed_with
@@ -157,8 +157,11 @@ async def _brought_in(stores: Stores, capsule: OpenedCapsule) -> None:
     assert verification.intact, verification.summary()
     assert verification.checked["raw_payloads"] == len(MESSAGES) + 1
     records = stores.privacy_records
-    length, _, problems = await records.verify_audit()
+    length, heads, problems = await records.verify_audit()
     assert length == 1 and problems == []
+    assert stores.anchors is not None  # the audit chain's new head is anchored there
+    anchored = await stores.anchors.latest(AUDIT_LOG_ID)
+    assert anchored is not None and anchored.anchor.head == heads[-1]
     # the database's writer removes the deletion's record there: a forged deletion again
     await _sql(stores, "DELETE FROM privacy_audit WHERE run_id = :r", r=run_id)
     broken = await stores.ledger.verify(run_id)
