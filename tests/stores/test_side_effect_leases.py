@@ -2,7 +2,7 @@
 UNKNOWN it records is a copy of the EXECUTING record's sanitized view (the sweeper never holds
 the raw form), so its raw-payload row says so (raw = itself). Without that row, the copy's
 pseudonyms read as a raw row somebody deleted: ``runs verify`` fails an untouched run, and a
-raw read refuses it as tampered."""
+raw read refuses it as tampered. The row deleted in SQL is read as the deletion it is."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ import os
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+
+from sqlalchemy import text
 
 from models import RunRecord, SideEffectRecord, SideEffectStatus
 from models.canonical import canonical_hash
@@ -71,3 +73,13 @@ async def test_a_swept_lease_in_a_redacted_run_carries_its_raw_row(
     raw = await vault.raw_evidence(run_id, event.sequence, decrypt=False, for_raw_read=True)
     assert raw.state is RawEvidenceState.SAME_AS_SANITIZED  # read for what it is: no deletion
     assert raw.redaction_policy_version == REDACT_V1
+
+    # the database's writer deletes the copy's raw row: read as the deletion it is
+    async with database.transaction() as conn:
+        await conn.execute(
+            text("DELETE FROM raw_payloads WHERE run_id = :r AND sequence = :s"),
+            {"r": run_id, "s": event.sequence},
+        )
+    broken = await ledger.verify(run_id)
+    assert [(p.sequence, p.kind) for p in broken.problems] == [(event.sequence, "raw_payloads")]
+    assert "raw-payload row deleted" in broken.problems[0].message
