@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import sys
 import time
@@ -99,7 +100,8 @@ PARTS: dict[str, Part] = {
         "replay through Temporal", bench_replay.main, lambda: bench_replay.main(steps=200)
     ),
     "replay-scale": Part(
-        "RECORDED replays through Temporal with default settings, 1k against 10k steps",
+        "RECORDED replays through Temporal with default settings, 1k against 10k steps "
+        "(--steps: other lengths)",
         replay_scale.main,
         lambda: replay_scale.rows(sizes=(10, 200), rounds=3),
     ),
@@ -198,6 +200,13 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="every part at a small size (a smoke run in about a minute; noisier figures)",
     )
+    parser.add_argument(
+        "--steps",
+        type=lambda text: tuple(int(n) for n in text.split(",")),
+        metavar="N,N,...",
+        help="replay-scale: the run lengths, each against the one before it (default "
+        "1000,10000; 1000,10000,50000 adds the 50,000-step replay: minutes a round)",
+    )
     parser.add_argument("--list", action="store_true", help="name the parts and exit")
     return parser.parse_args(argv)
 
@@ -218,7 +227,10 @@ def main(argv: list[str] | None = None) -> None:
             continue
         part = PARTS[name]
         part_started = time.perf_counter()
-        results[name] = _part(part.title, part.quick if args.quick else part.full)
+        run = part.quick if args.quick else part.full
+        if name == "replay-scale" and args.steps:
+            run = functools.partial(replay_scale.main, args.steps)
+        results[name] = _part(part.title, run)
         print(f"{name}: {time.perf_counter() - part_started:.1f} s", file=sys.stderr, flush=True)
     if skipped:
         print(

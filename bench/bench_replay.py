@@ -1,8 +1,8 @@
 """Benchmark: recorded playback of a 1,000-step run through Temporal, and fork-at-90% versus a
 full replay. Run with ``.venv/bin/python -m bench.bench_replay`` (or ``python -m bench``).
 
-Everything is real: a Temporal dev server on free ports, workers in this process, the SQLite
-ledger in a temporary directory. Baselines measured in the same run:
+Everything is real (``bench.stack``): a Temporal dev server on free ports, workers in this
+process, the SQLite ledger in a temporary directory. Baselines measured in the same run:
 
 * playback: the same replay driven in-process by the engine without Temporal — the ratio is
   the cost of durability (one activity per step);
@@ -18,26 +18,20 @@ from __future__ import annotations
 
 import asyncio
 import statistics
-import tempfile
 import time
 import uuid
-from pathlib import Path
 from typing import Any
 
 from activities.sandbox.config import NO_ISOLATION
 from app.local_replay import run_prepared
 from bench.common import Row, Spread, emit, machine_load, ratio_spread
-from devstack.temporal_server import start_temporal_dev_server
+from bench.stack import bench_stack
 from examples.synthetic import record_synthetic_run
 from models import ReplayMode, ReplayStatus
-from models.queues import CONTROL_QUEUE
-from models.replay_flow import ReplayPlan, ReplayWorkflowInput
+from models.replay_flow import ReplayPlan
 from runtime.replay.engine import ReplayEngine
-from stores.bundle import open_stores
 from worker.agents import open_world
-from worker.settings import Settings
-from worker.temporal import catalogs, connect, running_workers
-from workflows.replay import ReplayWorkflow
+from worker.temporal import catalogs
 
 STEPS = 1000
 PLAYBACK_GOAL_S = 5.0
@@ -60,72 +54,45 @@ async def _in_process(engine: ReplayEngine, plan: ReplayPlan) -> int:
 
 
 async def _run(steps: int, rounds: int) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory() as tmp:
-        home = Path(tmp)
-        server = start_temporal_dev_server(home / "temporal", headless=True)
-        try:
-            settings = Settings.from_env(
-                {
-                    "REPLAYBOOK_HOME": str(home),
-                    "REPLAYBOOK_DATABASE_URL": f"sqlite+aiosqlite:///{home / 'rb.db'}",
-                    "TEMPORAL_ADDRESS": server.address,
-                    "REPLAYBOOK_LOG_FORMAT": "json",
-                }
-            )
-            async with open_stores(settings.stores) as stores:
-                source = await record_synthetic_run(stores.ledger, stores.artifacts, steps)
-                engine = ReplayEngine(
-                    stores.ledger,
-                    stores.evidence,
-                    stores.artifacts,
-                    catalogs(open_world(settings.stores.database_url)),
-                )
-                started = time.perf_counter()
-                await _in_process(engine, _plan(source.run_id))
-                in_process = time.perf_counter() - started
+    async with bench_stack() as stack:
+        stores, settings = stack.stores, stack.settings
+        source = await record_synthetic_run(stores.ledger, stores.artifacts, steps)
+        engine = ReplayEngine(
+            stores.ledger,
+            stores.evidence,
+            stores.artifacts,
+            catalogs(open_world(settings.stores.database_url)),
+        )
+        started = time.perf_counter()
+        await _in_process(engine, _plan(source.run_id))
+        in_process = time.perf_counter() - started
 
-                client = await connect(settings)
+        async def through_temporal(plan: ReplayPlan, isolation: str) -> float:
+            started = time.perf_counter()
+            outcome = await stack.replay(plan)
+            assert outcome.status is ReplayStatus.COMPLETED and outcome.reproduced, outcome.reason
+            assert outcome.isolation == isolation, outcome.isolation
+            return time.perf_counter() - started
 
-                async def through_temporal(plan: ReplayPlan, isolation: str) -> float:
-                    started = time.perf_counter()
-                    outcome = await client.execute_workflow(
-                        ReplayWorkflow.run,
-                        ReplayWorkflowInput(plan=plan),
-                        id=plan.replay_id,
-                        task_queue=CONTROL_QUEUE,
-                    )
-                    assert outcome.status is ReplayStatus.COMPLETED and outcome.reproduced, (
-                        outcome.reason
-                    )
-                    assert outcome.isolation == isolation, outcome.isolation
-                    return time.perf_counter() - started
-
-                # the workers' default: steps in bubblewrap; the full replay and the fork at
-                # 90% (the last 10% regenerated, from the step named) in interleaved rounds,
-                # their order alternating (one sample of each read 3.7-6.5x across runs)
-                fork_step = f"s{int(steps * 0.9):05d}"
-                fulls: list[float] = []
-                forks: list[float] = []
-                async with running_workers(settings, "all", client):
-                    for r in range(rounds):
-                        for kind in ("full", "fork") if r % 2 == 0 else ("fork", "full"):
-                            if kind == "full":
-                                fulls.append(
-                                    await through_temporal(_plan(source.run_id), "bubblewrap")
-                                )
-                            else:
-                                plan = _plan(
-                                    source.run_id,
-                                    mode=ReplayMode.FORK_FROM_STEP,
-                                    from_step=fork_step,
-                                )
-                                forks.append(await through_temporal(plan, "bubblewrap"))
-                sandbox_off = settings.sandbox.model_copy(update={"isolation": NO_ISOLATION})
-                unsandboxed = settings.model_copy(update={"sandbox": sandbox_off})
-                async with running_workers(unsandboxed, "all", client):
-                    baseline = await through_temporal(_plan(source.run_id), NO_ISOLATION)
-        finally:
-            server.stop(timeout=20)
+        # the workers' default: steps in bubblewrap; the full replay and the fork at 90% (the
+        # last 10% regenerated, from the step named) in interleaved rounds, their order
+        # alternating (one sample of each read 3.7-6.5x across runs)
+        fork_step = f"s{int(steps * 0.9):05d}"
+        fulls: list[float] = []
+        forks: list[float] = []
+        async with stack.workers():
+            for r in range(rounds):
+                for kind in ("full", "fork") if r % 2 == 0 else ("fork", "full"):
+                    if kind == "full":
+                        fulls.append(await through_temporal(_plan(source.run_id), "bubblewrap"))
+                    else:
+                        plan = _plan(
+                            source.run_id, mode=ReplayMode.FORK_FROM_STEP, from_step=fork_step
+                        )
+                        forks.append(await through_temporal(plan, "bubblewrap"))
+        sandbox_off = settings.sandbox.model_copy(update={"isolation": NO_ISOLATION})
+        async with stack.workers(settings.model_copy(update={"sandbox": sandbox_off})):
+            baseline = await through_temporal(_plan(source.run_id), NO_ISOLATION)
     return {
         "steps": steps,
         "in_process_s": in_process,

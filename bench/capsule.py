@@ -1,9 +1,10 @@
 """Benchmark: the reference incident's regression case as a portable capsule. Run with
 ``.venv/bin/python -m bench.capsule [--repeat N] [--rounds R]``.
 
-Everything is real: a Temporal dev server on free ports, workers (steps in bubblewrap) in this
-process, the SQLite ledger and the local artifact store in a temporary directory, the support
-desk's wrong-customer run (the reference incident) and its case as the incident would write it.
+Everything is real (``bench.stack``): a Temporal dev server on free ports, workers (steps in
+bubblewrap) in this process, the SQLite ledger and the local artifact store in a temporary
+directory, the support desk's wrong-customer run (the reference incident) and its case as the
+incident would write it.
 Measured in the same run, in interleaved rounds (medians):
 
 * the capsule's size (``case export``), against the evidence it carries unpacked;
@@ -17,7 +18,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
-import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -29,19 +29,17 @@ from app.capsule_run import run_capsule
 from app.capsules import export_case, open_capsule
 from app.regression import GateRepeats, run_gate
 from bench.common import Row, emit, machine_load
-from devstack.temporal_server import start_temporal_dev_server
+from bench.stack import bench_stack
 from examples.support_desk.providers import SimulatedWorld
 from examples.support_desk.spec import run_scenario
 from forensics.failure_facts import gather_failure_facts
 from forensics.regression_cases import regression_case_for
 from runtime.trajectory import load_trajectory
-from stores.bundle import Stores, open_stores
+from stores.bundle import Stores
 from stores.case_signing import CaseSigningKey
 from stores.sql.incidents import SqlIncidentStore
 from stores.sql.support_desk_world import SqlWorldStore
 from worker.catalogs import catalogs
-from worker.settings import Settings
-from worker.temporal import connect, running_workers
 
 CANDIDATE = [("prompt", "v17")]
 
@@ -71,35 +69,21 @@ async def _reference_case(stores: Stores, world: SimulatedWorld) -> str:
 
 
 async def _run(repeat: int, rounds: int) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory() as tmp:
-        home = Path(tmp)
-        server = start_temporal_dev_server(home / "temporal", headless=True)
-        try:
-            settings = Settings.from_env(
-                {
-                    "REPLAYBOOK_HOME": str(home),
-                    "REPLAYBOOK_DATABASE_URL": f"sqlite+aiosqlite:///{home / 'rb.db'}",
-                    "TEMPORAL_ADDRESS": server.address,
-                    "REPLAYBOOK_LOG_FORMAT": "json",
-                }
+    async with bench_stack() as stack:
+        stores = stack.stores
+        world = SimulatedWorld(SqlWorldStore.beside(stores.db.engine.url))
+        await world.ensure()
+        case_id = await _reference_case(stores, world)
+        key = CaseSigningKey(Ed25519PrivateKey.generate(), "bench")
+        started = time.perf_counter()
+        data, manifest = await export_case(stores, case_id, key)
+        export_s = time.perf_counter() - started
+        capsule = open_capsule(data, key.public)
+        known = catalogs(None)
+        async with stack.workers():
+            timings, verdicts = await _interleaved(
+                stack.client, stores, capsule, known, repeat, rounds, workdir=stack.home
             )
-            async with open_stores(settings.stores) as stores:
-                world = SimulatedWorld(SqlWorldStore.beside(stores.db.engine.url))
-                await world.ensure()
-                case_id = await _reference_case(stores, world)
-                key = CaseSigningKey(Ed25519PrivateKey.generate(), "bench")
-                started = time.perf_counter()
-                data, manifest = await export_case(stores, case_id, key)
-                export_s = time.perf_counter() - started
-                capsule = open_capsule(data, key.public)
-                known = catalogs(None)
-                client = await connect(settings)
-                async with running_workers(settings, "all", client):
-                    timings, verdicts = await _interleaved(
-                        client, stores, capsule, known, repeat, rounds, workdir=home
-                    )
-        finally:
-            server.stop(timeout=20)
     unpacked = sum(e.size for e in manifest.entries)
     return {
         "bytes": len(data),

@@ -21,11 +21,9 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-import tempfile
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 from temporalio.contrib.pydantic import pydantic_data_converter
@@ -130,62 +128,38 @@ async def ingest_long_run(stores: Any, steps: int, *, diverging: bool) -> str:
 async def replay_through_temporal(steps: int, *, diverging: bool = True) -> dict[str, Any]:
     """Ingest the run (diverging: its replay stops at the declared model calls; else every
     step is replayed), replay it through Temporal (default sandbox), and measure."""
-    from devstack.temporal_server import start_temporal_dev_server
+    from bench.stack import bench_stack
     from models import ExecutionEventType, ReplayMode
-    from models.queues import CONTROL_QUEUE
     from models.replay import ReplayComparison
-    from models.replay_flow import ReplayPlan, ReplayWorkflowInput
-    from stores.bundle import open_stores
-    from worker.settings import Settings
-    from worker.temporal import connect, running_workers
-    from workflows.replay import ReplayWorkflow
+    from models.replay_flow import ReplayPlan
 
-    with tempfile.TemporaryDirectory() as tmp:
-        home = Path(tmp)
-        server = start_temporal_dev_server(home / "temporal", headless=True)
-        try:
-            settings = Settings.from_env(
-                {
-                    "REPLAYBOOK_HOME": str(home),
-                    "REPLAYBOOK_DATABASE_URL": f"sqlite+aiosqlite:///{home / 'rb.db'}",
-                    "TEMPORAL_ADDRESS": server.address,
-                    "REPLAYBOOK_LOG_FORMAT": "json",
-                }
-            )
-            async with open_stores(settings.stores) as stores:
-                began = time.perf_counter()
-                run_id = await ingest_long_run(stores, steps, diverging=diverging)
-                ingested = time.perf_counter() - began
-                client = await connect(settings)
-                plan = ReplayPlan(
-                    replay_id=f"long-replay-{uuid.uuid4().hex[:8]}",
-                    source_run_id=run_id,
-                    mode=ReplayMode.RECORDED,
-                )
-                async with running_workers(settings, "all", client):
-                    began = time.perf_counter()
-                    outcome = await client.execute_workflow(
-                        ReplayWorkflow.run,
-                        ReplayWorkflowInput(plan=plan),
-                        id=plan.replay_id,
-                        task_queue=CONTROL_QUEUE,
-                    )
-                    replayed = time.perf_counter() - began
-                (payload,) = pydantic_data_converter.payload_converter.to_payloads([outcome])
-                carried = outcome.comparison
-                whole_bytes = 0
-                if carried is not None and carried.ref is not None:
-                    whole = await stores.artifacts.get(carried.ref)
-                    whole_bytes = len(whole)
-                    total = len(ReplayComparison.model_validate_json(whole).diffs)
-                    assert total == (carried.diffs_total or len(carried.diffs)), total
-                source_steps = sum(
-                    1
-                    for e in await stores.ledger.events(run_id)
-                    if e.type is ExecutionEventType.STEP_COMPLETED
-                )
-        finally:
-            server.stop(timeout=20)
+    async with bench_stack() as stack:
+        stores = stack.stores
+        began = time.perf_counter()
+        run_id = await ingest_long_run(stores, steps, diverging=diverging)
+        ingested = time.perf_counter() - began
+        plan = ReplayPlan(
+            replay_id=f"long-replay-{uuid.uuid4().hex[:8]}",
+            source_run_id=run_id,
+            mode=ReplayMode.RECORDED,
+        )
+        async with stack.workers():
+            began = time.perf_counter()
+            outcome = await stack.replay(plan)
+            replayed = time.perf_counter() - began
+        (payload,) = pydantic_data_converter.payload_converter.to_payloads([outcome])
+        carried = outcome.comparison
+        whole_bytes = 0
+        if carried is not None and carried.ref is not None:
+            whole = await stores.artifacts.get(carried.ref)
+            whole_bytes = len(whole)
+            total = len(ReplayComparison.model_validate_json(whole).diffs)
+            assert total == (carried.diffs_total or len(carried.diffs)), total
+        source_steps = sum(
+            1
+            for e in await stores.ledger.events(run_id)
+            if e.type is ExecutionEventType.STEP_COMPLETED
+        )
     return {
         "source_steps": source_steps,
         "status": outcome.status.value,

@@ -27,6 +27,7 @@ from typing import Any
 
 from activities.sandbox.config import SandboxSettings
 from activities.sandbox.runner import SandboxedSteps
+from bench.stack import bench_settings
 from bench.synthetic_replay import next_batch
 from models import ReplayMode
 from models.comparison import compare_trajectories, reproduces
@@ -42,13 +43,7 @@ from worker.temporal import CATALOG_FACTORY
 
 def settings_for(home: Path) -> Settings:
     """The settings of a bench home (its SQLite ledger and artifacts)."""
-    return Settings.from_env(
-        {
-            "REPLAYBOOK_HOME": str(home),
-            "REPLAYBOOK_DATABASE_URL": f"sqlite+aiosqlite:///{home / 'rb.db'}",
-            "REPLAYBOOK_LOG_FORMAT": "json",
-        }
-    )
+    return bench_settings(home)
 
 
 def _peak_mb() -> float:

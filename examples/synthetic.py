@@ -24,7 +24,7 @@ from runtime.session import AgentSpec, record_run
 from runtime.tools import ToolCallContext
 
 GRAPH_ID = "synthetic-chain"
-LENGTHS = (10, 200, 1000, 10000)
+LENGTHS = (10, 200, 1000, 10000, 50000)
 
 CAPABILITIES = CapabilityRegistry(
     "synthetic-1",
