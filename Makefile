@@ -18,7 +18,7 @@ TYPED := models runtime forensics ingest integrations stores activities workflow
 install: $(STAMP)
 	bash infra/ensure-debian-tools.sh bwrap=bubblewrap
 
-$(STAMP): pyproject.toml sdk/pyproject.toml
+$(STAMP): pyproject.toml sdk/pyproject.toml setup.py models/_canonical_native.c
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" nice -n 10 $(BIN)/python -m pip install --quiet -e '.[dev,local-models]'

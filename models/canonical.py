@@ -13,9 +13,14 @@ as their base value, and pydantic models as ``model_dump(mode="json")``. Everyth
 (bytes, set, datetime, Decimal, other objects) is refused. An integral float within the safe
 range is the same number as the int (``1.0`` hashes as ``1``).
 
-How it is fast: the native path of ``models.canonical_fast`` (orjson with sorted keys, vouched
-for by native checks) serves every document it can prove it writes right; the others take the
-validating slow path, which also names what is refused. The slow path: one Python pass validates and builds a normalised copy whose dicts are already in
+How it is fast: the C extension ``models._canonical_native`` (``models/_canonical_native.c``,
+built by ``pip install -e .``) writes every document of exact builtin types it can vouch for in
+one pass and declines the rest (subclasses, models, refusals, text it cannot vouch is NFC...);
+``ACCELERATED`` says whether it is in use (it is not when it could not be compiled or imported,
+or when its import-time self-check disagrees with the reference). Then the native path of
+``models.canonical_fast`` (orjson with sorted keys, vouched for by native checks) serves every
+document it can prove it writes right; the others take the validating slow path, which also
+names what is refused: every refusal comes from this module's reference rules. The slow path: one Python pass validates and builds a normalised copy whose dicts are already in
 canonical key order (the only per-node Python work), then pydantic-core's Rust serialiser emits
 it. Its string escaping is exactly RFC 8785's and its float text is ES6's except for integral
 floats (made ints by the pass) and a few others, which the pass replaces by placeholders that are
@@ -34,11 +39,12 @@ from unicodedata import normalize
 from pydantic import BaseModel
 from pydantic_core import PydanticSerializationError, to_json
 
-from models.canonical_fast import emit_fast
+from models.canonical_fast import emit_fast, unstable_ranges
 from models.digest import sha256_digest
 from models.errors import CanonicalizationError
 
 __all__ = [
+    "ACCELERATED",
     "SAFE_INTEGER_MAX",
     "canonical_hash",
     "canonicalize",
@@ -337,8 +343,44 @@ def _fast_agrees() -> bool:
 _FAST_OK = _fast_agrees()
 
 
+def _native_module() -> Any:
+    """The C extension, configured, when it imports and writes what the reference writes."""
+    try:
+        from models import _canonical_native as native
+    except ImportError:  # not compiled here: the pure-Python paths give the same bytes
+        return None
+    native.configure(unstable_ranges(), normalize)
+    text = "".join(map(chr, range(0x20))) + '"\\/\x7f\u2028\u2029é€😀 A\u030a \u212b ﬁ'
+    floats = [0.1, 1.5, 123.456, 0.30000000000000004, 2.5e-05, 0.0001, 3.7e-06, 5e-6, 8e-7]
+    floats += [1e-7, 1e-300, 5e-324, 1.7976931348623157e308, 1e21, 2.0**80, 1e16, 0.0, -0.0]
+    floats += [-f for f in floats]
+    sample = {
+        "text": [text, text * 3],
+        "floats": floats,
+        "b": [True, False, None, 0, -(2**53 - 1), (1, "x")],
+        "\U0001f600": {"\ue000": 1, "z": 2, "é": 3},
+        **{f"k{i:03}": i for i in range(40)},
+    }
+    try:
+        if native.canonicalize(sample) == _emit(sample, rust=False):
+            return native
+    except Exception:
+        pass
+    return None
+
+
+_NATIVE = _native_module()
+
+#: whether the C extension writes the canonical form (else the pure-Python paths, same bytes)
+ACCELERATED = _NATIVE is not None
+
+
 def canonicalize(value: Any) -> bytes:
     """The canonical UTF-8 bytes of a JSON value (see the module docstring for what is accepted)."""
+    if _NATIVE is not None:
+        out: bytes | None = _NATIVE.canonicalize(value)
+        if out is not None:
+            return out
     if _FAST_OK:
         out = emit_fast(value, format_number)
         if out is not None:

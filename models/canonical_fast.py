@@ -50,7 +50,7 @@ import orjson
 
 from models import canonical_unicode
 
-__all__ = ["emit_fast"]
+__all__ = ["emit_fast", "unstable_ranges"]
 
 _OPTIONS = (
     orjson.OPT_SORT_KEYS
@@ -145,13 +145,18 @@ def unsafe_ranges() -> list[tuple[int, int]]:
     return ranges
 
 
+def unstable_ranges() -> list[tuple[int, int]]:
+    """``unsafe_ranges()`` for the running Unicode database: the table of
+    ``models.canonical_unicode`` when its version is the same, else computed (~0.1 s)."""
+    if canonical_unicode.UNIDATA_VERSION == unidata_version:
+        return canonical_unicode.unsafe_ranges()
+    return unsafe_ranges()
+
+
 def _unsafe() -> tuple[tuple[bytes, ...], re.Pattern[str], list[tuple[int, int]]]:
     global _UNSAFE
     if _UNSAFE is None:
-        if canonical_unicode.UNIDATA_VERSION == unidata_version:
-            ranges = canonical_unicode.unsafe_ranges()
-        else:
-            ranges = unsafe_ranges()
+        ranges = unstable_ranges()
         # the lead byte of UTF-8 grows with the code point: a range's leads are its ends' and
         # every byte between
         leads = {

@@ -1,0 +1,720 @@
+/* The canonical form (models/canonical.py) at C speed: one pass over dict, list, tuple, str, int,
+ * float, bool and None (exact types only) that writes RFC 8785 bytes after NFC.
+ *
+ * It answers only what it can vouch for and returns None for everything else (a subclass, a
+ * type the canonical form refuses or reads otherwise, NaN, an unsafe integer, a lone surrogate,
+ * a key that is not NFC, nesting beyond MAX_DEPTH): the pure-Python reference then gives the
+ * exact bytes or the exact refusal with its path, so the refusals have one implementation.
+ * No I/O, no Python code of ours is called (only unicodedata.normalize, for text that may not be
+ * NFC). Where the time goes, and why each part is shaped so:
+ * - strings: 16 characters at a time (SSE2) are copied and tested for '"', '\\', controls and
+ *   non-ASCII in one mask; only flagged characters take the per-character path;
+ * - NFC: a character is "stable" (combining class 0, NFC_Quick_Check=Yes, composes with nothing
+ *   before it; text of stable characters is NFC) unless the table given by configure() says
+ *   otherwise (models.canonical_unicode); Latin-1 text is all stable; text with an unstable
+ *   character is written from unicodedata.normalize("NFC", text);
+ * - keys: ASCII keys sort by their bytes (UTF-16 order for ASCII), by a radix sort on their
+ *   first 8 bytes when there are many; other keys by UTF-16 code units;
+ * - numbers: ECMAScript's Number::toString; the shortest digits come from exact 128-bit integer
+ *   arithmetic for doubles in [1e-10, 2**53) (almost every double a payload holds) and from
+ *   Python's repr (PyOS_double_to_string 'r', the reference's source) for the others.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+#define DECLINE 1 /* not an error: the reference answers */
+#define MAX_DEPTH 1000
+#define SAFE_MAX 9007199254740991.0
+
+/* one bit per BMP code point: not stable; astral ranges apart (sorted, inclusive) */
+static uint8_t unstable_bmp[8192];
+static uint32_t *astral_ranges; /* pairs */
+static Py_ssize_t astral_count;
+static PyObject *normalize_fn; /* unicodedata.normalize */
+static PyObject *nfc_name;     /* "NFC" */
+
+typedef struct {
+    PyObject *bytes;
+    char *start, *p, *end;
+    int depth;
+} Out;
+
+static int grow(Out *w, Py_ssize_t need) {
+    Py_ssize_t used = w->p - w->start, cap = w->end - w->start;
+    Py_ssize_t want = used + need, next = cap * 2;
+    if (next < want) next = want + want / 2;
+    if (_PyBytes_Resize(&w->bytes, next) < 0) return -1;
+    w->start = PyBytes_AS_STRING(w->bytes);
+    w->p = w->start + used;
+    w->end = w->start + next;
+    return 0;
+}
+
+#define RESERVE(w, n) (((w)->end - (w)->p >= (Py_ssize_t)(n)) ? 0 : grow((w), (n)))
+
+static inline int is_unstable(uint32_t c) {
+    if (c < 0x10000) return (unstable_bmp[c >> 3] >> (c & 7)) & 1;
+    Py_ssize_t lo = 0, hi = astral_count - 1;
+    while (lo <= hi) {
+        Py_ssize_t mid = (lo + hi) / 2;
+        if (c < astral_ranges[2 * mid]) hi = mid - 1;
+        else if (c > astral_ranges[2 * mid + 1]) lo = mid + 1;
+        else return 1;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* strings                                                                                    */
+
+static const char HEX[] = "0123456789abcdef";
+
+/* an ASCII character that needs escaping (RFC 8785 3.2.2.2: \b \t \n \f \r short forms) */
+static inline char *write_escape(char *p, unsigned c) {
+    *p++ = '\\';
+    switch (c) {
+    case '"': *p++ = '"'; break;
+    case '\\': *p++ = '\\'; break;
+    case '\b': *p++ = 'b'; break;
+    case '\t': *p++ = 't'; break;
+    case '\n': *p++ = 'n'; break;
+    case '\f': *p++ = 'f'; break;
+    case '\r': *p++ = 'r'; break;
+    default:
+        *p++ = 'u'; *p++ = '0'; *p++ = '0';
+        *p++ = HEX[c >> 4]; *p++ = HEX[c & 15];
+    }
+    return p;
+}
+
+#if defined(__SSE2__)
+/* bit i set: byte i is '"', '\\', below 0x20 or (as a signed byte) negative, i.e. not ASCII */
+static inline int special_mask(__m128i x) {
+    const __m128i q = _mm_set1_epi8('"'), b = _mm_set1_epi8('\\'), sp = _mm_set1_epi8(0x20);
+    __m128i m = _mm_or_si128(_mm_cmpeq_epi8(x, q), _mm_cmpeq_epi8(x, b));
+    return _mm_movemask_epi8(_mm_or_si128(m, _mm_cmplt_epi8(x, sp)));
+}
+#endif
+
+static int emit_str(Out *w, PyObject *s, int check_nfc);
+
+/* The text of a string whose characters are `kind` bytes wide (0: ASCII); budget: the UTF-8
+ * bytes a character may take (escapes reserve their extra). 0, -1 (exception), DECLINE or 2: not
+ * NFC. */
+static int write_text(Out *w, int kind, const void *data, Py_ssize_t n, int check_nfc) {
+    Py_ssize_t budget = kind == 0 ? 1 : kind == PyUnicode_1BYTE_KIND ? 2 : kind == 2 ? 3 : 4;
+    if (kind == 0) kind = PyUnicode_1BYTE_KIND;
+    if (RESERVE(w, n * budget + 2 + 64) < 0) return -1;
+    char *p = w->p;
+    const uint8_t *s1 = data;
+    const uint16_t *s2 = data;
+    const uint32_t *s4 = data;
+    Py_ssize_t i = 0;
+    *p++ = '"';
+#if defined(__SSE2__)
+    /* a short 1-byte text in one load, when reading 16 bytes cannot cross into another page
+     * (the bytes past the text are copied but not counted, and masked out) */
+    if (kind == PyUnicode_1BYTE_KIND && n < 16 && ((uintptr_t)s1 & 4095) <= 4096 - 16) {
+        __m128i x = _mm_loadu_si128((const __m128i *)s1);
+        _mm_storeu_si128((__m128i *)p, x);
+        if ((special_mask(x) & ((1 << n) - 1)) == 0) {
+            p += n;
+            *p++ = '"';
+            w->p = p;
+            return 0;
+        }
+    }
+#endif
+    for (;;) {
+#if defined(__SSE2__)
+        int mask = 0;
+        while (i + 16 <= n) {
+            __m128i x;
+            if (kind == PyUnicode_1BYTE_KIND) {
+                x = _mm_loadu_si128((const __m128i *)(s1 + i));
+            } else if (kind == PyUnicode_2BYTE_KIND) {
+                /* unsigned saturation of signed words: above 0xFF -> 0xFF, above 0x7FFF -> 0;
+                 * both flagged, as every non-ASCII byte is */
+                x = _mm_packus_epi16(_mm_loadu_si128((const __m128i *)(s2 + i)),
+                                     _mm_loadu_si128((const __m128i *)(s2 + i + 8)));
+            } else {
+                __m128i a = _mm_packs_epi32(_mm_loadu_si128((const __m128i *)(s4 + i)),
+                                            _mm_loadu_si128((const __m128i *)(s4 + i + 4)));
+                __m128i b = _mm_packs_epi32(_mm_loadu_si128((const __m128i *)(s4 + i + 8)),
+                                            _mm_loadu_si128((const __m128i *)(s4 + i + 12)));
+                x = _mm_packus_epi16(a, b);
+            }
+            _mm_storeu_si128((__m128i *)p, x);
+            mask = special_mask(x);
+            if (mask) break;
+            i += 16;
+            p += 16;
+        }
+        if (mask) {
+            int z = __builtin_ctz(mask);
+            i += z;
+            p += z;
+        } else
+#endif
+        {
+            /* the tail (or every character without SSE2): copy the plain ASCII run */
+            while (i < n) {
+                uint32_t c = kind == 1 ? s1[i] : kind == 2 ? s2[i] : s4[i];
+                if (c < 0x20 || c >= 0x80 || c == '"' || c == '\\') break;
+                *p++ = (char)c;
+                i++;
+            }
+            if (i >= n) break;
+        }
+        uint32_t c = kind == 1 ? s1[i] : kind == 2 ? s2[i] : s4[i];
+        i++;
+        if (c < 0x80) {
+            w->p = p;
+            if (RESERVE(w, 6 + (n - i) * budget + 2 + 64) < 0) return -1;
+            p = write_escape(w->p, c);
+        } else if (c < 0x800) {
+            if (check_nfc && c >= 0x300 && is_unstable(c)) return 2;
+            *p++ = (char)(0xC0 | (c >> 6));
+            *p++ = (char)(0x80 | (c & 0x3F));
+        } else if (c < 0x10000) {
+            if (c >= 0xD800 && c <= 0xDFFF) return DECLINE; /* lone surrogate: refused */
+            if (check_nfc && is_unstable(c)) return 2;
+            *p++ = (char)(0xE0 | (c >> 12));
+            *p++ = (char)(0x80 | ((c >> 6) & 0x3F));
+            *p++ = (char)(0x80 | (c & 0x3F));
+        } else {
+            if (check_nfc && is_unstable(c)) return 2;
+            *p++ = (char)(0xF0 | (c >> 18));
+            *p++ = (char)(0x80 | ((c >> 12) & 0x3F));
+            *p++ = (char)(0x80 | ((c >> 6) & 0x3F));
+            *p++ = (char)(0x80 | (c & 0x3F));
+        }
+    }
+    *p++ = '"';
+    w->p = p;
+    return 0;
+}
+
+static int emit_str(Out *w, PyObject *s, int check_nfc) {
+    if (PyUnicode_READY(s) < 0) return -1;
+    Py_ssize_t n = PyUnicode_GET_LENGTH(s);
+    int kind = PyUnicode_KIND(s);
+    if (kind == PyUnicode_1BYTE_KIND) check_nfc = 0; /* Latin-1: every character is stable */
+    Py_ssize_t mark = w->p - w->start; /* an offset: the buffer may move */
+    int r = write_text(w, PyUnicode_IS_ASCII(s) ? 0 : kind, PyUnicode_DATA(s), n, check_nfc);
+    if (r != 2) return r;
+    /* not stable: write the NFC form (unicodedata returns the text itself when it is NFC) */
+    w->p = w->start + mark;
+    PyObject *t = PyObject_CallFunctionObjArgs(normalize_fn, nfc_name, s, NULL);
+    if (t == NULL) return -1;
+    r = PyUnicode_CheckExact(t) ? emit_str(w, t, 0) : DECLINE;
+    Py_DECREF(t);
+    return r;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* numbers                                                                                    */
+
+static const char PAIRS[201] =
+    "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+    "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+    "8081828384858687888990919293949596979899";
+
+static char *write_u64(char *p, uint64_t v) {
+    char tmp[20];
+    char *t = tmp + 20;
+    while (v >= 100) {
+        t -= 2;
+        memcpy(t, PAIRS + 2 * (v % 100), 2);
+        v /= 100;
+    }
+    if (v >= 10) {
+        t -= 2;
+        memcpy(t, PAIRS + 2 * v, 2);
+    } else {
+        *--t = (char)('0' + v);
+    }
+    size_t len = tmp + 20 - t;
+    memcpy(p, t, len);
+    return p + len;
+}
+
+static const uint64_t POW5[28] = {
+    1ULL, 5ULL, 25ULL, 125ULL, 625ULL, 3125ULL, 15625ULL, 78125ULL, 390625ULL, 1953125ULL,
+    9765625ULL, 48828125ULL, 244140625ULL, 1220703125ULL, 6103515625ULL, 30517578125ULL,
+    152587890625ULL, 762939453125ULL, 3814697265625ULL, 19073486328125ULL, 95367431640625ULL,
+    476837158203125ULL, 2384185791015625ULL, 11920928955078125ULL, 59604644775390625ULL,
+    298023223876953125ULL, 1490116119384765625ULL, 7450580596923828125ULL};
+
+/* The shortest digits D and exponent q (x = D * 10**q as read back, round half even), closest
+ * to x among the shortest, for a double in about [1e-10, 2**53). 0: outside that range.
+ * Scaled by 10**s, where 10**-s <= ulp(x) < 10**(1-s), over 2**(E+2) where x = m * 2**-E, the
+ * value and the ends of its rounding interval are N * 5**s / 2**sh with N = 4m and 4m +- 2 (4m - 1
+ * below a power of two): exact in 128 bits for s <= 27. The interval is 1 to 10 units wide, so
+ * the integers [lo, hi] in it are the 17-digit (or so) candidates: a multiple of 10 among them is
+ * the only one (and its trailing zeros are dropped: x = 0.25 is "25" * 10**-2), else the one
+ * nearest to x is the answer. No division by a variable: this runs per double. */
+static int shortest(double x, uint64_t *digits, int *q) {
+    uint64_t bits;
+    memcpy(&bits, &x, 8);
+    int be = (int)((bits >> 52) & 0x7FF);
+    uint64_t frac = bits & ((1ULL << 52) - 1);
+    if (be == 0) return 0;
+    uint64_t m = frac | (1ULL << 52);
+    int E = 1075 - be; /* x = m * 2**-E, ulp(x) = 2**-E */
+    if (E < 0) return 0;
+    int s = -((-E * 78913) >> 18); /* -floor(log10(2**-E)), exact for |E| < 1650 */
+    int sh = E + 2 - s;
+    if (s > 27 || sh < 1 || sh > 120) return 0;
+    typedef unsigned __int128 u128;
+    uint64_t pow5 = POW5[s];
+    u128 mask = (((u128)1) << sh) - 1;
+    u128 pv = (u128)(4 * m) * pow5;
+    u128 plo = (u128)(4 * m - ((frac == 0 && be > 1) ? 1 : 2)) * pow5;
+    u128 phi = (u128)(4 * m + 2) * pow5;
+    uint64_t v = (uint64_t)(pv >> sh), lo = (uint64_t)(plo >> sh), hi = (uint64_t)(phi >> sh);
+    int inclusive = (m & 1) == 0;
+    if (!(inclusive && (plo & mask) == 0)) lo += 1;
+    if (!inclusive && (phi & mask) == 0) hi -= 1;
+    if (lo > hi) return 0; /* below a power of two the interval can hold no integer */
+    uint64_t c = (lo + 9) / 10;
+    int J = 1;
+    if (c * 10 > hi) {
+        J = 0;
+        u128 f = pv & mask, half = ((u128)1) << (sh - 1);
+        c = v + (f > half || (f == half && (v & 1)));
+        if (c < lo) c = lo;
+        if (c > hi) c = hi;
+    }
+    while (c % 10 == 0) {
+        c /= 10;
+        J++;
+    }
+    *digits = c;
+    *q = J - s;
+    return 1;
+}
+
+/* ECMAScript Number::toString of digits (value = 0.DIGITS * 10**n), as format_number lays out */
+static char *layout(char *p, const char *d, int k, int n) {
+    if (k <= n && n <= 21) {
+        memcpy(p, d, k);
+        memset(p + k, '0', n - k);
+        return p + n;
+    }
+    if (0 < n && n <= 21) {
+        memcpy(p, d, n);
+        p[n] = '.';
+        memcpy(p + n + 1, d + n, k - n);
+        return p + k + 1;
+    }
+    if (-6 < n && n <= 0) {
+        *p++ = '0';
+        *p++ = '.';
+        memset(p, '0', -n);
+        p += -n;
+        memcpy(p, d, k);
+        return p + k;
+    }
+    *p++ = d[0];
+    if (k > 1) {
+        *p++ = '.';
+        memcpy(p, d + 1, k - 1);
+        p += k - 1;
+    }
+    *p++ = 'e';
+    *p++ = n - 1 >= 0 ? '+' : '-';
+    return write_u64(p, (uint64_t)abs(n - 1));
+}
+
+/* the number text of a finite double into p (at least 32 bytes); NULL: exception set */
+static char *write_number(char *p, double x) {
+    if (x == 0) {
+        *p++ = '0'; /* also -0 */
+        return p;
+    }
+    if (x < 0) {
+        *p++ = '-';
+        x = -x;
+    }
+    if (x <= SAFE_MAX && x == (double)(int64_t)x) return write_u64(p, (uint64_t)x);
+    char d[32]; /* repr: up to 17 digits after up to 4 zeros ("0.0001...") */
+    int k, n;
+    uint64_t digits;
+    int q;
+    if (shortest(x, &digits, &q)) {
+        k = (int)(write_u64(d, digits) - d);
+        n = k + q;
+    } else {
+        /* repr's shortest digits, e.g. "5e-324", "1.7976931348623157e+308", "1e+16" */
+        char *r = PyOS_double_to_string(x, 'r', 0, 0, NULL);
+        if (r == NULL) return NULL;
+        int point = -1, exp10 = 0;
+        k = 0;
+        for (const char *c = r; *c; c++) {
+            if (*c == '.') point = k;
+            else if (*c == 'e') {
+                exp10 = atoi(c + 1);
+                break;
+            } else if (k < 30) d[k++] = *c;
+        }
+        PyMem_Free(r);
+        if (point < 0) point = k;
+        int lead = 0;
+        while (lead < k - 1 && d[lead] == '0') lead++;
+        memmove(d, d + lead, k - lead);
+        k -= lead;
+        n = point - lead + exp10;
+        while (k > 1 && d[k - 1] == '0') k--;
+    }
+    return layout(p, d, k, n);
+}
+
+static int emit_float(Out *w, double x) {
+    if (!isfinite(x)) return DECLINE;
+    if (RESERVE(w, 32) < 0) return -1;
+    char *p = write_number(w->p, x);
+    if (p == NULL) return -1;
+    w->p = p;
+    return 0;
+}
+
+static int emit_int(Out *w, PyObject *v) {
+    long long x;
+#if PY_VERSION_HEX < 0x030C0000
+    Py_ssize_t size = Py_SIZE(v); /* 3.11: sign * number of 30-bit digits */
+    if (size >= -1 && size <= 1) {
+        x = (long long)size * ((PyLongObject *)v)->ob_digit[0];
+    } else
+#endif
+    {
+        int overflow;
+        x = PyLong_AsLongLongAndOverflow(v, &overflow);
+        if (overflow || x > 9007199254740991LL || x < -9007199254740991LL) return DECLINE;
+        if (x == -1 && PyErr_Occurred()) return -1;
+    }
+    if (RESERVE(w, 24) < 0) return -1;
+    char *p = w->p;
+    if (x < 0) {
+        *p++ = '-';
+        x = -x;
+    }
+    w->p = write_u64(p, (uint64_t)x);
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* containers                                                                                 */
+
+typedef struct {
+    uint64_t prefix; /* first 8 bytes, big-endian, zero-padded (ASCII keys) */
+    PyObject *key, *value;
+} Item;
+
+static int emit(Out *w, PyObject *v);
+
+static inline int ascii_cmp(const Item *a, const Item *b) {
+    if (a->prefix != b->prefix) return a->prefix < b->prefix ? -1 : 1;
+    Py_ssize_t la = PyUnicode_GET_LENGTH(a->key), lb = PyUnicode_GET_LENGTH(b->key);
+    int r = memcmp(PyUnicode_DATA(a->key), PyUnicode_DATA(b->key), la < lb ? la : lb);
+    return r ? r : (la > lb) - (la < lb);
+}
+
+/* UTF-16 code unit order from code points: U+E000-U+FFFF after the astral planes (whose
+ * surrogates are D800-DFFF) */
+static inline uint32_t utf16_rank(uint32_t c) { return c >= 0xE000 && c <= 0xFFFF ? c + 0x200000 : c; }
+
+static int general_cmp(const void *pa, const void *pb) {
+    PyObject *a = ((const Item *)pa)->key, *b = ((const Item *)pb)->key;
+    Py_ssize_t la = PyUnicode_GET_LENGTH(a), lb = PyUnicode_GET_LENGTH(b);
+    int ka = PyUnicode_KIND(a), kb = PyUnicode_KIND(b);
+    const void *da = PyUnicode_DATA(a), *db = PyUnicode_DATA(b);
+    for (Py_ssize_t i = 0; i < la && i < lb; i++) {
+        uint32_t ca = PyUnicode_READ(ka, da, i), cb = PyUnicode_READ(kb, db, i);
+        if (ca != cb) return utf16_rank(ca) < utf16_rank(cb) ? -1 : 1;
+    }
+    return (la > lb) - (la < lb);
+}
+
+static int ascii_qcmp(const void *a, const void *b) { return ascii_cmp(a, b); }
+
+static void insertion_sort(Item *it, Py_ssize_t n) {
+    for (Py_ssize_t i = 1; i < n; i++) {
+        Item x = it[i];
+        Py_ssize_t j = i;
+        while (j > 0 && ascii_cmp(&x, &it[j - 1]) < 0) {
+            it[j] = it[j - 1];
+            j--;
+        }
+        it[j] = x;
+    }
+}
+
+/* LSD radix sort on the 8-byte prefixes (a byte that is the same in every key is skipped), then
+ * keys that share their first 8 bytes are ordered by a comparison sort */
+static int radix_sort(Item *it, Py_ssize_t n) {
+    Item *tmp = PyMem_Malloc(n * sizeof(Item));
+    if (tmp == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    uint32_t (*counts)[256] = PyMem_Calloc(8, sizeof(*counts));
+    if (counts == NULL) {
+        PyMem_Free(tmp);
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        uint64_t p = it[i].prefix;
+        for (int b = 0; b < 8; b++) counts[b][(p >> (8 * b)) & 255]++;
+    }
+    Item *src = it, *dst = tmp;
+    for (int b = 0; b < 8; b++) {
+        uint32_t *c = counts[b];
+        if (c[(it[0].prefix >> (8 * b)) & 255] == (uint32_t)n) continue;
+        uint32_t sum = 0;
+        for (int v = 0; v < 256; v++) {
+            uint32_t t = c[v];
+            c[v] = sum;
+            sum += t;
+        }
+        for (Py_ssize_t i = 0; i < n; i++) dst[c[(src[i].prefix >> (8 * b)) & 255]++] = src[i];
+        Item *t = src;
+        src = dst;
+        dst = t;
+    }
+    if (src != it) memcpy(it, src, n * sizeof(Item));
+    PyMem_Free(tmp);
+    PyMem_Free(counts);
+    for (Py_ssize_t i = 0; i < n;) {
+        Py_ssize_t j = i + 1;
+        while (j < n && it[j].prefix == it[i].prefix) j++;
+        if (j - i > 16) qsort(it + i, j - i, sizeof(Item), ascii_qcmp);
+        else if (j - i > 1) insertion_sort(it + i, j - i);
+        i = j;
+    }
+    return 0;
+}
+
+/* Whether a key's text is one the native path writes as it is: no lone surrogate, stable. */
+static int key_is_plain(PyObject *k) {
+    int kind = PyUnicode_KIND(k);
+    if (kind == PyUnicode_1BYTE_KIND) return 1;
+    const void *d = PyUnicode_DATA(k);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(k);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        uint32_t c = PyUnicode_READ(kind, d, i);
+        if (c >= 0x300 && ((c >= 0xD800 && c <= 0xDFFF) || is_unstable(c))) return 0;
+    }
+    return 1;
+}
+
+static int emit_dict(Out *w, PyObject *d) {
+    Py_ssize_t n = PyDict_GET_SIZE(d);
+    if (n == 0) {
+        if (RESERVE(w, 2) < 0) return -1;
+        *w->p++ = '{';
+        *w->p++ = '}';
+        return 0;
+    }
+    Item local[16];
+    Item *it = n <= 16 ? local : PyMem_Malloc(n * sizeof(Item));
+    if (it == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    int r = 0, ascii = 1;
+    Py_ssize_t pos = 0, i = 0;
+    PyObject *k, *v;
+    while (PyDict_Next(d, &pos, &k, &v)) {
+        if (!PyUnicode_CheckExact(k)) {
+            r = DECLINE; /* the reference names it, or reads a str subclass as its text */
+            goto done;
+        }
+        if (PyUnicode_READY(k) < 0) {
+            r = -1;
+            goto done;
+        }
+        it[i].key = k;
+        it[i].value = v;
+        if (PyUnicode_IS_ASCII(k)) {
+            Py_ssize_t len = PyUnicode_GET_LENGTH(k);
+            uint8_t buf[8] = {0};
+            memcpy(buf, PyUnicode_DATA(k), len < 8 ? len : 8);
+            uint64_t p = 0;
+            for (int b = 0; b < 8; b++) p = (p << 8) | buf[b];
+            it[i].prefix = p;
+        } else if (key_is_plain(k)) {
+            ascii = 0;
+        } else {
+            r = DECLINE;
+            goto done;
+        }
+        i++;
+    }
+    if (!ascii) qsort(it, n, sizeof(Item), general_cmp);
+    else if (n <= 16) insertion_sort(it, n);
+    else if (radix_sort(it, n) < 0) {
+        r = -1;
+        goto done;
+    }
+    for (i = 0; i < n && r == 0; i++) {
+        if (RESERVE(w, 1) < 0) {
+            r = -1;
+            break;
+        }
+        *w->p++ = i ? ',' : '{';
+        r = emit_str(w, it[i].key, 0); /* checked above */
+        if (r == 0 && (r = RESERVE(w, 1)) == 0) {
+            *w->p++ = ':';
+            r = emit(w, it[i].value);
+        }
+    }
+    if (r == 0 && (r = RESERVE(w, 1)) == 0) *w->p++ = '}';
+done:
+    if (it != local) PyMem_Free(it);
+    return r;
+}
+
+static int emit_items(Out *w, PyObject **items, Py_ssize_t n) {
+    if (RESERVE(w, 2) < 0) return -1;
+    *w->p++ = '[';
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (i) {
+            if (RESERVE(w, 1) < 0) return -1;
+            *w->p++ = ',';
+        }
+        int r = emit(w, items[i]);
+        if (r) return r;
+    }
+    if (RESERVE(w, 1) < 0) return -1;
+    *w->p++ = ']';
+    return 0;
+}
+
+static int emit(Out *w, PyObject *v) {
+    PyTypeObject *t = Py_TYPE(v);
+    if (t == &PyUnicode_Type) return emit_str(w, v, 1);
+    if (t == &PyLong_Type) return emit_int(w, v);
+    if (t == &PyFloat_Type) return emit_float(w, PyFloat_AS_DOUBLE(v));
+    if (v == Py_True || v == Py_False || v == Py_None) {
+        if (RESERVE(w, 5) < 0) return -1;
+        const char *text = v == Py_True ? "true" : v == Py_False ? "false" : "null";
+        size_t len = strlen(text);
+        memcpy(w->p, text, len);
+        w->p += len;
+        return 0;
+    }
+    if (t != &PyDict_Type && t != &PyList_Type && t != &PyTuple_Type) return DECLINE;
+    if (++w->depth > MAX_DEPTH) return DECLINE; /* the reference tells deep from cyclic */
+    int r;
+    if (t == &PyDict_Type) r = emit_dict(w, v);
+    else if (t == &PyList_Type) r = emit_items(w, PySequence_Fast_ITEMS(v), PyList_GET_SIZE(v));
+    else r = emit_items(w, PySequence_Fast_ITEMS(v), PyTuple_GET_SIZE(v));
+    w->depth--;
+    return r;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* module                                                                                     */
+
+static PyObject *py_canonicalize(PyObject *self, PyObject *value) {
+    Out w;
+    w.bytes = PyBytes_FromStringAndSize(NULL, 1024);
+    if (w.bytes == NULL) return NULL;
+    w.start = w.p = PyBytes_AS_STRING(w.bytes);
+    w.end = w.start + 1024;
+    w.depth = 0;
+    int r = emit(&w, value);
+    if (r != 0) {
+        Py_XDECREF(w.bytes);
+        if (r < 0) return NULL;
+        Py_RETURN_NONE;
+    }
+    if (_PyBytes_Resize(&w.bytes, w.p - w.start) < 0) return NULL;
+    return w.bytes;
+}
+
+static PyObject *number_text(PyObject *self, PyObject *arg) {
+    double x = PyFloat_AsDouble(arg);
+    if (x == -1.0 && PyErr_Occurred()) return NULL;
+    if (!isfinite(x)) {
+        PyErr_SetString(PyExc_ValueError, "no JSON form");
+        return NULL;
+    }
+    char buf[40];
+    char *p = write_number(buf, x);
+    if (p == NULL) return NULL;
+    return PyUnicode_FromStringAndSize(buf, p - buf);
+}
+
+static PyObject *configure(PyObject *self, PyObject *args) {
+    PyObject *ranges, *normalize;
+    if (!PyArg_ParseTuple(args, "OO", &ranges, &normalize)) return NULL;
+    PyObject *seq = PySequence_Fast(ranges, "ranges must be a sequence");
+    if (seq == NULL) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq), count = 0;
+    uint32_t *astral = PyMem_Malloc((n ? n : 1) * 2 * sizeof(uint32_t));
+    uint8_t bmp[8192] = {0};
+    if (astral == NULL) {
+        Py_DECREF(seq);
+        return PyErr_NoMemory();
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        unsigned long a, b;
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "kk", &a, &b)) {
+            PyMem_Free(astral);
+            Py_DECREF(seq);
+            return NULL;
+        }
+        for (unsigned long c = a; c <= b && c < 0x10000; c++) bmp[c >> 3] |= (uint8_t)(1 << (c & 7));
+        if (b >= 0x10000) {
+            astral[2 * count] = (uint32_t)(a < 0x10000 ? 0x10000 : a);
+            astral[2 * count + 1] = (uint32_t)b;
+            count++;
+        }
+    }
+    Py_DECREF(seq);
+    memcpy(unstable_bmp, bmp, sizeof(bmp));
+    PyMem_Free(astral_ranges);
+    astral_ranges = astral;
+    astral_count = count;
+    Py_INCREF(normalize);
+    Py_XSETREF(normalize_fn, normalize);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"canonicalize", py_canonicalize, METH_O,
+     "canonicalize(value) -> bytes | None: the canonical bytes, or None (the reference answers)"},
+    {"number_text", number_text, METH_O, "number_text(x) -> str: ECMAScript text of a double"},
+    {"configure", configure, METH_VARARGS,
+     "configure(ranges, normalize): the unstable characters (inclusive code point ranges, "
+     "sorted) and unicodedata.normalize"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_canonical_native", NULL, -1, methods, NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit__canonical_native(void) {
+    /* until configure(): every character from U+0300 on counts as unstable (always right) */
+    memset(unstable_bmp + (0x300 >> 3), 0xFF, sizeof(unstable_bmp) - (0x300 >> 3));
+    astral_ranges = PyMem_Malloc(2 * sizeof(uint32_t));
+    if (astral_ranges == NULL) return PyErr_NoMemory();
+    astral_ranges[0] = 0x10000;
+    astral_ranges[1] = 0x10FFFF;
+    astral_count = 1;
+    nfc_name = PyUnicode_InternFromString("NFC");
+    PyObject *unicodedata = PyImport_ImportModule("unicodedata");
+    if (nfc_name == NULL || unicodedata == NULL) return NULL;
+    normalize_fn = PyObject_GetAttrString(unicodedata, "normalize");
+    Py_DECREF(unicodedata);
+    if (normalize_fn == NULL) return NULL;
+    return PyModule_Create(&module);
+}
