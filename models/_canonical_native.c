@@ -29,7 +29,9 @@
 #endif
 
 #define DECLINE 1 /* not an error: the reference answers */
-#define MAX_DEPTH 1000
+/* containers deep: as deep as the orjson path answered (deeper, the reference answers or refuses:
+ * its limit is Python's recursion limit, which depends on the caller's own depth) */
+#define MAX_DEPTH 254
 #define SAFE_MAX 9007199254740991.0
 
 /* one bit per BMP code point: not stable; astral ranges apart (sorted, inclusive) */

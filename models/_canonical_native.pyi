@@ -9,6 +9,6 @@ def canonicalize(value: Any, /) -> bytes | None:
 def number_text(x: float, /) -> str:
     """ECMAScript ``Number::toString`` of a finite double (``format_number``)."""
 
-def configure(ranges: Sequence[tuple[int, int]], normalize: Callable[[str, str], str], /) -> None:
+def configure(ranges: Sequence[tuple[int, int]], normalize: Callable[..., str], /) -> None:
     """The characters that are not stable for NFC (inclusive, sorted ranges) and
     ``unicodedata.normalize``."""

@@ -1,0 +1,147 @@
+"""The C extension of the canonical form (``models/_canonical_native.c``) against the pure-Python
+reference: the same bytes, or (through ``canonicalize``) the same refusal with the same path.
+
+The 100,000-document differential against ``rfc8785`` (``test_canonical_vs_rfc8785.py``) runs
+through the extension too, since ``canonicalize`` uses it; here: random documents of the tricky
+kind, random doubles, and hostile inputs."""
+
+from __future__ import annotations
+
+import enum
+import math
+import random
+import struct
+from collections import OrderedDict
+from typing import Any
+
+import pytest
+
+from models import canonical
+from models.canonical import canonicalize, format_number
+from models.errors import CanonicalizationError
+from tests.models import test_canonical_fast as tricky
+
+native = pytest.importorskip("models._canonical_native")
+
+
+def _reference(value: Any) -> bytes | tuple[str, str | None]:
+    try:
+        return canonical._emit(value, rust=False)
+    except CanonicalizationError as e:
+        return (e.reason, e.path)
+
+
+def _through_canonicalize(value: Any, monkeypatch: pytest.MonkeyPatch, on: bool) -> Any:
+    with monkeypatch.context() as m:
+        if not on:
+            m.setattr(canonical, "_NATIVE", None)
+        try:
+            return canonicalize(value)
+        except CanonicalizationError as e:
+            return (e.reason, e.path)
+
+
+def test_nesting_is_answered_as_deep_as_the_orjson_path_answered() -> None:
+    assert native.canonicalize(_deep(254)) is not None
+    assert native.canonicalize(_deep(255)) is None  # the reference answers (or refuses)
+
+
+def test_the_extension_is_built_and_in_use() -> None:
+    # make install compiles it (setup.py); a failed build would leave the slow paths in use
+    assert canonical.ACCELERATED
+    assert canonicalize({"b": [1.0, "é"], "a": None}) == '{"a":null,"b":[1,"é"]}'.encode()
+
+
+def test_random_tricky_documents_give_the_reference_s_bytes() -> None:
+    rng = random.Random(35)
+    answered = 0
+    for i in range(20_000):
+        doc = tricky._value(rng)
+        out = native.canonicalize(doc)
+        if out is not None:
+            answered += 1
+            assert out == _reference(doc), (i, doc)
+    assert answered > 12_000
+
+
+def test_random_doubles_have_the_reference_s_text() -> None:
+    rng = random.Random(754)
+    values = [0.0, -0.0, 1e21, 1e-7, 5e-324, 2.0**53, 2.0**50 + 0.25, 1.7976931348623157e308]
+    for _ in range(50_000):
+        bits = struct.unpack(">d", rng.getrandbits(64).to_bytes(8, "big"))[0]
+        if math.isfinite(bits):
+            values.append(bits)
+        values.append(rng.gauss(0, 1))
+        values.append(round(rng.random(), rng.randint(0, 8)))
+        values.append(rng.randint(1, 10**6) / 10 ** rng.randint(0, 12))
+        values.append(rng.uniform(1e-11, 1e-5))
+    for x in values:
+        assert native.number_text(x) == format_number(x), x
+    with pytest.raises(ValueError):
+        native.number_text(math.nan)
+
+
+class Text(enum.StrEnum):
+    A = "a"
+
+
+def _deep(levels: int) -> Any:
+    value: Any = "leaf"
+    for i in range(levels):
+        value = [value] if i % 2 else {"k": value}
+    return value
+
+
+def _cycle() -> list[Any]:
+    cyclic: list[Any] = []
+    cyclic.append({"c": cyclic})
+    return cyclic
+
+
+HOSTILE: list[Any] = [
+    "lone \ud800 surrogate",
+    {"k": ["x" * 40 + "\udfff"]},
+    {"\ud83d": 1},
+    -0.0,
+    [1e21, -1e21, 1e-7, 5e-324, -5e-324, 9.999999999999999e20, 2.0**53, 2.0**60],
+    [2**53 - 1, -(2**53 - 1)],
+    2**53,
+    [-(2**53)],
+    {"big": 10**400},
+    math.nan,
+    {"a": [1, {"b": -math.inf}]},
+    {1: "x"},
+    {None: 1, "b": 2},
+    {("t",): 1},
+    {Text.A: 1, "b": 2},
+    {"a": Text.A},
+    OrderedDict([("b", 1), ("a", 2)]),
+    (1, (2.5, "x")),
+    b"bytes",
+    {"s": {1, 2}},
+    {"A\u030a": 1, "\u00c5": 2},  # keys equal after NFC: refused
+    {"A\u030a": ["A\u030a", "e\u0301" * 20, "\u212b"]},
+    {"\U0001f600": 1, "\ue000": 2, "\uffff": 3, "\U00010000": 4, "z": 5, "é": 6},
+    {f"shared_prefix_{i:05}": i for i in range(300)},
+    {f"{chr(97 + i % 26)}{i}": i for i in range(2_000)},
+    {"\x00": 1, "": 2, "\x00\x00": 3, "a\x00": 4, "a": 5},
+    ['"\\\n\t\x00\x1f\x7f\u2028' * 9, "é" * 17 + '"', "日本" * 9 + "\n", "🙂" * 17 + "\\"],
+    ["x" * 15 + '"', "y" * 16 + "\n", "z" * 17 + "\x01"],
+    _deep(254),
+    _deep(255),
+    _deep(1_001),
+    _deep(5_000),
+    _cycle(),
+]
+
+
+@pytest.mark.parametrize("value", HOSTILE, ids=range(len(HOSTILE)))
+def test_hostile_inputs_give_the_same_bytes_or_the_same_refusal(
+    value: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = native.canonicalize(value)
+    if out is not None:
+        assert out == _reference(value)
+    fast = _through_canonicalize(value, monkeypatch, on=True)
+    slow = _through_canonicalize(value, monkeypatch, on=False)
+    assert fast == slow
