@@ -41,20 +41,48 @@ static Py_ssize_t astral_count;
 static PyObject *normalize_fn; /* unicodedata.normalize */
 static PyObject *nfc_name;     /* "NFC" */
 
+/* Keys repeat (every event has its "type", every level its "child"): the sort prefix and JSON
+ * text of recently written ASCII keys, by object. An entry counts only in the call (generation)
+ * that wrote it, and a call starts a new generation after running Python code (normalize), so
+ * a key object freed and another one allocated at its address cannot be mistaken for it. */
+#define KEY_CACHE 1024
 typedef struct {
-    PyObject *bytes;
+    PyObject *key;
+    uint64_t prefix;
+    uint32_t generation;
+    uint8_t len;
+    char text[19];
+} KeyEntry;
+static KeyEntry key_cache[KEY_CACHE];
+static uint32_t generation;
+
+static inline KeyEntry *key_slot(PyObject *k) { return &key_cache[((uintptr_t)k >> 4) & (KEY_CACHE - 1)]; }
+
+/* The output is written into a buffer kept from call to call (its pages stay mapped and warm:
+ * growing a fresh one by doubling costs page faults and copies on every large document) and
+ * copied into the bytes object once. A buffer above SCRATCH_KEEP is given back after the call. */
+#define SCRATCH_KEEP (8 << 20)
+static char *scratch;
+static Py_ssize_t scratch_cap;
+static int scratch_busy; /* a call made while one runs (from a finalizer) gets its own buffer */
+
+typedef struct {
     char *start, *p, *end;
-    int depth;
+    int depth, own;
 } Out;
 
 static int grow(Out *w, Py_ssize_t need) {
     Py_ssize_t used = w->p - w->start, cap = w->end - w->start;
     Py_ssize_t want = used + need, next = cap * 2;
     if (next < want) next = want + want / 2;
-    if (_PyBytes_Resize(&w->bytes, next) < 0) return -1;
-    w->start = PyBytes_AS_STRING(w->bytes);
-    w->p = w->start + used;
-    w->end = w->start + next;
+    char *bigger = PyMem_RawRealloc(w->start, next);
+    if (bigger == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    w->start = bigger;
+    w->p = bigger + used;
+    w->end = bigger + next;
     return 0;
 }
 
@@ -214,6 +242,7 @@ static int emit_str(Out *w, PyObject *s, int check_nfc) {
     /* not stable: write the NFC form (unicodedata returns the text itself when it is NFC) */
     w->p = w->start + mark;
     PyObject *t = PyObject_CallFunctionObjArgs(normalize_fn, nfc_name, s, NULL);
+    generation++; /* see key_cache */
     if (t == NULL) return -1;
     r = PyUnicode_CheckExact(t) ? emit_str(w, t, 0) : DECLINE;
     Py_DECREF(t);
@@ -419,6 +448,7 @@ typedef struct {
     PyObject *key, *value;
 } Item;
 
+
 static int emit(Out *w, PyObject *v);
 
 static inline int ascii_cmp(const Item *a, const Item *b) {
@@ -545,7 +575,11 @@ static int emit_dict(Out *w, PyObject *d) {
         }
         it[i].key = k;
         it[i].value = v;
-        if (PyUnicode_IS_ASCII(k)) {
+        __builtin_prefetch(v); /* its misses overlap the sort and the keys' text */
+        KeyEntry *e = key_slot(k);
+        if (e->key == k && e->generation == generation) {
+            it[i].prefix = e->prefix;
+        } else if (PyUnicode_IS_ASCII(k)) {
             Py_ssize_t len = PyUnicode_GET_LENGTH(k);
             uint8_t buf[8] = {0};
             memcpy(buf, PyUnicode_DATA(k), len < 8 ? len : 8);
@@ -572,7 +606,24 @@ static int emit_dict(Out *w, PyObject *d) {
             break;
         }
         *w->p++ = i ? ',' : '{';
-        r = emit_str(w, it[i].key, 0); /* checked above */
+        PyObject *key = it[i].key;
+        KeyEntry *e = key_slot(key);
+        if (e->key == key && e->generation == generation) {
+            if ((r = RESERVE(w, 20)) != 0) break;
+            memcpy(w->p, e->text, 19);
+            w->p += e->len;
+        } else {
+            Py_ssize_t mark = w->p - w->start;
+            r = emit_str(w, key, 0); /* checked above */
+            Py_ssize_t len = (w->p - w->start) - mark;
+            if (r == 0 && len <= 19 && PyUnicode_IS_ASCII(key)) {
+                e->key = key;
+                e->generation = generation;
+                e->prefix = it[i].prefix;
+                e->len = (uint8_t)len;
+                memcpy(e->text, w->start + mark, len);
+            }
+        }
         if (r == 0 && (r = RESERVE(w, 1)) == 0) {
             *w->p++ = ':';
             r = emit(w, it[i].value);
@@ -587,7 +638,9 @@ done:
 static int emit_items(Out *w, PyObject **items, Py_ssize_t n) {
     if (RESERVE(w, 2) < 0) return -1;
     *w->p++ = '[';
+    for (Py_ssize_t i = 0; i < 8 && i < n; i++) __builtin_prefetch(items[i]);
     for (Py_ssize_t i = 0; i < n; i++) {
+        if (i + 8 < n) __builtin_prefetch(items[i + 8]); /* overlap the items' cache misses */
         if (i) {
             if (RESERVE(w, 1) < 0) return -1;
             *w->p++ = ',';
@@ -628,19 +681,34 @@ static int emit(Out *w, PyObject *v) {
 
 static PyObject *py_canonicalize(PyObject *self, PyObject *value) {
     Out w;
-    w.bytes = PyBytes_FromStringAndSize(NULL, 1024);
-    if (w.bytes == NULL) return NULL;
-    w.start = w.p = PyBytes_AS_STRING(w.bytes);
-    w.end = w.start + 1024;
-    w.depth = 0;
-    int r = emit(&w, value);
-    if (r != 0) {
-        Py_XDECREF(w.bytes);
-        if (r < 0) return NULL;
-        Py_RETURN_NONE;
+    w.own = scratch_busy;
+    if (w.own || scratch == NULL) {
+        Py_ssize_t cap = w.own ? 1024 : 65536;
+        w.start = PyMem_RawMalloc(cap);
+        if (w.start == NULL) return PyErr_NoMemory();
+        w.end = w.start + cap;
+    } else {
+        w.start = scratch;
+        w.end = scratch + scratch_cap;
     }
-    if (_PyBytes_Resize(&w.bytes, w.p - w.start) < 0) return NULL;
-    return w.bytes;
+    if (!w.own) {
+        scratch = NULL; /* held by this call until it ends */
+        scratch_busy = 1;
+    }
+    w.p = w.start;
+    w.depth = 0;
+    generation++;
+    int r = emit(&w, value);
+    PyObject *out = r == 0 ? PyBytes_FromStringAndSize(w.start, w.p - w.start) : NULL;
+    if (w.own || w.end - w.start > SCRATCH_KEEP) {
+        PyMem_RawFree(w.start);
+    } else {
+        scratch = w.start;
+        scratch_cap = w.end - w.start;
+    }
+    if (!w.own) scratch_busy = 0;
+    if (r > 0) Py_RETURN_NONE;
+    return out;
 }
 
 static PyObject *number_text(PyObject *self, PyObject *arg) {
