@@ -7,9 +7,10 @@ fails when the name exists: atomic and exclusive), and left read-only: a writer 
 half-way leaves no short entry holding an index. An S3 object is put with ``If-None-Match: *``
 (the server refuses the second writer with 412 PreconditionFailed: no check-then-put window),
 in a bucket with Object Lock under COMPLIANCE retention, which no one (not even the bucket
-owner) can shorten or remove; the object is read back after the put, so a server that ignores
-the precondition and lets another writer's bytes replace these ones is seen as a lost race
-(docs/threat-model.md states that limit)."""
+owner) can shorten or remove. The first entry a process writes is put twice: a server that
+honours the precondition refuses the second put; one that ignores it (warned once) has every
+object read back after its put, so another writer's bytes replacing these ones are seen as a
+lost race (docs/threat-model.md states that limit)."""
 
 from __future__ import annotations
 
@@ -21,12 +22,15 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Protocol
 
+import structlog
 from botocore.exceptions import ClientError
 
 from models.errors import StoreError
 from stores.artifacts import S3ArtifactStore
 
 __all__ = ["ANCHOR_RETENTION", "LocalObjects", "Objects", "S3Objects"]
+
+log = structlog.get_logger(__name__)
 
 #: how long an S3 anchor is kept under COMPLIANCE retention
 ANCHOR_RETENTION = timedelta(days=3650)
@@ -118,37 +122,56 @@ class S3Objects:
         base = f"{store.prefix}/{under}" if store.prefix else under
         self.base = base if not base or base.endswith("/") else base + "/"
         self.location = f"s3://{store.bucket}/{self.base}"
+        #: whether the server refuses a second ``If-None-Match: *`` put of a key (None: not
+        #: seen yet; learnt from the first entry this process writes, or any refusal)
+        self.conditional_writes: bool | None = None
 
     async def create(self, name: str, data: bytes) -> bool:
         lock = await self.store.object_lock_enabled()
         client, bucket, key = self.store.client, self.store.bucket, self.base + name
+        kwargs: dict[str, Any] = {"Bucket": bucket, "Key": key, "Body": data}
+        # the server writes only when the key is absent: two writers (or an attacker racing
+        # the writer) cannot both pass a check made before the put
+        kwargs["IfNoneMatch"] = "*"
+        if lock:
+            kwargs["ObjectLockMode"] = "COMPLIANCE"
+            kwargs["ObjectLockRetainUntilDate"] = datetime.now(UTC) + ANCHOR_RETENTION
 
         def create() -> bool:
-            kwargs: dict[str, Any] = {"Bucket": bucket, "Key": key, "Body": data}
-            # the server writes only when the key is absent: two writers (or an attacker
-            # racing the writer) cannot both pass a check made before the put
-            kwargs["IfNoneMatch"] = "*"
-            if lock:
-                kwargs["ObjectLockMode"] = "COMPLIANCE"
-                kwargs["ObjectLockRetainUntilDate"] = datetime.now(UTC) + ANCHOR_RETENTION
-            for attempt in range(_CONFLICT_ATTEMPTS):
-                try:
-                    client.put_object(**kwargs)
-                    break
-                except ClientError as e:
-                    code = _code(e)
-                    if code in {"412", "PreconditionFailed"}:
-                        return False
-                    if code not in {"409", "ConditionalRequestConflict"}:
-                        raise
-                    if attempt == _CONFLICT_ATTEMPTS - 1:
-                        raise
+            if not self._put_if_absent(kwargs):
+                return False
+            if self.conditional_writes is None:
+                # the same bytes again, once: a server that honours the precondition refuses
+                # them; one that writes them (harmless: the same entry) ignores it
+                self.conditional_writes = not self._put_if_absent(kwargs)
+                if not self.conditional_writes:
+                    log.warning("S3 server ignores If-None-Match", location=self.location)
+            if self.conditional_writes:
+                return True
             # a server that ignored the precondition may have let another writer's bytes
             # replace these: then that writer holds the name, and this one lost
             stored = client.get_object(Bucket=bucket, Key=key)["Body"].read()
             return bool(stored == data)
 
         return await self._run("write anchor", create)
+
+    def _put_if_absent(self, kwargs: dict[str, Any]) -> bool:
+        """Put; False when the server refused it because the key exists (412)."""
+        for attempt in range(_CONFLICT_ATTEMPTS):
+            try:
+                self.store.client.put_object(**kwargs)
+                return True
+            except ClientError as e:
+                code = _code(e)
+                if code in {"412", "PreconditionFailed"}:
+                    self.conditional_writes = True
+                    return False
+                # 409: a concurrent conditional write the server could not order: again
+                if code not in {"409", "ConditionalRequestConflict"}:
+                    raise
+                if attempt == _CONFLICT_ATTEMPTS - 1:
+                    raise
+        raise AssertionError("unreachable")
 
     async def read(self, name: str) -> bytes | None:
         client, bucket, key = self.store.client, self.store.bucket, self.base + name

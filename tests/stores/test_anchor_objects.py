@@ -67,6 +67,21 @@ async def test_an_attacker_racing_the_s3_writer_between_check_and_put_wins_alone
     assert len(versions.get("Versions", [])) == 1  # the writer's put wrote no version either
 
 
+async def test_the_first_s3_entry_learns_that_the_server_refuses_a_second_put(
+    seaweedfs: SeaweedFS, s3_client: Any
+) -> None:
+    """Its bytes put twice, once: SeaweedFS refuses the second (no read-back needed after
+    that), and leaves one version of the entry."""
+    objects = await _s3_objects(seaweedfs)
+    assert objects.conditional_writes is None
+    assert await objects.create(NAME, b"entry")
+    assert objects.conditional_writes is True
+    assert await objects.read(NAME) == b"entry"
+    versions = s3_client.list_object_versions(Bucket=objects.store.bucket, Prefix=NAME)
+    assert len(versions.get("Versions", [])) == 1
+    assert not await objects.create(NAME, b"another")
+
+
 async def test_concurrent_writers_of_one_name_one_wins(objects: Objects) -> None:
     datas = [f"writer {i}".encode() for i in range(8)]
     created = await asyncio.gather(*(objects.create(NAME, d) for d in datas))
