@@ -18,6 +18,14 @@ sequence, a side effect of another run) fails the transaction with ``NeedsGenera
 nothing is written; the ledger then writes the batch down its general path, which reads the
 locked heads and decides record by record. A run whose head moved elsewhere is returned:
 nothing of it is written (PostgreSQL writes the other runs of the batch; SQLite none).
+
+The data subjects a batch's runs learned of (``FastBatch.subjects``) go in the same
+transaction, each registered in the governance log when it is new to its run, as the general
+path does (``privacy_subjects.insert_subjects_if_absent``): SQLite in the same call (it holds
+the write lock); PostgreSQL in a transaction of four statements on the same connection — the
+heads and rows, then the governance log's advisory lock (after the run rows, in the general
+path's order: no deadlock), the subjects not there yet, the log's head and its new entries. A
+batch whose head moved elsewhere writes nothing there, on either database.
 """
 
 from __future__ import annotations
@@ -27,14 +35,18 @@ import sqlite3
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import JSON, BigInteger, Boolean, DateTime, Integer, LargeBinary, String, Table
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 
+from models.canonical import canonicalize
 from models.errors import StoreError
 from stores.sql import schema
 from stores.sql.database import _UNAVAILABLE, CONNECT_TIMEOUT_SECONDS, Database, _store_error
+from stores.sql.governance import GOVERNANCE_LOCK, governance_log_rows
+from stores.sql.privacy_subjects import subject_entries
 from stores.sql.projections import CHANGED_IN_BATCH, MUTABLE_TABLES, mutable_key_column
 from stores.sql.views import RUN_EVIDENCE_TABLES
 
@@ -68,6 +80,22 @@ class FastBatch:
     #: rows of runs started by this batch, with their heads after it (no move): a run that
     #: exists already fails the batch with ``NeedsGeneralPath``
     new_runs: list[dict[str, Any]] = field(default_factory=list)
+    #: ``run_subjects`` rows of people the runs learned of: inserted unless there already,
+    #: each inserted one registered in the governance log at ``registered_at``
+    subjects: list[dict[str, Any]] = field(default_factory=list)
+    registered_at: datetime | None = None
+
+
+def _subject_entries_rows(
+    batch: FastBatch, inserted: list[dict[str, Any]], head: tuple[int, str] | None
+) -> list[dict[str, Any]]:
+    """The governance log rows registering ``inserted`` subjects after the log's ``head``,
+    their record as canonical JSON text (what both writers bind JSON columns with)."""
+    assert batch.registered_at is not None
+    rows = governance_log_rows(head, subject_entries(inserted, batch.registered_at))
+    for row in rows:
+        row["record"] = canonicalize(row["record"]).decode()
+    return rows
 
 
 #: what a batch writer may write: the events, the raw payload metadata and the lookup tables
@@ -133,7 +161,7 @@ class SqliteBatchWriter(BatchWriter):
         self._conn: sqlite3.Connection | None = None
         self._inserts = {
             table: _sqlite_insert(table, _DO_NOTHING if table in IF_ABSENT_TABLES else "")
-            for table in (schema.runs, *FAST_TABLES)
+            for table in (schema.runs, *FAST_TABLES, schema.governance_log)
         }
         #: mutable tables: (upsert when the stored content differs, upsert whatever is stored)
         self._upserts = {
@@ -199,6 +227,8 @@ class SqliteBatchWriter(BatchWriter):
                     if part:
                         conn.executemany(sql, map(to_params, part))
                         statements.append(sql)
+            if batch.subjects:
+                statements.extend(self._register_subjects(conn, batch))
             conn.execute("COMMIT")
         except sqlite3.IntegrityError as exc:
             conn.execute("ROLLBACK")
@@ -213,6 +243,19 @@ class SqliteBatchWriter(BatchWriter):
             raise
         return set(), [*statements, "COMMIT"]
 
+    def _register_subjects(self, conn: sqlite3.Connection, batch: FastBatch) -> list[str]:
+        """Insert the subjects not there yet and register those in the governance log (this
+        transaction holds the write lock: the log's head read here stays its head)."""
+        sql, to_params = self._inserts[schema.run_subjects]
+        inserted = [row for row in batch.subjects if conn.execute(sql, to_params(row)).rowcount]
+        if not inserted:
+            return [sql]
+        head = conn.execute(_GOVERNANCE_HEAD).fetchone()
+        log_sql, log_params = self._inserts[schema.governance_log]
+        entries = _subject_entries_rows(batch, inserted, None if head is None else tuple(head))
+        conn.executemany(log_sql, map(log_params, entries))
+        return [sql, _GOVERNANCE_HEAD, log_sql]
+
     async def close(self) -> None:
         def close_in_thread() -> None:
             if self._conn is not None:
@@ -221,6 +264,9 @@ class SqliteBatchWriter(BatchWriter):
 
         await asyncio.get_running_loop().run_in_executor(self._executor, close_in_thread)
         self._executor.shutdown(wait=False)
+
+
+_GOVERNANCE_HEAD = "SELECT position, hash FROM governance_log ORDER BY position DESC LIMIT 1"
 
 
 def _upsert_clause(table: Table, *, changed: bool) -> str:
@@ -313,8 +359,12 @@ class PostgresBatchWriter(BatchWriter):
                 rows = [row for row in rows if row[CHANGED_IN_BATCH] is changed]
             args.extend([row.get(name) for row in rows] for name in names)
         conn = await self._take()
+        sent = [sql]
         try:
-            moved = {row[0] for row in await conn.fetch(sql, *args)}
+            if batch.subjects:
+                moved = await self._write_with_subjects(conn, sql, args, batch, sent)
+            else:
+                moved = {row[0] for row in await conn.fetch(sql, *args)}
         except asyncpg.IntegrityConstraintViolationError as exc:
             await self._give_back(conn)
             raise NeedsGeneralPath(str(exc)) from exc
@@ -333,8 +383,50 @@ class PostgresBatchWriter(BatchWriter):
             await self._give_back(conn, broken=True)
             raise
         await self._give_back(conn)
-        self._notify([sql], True)
+        self._notify(sent, bool(moved) or not runs)
         return set(runs) - moved
+
+    async def _write_with_subjects(
+        self, conn: Any, sql: str, args: list[Any], batch: FastBatch, sent: list[str]
+    ) -> set[str]:
+        """The batch's statement and its subjects in one transaction: the run rows first (as
+        the general path locks them), then the governance log's lock, the subjects not there
+        yet and their entries (``sent``: the statements, for observers). A head moved
+        elsewhere writes nothing (every run returned)."""
+        runs = {run_id for run_id, *_ in batch.moves}
+        try:
+            async with conn.transaction():
+                moved = {row[0] for row in await conn.fetch(sql, *args)}
+                if moved != runs:
+                    raise _Stale
+                await conn.execute(_PG_GOVERNANCE_LOCK, GOVERNANCE_LOCK)
+                sent += [_PG_GOVERNANCE_LOCK, _PG_SUBJECTS]
+                names = [c.name for c in schema.run_subjects.columns]
+                inserted_keys = {
+                    (row[0], row[1])
+                    for row in await conn.fetch(
+                        _PG_SUBJECTS, *([row[name] for row in batch.subjects] for name in names)
+                    )
+                }
+                inserted = []  # in the batch's order, each key once (as the general path)
+                for row in batch.subjects:
+                    key = (row["run_id"], row["subject_id"])
+                    if key in inserted_keys:
+                        inserted_keys.discard(key)
+                        inserted.append(row)
+                if inserted:
+                    head = await conn.fetchrow(_GOVERNANCE_HEAD)
+                    entries = _subject_entries_rows(
+                        batch, inserted, None if head is None else (head[0], head[1])
+                    )
+                    sent += [_GOVERNANCE_HEAD, _PG_GOVERNANCE]
+                    log_names = [c.name for c in schema.governance_log.columns]
+                    await conn.execute(
+                        _PG_GOVERNANCE, *([row[name] for row in entries] for name in log_names)
+                    )
+        except _Stale:
+            return set()  # rolled back: every run of the batch is returned
+        return moved
 
     async def _take(self) -> Any:
         loop = asyncio.get_running_loop()
@@ -460,8 +552,37 @@ def _postgres_statement(tables: Iterable[Table]) -> tuple[str, Layout]:
     return "WITH " + ",\n".join(parts) + f"\n{written}", layout
 
 
+def _pg_unnest_insert(table: Table, tail: str = "") -> str:
+    """``INSERT INTO table`` of rows bound as one array per column (in the table's order)."""
+    columns = list(table.columns)
+    quoted = ", ".join(f'"{c.name}"' for c in columns)
+    arrays = ", ".join(f"${i + 1}::{_pg_array_type(c)}[]" for i, c in enumerate(columns))
+    selected = ", ".join(
+        f'r."{c.name}"::{"jsonb" if _is_jsonb(c) else "json"}'
+        if isinstance(c.type, JSON)
+        else f'r."{c.name}"'
+        for c in columns
+    )
+    return (
+        f"INSERT INTO {table.name} ({quoted}) SELECT {selected} FROM unnest({arrays})"
+        f" AS r({quoted}){tail}"
+    )
+
+
+class _Stale(Exception):
+    """Internal: a head of the batch moved elsewhere (rolls its transaction back)."""
+
+
 def _is_jsonb(column: Any) -> bool:
     from sqlalchemy.dialects import postgresql
 
     impl = column.type.dialect_impl(postgresql.dialect())
     return isinstance(impl, postgresql.JSONB)
+
+
+#: the subjects of a batch not there yet (PostgreSQL), and their governance entries
+_PG_SUBJECTS = _pg_unnest_insert(
+    schema.run_subjects, " ON CONFLICT DO NOTHING RETURNING run_id, subject_id"
+)
+_PG_GOVERNANCE = _pg_unnest_insert(schema.governance_log)
+_PG_GOVERNANCE_LOCK = "SELECT pg_advisory_xact_lock($1)"

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from sqlalchemy import func, insert, inspect, select, text
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -30,9 +30,11 @@ from stores.sql import schema
 from stores.sql.database import Database
 
 __all__ = [
+    "GOVERNANCE_LOCK",
     "GovernanceRows",
     "SqlGovernanceLog",
     "append_governance",
+    "governance_log_rows",
     "governance_rows",
     "hold_entry",
     "hold_releases",
@@ -40,6 +42,8 @@ __all__ = [
 
 #: the advisory lock that serialises governance appends on PostgreSQL
 _LOCK = 0x52425F474F564C47  # "RB_GOVLG"
+#: the same lock, for the ledger's batch writer (it registers a run's data subjects)
+GOVERNANCE_LOCK = _LOCK
 #: the entries whose head is anchored at once (a subject registration rides on the next one)
 _ANCHORED = frozenset(
     {
@@ -64,7 +68,18 @@ async def append_governance(
     last = (
         await conn.execute(select(g.position, g.hash).order_by(g.position.desc()).limit(1))
     ).first()
-    position, previous = (0, GOVERNANCE_GENESIS) if last is None else (last.position, last.hash)
+    rows = governance_log_rows(None if last is None else (last.position, last.hash), records)
+    await conn.execute(insert(schema.governance_log), rows)
+    return rows[-1]["position"], rows[-1]["hash"]
+
+
+def governance_log_rows(
+    head: tuple[int, str] | None, records: Sequence[GovernanceRecord]
+) -> list[dict[str, Any]]:
+    """The ``governance_log`` rows of ``records`` chained after ``head`` (position, hash; None:
+    the log is empty), for a writer holding the log's lock (``append_governance``, the
+    ledger's batch writer)."""
+    position, previous = (0, GOVERNANCE_GENESIS) if head is None else head
     rows = []
     for record in records:
         body = record.model_dump(mode="json")
@@ -83,8 +98,7 @@ async def append_governance(
             }
         )
         previous = link
-    await conn.execute(insert(schema.governance_log), rows)
-    return position, previous
+    return rows
 
 
 class SqlGovernanceLog:

@@ -272,12 +272,17 @@ class SqlLedger(LockedAppends, LedgerReads):
             batch = link_batch(requests, heads, recorded_at)
         except SequenceConflictError:
             return None  # an expected sequence the cache disagrees with: read the heads
+        # the people the runs learned of go to the batch writer apart: it registers the new
+        # ones in the governance log in the same transaction (``fast_rows`` alone refuses them)
+        subjects, batch.subjects = batch.subjects, []
         rows = fast_rows(batch, recorded_at)
         if rows is None:
             return None
         moves = [(r, start[r][0], heads[r][0], heads[r][1]) for r in run_ids]
         try:
-            stale = await batch_writer(self.db).write(FastBatch(moves, rows))
+            stale = await batch_writer(self.db).write(
+                FastBatch(moves, rows, subjects=subjects, registered_at=recorded_at)
+            )
         except NeedsGeneralPath:
             return None
         except BaseException:

@@ -332,14 +332,17 @@ async def test_people_learned_become_subjects_in_the_transaction_of_the_append_a
     database: Database, tmp_path: Path
 ) -> None:
     """``learn_people`` (write-behind): the run's new subjects go with the next append, in its
-    transaction, registered in the governance log (so the general path, not the batch writer:
-    once per person and run); a subject the run has already keeps its row; people learned with
-    no append after them are kept at the durable point."""
+    transaction, registered in the governance log by the batch writer (one transaction, not the
+    general path's statements through the pool); a subject the run has already keeps its row
+    and gets no second entry; people learned with no append after them are kept at the durable
+    point."""
     from sqlalchemy import event
 
     from models import SideEffectClass
     from models.capability import Capability, PersonRecords
+    from models.governance import GovernanceKind
     from models.privacy import RunSubject, SubjectKind
+    from stores.sql.governance import SqlGovernanceLog
 
     artifacts, vault, ledger, run_id = await vaulted_run(database, tmp_path)
     await ledger.append(run_id, NewEvent("s", E.MODEL_CALL, T0, payload={"i": 0}))
@@ -357,7 +360,14 @@ async def test_people_learned_become_subjects_in_the_transaction_of_the_append_a
     def seen(_c: object, _cu: object, statement: str, *_: object) -> None:
         statements.append(statement)
 
+    batched: list[str] = []
+
+    def observe(sent: Sequence[str], committed: bool) -> None:
+        batched.extend(sent if committed else [])
+
     people = [{"customer_id": "C-1", "name": "Ada Lovelace"}, {"customer_id": "C-2", "name": "Bo"}]
+    writer = batch_writer(database)
+    writer.observers.append(observe)
     event.listen(database.engine.sync_engine, "before_cursor_execute", seen)
     try:
         await recorder.learn_people(crm, people)
@@ -365,8 +375,16 @@ async def test_people_learned_become_subjects_in_the_transaction_of_the_append_a
         await recorder.flush()
     finally:
         event.remove(database.engine.sync_engine, "before_cursor_execute", seen)
-    # the subject rows are registered in the governance log as they are written
-    assert [s for s in statements if "INSERT INTO governance_log" in s]
+        writer.observers.remove(observe)
+    # the subject rows are registered in the governance log as they are written, in the batch
+    # writer's committed transaction (nothing written through the pool)
+    assert not [s for s in statements if "governance_log" in s or "run_subjects" in s]
+    assert [s for s in batched if "governance_log" in s and "INSERT" in s.upper()]
+    entries = await SqlGovernanceLog(database).entries(run_id)
+    assert [(e.kind, e.subject_id) for e in entries] == [
+        (GovernanceKind.SUBJECT_REGISTERED, "customer:C-1"),
+        (GovernanceKind.SUBJECT_REGISTERED, "customer:C-2"),
+    ]
     assert await vault.subjects(run_id) == [
         {"subject_id": "customer:C-1", "kind": "END_USER", "source": "input", "primary": True},
         {
