@@ -105,7 +105,8 @@ class SandboxedSteps:
         async def fresh() -> StepProcess:
             return await self._pool.ready(replay_id) or await self._pool.take(replay_id)
 
-        child = await self._siblings.acquire(group, replay_id, fresh)
+        first = not step.step_index
+        child = await self._siblings.acquire(group, replay_id, fresh, first)
         try:
             async with self._running:
                 child, output = await self._batch(child, step)
@@ -192,11 +193,14 @@ class SandboxedSteps:
     def expect(self, key: str, count: int) -> int:
         """``count`` child replays whose ids start with ``key-`` are about to run here (an
         incident's or a ``--repeat`` parent's fan-out): the pool grows to hold a started
-        process for each (at most ``settings.fanout_warm``; with sibling sharing on, for at
-        most ``settings.fanout_share`` of them: the rest share those) now, off their first
-        batch's path. Returns the pool's new size."""
+        process for each (at most ``settings.fanout_warm``) now, off their first batch's path;
+        with sibling sharing on, for at most ``settings.fanout_share`` of them less the
+        processes their group already has (a parent announces each batch of children: the
+        next batch shares the processes of the one before). Returns the pool's new size."""
         share = self.settings.fanout_share
-        return self._pool.expect(key, min(count, share) if share > 0 else count)
+        if share > 0:
+            count = max(min(count, share) - self._siblings.started_for(key), 0)
+        return self._pool.expect(key, count)
 
     # kept processes ---------------------------------------------------------------------------
 

@@ -48,8 +48,20 @@ class _Group:
     #: processes of the group started (idle or serving a batch)
     size: int = 0
     idle: list[StepProcess] = field(default_factory=list)
-    #: batches waiting for one of the group's processes (None: room to start one)
-    waiting: deque[asyncio.Future[StepProcess | None]] = field(default_factory=deque)
+    #: batches waiting for one of the group's processes (None: room to start one), a new
+    #: replay's first batch ahead of a started replay's next: each child starts promptly,
+    #: and the group's work is the same either way
+    first: deque[asyncio.Future[StepProcess | None]] = field(default_factory=deque)
+    next: deque[asyncio.Future[StepProcess | None]] = field(default_factory=deque)
+
+    def next_waiting(self) -> asyncio.Future[StepProcess | None] | None:
+        """The batch served next (a canceled wait is skipped); None: nobody waits."""
+        for queue in (self.first, self.next):
+            while queue:
+                waiter = queue.popleft()
+                if not waiter.done():
+                    return waiter
+        return None
 
 
 class SiblingGroups:
@@ -71,15 +83,24 @@ class SiblingGroups:
         self.members: dict[str, GroupKey] = {}
         self._closing: set[asyncio.Task[None]] = set()
 
+    def started_for(self, parent: str) -> int:
+        """Processes the groups of fan-out ``parent`` hold now (idle or serving a batch)."""
+        return sum(g.size for k, g in self._groups.items() if k[0] == parent)
+
     def processes(self) -> dict[GroupKey, list[int]]:
         """Group -> pids of its idle processes (for the tests)."""
         return {k: [c.process.pid for c in g.idle] for k, g in self._groups.items() if g.idle}
 
     async def acquire(
-        self, key: GroupKey, replay_id: str, fresh: Callable[[], Awaitable[StepProcess]]
+        self,
+        key: GroupKey,
+        replay_id: str,
+        fresh: Callable[[], Awaitable[StepProcess]],
+        first: bool = False,
     ) -> StepProcess:
-        """A process of ``key`` for one batch of ``replay_id``: an idle one, else a new one
-        (``fresh``) while the group has fewer than ``share``, else the next one freed."""
+        """A process of ``key`` for one batch of ``replay_id`` (``first``: its first batch):
+        an idle one, else a new one (``fresh``) while the group has fewer than ``share``, else
+        the next one freed."""
         self.members[replay_id] = key
         group = self._groups.setdefault(key, _Group())
         while True:
@@ -102,7 +123,7 @@ class SiblingGroups:
                 child.replay_id = replay_id
                 return child
             waiter: asyncio.Future[StepProcess | None] = asyncio.get_running_loop().create_future()
-            group.waiting.append(waiter)
+            (group.first if first else group.next).append(waiter)
             try:
                 handed = await waiter
             except asyncio.CancelledError:
@@ -132,11 +153,10 @@ class SiblingGroups:
         if group is None:  # the worker is shutting down: nothing to keep it for
             self._later(self._release(child))
             return
-        while group.waiting:
-            waiter = group.waiting.popleft()
-            if not waiter.done():
-                waiter.set_result(child)
-                return
+        waiter = group.next_waiting()
+        if waiter is not None:
+            waiter.set_result(child)
+            return
         child.idle_since = time.monotonic()
         child.idle_timer = asyncio.get_running_loop().call_later(
             self.idle_seconds, self._idle_out, key, child
@@ -165,11 +185,10 @@ class SiblingGroups:
         """One process fewer in ``group``: the next waiting sibling may start one."""
         if counted:
             group.size -= 1
-        while group.waiting:
-            waiter = group.waiting.popleft()
-            if not waiter.done():
-                waiter.set_result(None)
-                return
+        waiter = group.next_waiting()
+        if waiter is not None:
+            waiter.set_result(None)
+            return
         if group.size <= 0 and not group.idle:
             self._groups.pop(key, None)
 

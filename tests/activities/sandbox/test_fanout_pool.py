@@ -13,6 +13,7 @@ from pathlib import Path
 
 from activities.sandbox.config import SandboxSettings
 from activities.sandbox.demand import EXPECT_SECONDS, Demand
+from activities.sandbox.process import kill_sandbox
 from bench.synthetic_replay import SyntheticReplays, next_batch, synthetic_replays
 from models.replay_flow import StepInput
 from tests.activities.sandbox.test_pool import _recorded
@@ -78,6 +79,8 @@ async def test_siblings_share_their_groups_processes_with_separate_evidence(
             assert (shared.started, shared.batches) == (2, 15)
             ((group, pids),) = shared.shared.items()
             assert group[:2] == ("fan", replays.source_run_id) and len(pids) == 2
+            # the parent's next batch of children announced: the group has its processes
+            assert shared.expect("fan", 5) == 0
             # each replay's evidence is its own and the same as a replay in its own process
             alone_id, alone = await _whole(own, (await _first_steps(replays, "fan", 1))[0])
             assert own.started == 1 and own.shared == {}
@@ -85,6 +88,15 @@ async def test_siblings_share_their_groups_processes_with_separate_evidence(
             for replay_id, out in ran:
                 assert await _recorded(replays.stores.ledger, replay_id) == expected
                 assert (out.state_ref, out.cursors) == (alone.state_ref, alone.cursors)
+            # the group's processes died while idle: a sibling finds one new process, whole
+            for pid in pids:
+                kill_sandbox(pid)
+            await _until(lambda: _idle_pids(shared) == [])
+            late_id, _ = await _whole(shared, (await _first_steps(replays, "fan", 1))[0])
+            assert await _recorded(replays.stores.ledger, late_id) == expected
+            assert shared.started == 3 and len(shared.shared[group]) == 1
+            pids = shared.shared[group]
+            started = shared.started
             # another fan-out, and a replay of none, never take the group's processes
             shared.expect("other", 1)
             await _whole(shared, (await _first_steps(replays, "other", 1))[0])
@@ -92,11 +104,26 @@ async def test_siblings_share_their_groups_processes_with_separate_evidence(
             assert shared.shared[group] == pids
             others = [p for k, ps in shared.shared.items() if k != group for p in ps]
             assert len(others) == 1 and others[0] not in pids
-            assert shared.started == 4 and solo_id not in shared.kept  # finished: released
+            assert shared.started == started + 2 and solo_id not in shared.kept  # released
         finally:
             await shared.aclose()
             await own.aclose()
         assert shared.shared == {} and shared.warm == []
+
+
+def _idle_pids(runner) -> list[int]:
+    """Pids of the runner's idle shared processes that are still alive."""
+    alive = []
+    for pids in runner.shared.values():
+        alive += [p for p in pids if Path(f"/proc/{p}").exists() and _running(p)]
+    return alive
+
+
+def _running(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def test_demand_counts_children_to_come_by_fan_out() -> None:
