@@ -16,6 +16,12 @@ READ tool call a step, a provider that does nothing). Reported as p50 and p99 ov
 wall time and the event loop thread's CPU time, with the provider's own p50 as the baseline;
 the synthetic row also gives the mean recording time per step outside the calls (its
 STEP_STARTED, checkpoint and STEP_COMPLETED).
+
+A third row per backend puts recording beside a slow provider: synthetic steps whose tool
+answers after 100 ms, each step timed from its STEP_STARTED to the next one (the step's whole
+recording: STEP_STARTED, the tool call, the checkpoint, STEP_COMPLETED), against the same
+provider awaited alone in rounds interleaved with them; the cost is the share of the recorded
+step that is not the bare step, median of the rounds with their spread.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import itertools
 import math
 import os
 import sys
@@ -33,7 +40,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from bench.common import Row, emit, machine_load
+from bench.common import Row, Spread, emit, machine_load
 from examples.support_desk.providers import SimulatedWorld
 from examples.support_desk.spec import SCENARIOS, scenario_run_input, support_desk_spec
 from examples.synthetic import synthetic_spec
@@ -285,6 +292,110 @@ async def synthetic_calls(home: Path, steps: int = SYNTHETIC_STEPS) -> dict[str,
         }
 
 
+#: the slow-provider row: its provider's delay, steps per recorded run, rounds, goal
+SLOW_PROVIDER_S = 0.1
+SLOW_RUN_STEPS = 10
+SLOW_ROUNDS = 3
+SLOW_RUNS_PER_ROUND = 2
+GOAL_SLOW_SHARE = 0.01
+
+
+@contextlib.contextmanager
+def _step_starts(starts: list[float]) -> Iterator[None]:
+    """While the block runs, the time each STEP_STARTED is handed to a recorder."""
+    from models import ExecutionEventType
+    from runtime.recorder import RunRecorder
+
+    original = RunRecorder.record
+
+    async def record(recorder: RunRecorder, type: ExecutionEventType, **kwargs: Any) -> Any:
+        if type is ExecutionEventType.STEP_STARTED:
+            starts.append(time.perf_counter())
+        return await original(recorder, type, **kwargs)
+
+    RunRecorder.record = record  # type: ignore[method-assign,assignment]
+    try:
+        yield
+    finally:
+        RunRecorder.record = original  # type: ignore[method-assign]
+
+
+async def slow_provider_steps(
+    database_url: str,
+    home: Path,
+    rounds: int = SLOW_ROUNDS,
+    runs_per_round: int = SLOW_RUNS_PER_ROUND,
+    delay_s: float = SLOW_PROVIDER_S,
+) -> dict[str, Any]:
+    """Recorded synthetic steps with a ``delay_s`` provider against the bare provider, in
+    interleaved rounds (order turning): seconds per step of each, per round (medians)."""
+    from examples.synthetic import counter_read
+
+    async def slow(arguments: dict[str, Any], context: ToolCallContext) -> dict[str, Any]:
+        await asyncio.sleep(delay_s)
+        return await counter_read(arguments, context)
+
+    base = synthetic_spec(SLOW_RUN_STEPS)
+    spec = dataclasses.replace(base, tool_providers={"counter.read": slow})
+    recorded: list[float] = []
+    bare: list[float] = []
+    async with open_stores(_settings(home, database_url).stores) as stores:
+
+        async def recorded_round() -> float:
+            per_step: list[float] = []
+            for _ in range(runs_per_round):
+                starts: list[float] = []
+                with _step_starts(starts):
+                    await record_run(
+                        spec,
+                        stores.ledger,
+                        stores.artifacts,
+                        run_id=f"run-slow-{uuid.uuid4().hex[:10]}",
+                        agent_input={"steps": SLOW_RUN_STEPS},
+                        seed=0,
+                        labels={"agent": "synthetic-chain"},
+                    )
+                per_step += [b - a for a, b in itertools.pairwise(starts)]
+            return sorted(per_step)[len(per_step) // 2]
+
+        async def bare_round() -> float:
+            per_step = []
+            for i in range(runs_per_round * (SLOW_RUN_STEPS - 1)):
+                started = time.perf_counter()
+                await slow({"i": i}, None)  # type: ignore[arg-type]  # counter_read reads none
+                per_step.append(time.perf_counter() - started)
+            return sorted(per_step)[len(per_step) // 2]
+
+        await recorded_round()  # warm up: imports, statements, the manifest
+        for r in range(rounds):
+            if r % 2 == 0:
+                recorded.append(await recorded_round())
+                bare.append(await bare_round())
+            else:
+                bare.append(await bare_round())
+                recorded.append(await recorded_round())
+    shares = [1 - b / a for a, b in zip(recorded, bare, strict=True)]
+    return {"recorded_s": recorded, "bare_s": bare, "shares": shares, "delay_s": delay_s}
+
+
+def _slow_row(backend: str, r: dict[str, Any], load: str) -> Row:
+    recorded, bare, shares = (Spread.of(r[k]) for k in ("recorded_s", "bare_s", "shares"))
+    return emit(
+        Row(
+            figure=f"a recorded step with a {r['delay_s'] * 1e3:.0f} ms provider ({backend}; "
+            "synthetic steps, STEP_STARTED to the next; median of "
+            f"{len(r['shares'])} interleaved rounds)",
+            value=f"{recorded.text(1e3, 'ms', 2)} a step; recording's share "
+            f"{shares.median:.2%} ({shares.low:.2%}–{shares.high:.2%})",
+            baseline=f"the provider alone {bare.text(1e3, 'ms', 2)} a step",
+            ratio=recorded.median / bare.median,
+            goal=f"recording <= {GOAL_SLOW_SHARE:.0%} of the step",
+            met=shares.median <= GOAL_SLOW_SHARE,
+            load=load,
+        )
+    )
+
+
 def _row(figure: str, r: dict[str, float], load: str, extra: str = "") -> Row:
     return emit(
         Row(
@@ -310,6 +421,9 @@ async def _main(pg: bool, runs: int) -> dict[str, Any]:
             backends["postgresql"] = pg_url
         try:
             for name, url in backends.items():
+                slow = await slow_provider_steps(url, home / f"{name}-slow")
+                results[f"slow provider {name}"] = slow
+                _slow_row(name, slow, machine_load())
                 r = await support_desk_calls(url, home / name, runs)
                 results[f"support-desk {name}"] = r
                 kinds = ", ".join(
