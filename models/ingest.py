@@ -26,6 +26,7 @@ from pydantic import (
     Field,
     JsonValue,
     StrictBool,
+    StrictFloat,
     StrictInt,
     field_validator,
     model_validator,
@@ -233,6 +234,13 @@ class IngestRunHeader(_NoNul):
 # is not 1 (a coerced value would be recorded as evidence the client never sent)
 
 
+class IngestTokenUsage(TokenUsage):
+    """A model call's token counts as the client sent them: whole numbers, strictly."""
+
+    prompt_tokens: StrictInt = Field(default=0, ge=0)
+    completion_tokens: StrictInt = Field(default=0, ge=0)
+
+
 class _Event(_NoNul):
     #: the client's sequence number of this event in the run, from 1, without gaps
     sequence: StrictInt = Field(ge=1)
@@ -266,7 +274,7 @@ class ModelCallEvent(_Event):
     content: str | None = None
     tool_calls: tuple[ToolCallRequest, ...] = ()
     finish_reason: str | None = None
-    usage: TokenUsage = TokenUsage()
+    usage: IngestTokenUsage = IngestTokenUsage()
     cost: Decimal = Field(default=Decimal(0), ge=0)
     response_id: str | None = None
     #: the sampling seed the request was sent with
@@ -275,7 +283,7 @@ class ModelCallEvent(_Event):
     #: response_format, stream…)
     parameters: dict[str, JsonValue] = Field(default_factory=dict)
     #: how long the call took in the agent, in milliseconds
-    latency_ms: float | None = Field(default=None, ge=0)
+    latency_ms: StrictFloat | None = Field(default=None, ge=0)
 
     ADDED_FIELDS: ClassVar[frozenset[str]] = frozenset({"seed", "parameters", "latency_ms"})
 
