@@ -257,9 +257,24 @@ static const char PAIRS[201] =
     "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
     "8081828384858687888990919293949596979899";
 
+/* 8 digits of v < 10**8, zero-padded: two independent chains of two pairs */
+static inline void write_8(char *p, uint32_t v) {
+    uint32_t hi = v / 10000, lo = v % 10000;
+    memcpy(p, PAIRS + 2 * (hi / 100), 2);
+    memcpy(p + 2, PAIRS + 2 * (hi % 100), 2);
+    memcpy(p + 4, PAIRS + 2 * (lo / 100), 2);
+    memcpy(p + 6, PAIRS + 2 * (lo % 100), 2);
+}
+
+/* the decimal digits of v; p must have 24 bytes of room (fixed-size copies) */
 static char *write_u64(char *p, uint64_t v) {
-    char tmp[20];
-    char *t = tmp + 20;
+    char tmp[48]; /* the digits end at tmp + 24; 24 bytes are copied from their start */
+    char *t = tmp + 24;
+    while (v >= 100000000) {
+        t -= 8;
+        write_8(t, (uint32_t)(v % 100000000));
+        v /= 100000000;
+    }
     while (v >= 100) {
         t -= 2;
         memcpy(t, PAIRS + 2 * (v % 100), 2);
@@ -271,9 +286,8 @@ static char *write_u64(char *p, uint64_t v) {
     } else {
         *--t = (char)('0' + v);
     }
-    size_t len = tmp + 20 - t;
-    memcpy(p, t, len);
-    return p + len;
+    memcpy(p, t, 24);
+    return p + (tmp + 24 - t);
 }
 
 static const uint64_t POW5[28] = {
@@ -334,15 +348,16 @@ static int shortest(double x, uint64_t *digits, int *q) {
 
 /* ECMAScript Number::toString of digits (value = 0.DIGITS * 10**n), as format_number lays out */
 static char *layout(char *p, const char *d, int k, int n) {
+    /* fixed-size copies (d has 48 bytes, p 64 bytes of room): no call per number */
     if (k <= n && n <= 21) {
-        memcpy(p, d, k);
-        memset(p + k, '0', n - k);
+        memcpy(p, d, 24);
+        memset(p + k, '0', 24);
         return p + n;
     }
     if (0 < n && n <= 21) {
-        memcpy(p, d, n);
+        memcpy(p, d, 24);
         p[n] = '.';
-        memcpy(p + n + 1, d + n, k - n);
+        memcpy(p + n + 1, d + n, 24);
         return p + k + 1;
     }
     if (-6 < n && n <= 0) {
@@ -375,7 +390,7 @@ static char *write_number(char *p, double x) {
         x = -x;
     }
     if (x <= SAFE_MAX && x == (double)(int64_t)x) return write_u64(p, (uint64_t)x);
-    char d[32]; /* repr: up to 17 digits after up to 4 zeros ("0.0001...") */
+    char d[48]; /* repr: up to 17 digits after up to 4 zeros ("0.0001..."); room for copies */
     int k, n;
     uint64_t digits;
     int q;
@@ -409,7 +424,7 @@ static char *write_number(char *p, double x) {
 
 static int emit_float(Out *w, double x) {
     if (!isfinite(x)) return DECLINE;
-    if (RESERVE(w, 32) < 0) return -1;
+    if (RESERVE(w, 64) < 0) return -1;
     char *p = write_number(w->p, x);
     if (p == NULL) return -1;
     w->p = p;
@@ -430,7 +445,7 @@ static int emit_int(Out *w, PyObject *v) {
         if (overflow || x > 9007199254740991LL || x < -9007199254740991LL) return DECLINE;
         if (x == -1 && PyErr_Occurred()) return -1;
     }
-    if (RESERVE(w, 24) < 0) return -1;
+    if (RESERVE(w, 32) < 0) return -1;
     char *p = w->p;
     if (x < 0) {
         *p++ = '-';
@@ -547,8 +562,138 @@ static int key_is_plain(PyObject *k) {
     return 1;
 }
 
+/* Many ASCII keys (feature maps, headers): a radix sort of (prefix, index) pairs, and each key's
+ * text (up to 16 bytes, when it needs no escape) copied while the keys are read in the dict's
+ * order, so writing them in sorted order does not visit the key objects again (a cache miss
+ * each in a large document). 2: a key is not ASCII text, the general path answers. */
+typedef struct {
+    uint64_t prefix;
+    uint64_t index;
+} SortKey;
+
+typedef struct {
+    PyObject *key, *value;
+    uint32_t len, plain;
+    char text[16];
+} BigItem;
+
+static const BigItem *tie_items; /* for the comparison sort of keys sharing 8 bytes */
+
+static int big_cmp(const void *pa, const void *pb) {
+    const SortKey *a = pa, *b = pb;
+    if (a->prefix != b->prefix) return a->prefix < b->prefix ? -1 : 1;
+    PyObject *x = tie_items[a->index].key, *y = tie_items[b->index].key;
+    Py_ssize_t la = PyUnicode_GET_LENGTH(x), lb = PyUnicode_GET_LENGTH(y);
+    int r = memcmp(PyUnicode_DATA(x), PyUnicode_DATA(y), la < lb ? la : lb);
+    return r ? r : (la > lb) - (la < lb);
+}
+
+static int emit_big_dict(Out *w, PyObject *d, Py_ssize_t n) {
+    BigItem *it = PyMem_Malloc(n * sizeof(BigItem));
+    SortKey *keys = PyMem_Malloc(2 * n * sizeof(SortKey));
+    uint32_t(*counts)[256] = PyMem_Calloc(8, sizeof(*counts));
+    int r = 0;
+    if (it == NULL || keys == NULL || counts == NULL) {
+        PyErr_NoMemory();
+        r = -1;
+        goto done;
+    }
+    Py_ssize_t pos = 0, i = 0;
+    PyObject *k, *v;
+    while (PyDict_Next(d, &pos, &k, &v)) {
+        if (!PyUnicode_CheckExact(k) || PyUnicode_READY(k) < 0 || !PyUnicode_IS_ASCII(k)) {
+            PyErr_Clear();
+            r = 2;
+            goto done;
+        }
+        BigItem *e = &it[i];
+        const char *data = PyUnicode_DATA(k);
+        Py_ssize_t len = PyUnicode_GET_LENGTH(k);
+        e->key = k;
+        e->value = v;
+        e->len = (uint32_t)len;
+        e->plain = 0;
+        uint64_t prefix;
+#if defined(__SSE2__)
+        /* one 16-byte load (when it cannot cross a page) and one store: byte copies followed
+         * by a wide load of them would stall on store forwarding */
+        if (len >= 16 || ((uintptr_t)data & 4095) <= 4096 - 16) {
+            __m128i x = _mm_loadu_si128((const __m128i *)data);
+            _mm_storeu_si128((__m128i *)e->text, x);
+            if (len <= 16) e->plain = (special_mask(x) & ((1 << len) - 1)) == 0;
+            prefix = __builtin_bswap64((uint64_t)_mm_cvtsi128_si64(x));
+            if (len < 8) prefix = len ? prefix & (~0ULL << (8 * (8 - len))) : 0;
+        } else
+#endif
+        {
+            memset(e->text, 0, 16);
+            memcpy(e->text, data, len); /* len < 16 */
+            memcpy(&prefix, e->text, 8);
+            prefix = __builtin_bswap64(prefix);
+            e->plain = 0; /* written from the key object */
+        }
+        keys[i].prefix = prefix;
+        keys[i].index = (uint64_t)i;
+        for (int b = 0; b < 8; b++) counts[b][(prefix >> (8 * b)) & 255]++;
+        i++;
+    }
+    SortKey *src = keys, *dst = keys + n;
+    for (int b = 0; b < 8; b++) {
+        uint32_t *c = counts[b];
+        if (c[(keys[0].prefix >> (8 * b)) & 255] == (uint32_t)n) continue;
+        uint32_t sum = 0;
+        for (int x = 0; x < 256; x++) {
+            uint32_t t = c[x];
+            c[x] = sum;
+            sum += t;
+        }
+        for (Py_ssize_t j = 0; j < n; j++) dst[c[(src[j].prefix >> (8 * b)) & 255]++] = src[j];
+        SortKey *t = src;
+        src = dst;
+        dst = t;
+    }
+    tie_items = it;
+    for (Py_ssize_t j = 0; j < n;) {
+        Py_ssize_t e = j + 1;
+        while (e < n && src[e].prefix == src[j].prefix) e++;
+        if (e - j > 1) qsort(src + j, e - j, sizeof(SortKey), big_cmp);
+        j = e;
+    }
+    for (Py_ssize_t j = 0; j < n && r == 0; j++) {
+        BigItem *e = &it[src[j].index];
+        if ((r = RESERVE(w, 24)) != 0) break;
+        char *p = w->p;
+        *p++ = j ? ',' : '{';
+        if (e->plain) {
+            *p++ = '"';
+            memcpy(p, e->text, 16);
+            p += e->len;
+            *p++ = '"';
+            *p++ = ':';
+            w->p = p;
+        } else {
+            w->p = p;
+            r = emit_str(w, e->key, 0);
+            if (r == 0 && (r = RESERVE(w, 1)) == 0) *w->p++ = ':';
+        }
+        if (r == 0) r = emit(w, e->value);
+    }
+    if (r == 0 && (r = RESERVE(w, 1)) == 0) *w->p++ = '}';
+done:
+    PyMem_Free(it);
+    PyMem_Free(keys);
+    PyMem_Free(counts);
+    return r;
+}
+
 static int emit_dict(Out *w, PyObject *d) {
     Py_ssize_t n = PyDict_GET_SIZE(d);
+    if (n > 16) {
+        char *mark = w->p;
+        int r = emit_big_dict(w, d, n);
+        if (r != 2) return r;
+        w->p = mark; /* nothing was written */
+    }
     if (n == 0) {
         if (RESERVE(w, 2) < 0) return -1;
         *w->p++ = '{';
@@ -718,7 +863,7 @@ static PyObject *number_text(PyObject *self, PyObject *arg) {
         PyErr_SetString(PyExc_ValueError, "no JSON form");
         return NULL;
     }
-    char buf[40];
+    char buf[64];
     char *p = write_number(buf, x);
     if (p == NULL) return NULL;
     return PyUnicode_FromStringAndSize(buf, p - buf);

@@ -81,6 +81,22 @@ def test_random_doubles_have_the_reference_s_text() -> None:
         native.number_text(math.nan)
 
 
+def test_large_objects_sorted_by_radix_give_the_reference_s_bytes() -> None:
+    # above 16 keys: radix sort on the first 8 bytes, keys of up to 16 bytes copied inline
+    rng = random.Random(4096)
+    alphabet = ["a", "b", "_", "0", "\x00", "\n", '"', "\\", "\x7f", "é", "\U0001f600", "\ue000"]
+    for i in range(300):
+        size = rng.choice((17, 40, 300))
+        doc = {
+            "".join(rng.choices(alphabet[: rng.choice((4, 9, 12))], k=rng.randint(0, 20))): j
+            for j in range(size)
+        }
+        out = native.canonicalize(doc)
+        assert out is not None or not all(k.isascii() for k in doc)
+        if out is not None:
+            assert out == _reference(doc), i
+
+
 class Text(enum.StrEnum):
     A = "a"
 
