@@ -21,8 +21,8 @@ from models.errors import (
 from models.ingest import is_ingested
 from models.retry_flow import RetryCheck, SideEffectRetryResult
 from runtime.ports import ArtifactStore, EventLedger, EvidenceReader
+from runtime.privacy.appending import appending_recorder, run_appender
 from runtime.privacy.service import PrivacyService
-from runtime.recorder import RunRecorder
 from runtime.side_effects import check_retry_allowed, retry_side_effect, settle_interrupted_retry
 from runtime.tools import ToolCallContext, ToolProvider
 from runtime.verification import require_verified
@@ -135,7 +135,8 @@ async def retry_recorded_side_effect(
             f"side effect {side_effect_id}: agent {run.graph_id!r} has no provider for "
             f"{record.capability_id} here"
         )
-    recorder = RunRecorder(stores.ledger, stores.artifacts, record.run_id)
+    # sanitized as the run was recorded: the receipt may name a person (rule 17)
+    recorder = appending_recorder(stores.ledger, stores.artifacts, run)
     recorder.step_id = record.step_id
     arguments = await recorded_arguments(stores, record)
 
@@ -181,7 +182,7 @@ async def execute_checked_retry(
     }
     if _hash(record) != check.record_hash:
         if record.status is SideEffectStatus.EXECUTING:
-            recorder = RunRecorder(stores.ledger, stores.artifacts, record.run_id)
+            recorder = await run_appender(stores.ledger, stores.artifacts, record.run_id)
             record = await settle_interrupted_retry(recorder, record)
             detail = "an earlier attempt stopped mid-call: UNKNOWN, reconcile before anything"
         else:
