@@ -36,6 +36,7 @@ from models.incident_flow import (
 from models.regression import RegressionCase, evaluate_case
 from models.signatures import classify
 from models.watch import WatchCounts, WatchedRun, advance, carries_fix, recurred
+from runtime.privacy.appending import appending_recorder, run_appender
 from runtime.recorder import RunRecorder
 from runtime.trajectory import load_trajectory
 from stores.bundle import Stores
@@ -119,7 +120,8 @@ class IncidentActivities:
         return [e.side_effect_id for e in effects if e.status is SideEffectStatus.UNKNOWN]
 
     async def _recorder(self, run_id: str) -> RunRecorder:
-        return RunRecorder(self.stores.ledger, self.stores.artifacts, run_id)
+        # the RECONCILED copy is sanitized under the run's pinned policy, its raw form sealed
+        return await run_appender(self.stores.ledger, self.stores.artifacts, run_id)
 
     @activity.defn(name="reconcile_side_effect")
     async def reconcile_side_effect(self, run_id: str, side_effect_id: str) -> ReconcileOutcome:
@@ -131,7 +133,7 @@ class IncidentActivities:
         run = await self.stores.ledger.get_run(run_id)
         result = await reconcile_side_effect(
             self.stores.evidence,
-            await self._recorder(run_id),
+            appending_recorder(self.stores.ledger, self.stores.artifacts, run),
             self.reconcilers(run.graph_id),
             side_effect_id,
         )
