@@ -116,7 +116,9 @@ async def privacy_delete_subject(
         print_json(receipt.model_dump(mode="json"))
         return
     typer.echo(
-        f"deletion {receipt.request_id} of {subject_id} at {receipt.executed_at.isoformat()}: "
+        # the receipt's subject: an address given in clear is named by its pseudonym only
+        f"deletion {receipt.request_id} of {receipt.subject_id} at "
+        f"{receipt.executed_at.isoformat()}: "
         f"{receipt.raw_payloads_destroyed} raw payloads, {receipt.data_keys_destroyed} keys, "
         f"{len(receipt.runs)} run(s)"
     )

@@ -89,6 +89,10 @@ async def test_an_ingested_run_is_redacted_and_deletion_reaches_it(tmp_path: Pat
         ["privacy", "delete-subject", ADDRESS, "--request-id", "DSR-ada", "--json"], tmp_path
     )
     assert receipt["subject_id"] == subject  # the pseudonym: no address kept in clear
+    # the same request again (it changes nothing) as a person reads it: the pseudonym too
+    again = run(["privacy", "delete-subject", ADDRESS, "--request-id", "DSR-ada"], tmp_path)
+    assert again.returncode == 0, again.stderr.decode()
+    assert subject.encode() in again.stdout and ADDRESS.encode() not in again.stdout
     assert set(receipt["runs"]) == {"ingested-pii", "ingested-default"}
     assert receipt["raw_payloads_destroyed"] >= 1 and receipt["data_keys_destroyed"] == 1
     for run_id in receipt["runs"]:
