@@ -13,6 +13,15 @@ way; the record's ``provider_receipt`` then says who decided and on what evidenc
 
 Both are safe to repeat (a Temporal activity may be retried): a record already RECONCILED with
 the same answer is returned unchanged; a contradicting answer is refused (``ConflictError``).
+
+The ``recorder`` appends to a run recorded earlier: build it with
+``runtime.privacy.appending.appending_recorder`` (the run's pinned redaction policy). The
+RECONCILED copy is the record's sanitized view plus a new receipt — a reconciler's evidence or
+a person's verdict, which may name someone — so in a redacted run it is sanitized in the chain
+and its raw form sealed under the run's key (not recorded as "raw = itself", which would chain
+the receipt in clear). A recorder with no redaction would also leave the copy without a
+raw-payload row, and the pseudonyms it carries (an ingested write's idempotency key) would read
+as a deleted raw row: ``runs verify`` would fail on an untouched run.
 """
 
 from __future__ import annotations
@@ -151,7 +160,8 @@ async def reconcile_side_effect(
     side_effect_id: str,
 ) -> Reconciliation:
     """Ask the first reconciler that supports the capability what happened to an UNKNOWN
-    write and record a conclusive answer as RECONCILED (``recorder`` is the write's run).
+    write and record a conclusive answer as RECONCILED (``recorder`` appends to the write's
+    run under its pinned redaction policy: see the module docstring).
     A run that does not verify is refused before any provider is asked."""
     await require_verified(
         recorder.ledger, recorder.run_id, to=f"reconcile side effect {side_effect_id}"

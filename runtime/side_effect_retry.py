@@ -1,7 +1,13 @@
 """Retrying a side effect proved not applied (rule 5): the core the ``SideEffectRetry``
 workflow's activities and the faces (through ``app.side_effects``) share. Only an effect proved
 not applied reaches its provider, once, and only after that is established are its raw
-arguments read (an audited decryption)."""
+arguments read (an audited decryption).
+
+What a retry appends to the write's run (EXECUTING, the outcome with the provider's receipt, the
+UNKNOWN that settles an interrupted attempt) is recorded under the run's pinned redaction policy
+(``runtime.privacy.appending``): a receipt naming a person is chained as its pseudonym, its raw
+form sealed under the run's key; a copy made of sanitized evidence only gets a raw row saying
+its raw form is itself."""
 
 from __future__ import annotations
 

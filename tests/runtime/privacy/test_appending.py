@@ -8,6 +8,7 @@ real vault, SQLite and PostgreSQL."""
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import delete
@@ -16,9 +17,16 @@ from examples.support_desk.providers import SimulatedWorld
 from examples.support_desk.reconcilers import support_desk_reconcilers
 from examples.support_desk.spec import run_scenario, support_desk_spec
 from forensics.reconcile import reconcile_side_effect
-from models import ExecutionEvent, ExecutionEventType, SideEffectRecord, SideEffectStatus
+from models import (
+    ExecutionEvent,
+    ExecutionEventType,
+    PinnedVersions,
+    RunRecord,
+    SideEffectRecord,
+    SideEffectStatus,
+)
 from models.privacy import RawEvidenceState
-from runtime.privacy.appending import run_appender
+from runtime.privacy.appending import appending_recorder, run_appender
 from runtime.side_effect_retry import execute_checked_retry, retry_check
 from runtime.side_effects import SideEffectLedger
 from runtime.tools import ToolCallContext, ToolProvider
@@ -121,3 +129,31 @@ async def test_an_interrupted_retry_settled_unknown_keeps_the_run_verified(
     raw = await stack.vault.raw_evidence(effect.run_id, event.sequence, decrypt=False)
     assert raw.state is RawEvidenceState.SAME_AS_SANITIZED
     assert raw.redaction_policy_version == "redact-v2"
+
+
+async def test_the_appender_applies_what_the_header_pins(stack: PrivacyStack) -> None:
+    """The header's policy, raw forms under its primary subject; as given when it pins none."""
+    start = datetime(2025, 3, 1, tzinfo=UTC)
+    labels = {"subject": "customer:C-1", "tenant": "acme"}
+    for pinned in (None, "none"):
+        plain = RunRecord(
+            run_id="r",
+            graph_id="g",
+            graph_version="1",
+            created_at=start,
+            pinned=PinnedVersions(redaction_policy_version=pinned),
+            labels=labels,
+        )
+        assert appending_recorder(stack.ledger, stack.artifacts, plain).redaction is None
+    redacted = RunRecord(
+        run_id="r",
+        graph_id="g",
+        graph_version="1",
+        created_at=start,
+        pinned=PinnedVersions(redaction_policy_version="redact-v1"),
+        labels=labels,
+    )
+    recorder = appending_recorder(stack.ledger, stack.artifacts, redacted)
+    assert recorder.redaction is not None and recorder.redaction.version == "redact-v1"
+    assert recorder.subject_id == "customer:C-1" and recorder.run_id == "r"
+    assert recorder.hashing_view({"to": ADDRESS})["to"].startswith("<email:")
