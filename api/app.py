@@ -67,6 +67,9 @@ def create_app(settings: Settings | None = None, config: ApiConfig | None = None
     )
     app.state.api = state
     errors.install(app)
+    # the ingestion routes first: the router tries each route in turn (and each included
+    # router's own), and an agent's events are the requests that come in the thousands
+    _ingestion(app)
     app.include_router(routes_runs.router)
     app.include_router(routes_replays.router)
     app.include_router(routes_incidents.router)
@@ -74,7 +77,6 @@ def create_app(settings: Settings | None = None, config: ApiConfig | None = None
     app.include_router(routes_alerts.router)
     app.include_router(routes_alerts.watches)
     app.include_router(routes_otlp.router)
-    _ingestion(app)
     answers.document(app)
     # the web console (/ui/), over the same tokens and roles; its pages link each workflow
     # to the Temporal Web UI when its address is known (`replaybook dev up` sets it)

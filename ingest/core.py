@@ -53,7 +53,8 @@ async def ingest_run(
     digest = content_digest(header.model_dump(mode="json"))  # of what the client sent
     # the system prompt and attachments stored sanitized, their raw forms sealed (below)
     header, raw_forms = sanitized_header(header, policy)
-    loop = await _loop_input(puts, header)
+    put = _KeptPuts(puts)
+    loop = await _loop_input(put, header)
     recorder = IngestRecorder(ledger, puts, header.run_id, header.started_at, head=0)
     recorder.redaction = policy
     recorder.begin(0, digest, header.started_at)
@@ -95,7 +96,7 @@ async def ingest_run(
             )
             for i, e in enumerate(events, start=1)
         ]
-        states_of(ledger).keep(await state_from_events(run, written, artifacts))
+        states_of(ledger).keep(await state_from_events(run, written, put))
         return IngestResult(
             run_id=header.run_id, recorded=1, next_sequence=1, head_sequence=len(events)
         )
@@ -115,7 +116,26 @@ async def ingest_run(
     )
 
 
-async def _loop_input(artifacts: ArtifactStore, header: IngestRunHeader) -> LoopInput:
+class _KeptPuts:
+    """``ConcurrentPuts`` that keeps what it put: the new run's state is built from its tools
+    and system prompt, read from here instead of from the files just written (a read and a
+    hash each)."""
+
+    def __init__(self, puts: ConcurrentPuts) -> None:
+        self.puts = puts
+        self.kept: dict[str, bytes] = {}
+
+    async def put(self, data: bytes) -> str:
+        digest = await self.puts.put(data)
+        self.kept[digest] = bytes(data)
+        return digest
+
+    async def get(self, digest: str) -> bytes:
+        kept = self.kept.get(digest)
+        return kept if kept is not None else await self.puts.get(digest)
+
+
+async def _loop_input(artifacts: _KeptPuts, header: IngestRunHeader) -> LoopInput:
     """The tool loop's input, its system prompt, tool declarations and attachments stored as
     artifacts."""
     system_ref = (
@@ -249,13 +269,15 @@ async def _record_batch(
             end = event
             await _end(recorder, state, event)
     await puts.settle()
-    # the people the batch names, subjects before their raw content is written
-    await register_subjects(ledger, run_id, recorder.subjects)
+    # the people the batch names (those this process made subjects of the run already
+    # aside) become its subjects with the batch's events, never after their raw content
+    learned = recorder.subjects - state.subjects
     if recorder.pending:
         try:  # the ledger appends only if its head is still the snapshot's
-            await recorder.flush(expected_sequence=state.head + 1)
+            await recorder.append(state.head + 1, learned)
         except SequenceConflictError as exc:
             raise _StaleSnapshot from exc
+    state.subjects |= learned
     state.head = recorder.last_sequence
     if end is not None or (state.ended and state.run.status is RunStatus.RUNNING):
         await _finish(ledger, run_id)

@@ -7,6 +7,7 @@ header). The chain covers the event id, so these markers are as tamper-evident a
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from datetime import datetime
 
@@ -15,9 +16,14 @@ from pydantic import JsonValue
 from models import ExecutionEvent, ExecutionEventType, HashedRecord
 from models.canonical import canonical_hash
 from models.digest import digest_hex
+from models.privacy import RunSubject, SubjectKind
 from models.redaction import pseudonym_subjects
-from runtime.ports import ArtifactStore, EventLedger, NewEvent
+from runtime.ports import ArtifactStore, EventLedger, NewEvent, WriteBehindLedger, subject_vault
 from runtime.recorder import RunRecorder
+from runtime.unknown_outcomes import count_unknown_recorded
+
+#: where a subject found by redaction is said to come from
+SUBJECT_SOURCE = "redaction:ingest"
 
 #: hex digits of the content digest kept in an event id
 DIGEST_CHARS = 16
@@ -86,6 +92,31 @@ class IngestRecorder(RunRecorder):
     @property
     def pending(self) -> int:
         return len(self._pending)
+
+    async def append(self, expected_sequence: int, subjects: Iterable[str]) -> None:
+        """Append the buffered events at ``expected_sequence`` (``SequenceConflictError`` when
+        the run's head is elsewhere), with ``subjects`` (pseudonyms of people they name) made
+        the run's data subjects in the same transaction when the ledger has a group-commit
+        writer (``WriteBehindLedger.submit``, as the recorder runtime's write-behind path):
+        raw content is never durable before its subjects, in one transaction, not two."""
+        people = [
+            RunSubject(subject_id=s, kind=SubjectKind.PERSON, source=SUBJECT_SOURCE)
+            for s in sorted(set(subjects))
+        ]
+        if not isinstance(self.ledger, WriteBehindLedger):
+            vault = subject_vault(self.ledger)
+            if people and vault is not None:  # subjects first, then the events
+                await vault.add_subjects(self.run_id, people)
+            await self.flush(expected_sequence=expected_sequence)
+            return
+        events = list(self._pending)
+        committed = await self.ledger.submit(
+            self.run_id, events, expected_sequence=expected_sequence, subjects=people
+        )
+        appended = await committed
+        self._pending.clear()
+        self.last_sequence = appended[-1].sequence
+        count_unknown_recorded(events)
 
     def take_pending(self) -> list[NewEvent]:
         """The buffered events, handed to a caller that writes them itself (the run's start)."""

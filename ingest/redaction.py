@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from ingest.recorder import SUBJECT_SOURCE
 from models.canonical import canonicalize
 from models.digest import sha256_digest
 from models.errors import ConfigurationError, InvalidInputError
@@ -23,9 +24,6 @@ from models.model_call import ChatMessage
 from models.privacy import RunSubject, SubjectKind
 from models.redaction import KNOWN_POLICY_VERSIONS, RedactionPolicy
 from runtime.privacy.redaction import recording_redaction
-
-#: where a subject found by redaction is said to come from
-SUBJECT_SOURCE = "redaction:ingest"
 
 
 def _vault(ledger: Any) -> Any:

@@ -12,7 +12,7 @@ import json
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 from weakref import WeakKeyDictionary
 
 from ingest.recorder import marker_of_id
@@ -90,6 +90,10 @@ class IngestState:
     context: KnownContext = field(default_factory=KnownContext)
     #: id of a conversation message -> (it, its sanitized view) (``sanitized_messages``)
     sanitized_messages: dict[int, tuple[Any, Any]] = field(default_factory=dict)
+    #: the people (pseudonyms) this process made subjects of the run: a batch naming them
+    #: again registers nobody (a rebuilt state knows none: the ledger inserts only those
+    #: the run does not have)
+    subjects: set[str] = field(default_factory=set)
 
     @property
     def next_sequence(self) -> int:
@@ -173,8 +177,14 @@ async def load_ingest_state(
 LoadedEvent = tuple[int, ExecutionEventType, str, str, bytes | None]
 
 
+class ArtifactReader(Protocol):
+    """Where ``state_from_events`` reads a run's tools and system prompt (an artifact store)."""
+
+    async def get(self, digest: str) -> bytes: ...
+
+
 async def state_from_events(
-    run: RunRecord, loaded: Sequence[LoadedEvent], artifacts: ArtifactStore
+    run: RunRecord, loaded: Sequence[LoadedEvent], artifacts: ArtifactReader
 ) -> IngestState:
     """The state after ``loaded``, the run's events in order (read back, or just written)."""
     run_id = run.run_id
