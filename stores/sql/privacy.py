@@ -171,8 +171,12 @@ class SqlRawVault(RawVaultQueries, RawShredding, SubjectVault):
                     created_at=self.clock(),
                 )
             )
-        # two processes may both have created one: everyone uses the oldest active key
-        return await self._read_active_key(subject_id, create=False) or (key_id, key)
+            # two processes may both have created one: everyone uses the oldest active key
+            # (read in the inserting transaction: one round trip less than a read after it)
+            row = (await conn.execute(query)).first()
+        if row is None or row.key_id == key_id:
+            return key_id, key
+        return row.key_id, self.kek.unwrap(bytes(row.wrapped_key), subject_id)
 
     async def _key(self, key_id: str, subject_id: str) -> bytes | None:
         k = schema.data_keys.c
