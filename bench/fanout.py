@@ -27,27 +27,23 @@ import asyncio
 import logging
 import statistics
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from bench.common import Row, Spread, emit, machine_load
-from devstack.temporal_server import start_temporal_dev_server
+from bench.stack import BenchStack, bench_stack
 from examples.support_desk.providers import SimulatedWorld
 from examples.support_desk.spec import run_scenario
 from models.incident_flow import Counterfactual, IncidentPhase, IncidentRequest, IncidentView
 from models.queues import CONTROL_QUEUE
-from stores.bundle import open_stores
 from stores.sql.support_desk_world import SqlWorldStore
 from worker.logs import configure_logging
 from worker.settings import Settings
-from worker.temporal import connect, running_workers
 from workflows.incident import IncidentWorkflow
 
 REPEAT = 20
@@ -109,7 +105,7 @@ async def _first_batches(client: Client, workflow_ids: list[str]) -> list[tuple[
 
 
 async def _incident(
-    client: Client, settings: Settings, run_id: str, repeat: int
+    stack: BenchStack, settings: Settings, run_id: str, repeat: int
 ) -> tuple[float, list[tuple[float, float]]]:
     request = IncidentRequest(
         incident_id=f"INC-fanout-{uuid.uuid4().hex[:8]}",
@@ -117,7 +113,8 @@ async def _incident(
         counterfactuals=COUNTERFACTUALS,
         repeat=repeat,
     )
-    async with running_workers(settings, "all", client):
+    client = stack.client
+    async with stack.workers(settings):
         # the worker has been up a moment (its warm processes started) before the alert
         await asyncio.sleep(3.0)
         started = time.perf_counter()
@@ -154,49 +151,33 @@ async def _run(repeat: int, rounds: int, configs: tuple[str, ...]) -> dict[str, 
         name: {"total": [], "p50": [], "p95": [], "max": [], "wait_p50": [], "loads": []}
         for name in configs
     }
-    with tempfile.TemporaryDirectory() as tmp:
-        home = Path(tmp)
-        server = start_temporal_dev_server(home / "temporal", headless=True)
-        try:
-            settings = Settings.from_env(
-                {
-                    "REPLAYBOOK_HOME": str(home),
-                    "REPLAYBOOK_DATABASE_URL": f"sqlite+aiosqlite:///{home / 'rb.db'}",
-                    "TEMPORAL_ADDRESS": server.address,
-                    "REPLAYBOOK_LOG_FORMAT": "json",
-                    "REPLAYBOOK_LOCAL_MODELS": "off",
-                }
-            )
-            async with open_stores(settings.stores) as stores:
-                world = SimulatedWorld(SqlWorldStore.beside(stores.db.engine.url))
-                await world.ensure()
-                source = await run_scenario(
-                    world, stores.ledger, stores.artifacts, "wrong-customer", seed=0
+    async with bench_stack({"REPLAYBOOK_LOCAL_MODELS": "off"}) as stack:
+        world = SimulatedWorld(SqlWorldStore.beside(stack.stores.db.engine.url))
+        await world.ensure()
+        source = await run_scenario(
+            world, stack.stores.ledger, stack.stores.artifacts, "wrong-customer", seed=0
+        )
+        for index in range(rounds):
+            order = configs if index % 2 == 0 else tuple(reversed(configs))
+            for name in order:
+                total, batches = await _incident(
+                    stack, _configured(stack.settings, name), source.run_id, repeat
                 )
-            client = await connect(settings)
-            for index in range(rounds):
-                order = configs if index % 2 == 0 else tuple(reversed(configs))
-                for name in order:
-                    total, batches = await _incident(
-                        client, _configured(settings, name), source.run_id, repeat
-                    )
-                    whole = [w + r for w, r in batches]
-                    got = results[name]
-                    got["total"].append(total)
-                    got["p50"].append(_pct(whole, 0.5))
-                    got["p95"].append(_pct(whole, 0.95))
-                    got["max"].append(max(whole))
-                    got["wait_p50"].append(_pct([w for w, _ in batches], 0.5))
-                    got["loads"].append(machine_load())
-                    print(
-                        f"round {index + 1} {name}: incident {total:.1f} s, first batch "
-                        f"p50 {got['p50'][-1]:.2f} s p95 {got['p95'][-1]:.2f} s max "
-                        f"{got['max'][-1]:.2f} s (wait for a slot p50 {got['wait_p50'][-1]:.2f}"
-                        f" s) over {len(batches)} children, {machine_load()}",
-                        flush=True,
-                    )
-        finally:
-            server.stop(timeout=20)
+                whole = [w + r for w, r in batches]
+                got = results[name]
+                got["total"].append(total)
+                got["p50"].append(_pct(whole, 0.5))
+                got["p95"].append(_pct(whole, 0.95))
+                got["max"].append(max(whole))
+                got["wait_p50"].append(_pct([w for w, _ in batches], 0.5))
+                got["loads"].append(machine_load())
+                print(
+                    f"round {index + 1} {name}: incident {total:.1f} s, first batch "
+                    f"p50 {got['p50'][-1]:.2f} s p95 {got['p95'][-1]:.2f} s max "
+                    f"{got['max'][-1]:.2f} s (wait for a slot p50 {got['wait_p50'][-1]:.2f}"
+                    f" s) over {len(batches)} children, {machine_load()}",
+                    flush=True,
+                )
     return results
 
 
