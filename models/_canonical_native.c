@@ -266,28 +266,48 @@ static inline void write_8(char *p, uint32_t v) {
     memcpy(p + 6, PAIRS + 2 * (lo % 100), 2);
 }
 
-/* the decimal digits of v; p must have 24 bytes of room (fixed-size copies) */
-static char *write_u64(char *p, uint64_t v) {
-    char tmp[48]; /* the digits end at tmp + 24; 24 bytes are copied from their start */
-    char *t = tmp + 24;
-    while (v >= 100000000) {
-        t -= 8;
-        write_8(t, (uint32_t)(v % 100000000));
-        v /= 100000000;
-    }
-    while (v >= 100) {
+/* the number of decimal digits of v > 0 */
+static inline int digit_count(uint64_t v) {
+    static const uint64_t P10[20] = {
+        1ULL, 10ULL, 100ULL, 1000ULL, 10000ULL, 100000ULL, 1000000ULL, 10000000ULL,
+        100000000ULL, 1000000000ULL, 10000000000ULL, 100000000000ULL, 1000000000000ULL,
+        10000000000000ULL, 100000000000000ULL, 1000000000000000ULL, 10000000000000000ULL,
+        100000000000000000ULL, 1000000000000000000ULL, 10000000000000000000ULL};
+    int k = ((64 - __builtin_clzll(v)) * 1233) >> 12; /* floor(log10(2**bits)) */
+    return k + (k < 20 && v >= P10[k]);
+}
+
+/* the k < 8 low digits of v, right to left */
+static inline void write_small(char *p, uint32_t v, int k) {
+    char *t = p + k;
+    while (t - p >= 2) {
         t -= 2;
         memcpy(t, PAIRS + 2 * (v % 100), 2);
         v /= 100;
     }
-    if (v >= 10) {
-        t -= 2;
-        memcpy(t, PAIRS + 2 * v, 2);
-    } else {
-        *--t = (char)('0' + v);
+    if (t > p) *p = (char)('0' + v);
+}
+
+/* exactly the k digits of v (v < 10**k, k <= 20): 8-digit groups written independently */
+static inline void write_digits(char *p, uint64_t v, int k) {
+    while (k > 8) {
+        k -= 8;
+        write_8(p + k, (uint32_t)(v % 100000000));
+        v /= 100000000;
     }
-    memcpy(p, t, 24);
-    return p + (tmp + 24 - t);
+    if (k == 8) write_8(p, (uint32_t)v);
+    else write_small(p, (uint32_t)v, k);
+}
+
+/* the decimal digits of v */
+static char *write_u64(char *p, uint64_t v) {
+    if (v < 10) {
+        *p = (char)('0' + v);
+        return p + 1;
+    }
+    int k = digit_count(v);
+    write_digits(p, v, k);
+    return p + k;
 }
 
 static const uint64_t POW5[28] = {
@@ -395,7 +415,8 @@ static char *write_number(char *p, double x) {
     uint64_t digits;
     int q;
     if (shortest(x, &digits, &q)) {
-        k = (int)(write_u64(d, digits) - d);
+        k = digit_count(digits);
+        write_digits(d, digits, k);
         n = k + q;
     } else {
         /* repr's shortest digits, e.g. "5e-324", "1.7976931348623157e+308", "1e+16" */
