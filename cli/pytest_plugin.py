@@ -57,9 +57,25 @@ def failure_report(result: dict[str, Any]) -> str:
             first = case["failures"][0]
             lines.append(f"{where}: {first['assertion']} — {first['reason']}")
         else:  # no regression shown, and no pass either
-            first = case["inconclusive"][0]
-            lines.append(f"{where}: INCONCLUSIVE (not a pass) — {first['reason']}")
+            lines.append(f"{where}: INCONCLUSIVE (not a pass) — {_undecided(case)}")
     return "\n".join(lines)
+
+
+def _undecided(case: dict[str, Any]) -> str:
+    """Why a case neither passed nor failed: too few conclusive replays to decide (the usual
+    reason: clean replays whose interval still reaches above the threshold), and the first
+    replay that stopped before its end, if one did."""
+    low, high = case.get("ci95") or (0.0, 1.0)
+    why = (
+        f"reproduced {case.get('reproduced', 0)}/{case.get('conclusive', 0)} conclusive "
+        f"(95% Wilson {low:.2f}-{high:.2f}; threshold {case.get('threshold')})"
+    )
+    if case.get("repeats_to_decide"):
+        why += f"; about {case['repeats_to_decide']} conclusive repeats would decide"
+    if case.get("inconclusive"):
+        why += f"; replay {case['inconclusive'][0].get('replay_id')} stopped: "
+        why += str(case["inconclusive"][0].get("reason"))
+    return why
 
 
 @pytest.fixture
