@@ -845,34 +845,76 @@ static int emit(Out *w, PyObject *v) {
 /* ------------------------------------------------------------------------------------------ */
 /* module                                                                                     */
 
-static PyObject *py_canonicalize(PyObject *self, PyObject *value) {
-    Out w;
-    w.own = scratch_busy;
-    if (w.own || scratch == NULL) {
-        Py_ssize_t cap = w.own ? 1024 : 65536;
-        w.start = PyMem_RawMalloc(cap);
-        if (w.start == NULL) return PyErr_NoMemory();
-        w.end = w.start + cap;
+/* Writes value into the kept buffer (or one of its own); 0, -1 or DECLINE. The caller reads the
+ * bytes, then calls release(). */
+static int write_value(Out *w, PyObject *value) {
+    w->own = scratch_busy;
+    if (w->own || scratch == NULL) {
+        Py_ssize_t cap = w->own ? 1024 : 65536;
+        w->start = PyMem_RawMalloc(cap);
+        if (w->start == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        w->end = w->start + cap;
     } else {
-        w.start = scratch;
-        w.end = scratch + scratch_cap;
+        w->start = scratch;
+        w->end = scratch + scratch_cap;
     }
-    if (!w.own) {
+    if (!w->own) {
         scratch = NULL; /* held by this call until it ends */
         scratch_busy = 1;
     }
-    w.p = w.start;
-    w.depth = 0;
+    w->p = w->start;
+    w->depth = 0;
     generation++;
-    int r = emit(&w, value);
-    PyObject *out = r == 0 ? PyBytes_FromStringAndSize(w.start, w.p - w.start) : NULL;
-    if (w.own || w.end - w.start > SCRATCH_KEEP) {
-        PyMem_RawFree(w.start);
+    return emit(w, value);
+}
+
+/* keep: whether the buffer may be written again (no view of it outlives the call) */
+static void release(Out *w, int keep) {
+    if (!keep) {
+        /* a view of it is still alive: leave the memory to it (never seen with hashlib) */
+    } else if (w->own || w->end - w->start > SCRATCH_KEEP) {
+        PyMem_RawFree(w->start);
     } else {
-        scratch = w.start;
-        scratch_cap = w.end - w.start;
+        scratch = w->start;
+        scratch_cap = w->end - w->start;
     }
-    if (!w.own) scratch_busy = 0;
+    if (!w->own) scratch_busy = 0;
+}
+
+static PyObject *sha256_fn; /* hashlib.sha256 */
+
+/* the hex SHA-256 of the canonical bytes, hashed where they were written (no bytes object of
+ * their size is made): canonical_hash's path */
+static PyObject *py_hexdigest(PyObject *self, PyObject *value) {
+    Out w;
+    int r = write_value(&w, value);
+    int keep = 1;
+    PyObject *out = NULL;
+    if (r == 0) {
+        PyObject *view = PyMemoryView_FromMemory(w.start, w.p - w.start, PyBUF_READ);
+        PyObject *h = view ? PyObject_CallOneArg(sha256_fn, view) : NULL;
+        if (view) {
+            keep = Py_REFCNT(view) == 1;
+            Py_DECREF(view);
+        }
+        if (h) {
+            out = PyObject_CallMethod(h, "hexdigest", NULL);
+            Py_DECREF(h);
+        }
+    }
+    release(&w, keep);
+    if (r > 0) Py_RETURN_NONE;
+    return out;
+}
+
+static PyObject *py_canonicalize(PyObject *self, PyObject *value) {
+    Out w;
+    int r = write_value(&w, value);
+    PyObject *out = r == 0 ? PyBytes_FromStringAndSize(w.start, w.p - w.start) : NULL;
+    release(&w, 1);
     if (r > 0) Py_RETURN_NONE;
     return out;
 }
@@ -929,6 +971,8 @@ static PyObject *configure(PyObject *self, PyObject *args) {
 static PyMethodDef methods[] = {
     {"canonicalize", py_canonicalize, METH_O,
      "canonicalize(value) -> bytes | None: the canonical bytes, or None (the reference answers)"},
+    {"canonical_hexdigest", py_hexdigest, METH_O,
+     "canonical_hexdigest(value) -> str | None: hex SHA-256 of the canonical bytes, or None"},
     {"number_text", number_text, METH_O, "number_text(x) -> str: ECMAScript text of a double"},
     {"configure", configure, METH_VARARGS,
      "configure(ranges, normalize): the unstable characters (inclusive code point ranges, "
@@ -952,5 +996,10 @@ PyMODINIT_FUNC PyInit__canonical_native(void) {
     normalize_fn = PyObject_GetAttrString(unicodedata, "normalize");
     Py_DECREF(unicodedata);
     if (normalize_fn == NULL) return NULL;
+    PyObject *hashlib = PyImport_ImportModule("hashlib");
+    if (hashlib == NULL) return NULL;
+    sha256_fn = PyObject_GetAttrString(hashlib, "sha256");
+    Py_DECREF(hashlib);
+    if (sha256_fn == NULL) return NULL;
     return PyModule_Create(&module);
 }

@@ -6,6 +6,9 @@ from typing import Any
 def canonicalize(value: Any, /) -> bytes | None:
     """The canonical bytes of ``value``, or None when only the reference can answer."""
 
+def canonical_hexdigest(value: Any, /) -> str | None:
+    """The hex SHA-256 of the canonical bytes, or None when only the reference can answer."""
+
 def number_text(x: float, /) -> str:
     """ECMAScript ``Number::toString`` of a finite double (``format_number``)."""
 

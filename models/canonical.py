@@ -40,7 +40,7 @@ from pydantic import BaseModel
 from pydantic_core import PydanticSerializationError, to_json
 
 from models.canonical_fast import emit_fast, unstable_ranges
-from models.digest import sha256_digest
+from models.digest import DIGEST_PREFIX, sha256_digest
 from models.errors import CanonicalizationError
 
 __all__ = [
@@ -362,7 +362,10 @@ def _native_module() -> Any:
         **{f"k{i:03}": i for i in range(40)},
     }
     try:
-        if native.canonicalize(sample) == _emit(sample, rust=False):
+        reference = _emit(sample, rust=False)
+        if native.canonicalize(sample) == reference and DIGEST_PREFIX + str(
+            native.canonical_hexdigest(sample)
+        ) == sha256_digest(reference):
             return native
     except Exception:
         pass
@@ -413,6 +416,10 @@ def canonicalize_flat(fields: dict[str, str | int]) -> bytes:
 
 def canonical_hash(value: Any) -> str:
     """``sha256:<hex>`` of ``canonicalize(value)``."""
+    if _NATIVE is not None:  # hashed where the extension wrote them: no bytes object made
+        hexdigest: str | None = _NATIVE.canonical_hexdigest(value)
+        if hexdigest is not None:
+            return DIGEST_PREFIX + hexdigest
     return sha256_digest(canonicalize(value))
 
 

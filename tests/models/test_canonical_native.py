@@ -8,6 +8,7 @@ kind, random doubles, and hostile inputs."""
 from __future__ import annotations
 
 import enum
+import hashlib
 import math
 import random
 import struct
@@ -158,6 +159,19 @@ def test_hostile_inputs_give_the_same_bytes_or_the_same_refusal(
     out = native.canonicalize(value)
     if out is not None:
         assert out == _reference(value)
+        assert native.canonical_hexdigest(value) == hashlib.sha256(out).hexdigest()
+    else:
+        assert native.canonical_hexdigest(value) is None
     fast = _through_canonicalize(value, monkeypatch, on=True)
     slow = _through_canonicalize(value, monkeypatch, on=False)
     assert fast == slow
+
+
+def test_canonical_hash_hashes_the_extension_s_bytes_where_they_were_written() -> None:
+    rng = random.Random(256)
+    for size in (0, 10, 5_000, 200_000):  # the kept buffer grows, and is written again
+        doc = {"s": "é" * size, "n": [rng.random() for _ in range(size // 100)]}
+        assert (
+            canonical.canonical_hash(doc)
+            == "sha256:" + hashlib.sha256(canonical._emit(doc, rust=False)).hexdigest()
+        )
