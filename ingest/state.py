@@ -16,6 +16,7 @@ from typing import Any, Protocol
 from weakref import WeakKeyDictionary
 
 from ingest.recorder import marker_of_id
+from ingest.redaction import SanitizedViews
 from models import ExecutionEventType, RunRecord, SideEffectRecord, SideEffectStatus
 from models.errors import InvalidInputError
 from models.ingest import TOOL_LOOP_GRAPH_ID
@@ -88,8 +89,8 @@ class IngestState:
     #: what the last context snapshot recorded (``record_context``): the next one costs the
     #: messages after it (a rebuilt state knows none: its first snapshot lists them all)
     context: KnownContext = field(default_factory=KnownContext)
-    #: id of a conversation message -> (it, its sanitized view) (``sanitized_messages``)
-    sanitized_messages: dict[int, tuple[Any, Any]] = field(default_factory=dict)
+    #: the conversation's messages and their sanitized views (``sanitized_messages``)
+    sanitized_messages: SanitizedViews = field(default_factory=SanitizedViews)
     #: the people (pseudonyms) this process made subjects of the run: a batch naming them
     #: again registers nobody (a rebuilt state knows none: the ledger inserts only those
     #: the run does not have)
