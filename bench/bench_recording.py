@@ -421,7 +421,12 @@ async def _main(pg: bool, runs: int) -> dict[str, Any]:
             backends["postgresql"] = pg_url
         try:
             for name, url in backends.items():
-                slow = await slow_provider_steps(url, home / f"{name}-slow")
+                # a quick run (``--quick``: a few support-desk runs) records one run a round
+                slow = await slow_provider_steps(
+                    url,
+                    home / f"{name}-slow",
+                    runs_per_round=SLOW_RUNS_PER_ROUND if runs >= 10 else 1,
+                )
                 results[f"slow provider {name}"] = slow
                 _slow_row(name, slow, machine_load())
                 r = await support_desk_calls(url, home / name, runs)
