@@ -67,18 +67,40 @@ def _status(config: Config, as_json: bool) -> int:
     return 0
 
 
+def _options(parser: argparse.ArgumentParser, defaults: bool) -> None:
+    """The options, before the command (with their defaults) and after it (``flush --url U``):
+    after it they are left out unless given, so they never undo the ones given before it."""
+
+    def default(value: object) -> object:
+        return value if defaults else argparse.SUPPRESS
+
+    parser.add_argument(
+        "--url", default=default(None), help="the Replaybook API (default REPLAYBOOK_URL)"
+    )
+    parser.add_argument(
+        "--token",
+        default=default(None),
+        help="a token allowed to ingest (default REPLAYBOOK_TOKEN)",
+    )
+    parser.add_argument(
+        "--spool-dir",
+        default=default(None),
+        help="default REPLAYBOOK_SPOOL_DIR or ~/.cache/replaybook/spool",
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=default(60.0), help="seconds to keep trying"
+    )
+    parser.add_argument("--json", action="store_true", default=default(False))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="replaybook-sdk", description=__doc__)
-    parser.add_argument("--url", help="the Replaybook API (default REPLAYBOOK_URL)")
-    parser.add_argument("--token", help="a token allowed to ingest (default REPLAYBOOK_TOKEN)")
-    parser.add_argument(
-        "--spool-dir", help="default REPLAYBOOK_SPOOL_DIR or ~/.cache/replaybook/spool"
-    )
-    parser.add_argument("--timeout", type=float, default=60.0, help="seconds to keep trying")
-    parser.add_argument("--json", action="store_true")
+    _options(parser, defaults=True)
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("flush", help="send every spooled run of processes that are gone")
-    sub.add_parser("status", help="list the spooled runs")
+    _options(
+        sub.add_parser("flush", help="send every spooled run of processes that are gone"), False
+    )
+    _options(sub.add_parser("status", help="list the spooled runs"), False)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     config = _config(args)
