@@ -127,7 +127,9 @@ class ReplayActivities:
                 self.engine.ledger, plan.source_run_id, after_sequence=after
             )
             replay = await load_trajectory(self.engine.ledger, plan.replay_id)
-        whole = compare_trajectories(source, replay)
+            # off the event loop: long runs' comparisons take seconds on a loaded machine, and
+            # the heartbeats must go on meanwhile (issue 35 item 2)
+            whole = await asyncio.to_thread(compare_trajectories, source, replay)
         # the whole comparison travels by reference: a long diverging run's differences would
         # pass Temporal's payload limit (TMPRL1103); the first ones are carried for the views
         ref = await self.engine.artifacts.put(whole.model_dump_json().encode())

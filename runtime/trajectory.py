@@ -21,6 +21,7 @@ sandbox-live miss policy); each is kept, in the order it first appears.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -45,6 +46,8 @@ E = ExecutionEventType
 
 #: status of a write the replay runtime blocked (``WRITE_BLOCKED``)
 BLOCKED = "BLOCKED"
+#: events read into facts between two turns of the event loop (``load_trajectory``)
+YIELD_EVERY_EVENTS = 1024
 
 #: event types whose payload is read; every other event is skipped without a payload read
 _READ = {
@@ -198,9 +201,12 @@ async def load_trajectory(
     final_answer: str | None = None
     started: Any = None
 
-    for event, data in await ledger.events_with_payloads(
-        run_id, types=frozenset({E.STEP_STARTED, *_READ})
-    ):
+    loaded = await ledger.events_with_payloads(run_id, types=frozenset({E.STEP_STARTED, *_READ}))
+    for index, (event, data) in enumerate(loaded):
+        if index and not index % YIELD_EVERY_EVENTS:
+            # a 50,000-step run's 100,000 events held the loop for seconds: the comparing
+            # activity's heartbeats did not get out (issue 35 item 2)
+            await asyncio.sleep(0)
         if event.type is E.RUN_STARTED:
             # the input is the run's whatever ``after_sequence`` says (expectations refer to it)
             started = json.loads(data or b"null")

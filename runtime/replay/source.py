@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections import Counter
 from dataclasses import dataclass, field
@@ -27,6 +28,8 @@ from runtime.ports import ArtifactStore, EventLedger, EvidenceReader
 
 E = ExecutionEventType
 T = TypeVar("T")
+#: source events read between two turns of the event loop (``load_source_evidence``)
+YIELD_EVERY_EVENTS = 1024
 
 
 @dataclass
@@ -278,7 +281,11 @@ async def load_source_evidence(
     fixture_order: list[str] = []
     retrieval_order: list[str] = []
     loaded_bytes = 0
-    for event, data in loaded:
+    for index, (event, data) in enumerate(loaded):
+        if index and not index % YIELD_EVERY_EVENTS:
+            # a 50,000-step source's events held the loop for seconds: prepare_replay's
+            # heartbeats did not get out and it was retried (issue 35 item 2)
+            await asyncio.sleep(0)
         loaded_bytes += len(data or b"")
         payload = json.loads(data or b"{}")
         if event.type is E.RUN_STARTED:
