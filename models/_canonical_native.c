@@ -340,9 +340,9 @@ static int shortest(double x, uint64_t *digits, int *q) {
     typedef unsigned __int128 u128;
     uint64_t pow5 = POW5[s];
     u128 mask = (((u128)1) << sh) - 1;
-    u128 pv = (u128)(4 * m) * pow5;
-    u128 plo = (u128)(4 * m - ((frac == 0 && be > 1) ? 1 : 2)) * pow5;
-    u128 phi = (u128)(4 * m + 2) * pow5;
+    u128 pv = (u128)(4 * m) * pow5, step = (u128)pow5 << 1;
+    u128 plo = pv - ((frac == 0 && be > 1) ? step >> 1 : step);
+    u128 phi = pv + step;
     uint64_t v = (uint64_t)(pv >> sh), lo = (uint64_t)(plo >> sh), hi = (uint64_t)(phi >> sh);
     int inclusive = (m & 1) == 0;
     if (!(inclusive && (plo & mask) == 0)) lo += 1;
