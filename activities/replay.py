@@ -190,11 +190,13 @@ class ReplayActivities:
     async def expect_sandboxes(self, key: str, count: int) -> int:
         """A fan-out is about to start ``count`` child replays whose ids start with ``key-``
         (an incident's replays, a ``--repeat`` parent's next children): this replay worker's
-        warm sandbox pool grows to hold a started process for each, off their first batches'
-        path. Returns the pool's new size (0 with the development flag: no sandbox).
+        warm sandbox pool grows to hold a started process for each (for the few that the
+        repetitions of one plan share: ``activities.sandbox.siblings``), off their first
+        batches' path, and the key is known as a fan-out whose repetitions share processes.
+        Returns the pool's new size (0 with the development flag: no sandbox).
 
-        Starts processes only (each as any other: same isolation, same limits; each serves
-        one replay); runs no step, reads and writes no store."""
+        Starts processes only (each as any other: same isolation, same limits); runs no step,
+        reads and writes no store."""
         if self.sandboxed is None:
             return 0
         return self.sandboxed.expect(key, count)
