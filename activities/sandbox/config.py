@@ -67,7 +67,8 @@ class SandboxSettings(BaseModel):
     #: sandbox processes kept started and idle, so that a replay's first batch (a child
     #: replay of ``--repeat``) takes one instead of waiting for a sandbox to start (~0.6-0.8 s
     #: here, ~65 MB each); each is started exactly as any other (same isolation, same limits)
-    #: and serves one replay. A replay worker starts them when it starts.
+    #: and serves one replay (or the repetitions of one plan in a fan-out, ``fanout_share``).
+    #: A replay worker starts them when it starts.
     warm_processes: int = Field(1, ge=0, le=64, validation_alias="REPLAYBOOK_SANDBOX_WARM")
     #: at most this many warm processes while a fan-out (an incident's replays, a
     #: ``--repeat`` parent) has announced child replays still to come: the pool grows to one
