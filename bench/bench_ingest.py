@@ -97,14 +97,18 @@ class _Cpu:
         return coarse if coarse - precise > 0.02 else precise
 
 
+#: CPU seconds an idle server spends in 0.1 s at most (uvicorn's main loop ticks every 0.1 s)
+_IDLE = 0.002
+
+
 async def _settled_cpu(pid: int) -> _Cpu:
-    """The server's CPU once it stays still for 0.1 s (work left after the last answer, a
-    group commit or a log line, counts to the round that caused it)."""
+    """The server's CPU once it is idle for 0.1 s (work left after the last answer, a group
+    commit or a log line, counts to the round that caused it)."""
     cpu = _Cpu.of(pid)
     for _ in range(50):
         await asyncio.sleep(0.1)
         now = _Cpu.of(pid)
-        if now.threads - cpu.threads < 1e-4:
+        if now.threads - cpu.threads < _IDLE:
             break
         cpu = now
     return cpu
@@ -426,7 +430,7 @@ async def _run(rounds: int, runs_per_client: int, batches: int) -> dict[str, Any
     }
 
 
-def main(rounds: int = 5, runs_per_client: int = 25, batches: int = 300) -> dict[str, Any]:
+def main(rounds: int = 5, runs_per_client: int = 15, batches: int = 300) -> dict[str, Any]:
     r = asyncio.run(_run(rounds, runs_per_client, batches))
     load = machine_load()
     ours, trivial = r["ours"], r["trivial"]
@@ -493,7 +497,7 @@ def main(rounds: int = 5, runs_per_client: int = 25, batches: int = 300) -> dict
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(prog="python -m bench.bench_ingest")
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--runs-per-client", type=int, default=25)
+    parser.add_argument("--runs-per-client", type=int, default=15)
     parser.add_argument("--batches", type=int, default=300)
     args = parser.parse_args()
     main(args.rounds, args.runs_per_client, args.batches)
