@@ -19,11 +19,17 @@ class CapabilityRegistry:
     def __init__(self, version: str, capabilities: Iterable[Capability]) -> None:
         self.version = version
         self._capabilities: dict[str, Capability] = {}
+        # built once: a validator compiles its schema's keywords, and arguments are checked on
+        # every recorded tool call (the recording path's CPU)
+        self._validators: dict[str, jsonschema.Draft202012Validator] = {}
         for capability in capabilities:
             if capability.capability_id in self._capabilities:
                 raise InvalidInputError(f"capability {capability.capability_id!r} declared twice")
             jsonschema.Draft202012Validator.check_schema(capability.schema_)
             self._capabilities[capability.capability_id] = capability
+            self._validators[capability.capability_id] = jsonschema.Draft202012Validator(
+                capability.schema_
+            )
 
     def get(self, capability_id: str) -> Capability:
         try:
@@ -42,9 +48,9 @@ class CapabilityRegistry:
 
     def validate_arguments(self, capability_id: str, arguments: Mapping[str, Any]) -> None:
         """Refuse arguments that do not match the capability's JSON Schema, naming the field."""
-        capability = self.get(capability_id)
+        self.get(capability_id)  # an unknown capability is named first
         error = jsonschema.exceptions.best_match(
-            jsonschema.Draft202012Validator(capability.schema_).iter_errors(dict(arguments))
+            self._validators[capability_id].iter_errors(dict(arguments))
         )
         if error is not None:
             where = "/".join(str(p) for p in error.absolute_path) or "(arguments)"
