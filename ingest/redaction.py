@@ -54,10 +54,21 @@ def ingest_policy_version(ledger: Any, pinned: str | None) -> str | None:
 
 
 def ingest_policy(ledger: Any, version: str | None) -> RedactionPolicy | None:
-    """The policy an ingested run's events are sanitized with (None: recorded as given)."""
+    """The policy an ingested run's events are sanitized with (None: recorded as given):
+    one object per version for the process, so what it sanitized for a batch is remembered
+    for the next ones (``RedactionPolicy._memo``, bounded: the model's answer of one batch
+    is the conversation of the next), where a policy made per batch started empty."""
     if _vault(ledger) is None:
         return None
-    return recording_redaction(version, ())
+    policy = _POLICIES.get(version)
+    if policy is None and version not in _POLICIES:
+        policy = _POLICIES[version] = recording_redaction(version, ())
+    return policy
+
+
+#: the ingestion policy of each version (no personal fields, no names: the same for every
+#: run, so shared)
+_POLICIES: dict[str | None, RedactionPolicy | None] = {}
 
 
 async def register_subjects(ledger: Any, run_id: str, subjects: Iterable[str]) -> None:
