@@ -87,7 +87,12 @@ class StepMemory:
         replay in this process; recomputed from the ledger when another worker ran the step)."""
         cached = self._consumption.get(plan.replay_id)
         if cached is not None and cached[0] == head:
-            return dict(cached[1]), dict(cached[2])
+            # handed over, not copied: a copy per step grew with the replay (one entry per
+            # distinct request: O(steps) a step, 50,000 steps quadratic). The step counts into
+            # them and ``keep`` stores them at its new head; a step that fails before leaves
+            # no entry, and the next attempt counts again from the ledger
+            del self._consumption[plan.replay_id]
+            return cached[1], cached[2]
         fixtures: dict[str, int] = {}
         retrievals: dict[str, int] = {}
         fork = source.fork_point(plan.from_step) if plan.from_step else None
