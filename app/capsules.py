@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from app.capsule_deletions import DELETIONS_ENTRY, carried_deletions, check_deletions
 from app.regression import case_threshold
-from models import ExecutionEventType, RunStatus
+from models import RunStatus
 from models.capsule import (
     LIVE_DIR,
     MANIFEST_ENTRY,
@@ -32,10 +32,10 @@ from models.capsule import (
     split_signature,
     with_signature,
 )
-from models.digest import is_digest, sha256_digest
+from models.digest import sha256_digest
 from models.errors import CapsuleRefusedError, ReplaybookError
 from models.regression import RegressionCase, evaluate_case
-from runtime.evidence_refs import collect_references, refs_in
+from runtime.evidence_refs import collect_references
 from runtime.trajectory import load_trajectory
 from stores.case_signing import (
     CaseSigningKey,
@@ -90,24 +90,6 @@ class OpenedCapsule:
         return carried_deletions(self.entries)
 
 
-async def _run_input_refs(stores: Stores, run_id: str) -> set[str]:
-    """The artifacts the run's RUN_STARTED input names (``input.*_ref``: an ingested or imported
-    run's system prompt and tool catalogue), which its replays load: ``collect_references``
-    reads top-level references only, and without the catalogue every replay of the capsule
-    stopped at its first step (``artifact … not found``)."""
-    found: set[str] = set()
-    started = frozenset({ExecutionEventType.RUN_STARTED})
-    for _, data in await stores.ledger.events_with_payloads(run_id, types=started, missing_ok=True):
-        payload = json.loads(data) if data is not None else None
-        inputs = payload.get("input") if isinstance(payload, dict) else None
-        found.update(
-            value
-            for value in refs_in(ExecutionEventType.RUN_STARTED, inputs)
-            if isinstance(value, str) and is_digest(value)
-        )
-    return found
-
-
 async def export_case(
     stores: Stores, case_id: str, key: CaseSigningKey, *, now: datetime | None = None
 ) -> tuple[bytes, CapsuleManifest]:
@@ -124,7 +106,6 @@ async def export_case(
         )
     rows, deletions = await export_run_evidence(stores.db, run_id)
     digests = await collect_references(stores.ledger, stores.evidence, run_id)
-    digests |= await _run_input_refs(stores, run_id)
     digests |= {r["ciphertext_ref"] for r in rows["raw_payloads"] if r["ciphertext_ref"]}
     files: dict[str, bytes] = {
         ROWS_DIR + name + ".json": _json(table_rows) for name, table_rows in rows.items()

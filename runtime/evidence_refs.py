@@ -38,6 +38,7 @@ _CONCURRENCY = 16
 #: events whose payloads point to artifacts
 REFERENCING = frozenset(
     {
+        E.RUN_STARTED,
         E.PROMPT_COMPILED,
         E.CONTEXT_SNAPSHOT,
         E.RETRIEVAL,
@@ -53,21 +54,29 @@ def refs_in(event_type: ExecutionEventType, payload: Any) -> Iterator[Any]:
     """Values of the top-level ``*_ref`` / ``*_refs`` keys of a payload (prompt ``content_ref``,
     snapshot ``message_refs``/``evidence_refs``/``memory_refs``, checkpoint ``state_ref``, step
     ``random_state_ref``/``state_ref``, migration ``raw_state_ref``/``migrated_state_ref``), the
-    chunk hashes of a retrieval and the ``content_hash`` of an artifact. Other hashes (a
-    snapshot's ``content_hash`` is its request's hash) name no stored object."""
+    chunk hashes of a retrieval, the ``content_hash`` of an artifact and the ``input.*_ref`` of
+    a run's start (an ingested or imported run's system prompt and tool catalogue, which its
+    replays load). Other hashes (a snapshot's ``content_hash`` is its request's hash) name no
+    stored object."""
     if not isinstance(payload, dict):
         return
-    for key, value in payload.items():
-        if key.endswith("_ref"):
-            yield value
-        elif key.endswith("_refs") and isinstance(value, list):
-            yield from value
-    if event_type is E.ARTIFACT:
+    yield from _keyed_refs(payload)
+    if event_type is E.RUN_STARTED and isinstance(payload.get("input"), dict):
+        yield from _keyed_refs(payload["input"])
+    elif event_type is E.ARTIFACT:
         yield payload.get("content_hash")
     elif event_type is E.RETRIEVAL and isinstance(payload.get("evidence"), list):
         for item in payload["evidence"]:
             if isinstance(item, dict):
                 yield item.get("chunk_hash")
+
+
+def _keyed_refs(payload: dict[str, Any]) -> Iterator[Any]:
+    for key, value in payload.items():
+        if key.endswith("_ref"):
+            yield value
+        elif key.endswith("_refs") and isinstance(value, list):
+            yield from value
 
 
 async def collect_references(

@@ -52,3 +52,23 @@ async def test_a_capsule_carries_the_run_inputs_artifacts(tmp_path: Path) -> Non
         await import_capsule(copy, capsule)
         tools = json.loads(await copy.artifacts.get(inputs["tools_ref"]))
     assert "find_restaurant" in json.dumps(tools)
+
+
+async def test_the_run_inputs_artifacts_are_among_the_runs_references(tmp_path: Path) -> None:
+    """The incident freeze and legal holds read ``collect_references`` too: an ingested run's
+    tool catalogue and system prompt are frozen and held with the rest of its evidence."""
+    from runtime.evidence_refs import collect_references
+
+    run_id = "ingested-refs"
+    async with open_stores(capsule_store_settings(tmp_path / "origin")) as stores:
+        await ingest_run(stores.ledger, stores.artifacts, header(run_id))
+        events = run_plain_agent(["a table for two", "bye"]).events
+        batch = IngestEventBatch.model_validate({"events": events})
+        await ingest_events(stores.ledger, stores.artifacts, stores.evidence, run_id, batch.events)
+        ((_, started),) = await stores.ledger.events_with_payloads(
+            run_id, types=frozenset({ExecutionEventType.RUN_STARTED})
+        )
+        assert started is not None
+        inputs = json.loads(started)["input"]
+        found = await collect_references(stores.ledger, stores.evidence, run_id)
+    assert {inputs["tools_ref"], inputs["system_prompt_ref"]} <= found
