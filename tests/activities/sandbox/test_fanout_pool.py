@@ -15,7 +15,7 @@ from activities.sandbox.config import SandboxSettings
 from activities.sandbox.demand import EXPECT_SECONDS, Demand
 from activities.sandbox.process import kill_sandbox
 from bench.synthetic_replay import SyntheticReplays, next_batch, synthetic_replays
-from models.replay_flow import StepInput
+from models.replay_flow import StepInput, StepOutput
 from tests.activities.sandbox.test_pool import _recorded
 from tests.fixtures_replay import stack_settings
 
@@ -49,7 +49,7 @@ async def test_an_announced_fan_out_finds_its_processes_started(tmp_path: Path) 
             await off.aclose()
 
 
-async def _whole(runner, step: StepInput) -> tuple[str, object]:
+async def _whole(runner, step: StepInput) -> tuple[str, StepOutput]:
     """Run a replay's batches from its first to its end: its id and its last output."""
     while True:
         out = await runner.run_steps(step)

@@ -69,6 +69,7 @@ async def test_an_ingested_run_is_redacted_and_deletion_reaches_it(tmp_path: Pat
     view = json.loads(shown.stdout)
     assert view["pinned"]["redaction_policy_version"] == "redact-v1"
     subject = address_subject(ADDRESS)
+    assert subject is not None
     assert subject in {s["subject_id"] for s in view["subjects"]}
     # nowhere in clear: not in the database files, not in a stored artifact (the context
     # snapshots' messages are sanitized too)
