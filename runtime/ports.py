@@ -76,6 +76,15 @@ class ModelProvider(Protocol):
     async def complete(self, request: ModelRequest) -> ModelResponse: ...
 
 
+@runtime_checkable
+class AttributedToolProvider(Protocol):
+    """A READ tool's provider that names what answers it (a team's tools module,
+    ``runtime.team_tools``), recorded with a fixture miss it answers as ``answered_by``."""
+
+    @property
+    def answered_by(self) -> str: ...
+
+
 @dataclass(frozen=True)
 class NewEvent:
     """An event to append: a hashed record (also written to its lookup table) or plain JSON."""

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from models.model_call import ChatMessage, ModelRequest
+from runtime.providers.capabilities import ChatCompletionsProvider, compiling_provider
 from runtime.providers.prompt_tools import ToolCalling, compile_request
 
 
@@ -78,9 +79,11 @@ def wire_settings(provider: object) -> dict[str, str] | None:
     """What ``request_body`` needs of ``provider`` (its model id and ``tool_calling``), looking
     through wrappers by their ``inner``; None for a provider that sends no chat-completions
     body (a scripted model)."""
-    while provider is not None and not hasattr(provider, "compile"):
-        provider = getattr(provider, "inner", None)
-    model, tool_calling = getattr(provider, "model", None), getattr(provider, "tool_calling", None)
+    compiling = compiling_provider(provider)
+    if not isinstance(compiling, ChatCompletionsProvider):
+        return None  # a sandboxed step's ProxyModel compiles, but names no endpoint's model
+    # a protocol check at run time sees the names only: their values are checked here
+    model, tool_calling = compiling.model, compiling.tool_calling
     if not isinstance(model, str) or tool_calling not in ("native", "prompt"):
         return None
     return {"model_id": model, "tool_calling": str(tool_calling)}

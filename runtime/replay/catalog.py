@@ -16,6 +16,7 @@ from runtime.knowledge import Retriever
 from runtime.policy import PolicySet
 from runtime.ports import ModelProvider
 from runtime.prompts import PromptBundle
+from runtime.providers.capabilities import serial_provider
 from runtime.tools import ToolProvider
 
 
@@ -145,6 +146,5 @@ def answers_one_at_a_time(provider: object) -> bool:
     """Whether a model provider's endpoint computes one request at a time (its
     ``one_at_a_time``, set for the embedded stack's local model server), looking through
     wrappers by their ``inner``."""
-    while provider is not None and not hasattr(provider, "one_at_a_time"):
-        provider = getattr(provider, "inner", None)
-    return bool(getattr(provider, "one_at_a_time", False))
+    serial = serial_provider(provider)
+    return serial is not None and bool(serial.one_at_a_time)

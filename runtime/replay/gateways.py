@@ -40,7 +40,8 @@ from models.replay import ReplayBudget
 from runtime.approvals import action_hash, check_approval
 from runtime.capabilities import CapabilityRegistry
 from runtime.policy import WritePolicy
-from runtime.ports import ModelProvider
+from runtime.ports import AttributedToolProvider, ModelProvider
+from runtime.providers.capabilities import PricedProvider
 from runtime.recorder import RunRecorder
 from runtime.replay.source import ReplaySource
 from runtime.tools import ToolCallContext, ToolProvider, ToolResult, record_tool_call, request_hash
@@ -218,7 +219,7 @@ def estimated_prompt_tokens(request: ModelRequest) -> int:
 def model_price(provider: object) -> Decimal | None:
     """The provider's price per 1,000 tokens when it declares one (``price_per_1k_tokens``),
     for refusing a call whose worst case would exceed the cost budget."""
-    price = getattr(provider, "price_per_1k_tokens", None)
+    price = provider.price_per_1k_tokens if isinstance(provider, PricedProvider) else None
     return price if isinstance(price, Decimal) else None
 
 
@@ -331,7 +332,8 @@ class ReplayToolGateway:
             "policy": policy.value,
             "requested": self.miss_policy.value,
         }
-        answered_by = getattr(self.read_providers.get(capability_id), "answered_by", None)
+        read = self.read_providers.get(capability_id)
+        answered_by = read.answered_by if isinstance(read, AttributedToolProvider) else None
         if policy is FixtureMissPolicy.SANDBOX_LIVE and answered_by is not None:
             payload["answered_by"] = answered_by  # a team's tools module (``--tools-module``)
         await self.recorder.record(E.FIXTURE_MISS, payload=payload)

@@ -26,6 +26,7 @@ from models.model_call import (
     ToolSchema,
 )
 from runtime.prompts import approximate_token_count
+from runtime.providers.capabilities import compiling_provider, preparing_provider
 from runtime.recorder import RunRecorder
 
 START, MODEL, TOOLS, USER = "start", "model", "tools", "user"
@@ -247,29 +248,27 @@ async def record_model_response(
     )
 
 
-def as_sent(provider: Any, request: ModelRequest) -> ModelRequest:
+def as_sent(provider: object, request: ModelRequest) -> ModelRequest:
     """``request`` as ``provider`` will send it: a live replay's provider
     (``LiveModelProvider.prepared``) sets the replay's sampling seed and fits ``max_tokens`` to
     the budget, so the body recorded as sent is the body the server gets. Wrappers are looked
     through by their ``inner``; a provider that changes nothing returns ``request``."""
-    while provider is not None and not hasattr(provider, "prepared"):
-        provider = getattr(provider, "inner", None)
-    return request if provider is None else provider.prepared(request)
+    preparing = preparing_provider(provider)
+    return request if preparing is None else preparing.prepared(request)
 
 
 async def record_sent_request(
-    recorder: RunRecorder, provider: Any, request: ModelRequest
+    recorder: RunRecorder, provider: object, request: ModelRequest
 ) -> dict[str, str] | None:
     """The body a provider that offers the tools in the prompt (``tool_calling: "prompt"``)
     sends for ``request``: stored, with its hash, for the MODEL_CALL event (``None`` for any
     other provider, whose request is the snapshot's). Wrappers (budget, replay) are looked
     through by their ``inner``; in a sandboxed step the provider is the broker's
     ``ProxyModel``, which compiles the body as the worker's provider does."""
-    while provider is not None and not hasattr(provider, "compile"):
-        provider = getattr(provider, "inner", None)
-    if provider is None:
+    compiling = compiling_provider(provider)
+    if compiling is None:
         return None
-    body, prompted = provider.compile(request)
+    body, prompted = compiling.compile(request)
     if not prompted:
         return None
     data = canonicalize(body)
