@@ -223,10 +223,15 @@ class SubjectVault(Protocol):
         ...
 
 
+def raw_vault(ledger: object) -> RawVault | None:
+    """The ledger's vault when it keeps raw content; None for a ledger that keeps none."""
+    return ledger.vault if isinstance(ledger, VaultedLedger) else None
+
+
 def subject_vault(ledger: object) -> SubjectVault | None:
     """The ledger's vault when it keeps data subjects (the SQL ledger's); None for a ledger
     that keeps no raw content (a test's) or only seals it (a sandboxed step's)."""
-    vault = ledger.vault if isinstance(ledger, VaultedLedger) else None
+    vault = raw_vault(ledger)
     return vault if isinstance(vault, SubjectVault) else None
 
 

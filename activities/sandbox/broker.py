@@ -35,6 +35,7 @@ from models.errors import (
 from models.model_call import ModelRequest
 from models.privacy import RunSubject, SubjectKind
 from models.replay_flow import StepInput
+from runtime.ports import raw_vault
 from runtime.replay.engine import ReplayEngine
 from runtime.tools import ToolCallContext
 
@@ -218,7 +219,7 @@ class StepBroker:
 
     async def _record_artifact_raw(self, p: dict[str, Any]) -> Any:
         run_id = self._own("vault.record_artifact_raw", p["run_id"])
-        vault = getattr(self.engine.ledger, "vault", None)
+        vault = raw_vault(self.engine.ledger)
         if vault is None:  # this ledger keeps no raw views: nothing to seal
             return None
         raw = codec.unb64(p["raw"]) or b""
@@ -235,7 +236,7 @@ class StepBroker:
         subjects = [RunSubject.model_validate(s) for s in p.get("subjects") or ()]
         if any(s.kind is not SubjectKind.PERSON for s in subjects):
             raise Refused("vault.add_subjects", "vault.add_subjects of a subject not a PERSON")
-        vault = getattr(self.engine.ledger, "vault", None)
+        vault = raw_vault(self.engine.ledger)
         if vault is not None and subjects:
             await vault.add_subjects(run_id, subjects)
         return None
@@ -287,7 +288,7 @@ class StepBroker:
         self.guard.write("artifacts.put", len(stored))
         digest = await self.engine.artifacts.put(stored)
         self.scope.stored.add(digest)
-        vault = getattr(self.engine.ledger, "vault", None)
+        vault = raw_vault(self.engine.ledger)
         policy = self.guard.redaction
         if stored != data and vault is not None and policy is not None:
             # sent raw past the child's recorder: the raw view is sealed like a recorder's
