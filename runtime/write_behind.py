@@ -145,6 +145,8 @@ class HandOff:
     async def _hand_on(self) -> None:
         """Hand the deferred appends whose writes are done to the ledger, in order, in one
         go; one whose write failed fails, and every one after it."""
+        if not self._deferred:  # the usual case: nothing waits (no lock taken and released)
+            return
         async with self._handing:
             while self._deferred:
                 head = self._deferred[0]

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from models.digest import digest_hex, sha256_digest, verify_content
 from models.errors import (
+    ArtifactIntegrityError,
     ArtifactNotFoundError,
     EvidenceLockedError,
     InvalidInputError,
@@ -72,6 +73,12 @@ def _holds(path: str, digest: str) -> bool:
     """Whether the file at ``path`` is there and hashes to ``digest``."""
     existing = _read_if_there(path)
     return existing is not None and sha256_digest(existing) == digest
+
+
+#: digests a store remembers as stored (``LocalArtifactStore._known``) before it forgets them
+#: all and checks the files again: about 150 bytes each, a bound on memory however many runs
+#: a worker records
+KNOWN_DIGESTS = 100_000
 
 
 #: numbers of temporary files (with the process id, unique to a write of this process)
@@ -141,6 +148,12 @@ class LocalArtifactStore:
         self.root = Path(root).expanduser().absolute()
         self.location = self.root.as_uri()
         self._root = str(self.root)
+        #: digests this store wrote or found intact (durable): a put of them again returns at
+        #: once, with no file system call on the event loop's thread (a worker records the
+        #: same prompts, catalogues and states run after run). Forgotten by ``delete`` and by
+        #: a ``get`` that finds the object missing or corrupted, so a put after either repairs
+        #: it; a file changed behind the store's back is still refused by every ``get``.
+        self._known: set[str] = set()
 
     def __repr__(self) -> str:
         return f"LocalArtifactStore({str(self.root)!r})"
@@ -167,17 +180,27 @@ class LocalArtifactStore:
     async def put(self, data: bytes) -> str:
         data = check_bytes(data)
         digest = sha256_digest(data)  # valid: no need to check it (the path is made there)
+        if digest in self._known:
+            return digest
         key = f"{self._root}/{digest}"
         if (
             len(data) <= INLINE_IO_BYTES
             and writing(key) is None  # a write of it by this process ended durable
             and _intact_copy(self._object_path(digest), digest)
         ):
+            self._remember(digest)
             return digest  # already stored (a replay re-records its source's artifacts)
         # not cancelled with the caller: another put of the same bytes may wait for it
         return await asyncio.wrap_future(
             write_soon(key, functools.partial(self._put_sync, data, digest))
         )
+
+    def _remember(self, digest: str) -> None:
+        """Note ``digest`` as durable in this store (called on the loop or a writer thread:
+        a set's add and clear are atomic under the GIL)."""
+        if len(self._known) >= KNOWN_DIGESTS:
+            self._known.clear()
+        self._known.add(digest)
 
     def _object_path(self, digest: str) -> str:
         """``path_for`` of a digest known valid, without pathlib (it runs on every put)."""
@@ -193,6 +216,7 @@ class LocalArtifactStore:
                 _atomic_write(path, data)
         except OSError as e:
             raise StoreError(f"cannot write artifact {digest} to {self.location}: {e}") from e
+        self._remember(digest)  # durable: file and directory synced
         return digest
 
     async def get(self, digest: str) -> bytes:
@@ -205,10 +229,15 @@ class LocalArtifactStore:
                 else await asyncio.to_thread(path.read_bytes)
             )
         except FileNotFoundError as e:
+            self._known.discard(digest)  # a put of it writes it again
             raise ArtifactNotFoundError(f"artifact {digest} not found in {self.location}") from e
         except OSError as e:
             raise StoreError(f"cannot read artifact {digest} from {self.location}: {e}") from e
-        return verify_content(data, digest, f"artifact {digest} in {self.location}")
+        try:
+            return verify_content(data, digest, f"artifact {digest} in {self.location}")
+        except ArtifactIntegrityError:
+            self._known.discard(digest)  # a put of it replaces the corrupted copy
+            raise
 
     async def exists(self, digest: str) -> bool:
         return self.path_for(digest).is_file()
@@ -217,6 +246,7 @@ class LocalArtifactStore:
         """Delete the object; a no-op when absent; ``EvidenceLockedError`` when locked."""
         path = self.path_for(digest)
         if not path.is_file():
+            self._known.discard(digest)
             return
         reasons = []
         if await self.legal_hold(digest):
@@ -228,6 +258,7 @@ class LocalArtifactStore:
             raise EvidenceLockedError(
                 f"refusing to delete artifact {digest}: {' and '.join(reasons)}"
             )
+        self._known.discard(digest)
         try:
             path.unlink(missing_ok=True)
             self._lock_path(digest, "retain-until").unlink(missing_ok=True)

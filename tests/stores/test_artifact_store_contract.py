@@ -302,6 +302,31 @@ async def test_local_reads_inline_and_in_a_thread_alike(
     assert await store.get(digest) == data
 
 
+async def test_local_put_of_a_digest_known_stored_reads_nothing(tmp_path: Path) -> None:
+    """A store remembers what it wrote: a put of the same bytes again returns at once (no
+    file system call on the event loop's thread), even over a copy changed behind its back;
+    a get refuses that copy and makes the store forget it, so the next put repairs it; a
+    delete forgets too, so a put after it writes the object again."""
+    store = LocalArtifactStore(tmp_path / "artifacts")
+    data = os.urandom(200)
+    digest = await store.put(data)
+    path = store.path_for(digest)
+    corrupt(store, digest, b"changed behind the store's back")
+    inode = path.stat().st_ino
+    assert await store.put(data) == digest
+    assert path.stat().st_ino == inode  # known stored: not read, not written
+    with pytest.raises(ArtifactIntegrityError):
+        await store.get(digest)
+    assert await store.put(data) == digest
+    assert path.stat().st_ino != inode and await store.get(digest) == data
+    await store.delete(digest)
+    assert await store.put(data) == digest and await store.get(digest) == data
+    # another store on the same directory checks the file for itself
+    corrupt(store, digest, b"changed again")
+    assert await LocalArtifactStore(tmp_path / "artifacts").put(data) == digest
+    assert await store.get(digest) == data
+
+
 class HeldWrites(LocalArtifactStore):
     """A local store whose writes (on the writer threads) wait for ``gate``, counted."""
 
