@@ -21,7 +21,10 @@ A third row per backend puts recording beside a slow provider: synthetic steps w
 answers after 100 ms, each step timed from its STEP_STARTED to the next one (the step's whole
 recording: STEP_STARTED, the tool call, the checkpoint, STEP_COMPLETED), against the same
 provider awaited alone in rounds interleaved with them; the cost is the share of the recorded
-step that is not the bare step, median of the rounds with their spread.
+step that is not the bare step, median of the rounds with their spread. It runs twice: the
+provider awaiting an asyncio timer, and answering over a socket (``_Remote``) as a network
+provider does; the two differ by asyncio's millisecond rounding of a timer's wait after the
+loop woke for something else (recording's background commits), which only the first pays.
 """
 
 from __future__ import annotations
@@ -32,8 +35,10 @@ import dataclasses
 import itertools
 import math
 import os
+import socket
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
@@ -320,26 +325,68 @@ def _step_starts(starts: list[float]) -> Iterator[None]:
         RunRecorder.record = original  # type: ignore[method-assign]
 
 
+class _Remote:
+    """A provider on the other end of a socket: a thread that answers each request after
+    ``delay_s``. The caller's loop learns of the answer as it learns of a network reply, by
+    the socket becoming readable, not by a timer: asyncio's selector rounds a timer's
+    remaining wait up to a whole millisecond each time the loop wakes for something else
+    (recording's background commits do, during the wait), which a reply on a socket never
+    pays."""
+
+    def __init__(self, delay_s: float) -> None:
+        self.delay_s = delay_s
+        self.ours, theirs = socket.socketpair()
+        self.ours.setblocking(False)
+        self._thread = threading.Thread(target=self._serve, args=(theirs,), daemon=True)
+        self._thread.start()
+
+    def _serve(self, theirs: socket.socket) -> None:
+        with theirs:
+            while theirs.recv(1):
+                time.sleep(self.delay_s)
+                theirs.sendall(b"!")
+
+    async def ask(self) -> None:
+        loop = asyncio.get_running_loop()
+        await loop.sock_sendall(self.ours, b"?")
+        await loop.sock_recv(self.ours, 1)
+
+    def close(self) -> None:
+        self.ours.close()  # the thread's recv returns b"": it ends
+        self._thread.join(5)
+
+
 async def slow_provider_steps(
     database_url: str,
     home: Path,
     rounds: int = SLOW_ROUNDS,
     runs_per_round: int = SLOW_RUNS_PER_ROUND,
     delay_s: float = SLOW_PROVIDER_S,
+    answered: str = "timer",
 ) -> dict[str, Any]:
     """Recorded synthetic steps with a ``delay_s`` provider against the bare provider, in
-    interleaved rounds (order turning): seconds per step of each, per round (medians)."""
+    interleaved rounds (order turning): seconds per step of each, per round (medians).
+    ``answered``: ``timer`` (the provider awaits ``asyncio.sleep``) or ``socket`` (its answer
+    comes over a socket, as a network provider's does: ``_Remote``)."""
     from examples.synthetic import counter_read
 
+    remote = _Remote(delay_s) if answered == "socket" else None
+
     async def slow(arguments: dict[str, Any], context: ToolCallContext) -> dict[str, Any]:
-        await asyncio.sleep(delay_s)
+        if remote is not None:
+            await remote.ask()
+        else:
+            await asyncio.sleep(delay_s)
         return await counter_read(arguments, context)
 
     base = synthetic_spec(SLOW_RUN_STEPS)
     spec = dataclasses.replace(base, tool_providers={"counter.read": slow})
     recorded: list[float] = []
     bare: list[float] = []
-    async with open_stores(_settings(home, database_url).stores) as stores:
+    async with contextlib.AsyncExitStack() as stack:
+        if remote is not None:
+            stack.callback(remote.close)
+        stores = await stack.enter_async_context(open_stores(_settings(home, database_url).stores))
 
         async def recorded_round() -> float:
             per_step: list[float] = []
@@ -375,7 +422,16 @@ async def slow_provider_steps(
                 bare.append(await bare_round())
                 recorded.append(await recorded_round())
     shares = [1 - b / a for a, b in zip(recorded, bare, strict=True)]
-    return {"recorded_s": recorded, "bare_s": bare, "shares": shares, "delay_s": delay_s}
+    return {
+        "recorded_s": recorded,
+        "bare_s": bare,
+        "shares": shares,
+        "delay_s": delay_s,
+        "answered": answered,
+    }
+
+
+_ANSWERED = {"timer": "an asyncio timer", "socket": "a socket, as over a network"}
 
 
 def _slow_row(backend: str, r: dict[str, Any], load: str) -> Row:
@@ -383,7 +439,8 @@ def _slow_row(backend: str, r: dict[str, Any], load: str) -> Row:
     return emit(
         Row(
             figure=f"a recorded step with a {r['delay_s'] * 1e3:.0f} ms provider ({backend}; "
-            "synthetic steps, STEP_STARTED to the next; median of "
+            f"answered by {_ANSWERED[r['answered']]}; synthetic steps, STEP_STARTED to the "
+            "next; median of "
             f"{len(r['shares'])} interleaved rounds)",
             value=f"{recorded.text(1e3, 'ms', 2)} a step; recording's share "
             f"{shares.median:.2%} ({shares.low:.2%}–{shares.high:.2%})",
@@ -422,13 +479,15 @@ async def _main(pg: bool, runs: int) -> dict[str, Any]:
         try:
             for name, url in backends.items():
                 # a quick run (``--quick``: a few support-desk runs) records one run a round
-                slow = await slow_provider_steps(
-                    url,
-                    home / f"{name}-slow",
-                    runs_per_round=SLOW_RUNS_PER_ROUND if runs >= 10 else 1,
-                )
-                results[f"slow provider {name}"] = slow
-                _slow_row(name, slow, machine_load())
+                for answered in _ANSWERED:
+                    slow = await slow_provider_steps(
+                        url,
+                        home / f"{name}-slow-{answered}",
+                        runs_per_round=SLOW_RUNS_PER_ROUND if runs >= 10 else 1,
+                        answered=answered,
+                    )
+                    results[f"slow provider {name} {answered}"] = slow
+                    _slow_row(name, slow, machine_load())
                 r = await support_desk_calls(url, home / name, runs)
                 results[f"support-desk {name}"] = r
                 kinds = ", ".join(
