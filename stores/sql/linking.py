@@ -258,8 +258,11 @@ def fast_rows(
     """The rows of a linked batch for the batch writer, every table's (None: only the general
     path can write them, see ``projections.plain_insert_rows``)."""
     if batch.subjects:
-        # people learned: their registrations are chained (``stores.sql.governance``), which
-        # only the general path writes (rare: once per person and run)
+        # people learned: their registrations are chained in the governance log
+        # (``stores.sql.governance``), which these rows do not write. ``SqlLedger._write_fast``
+        # takes them out of the batch first and hands them to the batch writer, which
+        # registers them in the same transaction; anyone else (a run started through the
+        # batch writer) leaves them to the general path
         return None
     lookups = plain_insert_rows(
         [
@@ -282,5 +285,5 @@ def fast_rows(
         schema.execution_events: batch.rows,
         schema.raw_payloads: raw_rows,
         **lookups,
-        schema.run_subjects: batch.subjects,
+        schema.run_subjects: batch.subjects,  # empty here (refused above)
     }
