@@ -21,7 +21,6 @@ sandbox-live miss policy); each is kept, in the order it first appears.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Any
 
@@ -39,6 +38,7 @@ from models.trajectory import (
     Trajectory,
 )
 from runtime.ports import EventLedger
+from runtime.turns import in_turns
 
 __all__ = ["BLOCKED", "load_trajectory", "writes_executed"]
 
@@ -202,11 +202,7 @@ async def load_trajectory(
     started: Any = None
 
     loaded = await ledger.events_with_payloads(run_id, types=frozenset({E.STEP_STARTED, *_READ}))
-    for index, (event, data) in enumerate(loaded):
-        if index and not index % YIELD_EVERY_EVENTS:
-            # a 50,000-step run's 100,000 events held the loop for seconds: the comparing
-            # activity's heartbeats did not get out (issue 35 item 2)
-            await asyncio.sleep(0)
+    async for event, data in in_turns(loaded, YIELD_EVERY_EVENTS):
         if event.type is E.RUN_STARTED:
             # the input is the run's whatever ``after_sequence`` says (expectations refer to it)
             started = json.loads(data or b"null")

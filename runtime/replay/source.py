@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections import Counter
 from dataclasses import dataclass, field
@@ -25,6 +24,7 @@ from models import (
 from models.base import Instant
 from models.model_call import ModelResponse
 from runtime.ports import ArtifactStore, EventLedger, EvidenceReader
+from runtime.turns import in_turns
 
 E = ExecutionEventType
 T = TypeVar("T")
@@ -281,11 +281,7 @@ async def load_source_evidence(
     fixture_order: list[str] = []
     retrieval_order: list[str] = []
     loaded_bytes = 0
-    for index, (event, data) in enumerate(loaded):
-        if index and not index % YIELD_EVERY_EVENTS:
-            # a 50,000-step source's events held the loop for seconds: prepare_replay's
-            # heartbeats did not get out and it was retried (issue 35 item 2)
-            await asyncio.sleep(0)
+    async for event, data in in_turns(loaded, YIELD_EVERY_EVENTS):
         loaded_bytes += len(data or b"")
         payload = json.loads(data or b"{}")
         if event.type is E.RUN_STARTED:
