@@ -190,7 +190,9 @@ async def test_repeats_share_one_budget(replay_stack) -> None:
 
 async def test_cancel_ends_in_canceled(replay_stack) -> None:
     stack = replay_stack
-    source = await record_synthetic_run(stack.stores.ledger, stack.stores.artifacts, 200)
+    # 1,000 steps: the cancel must land while steps still run (with 200, a loaded machine's
+    # first status answer came after the last batch, and the run had ended completed)
+    source = await record_synthetic_run(stack.stores.ledger, stack.stores.artifacts, 1000)
     p = plan(source.run_id)
     from models.queues import CONTROL_QUEUE
     from models.replay_flow import ReplayProgress, ReplayWorkflowInput
@@ -202,7 +204,7 @@ async def test_cancel_ends_in_canceled(replay_stack) -> None:
     # wait until it is running steps, then cancel
     for _ in range(200):
         progress = await handle.query("status", result_type=ReplayProgress)
-        if progress.steps_executed >= 3:
+        if progress.steps_executed >= 1:
             break
         await asyncio.sleep(0.05)
     await handle.cancel()
