@@ -73,15 +73,22 @@ class _Writers:
         while True:
             future, write, key = jobs.get()
             future.set_running_or_notify_cancel()
+            result, error = "", None
             try:
                 result = write()
             except BaseException as exc:  # reported to whoever waits for the write
-                future.set_exception(exc)
-            else:
-                future.set_result(result)
+                error = exc
+            # forgotten before its waiters wake: a waiter that then puts the same key again
+            # (its copy corrupted since) must get a new write, not this finished one (seen: a
+            # repair put returned the old future and wrote nothing, when this thread lost the
+            # CPU between the result and the lock)
             with self._lock:
                 if self._writing.get(key) is future:
                     del self._writing[key]
+            if error is not None:
+                future.set_exception(error)
+            else:
+                future.set_result(result)
 
 
 _writers = _Writers()
