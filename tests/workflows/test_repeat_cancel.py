@@ -11,12 +11,14 @@ from pathlib import Path
 
 from temporalio.client import WorkflowExecutionStatus
 
+from devstack.temporal_server import start_temporal_dev_server
 from examples.synthetic import record_synthetic_run
 from models import ReplayMode
 from models.queues import CONTROL_QUEUE
 from models.replay_flow import ReplayPlan, ReplayWorkflowInput
 from stores.bundle import open_stores
 from tests.fixtures_replay import stack_settings
+from worker.settings import Settings
 from worker.temporal import connect, running_workers
 from workflows.replay import ReplayWorkflow
 
@@ -29,11 +31,17 @@ async def _until(predicate, what: str, tries: int = 600) -> None:
     raise AssertionError(f"{what}: not reached")
 
 
-async def test_a_cancel_during_the_fanout_hint_cancels_the_parent(
-    tmp_path: Path, temporal_server
-) -> None:
-    # control workers only: the hint waits on the replay queue, which nobody serves
-    settings = stack_settings(tmp_path, temporal_server.address)
+async def test_a_cancel_during_the_fanout_hint_cancels_the_parent(tmp_path: Path) -> None:
+    # a dev server of its own (the session's shared one has other tests' workers on the same
+    # queues), with control workers only: the hint waits on the replay queue, served by nobody
+    temporal = start_temporal_dev_server(tmp_path / "temporal", headless=True)
+    try:
+        await _cancel_during_the_hint(stack_settings(tmp_path, temporal.address))
+    finally:
+        temporal.stop(timeout=20)
+
+
+async def _cancel_during_the_hint(settings: Settings) -> None:
     async with open_stores(settings.stores) as stores:
         source = await record_synthetic_run(stores.ledger, stores.artifacts, 10)
     client = await connect(settings)
