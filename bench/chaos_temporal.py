@@ -24,6 +24,7 @@ import uuid
 from collections import Counter
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import func, select
 from temporalio.client import Client, WorkflowHandle
@@ -146,6 +147,19 @@ async def wait_events(stores: Stores, at_least: int, deadline_s: float = DEADLIN
     raise AssertionError(f"the ledger did not reach {at_least} events in {deadline_s:g} s")
 
 
+async def _history_length(handle: WorkflowHandle[Any, Any]) -> int:
+    return int((await handle.describe()).raw_description.workflow_execution_info.history_length)
+
+
+async def _history_beyond(handle: WorkflowHandle[Any, Any], length: int) -> int:
+    """Poll until the workflow's history is longer than ``length``; returns its length."""
+    while True:
+        now = await _history_length(handle)
+        if now > length:
+            return now
+        await asyncio.sleep(0.05)
+
+
 async def _kill_and_resume(
     stack: Stack, stores: Stores, kill_after: int, fault: str, workflow_id: str
 ) -> float:
@@ -156,6 +170,8 @@ async def _kill_and_resume(
     if fault == "worker":
         stack.kill_worker()
         killed_at, before = time.monotonic(), await event_count(stores)
+        handle = (await stack.client()).get_workflow_handle(workflow_id)
+        steps = await _history_length(handle)  # no worker: nothing of ours moves it now
         stack.start_worker()
     else:
         stack.kill_server()
@@ -164,10 +180,14 @@ async def _kill_and_resume(
         # activities already running go on writing while the server is down: what counts is
         # the first event once it is back
         before = await event_count(stores)
-    handle = (await stack.client()).get_workflow_handle(workflow_id)
+        handle = (await stack.client()).get_workflow_handle(workflow_id)
+        steps = await _history_length(handle)
     waits = [
         asyncio.ensure_future(wait_events(stores, before + 1)),
         asyncio.ensure_future(handle.result()),
+        # an incident whose remaining work was recorded before the fault records nothing
+        # more: its history moving on (to AWAITING_CONFIRMATION, say) is its recovery
+        asyncio.ensure_future(_history_beyond(handle, steps)),
     ]
     done, pending = await asyncio.wait(
         waits, timeout=DEADLINE_S, return_when=asyncio.FIRST_COMPLETED
