@@ -8,7 +8,6 @@ fan-out or of none never use the group's processes."""
 from __future__ import annotations
 
 import asyncio
-import time
 from pathlib import Path
 
 from activities.sandbox.config import SandboxSettings
@@ -18,13 +17,11 @@ from bench.synthetic_replay import SyntheticReplays, next_batch, synthetic_repla
 from models.replay_flow import StepInput, StepOutput
 from tests.activities.sandbox.test_pool import _recorded
 from tests.fixtures_replay import stack_settings
+from tests.waiting import until
 
 
 async def _until(predicate, seconds: float = 90.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.05)
+    await until(predicate, seconds)
 
 
 async def test_an_announced_fan_out_finds_its_processes_started(tmp_path: Path) -> None:

@@ -4,22 +4,18 @@ process (warm, kept) is gone after ``aclose``."""
 
 from __future__ import annotations
 
-import asyncio
 import os
-import time
 from pathlib import Path
 
 from activities.sandbox.config import SandboxSettings
 from bench.synthetic_replay import synthetic_replays
 from tests.activities.sandbox.test_pool import _recorded, _replay
 from tests.fixtures_replay import stack_settings
+from tests.waiting import until
 
 
 async def _until(predicate, seconds: float = 60.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.05)
+    await until(predicate, seconds)
 
 
 async def test_a_replay_takes_a_warm_process_and_the_pool_refills(tmp_path: Path) -> None:
