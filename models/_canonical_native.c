@@ -15,6 +15,8 @@
  *   character is written from unicodedata.normalize("NFC", text);
  * - keys: ASCII keys sort by their bytes (UTF-16 order for ASCII), by a radix sort on their
  *   first 8 bytes when there are many; other keys by UTF-16 code units;
+ * - dicts: entries read in place where the layout is known (3.11, checked when the module
+ *   loads), else PyDict_Next; the items of the objects being written on a stack of their own;
  * - numbers: ECMAScript's Number::toString; the shortest digits come from exact 128-bit integer
  *   arithmetic for doubles in [1e-10, 2**53) (almost every double a payload holds) and from
  *   Python's repr (PyOS_double_to_string 'r', the reference's source) for the others.
@@ -69,6 +71,9 @@ static int scratch_busy; /* a call made while one runs (from a finalizer) gets i
 typedef struct {
     char *start, *p, *end;
     int depth, own;
+    /* the items of the small dicts being written, one block of SMALL_DICT per open dict (a
+     * frame of 384 bytes on the C stack per level made 200-level nesting spill out of L1) */
+    struct Item *items;
 } Out;
 
 static int grow(Out *w, Py_ssize_t need) {
@@ -267,12 +272,13 @@ static inline void write_8(char *p, uint32_t v) {
 }
 
 /* the number of decimal digits of v > 0 */
+static const uint64_t P10[20] = {
+    1ULL, 10ULL, 100ULL, 1000ULL, 10000ULL, 100000ULL, 1000000ULL, 10000000ULL,
+    100000000ULL, 1000000000ULL, 10000000000ULL, 100000000000ULL, 1000000000000ULL,
+    10000000000000ULL, 100000000000000ULL, 1000000000000000ULL, 10000000000000000ULL,
+    100000000000000000ULL, 1000000000000000000ULL, 10000000000000000000ULL};
+
 static inline int digit_count(uint64_t v) {
-    static const uint64_t P10[20] = {
-        1ULL, 10ULL, 100ULL, 1000ULL, 10000ULL, 100000ULL, 1000000ULL, 10000000ULL,
-        100000000ULL, 1000000000ULL, 10000000000ULL, 100000000000ULL, 1000000000000ULL,
-        10000000000000ULL, 100000000000000ULL, 1000000000000000ULL, 10000000000000000ULL,
-        100000000000000000ULL, 1000000000000000000ULL, 10000000000000000000ULL};
     int k = ((64 - __builtin_clzll(v)) * 1233) >> 12; /* floor(log10(2**bits)) */
     return k + (k < 20 && v >= P10[k]);
 }
@@ -383,16 +389,51 @@ static char *layout(char *p, const char *d, int k, int n) {
     if (-6 < n && n <= 0) {
         *p++ = '0';
         *p++ = '.';
-        memset(p, '0', -n);
+        memset(p, '0', 8);
         p += -n;
-        memcpy(p, d, k);
+        memcpy(p, d, 24);
         return p + k;
     }
     *p++ = d[0];
     if (k > 1) {
         *p++ = '.';
-        memcpy(p, d + 1, k - 1);
+        memcpy(p, d + 1, 24);
         p += k - 1;
+    }
+    *p++ = 'e';
+    *p++ = n - 1 >= 0 ? '+' : '-';
+    return write_u64(p, (uint64_t)abs(n - 1));
+}
+
+/* layout() of the k digits of an integer (value = 0.DIGITS * 10**n), each written where it goes:
+ * writing them into a buffer first and copying it (wide loads of the narrow stores just made)
+ * stalled on store forwarding, a sixth of the time of a float-heavy document */
+static char *layout_digits(char *p, uint64_t digits, int k, int n) {
+    if (k <= n && n <= 21) {
+        write_digits(p, digits, k);
+        memset(p + k, '0', 24);
+        return p + n;
+    }
+    if (0 < n && n <= 21) {
+        uint64_t scale = P10[k - n]; /* the integer part, then the k - n fraction digits */
+        write_digits(p, digits / scale, n);
+        p[n] = '.';
+        write_digits(p + n + 1, digits % scale, k - n);
+        return p + k + 1;
+    }
+    if (-6 < n && n <= 0) {
+        memset(p, '0', 8);
+        p[1] = '.';
+        write_digits(p + 2 - n, digits, k);
+        return p + 2 - n + k;
+    }
+    write_digits(p + 1, digits, k); /* then the first digit moves before the point */
+    p[0] = p[1];
+    if (k > 1) {
+        p[1] = '.';
+        p += k + 1;
+    } else {
+        p += 1;
     }
     *p++ = 'e';
     *p++ = n - 1 >= 0 ? '+' : '-';
@@ -416,8 +457,7 @@ static char *write_number(char *p, double x) {
     int q;
     if (shortest(x, &digits, &q)) {
         k = digit_count(digits);
-        write_digits(d, digits, k);
-        n = k + q;
+        return layout_digits(p, digits, k, k + q);
     } else {
         /* repr's shortest digits, e.g. "5e-324", "1.7976931348623157e+308", "1e+16" */
         char *r = PyOS_double_to_string(x, 'r', 0, 0, NULL);
@@ -479,13 +519,33 @@ static int emit_int(Out *w, PyObject *v) {
 /* ------------------------------------------------------------------------------------------ */
 /* containers                                                                                 */
 
-typedef struct {
+typedef struct Item {
     uint64_t prefix; /* first 8 bytes, big-endian, zero-padded (ASCII keys) */
     PyObject *key, *value;
 } Item;
 
+/* at most this many entries: a dict's items go to Out.items, sorted by insertion */
+#define SMALL_DICT 16
+#define ITEM_STACK ((MAX_DEPTH + 1) * SMALL_DICT)
+static Item item_stack[ITEM_STACK]; /* the kept buffer's call uses it; a nested call its own */
 
-static int emit(Out *w, PyObject *v);
+
+static inline __attribute__((always_inline)) int emit(Out *w, PyObject *v);
+
+/* the sort prefix of an ASCII text: its first 8 bytes, big-endian, zero-padded. One load (past
+ * a short text's end, but never into another page: the bytes past it are masked off) instead of
+ * byte copies followed by a wide read of them, which stall on store forwarding. */
+static inline uint64_t ascii_prefix(const char *data, Py_ssize_t len) {
+    uint64_t x = 0;
+    if (len >= 8 || ((uintptr_t)data & 4095) <= 4096 - 8) {
+        memcpy(&x, data, 8);
+        x = __builtin_bswap64(x);
+        if (len < 8) x = len ? x & (~0ULL << (8 * (8 - len))) : 0;
+    } else {
+        for (Py_ssize_t b = 0; b < 8; b++) x = (x << 8) | (b < len ? (uint8_t)data[b] : 0);
+    }
+    return x;
+}
 
 static inline int ascii_cmp(const Item *a, const Item *b) {
     if (a->prefix != b->prefix) return a->prefix < b->prefix ? -1 : 1;
@@ -570,6 +630,110 @@ static int radix_sort(Item *it, Py_ssize_t n) {
     return 0;
 }
 
+/* ------------------------------------------------------------------------------------------ */
+/* reading a dict's entries                                                                   */
+
+/* A dict's entries are read in place where this build knows CPython's layout (3.11: a combined
+ * table is a PyDictKeysObject whose entry array follows its index table), instead of a
+ * PyDict_Next call per entry: on documents of small objects (an event log, deep nesting) those
+ * calls were 15-30% of the time. The layout is mirrored from Include/internal/pycore_dict.h of
+ * 3.11 (the internal header needs Py_BUILD_CORE); the module checks it against PyDict_Next when
+ * it loads (entries_selfcheck) and uses PyDict_Next if they disagree, on a split table (an
+ * instance's __dict__) and on every other version. */
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+#define DIRECT_ENTRIES 1
+typedef struct {
+    Py_ssize_t dk_refcnt;
+    uint8_t dk_log2_size;
+    uint8_t dk_log2_index_bytes;
+    uint8_t dk_kind; /* 0: entries of (hash, key, value); 1: of (key, value); 2: split */
+    uint32_t dk_version;
+    Py_ssize_t dk_usable;
+    Py_ssize_t dk_nentries;
+    char dk_indices[];
+} KeysLayout;
+static int direct_entries; /* the self-check passed */
+#endif
+
+typedef struct {
+    PyObject **e, **end; /* in place: the next entry's key slot (the value follows it) */
+    int stride;          /* pointers per entry */
+    PyObject *d;         /* else PyDict_Next */
+    Py_ssize_t pos;
+} Entries;
+
+/* where the entries start (NULL: read them with PyDict_Next) */
+static inline void entries_start(Entries *it, PyObject *d) {
+    it->e = NULL;
+    it->d = d;
+    it->pos = 0;
+#ifdef DIRECT_ENTRIES
+    PyDictObject *o = (PyDictObject *)d;
+    if (direct_entries && o->ma_values == NULL) {
+        KeysLayout *k = (KeysLayout *)o->ma_keys;
+        if (k->dk_kind <= 1) {
+            it->stride = k->dk_kind == 0 ? 3 : 2;
+            char *first = k->dk_indices + ((size_t)1 << k->dk_log2_index_bytes);
+            it->e = (PyObject **)first + (it->stride == 3); /* past me_hash */
+            it->end = it->e + it->stride * k->dk_nentries;
+        }
+    }
+#endif
+}
+
+/* the next (key, value); 0 at the end. A deleted entry has no value (as PyDict_Next skips it) */
+static inline int entries_next(Entries *it, PyObject **k, PyObject **v) {
+    if (it->e == NULL) return PyDict_Next(it->d, &it->pos, k, v);
+    while (it->e < it->end) {
+        PyObject **x = it->e;
+        it->e += it->stride;
+        if (x[1] != NULL) {
+            *k = x[0];
+            *v = x[1];
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Whether reading in place gives what PyDict_Next gives, on both kinds of combined table with a
+ * deleted entry; the layout is used only then. */
+static int entries_selfcheck(void) {
+#ifdef DIRECT_ENTRIES
+    direct_entries = 1;
+    int ok = 1;
+    for (int general = 0; general < 2 && ok; general++) {
+        PyObject *d = PyDict_New();
+        if (d == NULL) return -1;
+        for (long i = 0; i < 12 && ok; i++) {
+            PyObject *k = general && i == 5 ? PyLong_FromLong(i) : PyUnicode_FromFormat("k%ld", i);
+            PyObject *v = PyLong_FromLong(i * 7);
+            ok = k && v && PyDict_SetItem(d, k, v) == 0;
+            if (ok && i == 3) ok = PyDict_DelItem(d, k) == 0;
+            Py_XDECREF(k);
+            Py_XDECREF(v);
+        }
+        if (!ok) {
+            Py_DECREF(d);
+            return -1;
+        }
+        Entries it;
+        entries_start(&it, d);
+        Py_ssize_t pos = 0, seen = 0;
+        PyObject *k1, *v1, *k2, *v2;
+        ok = it.e != NULL && it.stride == (general ? 3 : 2);
+        while (ok && PyDict_Next(d, &pos, &k1, &v1)) {
+            ok = entries_next(&it, &k2, &v2) && k1 == k2 && v1 == v2;
+            seen++;
+        }
+        ok = ok && seen == 11 && !entries_next(&it, &k2, &v2);
+        Py_DECREF(d);
+    }
+    direct_entries = ok;
+#endif
+    return 0;
+}
+
 /* Whether a key's text is one the native path writes as it is: no lone surrogate, stable. */
 static int key_is_plain(PyObject *k) {
     int kind = PyUnicode_KIND(k);
@@ -619,9 +783,11 @@ static int emit_big_dict(Out *w, PyObject *d, Py_ssize_t n) {
         r = -1;
         goto done;
     }
-    Py_ssize_t pos = 0, i = 0;
+    Py_ssize_t i = 0;
     PyObject *k, *v;
-    while (PyDict_Next(d, &pos, &k, &v)) {
+    Entries entries;
+    entries_start(&entries, d);
+    while (entries_next(&entries, &k, &v)) {
         if (!PyUnicode_CheckExact(k) || PyUnicode_READY(k) < 0 || !PyUnicode_IS_ASCII(k)) {
             PyErr_Clear();
             r = 2;
@@ -707,9 +873,24 @@ done:
     return r;
 }
 
+/* The next cache miss inside a container, started early: a dict's keys object (its entries,
+ * which are read first, follow it) or a list's item array. Without it an event log's writing
+ * waited on each nested object's keys object in turn (a third of the dict time: the first load
+ * of dk_kind). v's header has been prefetched a little earlier (reading it may still wait). */
+static inline void prefetch_inside(PyObject *v) {
+    PyTypeObject *t = Py_TYPE(v);
+    if (t == &PyDict_Type) {
+        const char *keys = (const char *)((PyDictObject *)v)->ma_keys;
+        __builtin_prefetch(keys);
+        __builtin_prefetch(keys + 64);
+    } else if (t == &PyList_Type) {
+        __builtin_prefetch(((PyListObject *)v)->ob_item);
+    }
+}
+
 static int emit_dict(Out *w, PyObject *d) {
     Py_ssize_t n = PyDict_GET_SIZE(d);
-    if (n > 16) {
+    if (n > SMALL_DICT) {
         char *mark = w->p;
         int r = emit_big_dict(w, d, n);
         if (r != 2) return r;
@@ -721,16 +902,17 @@ static int emit_dict(Out *w, PyObject *d) {
         *w->p++ = '}';
         return 0;
     }
-    Item local[16];
-    Item *it = n <= 16 ? local : PyMem_Malloc(n * sizeof(Item));
+    Item *it = n <= SMALL_DICT ? w->items + (w->depth - 1) * SMALL_DICT : PyMem_Malloc(n * sizeof(Item));
     if (it == NULL) {
         PyErr_NoMemory();
         return -1;
     }
     int r = 0, ascii = 1;
-    Py_ssize_t pos = 0, i = 0;
+    Py_ssize_t i = 0;
     PyObject *k, *v;
-    while (PyDict_Next(d, &pos, &k, &v)) {
+    Entries entries;
+    entries_start(&entries, d);
+    while (entries_next(&entries, &k, &v)) {
         if (!PyUnicode_CheckExact(k)) {
             r = DECLINE; /* the reference names it, or reads a str subclass as its text */
             goto done;
@@ -746,12 +928,13 @@ static int emit_dict(Out *w, PyObject *d) {
         if (e->key == k && e->generation == generation) {
             it[i].prefix = e->prefix;
         } else if (PyUnicode_IS_ASCII(k)) {
-            Py_ssize_t len = PyUnicode_GET_LENGTH(k);
-            uint8_t buf[8] = {0};
-            memcpy(buf, PyUnicode_DATA(k), len < 8 ? len : 8);
-            uint64_t p = 0;
-            for (int b = 0; b < 8; b++) p = (p << 8) | buf[b];
-            it[i].prefix = p;
+            it[i].prefix = ascii_prefix(PyUnicode_DATA(k), PyUnicode_GET_LENGTH(k));
+            /* cached now, its text when it is first written: in nested objects (a "child" key
+             * and a "level" key) the inner ones are read before the outer ones are written */
+            e->key = k;
+            e->generation = generation;
+            e->prefix = it[i].prefix;
+            e->len = 0;
         } else if (key_is_plain(k)) {
             ascii = 0;
         } else {
@@ -761,21 +944,22 @@ static int emit_dict(Out *w, PyObject *d) {
         i++;
     }
     if (!ascii) qsort(it, n, sizeof(Item), general_cmp);
-    else if (n <= 16) insertion_sort(it, n);
+    else if (n <= SMALL_DICT) insertion_sort(it, n);
     else if (radix_sort(it, n) < 0) {
         r = -1;
         goto done;
     }
+    for (i = 0; i < n; i++) prefetch_inside(it[i].value); /* the values' own misses, together */
     for (i = 0; i < n && r == 0; i++) {
-        if (RESERVE(w, 1) < 0) {
+        /* room for ',' or '{', a cached key's text (a fixed 19-byte copy) and ':' */
+        if (RESERVE(w, 21) < 0) {
             r = -1;
             break;
         }
         *w->p++ = i ? ',' : '{';
         PyObject *key = it[i].key;
         KeyEntry *e = key_slot(key);
-        if (e->key == key && e->generation == generation) {
-            if ((r = RESERVE(w, 20)) != 0) break;
+        if (e->key == key && e->generation == generation && e->len) {
             memcpy(w->p, e->text, 19);
             w->p += e->len;
         } else {
@@ -789,15 +973,14 @@ static int emit_dict(Out *w, PyObject *d) {
                 e->len = (uint8_t)len;
                 memcpy(e->text, w->start + mark, len);
             }
+            if (r != 0 || (r = RESERVE(w, 1)) != 0) break;
         }
-        if (r == 0 && (r = RESERVE(w, 1)) == 0) {
-            *w->p++ = ':';
-            r = emit(w, it[i].value);
-        }
+        *w->p++ = ':';
+        r = emit(w, it[i].value);
     }
     if (r == 0 && (r = RESERVE(w, 1)) == 0) *w->p++ = '}';
 done:
-    if (it != local) PyMem_Free(it);
+    if (n > SMALL_DICT) PyMem_Free(it);
     return r;
 }
 
@@ -807,6 +990,7 @@ static int emit_items(Out *w, PyObject **items, Py_ssize_t n) {
     for (Py_ssize_t i = 0; i < 8 && i < n; i++) __builtin_prefetch(items[i]);
     for (Py_ssize_t i = 0; i < n; i++) {
         if (i + 8 < n) __builtin_prefetch(items[i + 8]); /* overlap the items' cache misses */
+        if (i + 4 < n) prefetch_inside(items[i + 4]);    /* its header was asked for 4 items ago */
         if (i) {
             if (RESERVE(w, 1) < 0) return -1;
             *w->p++ = ',';
@@ -819,7 +1003,9 @@ static int emit_items(Out *w, PyObject **items, Py_ssize_t n) {
     return 0;
 }
 
-static int emit(Out *w, PyObject *v) {
+/* Inlined into its callers: one call per nesting level instead of two (a 200-level document
+ * unwinds 400 returns, past the CPU's return-address predictor, and each frame costs stack). */
+static inline __attribute__((always_inline)) int emit(Out *w, PyObject *v) {
     PyTypeObject *t = Py_TYPE(v);
     if (t == &PyUnicode_Type) return emit_str(w, v, 1);
     if (t == &PyLong_Type) return emit_int(w, v);
@@ -849,9 +1035,10 @@ static int emit(Out *w, PyObject *v) {
  * bytes, then calls release(). */
 static int write_value(Out *w, PyObject *value) {
     w->own = scratch_busy;
+    w->items = NULL;
     if (w->own || scratch == NULL) {
         Py_ssize_t cap = w->own ? 1024 : 65536;
-        w->start = PyMem_RawMalloc(cap);
+        w->start = w->p = w->end = PyMem_RawMalloc(cap);
         if (w->start == NULL) {
             PyErr_NoMemory();
             return -1;
@@ -864,6 +1051,12 @@ static int write_value(Out *w, PyObject *value) {
     if (!w->own) {
         scratch = NULL; /* held by this call until it ends */
         scratch_busy = 1;
+    }
+    w->items = w->own ? PyMem_Malloc(ITEM_STACK * sizeof(Item)) : item_stack;
+    if (w->items == NULL) {
+        PyErr_NoMemory();
+        w->p = w->start;
+        return -1;
     }
     w->p = w->start;
     w->depth = 0;
@@ -881,6 +1074,7 @@ static void release(Out *w, int keep) {
         scratch = w->start;
         scratch_cap = w->end - w->start;
     }
+    if (w->own) PyMem_Free(w->items);
     if (!w->own) scratch_busy = 0;
 }
 
@@ -1000,6 +1194,6 @@ PyMODINIT_FUNC PyInit__canonical_native(void) {
     if (hashlib == NULL) return NULL;
     sha256_fn = PyObject_GetAttrString(hashlib, "sha256");
     Py_DECREF(hashlib);
-    if (sha256_fn == NULL) return NULL;
+    if (sha256_fn == NULL || entries_selfcheck() < 0) return NULL;
     return PyModule_Create(&module);
 }

@@ -175,3 +175,40 @@ def test_canonical_hash_hashes_the_extension_s_bytes_where_they_were_written() -
             canonical.canonical_hash(doc)
             == "sha256:" + hashlib.sha256(canonical._emit(doc, rust=False)).hexdigest()
         )
+
+
+class _Attrs:
+    def __init__(self) -> None:
+        self.b = [1, {"x": 2.5}]
+        self.a = "é"
+
+
+def _tables() -> list[dict[Any, Any]]:
+    """Dicts of every table kind the extension reads in place or through PyDict_Next."""
+    with_holes = {f"k{i}": i for i in range(40)}
+    for i in range(0, 40, 3):  # deleted entries: slots without a value
+        del with_holes[f"k{i}"]
+    general: dict[Any, Any] = {"b": 1, 7: "int key", "a": [2]}
+    del general[7]  # str keys only, in a table that was made for any key
+    small: dict[str, Any] = {"z": 1, "y": 2, "x": 3}
+    del small["y"]
+    small["w"] = {"v": small["z"]}
+    split = _Attrs().__dict__  # an instance's dict (a split table on 3.11)
+    return [with_holes, general, small, split, {"split": split, "holes": with_holes}, {}]
+
+
+def test_every_dict_table_kind_gives_the_reference_s_bytes() -> None:
+    # 3.11: entries are read in place (unicode and general tables), PyDict_Next otherwise
+    for i, doc in enumerate(_tables()):
+        reference = _reference(doc)
+        assert isinstance(reference, bytes), i
+        assert native.canonicalize(doc) == reference, i
+        assert native.canonical_hexdigest(doc) == hashlib.sha256(reference).hexdigest(), i
+
+
+def test_nested_keys_seen_before_they_are_written_give_the_reference_s_bytes() -> None:
+    # inner objects' keys are cached while the outer ones are still unwritten
+    doc: Any = {"name": "leaf"}
+    for level in range(200):
+        doc = {"level": level, "child": doc, "zz": [level, {"level": -level}]}
+    assert native.canonicalize(doc) == _reference(doc)
