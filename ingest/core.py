@@ -22,6 +22,7 @@ from ingest.redaction import (
     register_subjects,
     sanitized_header,
     seal_raw_forms,
+    start_run,
 )
 from ingest.state import IngestState, is_read, load_ingest_state, state_from_events, states_of
 from ingest.writes import close_open_writes
@@ -82,7 +83,7 @@ async def ingest_run(
         )
     await puts.settle()
     await seal_raw_forms(ledger, header.run_id, raw_forms, policy)
-    if await ledger.start_run(run, events):
+    if await start_run(ledger, run, events, policy):
         await register_subjects(ledger, header.run_id, recorder.subjects)
         log.debug("run ingested", run_id=header.run_id, graph=header.graph_id)
         # the state of the run just written, for its first batch (not read back)

@@ -80,6 +80,8 @@ class FastBatch:
     #: rows of runs started by this batch, with their heads after it (no move): a run that
     #: exists already fails the batch with ``NeedsGeneralPath``
     new_runs: list[dict[str, Any]] = field(default_factory=list)
+    #: ``data_keys`` rows of the runs started by this batch (``SqlRawVault.new_run_key``)
+    new_keys: list[dict[str, Any]] = field(default_factory=list)
     #: ``run_subjects`` rows of people the runs learned of: inserted unless there already,
     #: each inserted one registered in the governance log at ``registered_at``
     subjects: list[dict[str, Any]] = field(default_factory=list)
@@ -161,7 +163,7 @@ class SqliteBatchWriter(BatchWriter):
         self._conn: sqlite3.Connection | None = None
         self._inserts = {
             table: _sqlite_insert(table, _DO_NOTHING if table in IF_ABSENT_TABLES else "")
-            for table in (schema.runs, *FAST_TABLES, schema.governance_log)
+            for table in (schema.runs, schema.data_keys, *FAST_TABLES, schema.governance_log)
         }
         #: mutable tables: (upsert when the stored content differs, upsert whatever is stored)
         self._upserts = {
@@ -202,6 +204,10 @@ class SqliteBatchWriter(BatchWriter):
             if batch.new_runs:
                 sql, to_params = self._inserts[schema.runs]
                 conn.executemany(sql, map(to_params, batch.new_runs))
+                statements.append(sql)
+            if batch.new_keys:
+                sql, to_params = self._inserts[schema.data_keys]
+                conn.executemany(sql, map(to_params, batch.new_keys))
                 statements.append(sql)
             if batch.moves:
                 statements.append(self._MOVE)
@@ -348,8 +354,10 @@ class PostgresBatchWriter(BatchWriter):
             [m[2] for m in batch.moves],
             [m[3] for m in batch.moves],
         ]
-        rows_of = {schema.runs: batch.new_runs, **batch.rows}
-        tables = tuple(table for table in (schema.runs, *FAST_TABLES) if rows_of.get(table))
+        rows_of = {schema.runs: batch.new_runs, schema.data_keys: batch.new_keys, **batch.rows}
+        tables = tuple(
+            table for table in (schema.runs, schema.data_keys, *FAST_TABLES) if rows_of.get(table)
+        )
         if tables not in self._statements:
             self._statements[tables] = _postgres_statement(tables)
         sql, layout = self._statements[tables]
@@ -540,6 +548,8 @@ def _postgres_statement(tables: Iterable[Table]) -> tuple[str, Layout]:
             if table is schema.runs:  # new runs: written whole, then their rows below
                 parts.append(insert + " RETURNING run_id)")
                 written += " UNION ALL SELECT run_id FROM w_runs"
+            elif table is schema.data_keys:  # the new runs' keys (no run_id column): all
+                parts.append(insert + ")")
             else:
                 parts.append(
                     insert

@@ -85,23 +85,34 @@ class LockedAppends(PayloadPreparation):
         )
         return batch.results
 
-    async def start_run(self, run: RunRecord, events: Sequence[NewEvent]) -> bool:
+    #: ``start_run`` takes ``run_key`` (the run's data key committed with the run)
+    starts_with_run_key = True
+
+    async def start_run(
+        self, run: RunRecord, events: Sequence[NewEvent], *, run_key: bool = False
+    ) -> bool:
         """Create a run and append its first events in ONE transaction: both are recorded or
         neither (a refused or failed start leaves no run behind). Every payload is prepared
         (canonicalized, hashed) before anything is written. Returns False when the run exists
         already with this header (nothing written; the caller compares its events); another
-        header under the run id is a ``ConflictError``."""
+        header under the run id is a ``ConflictError``. ``run_key``: the run's raw content
+        will be sealed (ingestion with redaction): its data key is made now and committed
+        with the run, not by a read and a transaction of its own at the first seal."""
         body = run.model_dump(mode="json")
         prepared = await self._prepare_payloads(run.run_id, events)
         request = AppendRequest(run.run_id, list(events), prepared, 1)
-        if self._committer is not None and events and await self._start_fast(run, body, request):
-            return True
+        key = self.vault.new_run_key(run.run_id) if run_key else None
+        if self._committer is not None and events:
+            if await self._start_fast(run, body, request, key):
+                return True
         try:
             with _conflicts_named([run.run_id]):
                 async with self.db.transaction() as conn:
                     if await _existing_header(conn, run.run_id) is not None:
                         raise _RunExists
                     await conn.execute(insert(schema.runs).values(**_run_row(run, body)))
+                    if key is not None:
+                        await conn.execute(insert(schema.data_keys).values(**key[0]))
                     head = (0, header_genesis(body))
                     if events:
                         (appended,) = await self.append_locked(conn, [request], self.clock())
@@ -117,6 +128,8 @@ class LockedAppends(PayloadPreparation):
                     f"run {run.run_id!r} already exists with another header"
                 ) from None
             return False
+        if key is not None:
+            self.vault.adopt_run_key(*key)
         if self._committer is not None:
             # the writer starts from the head it created (checked by the compare-and-set
             # like any cached head): a new run's first append is one round trip too
@@ -124,7 +137,11 @@ class LockedAppends(PayloadPreparation):
         return True
 
     async def _start_fast(
-        self, run: RunRecord, body: dict[str, Any], request: AppendRequest
+        self,
+        run: RunRecord,
+        body: dict[str, Any],
+        request: AppendRequest,
+        key: tuple[dict[str, Any], bytes] | None,
     ) -> bool:
         """Start the run through the batch writer: its row (with the head its first events
         make) and those events in one round trip. False when nothing was written (the run
@@ -144,9 +161,13 @@ class LockedAppends(PayloadPreparation):
             "record": canonicalize(body).decode(),
         }
         try:
-            await batch_writer(self.db).write(FastBatch([], rows, new_runs=[row]))
+            await batch_writer(self.db).write(
+                FastBatch([], rows, new_runs=[row], new_keys=[] if key is None else [key[0]])
+            )
         except NeedsGeneralPath:
             return False
+        if key is not None:
+            self.vault.adopt_run_key(*key)
         self._heads[run.run_id] = (sequence, head_hash)
         return True
 

@@ -178,6 +178,38 @@ class SqlRawVault(RawVaultQueries, RawShredding, SubjectVault):
             return key_id, key
         return row.key_id, self.kek.unwrap(bytes(row.wrapped_key), subject_id)
 
+    def new_run_key(self, run_id: str) -> tuple[dict[str, Any], bytes] | None:
+        """A data key for ``run_id``, a run being started, made in memory: its ``data_keys``
+        row goes into the transaction that creates the run (``adopt_run_key`` once that
+        committed), which saves the read that misses and the key's own transaction at its
+        first seal. None when this process seals the run's raw content already (a header's
+        raw forms made the key). Nothing is sealed with it before it is durable."""
+        scope = key_scope(run_id)
+        try:
+            kek = self.kek
+        except ConfigurationError:
+            return None  # the first seal fails on it, as without this key
+        if (scope, kek.key_id) in self._active:
+            return None
+        key, key_id = new_data_key(), f"dk-{uuid.uuid4().hex}"
+        row = {
+            "key_id": key_id,
+            "subject_id": scope,
+            "kek_id": kek.key_id,
+            "wrapped_key": kek.wrap(key, scope),
+            "created_at": self.clock(),
+        }
+        return row, key
+
+    def adopt_run_key(self, row: dict[str, Any], key: bytes) -> None:
+        """The key of ``row`` (``new_run_key``) was committed with its run: the run's raw
+        content is sealed with it from now on, as with a key read back."""
+        if len(self._active) >= ACTIVE_KEYS_KEPT:
+            self._active.clear()
+        self._active.setdefault(
+            (row["subject_id"], row["kek_id"]), (row["key_id"], key, time.monotonic())
+        )
+
     async def _key(self, key_id: str, subject_id: str) -> bytes | None:
         k = schema.data_keys.c
         async with self.db.read() as conn:
