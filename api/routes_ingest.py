@@ -19,7 +19,7 @@ from api.state import State
 from ingest import ingest_events, ingest_run
 from models.canonical import parse_json
 from models.errors import CanonicalizationError, NotFoundError
-from models.ingest import IngestEventBatch, IngestRunHeader
+from models.ingest import CHECKED_JSON, IngestEventBatch, IngestRunHeader, json_text_checked
 
 log = structlog.get_logger(__name__)
 router = APIRouter(prefix="/api/runs", tags=["ingestion"])
@@ -47,7 +47,9 @@ async def strict_body(request: Request, model: type[M]) -> M:
     except CanonicalizationError as exc:  # named by its JSON path: ``$.a.b[2]`` → ``a.b[2]``
         raise exc.with_field(exc.path.removeprefix("$").lstrip(".") or "body") from None
     try:
-        return model.model_validate_json(raw)
+        # text checked whole here: the models' walk of every value is not needed again
+        checked = {CHECKED_JSON: True} if json_text_checked(raw) else None
+        return model.model_validate_json(raw, context=checked)
     except ValidationError as exc:
         errors = [{**e, "loc": ("body", *e["loc"])} for e in exc.errors()]
         raise RequestValidationError(errors) from None

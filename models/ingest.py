@@ -28,6 +28,7 @@ from pydantic import (
     StrictBool,
     StrictFloat,
     StrictInt,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -62,6 +63,25 @@ def is_ingested(graph_id: str, labels: Mapping[str, str]) -> bool:
 
 #: how deep ingested JSON may nest (deeper is refused naming where, never a RecursionError)
 MAX_DEPTH = 64
+#: validation context key (``model_validate_json(raw, context={CHECKED_JSON: True})``): the
+#: body's JSON text was checked already for what ``_NoNul`` refuses (``json_text_checked``)
+CHECKED_JSON = "replaybook.json_checked"
+
+
+def json_text_checked(raw: bytes) -> bool:
+    """Whether JSON text that ``models.canonical.parse_json`` accepted (no lone surrogate,
+    NaN or Infinity) holds nothing else ``_NoNul`` refuses either: no ``\\u0000`` escape (a
+    raw NUL is invalid JSON), no run of 16 digits (an integer beyond ±(2**53-1) has one;
+    ``parse_json`` lets the canonical text of a double through) and fewer ``[``/``{`` than
+    the depth limit. Bounds, counted in strings too: a body they miss is walked as before."""
+    return (
+        b"\\u0000" not in raw
+        and raw.count(b"[") + raw.count(b"{") <= MAX_DEPTH
+        and _LONG_DIGITS.search(raw) is None
+    )
+
+
+_LONG_DIGITS = re.compile(rb"[0-9]{16}")
 
 
 #: a surrogate code point, searched at C speed (every string of a body is checked)
@@ -140,7 +160,9 @@ class _NoNul(Record):
 
     @model_validator(mode="before")
     @classmethod
-    def _refuse_nul(cls, data: object) -> object:
+    def _refuse_nul(cls, data: object, info: ValidationInfo) -> object:
+        if info.context is not None and info.context.get(CHECKED_JSON) is True:
+            return data  # the body's text was checked (``json_text_checked``)
         found = None if _clean(data) else _json_problem(data, "")
         if found:
             raise ValueError(f"{found[0]}: {found[1]}")

@@ -127,6 +127,11 @@ class RedactionPolicy:
     _memo: dict[str, str] = field(
         default_factory=dict, init=False, repr=False, compare=False, hash=False
     )
+    #: what each field name seen makes of its value: "secret", "personal" or "" (nothing):
+    #: payloads repeat the same few keys, each classified once (bounded like ``_memo``)
+    _key_kinds: dict[str, str] = field(
+        default_factory=dict, init=False, repr=False, compare=False, hash=False
+    )
 
     def __post_init__(self) -> None:
         if self.version not in KNOWN_POLICY_VERSIONS:
@@ -178,18 +183,47 @@ class RedactionPolicy:
 
     def _value(self, value: Any, key: str | None) -> Any:
         if key is not None and value is not None:
-            lowered = key.lower()
-            if lowered in SECRET_FIELD_NAMES:
-                return self._whole(value, "secret")
-            if key in self.personal_fields:
-                return self._whole(value, "personal")
+            kind = self._key_kind(key)
+            if kind:
+                return self._whole(value, kind)
         if isinstance(value, str):
             return self._text(value)
         if isinstance(value, dict):
-            return {k: self._value(v, k) for k, v in value.items()}
+            return self._object(value)
         if isinstance(value, list | tuple):
             return [self._value(v, None) for v in value]
         return value
+
+    def _object(self, value: dict[str, Any]) -> dict[str, Any]:
+        """``_value`` of an object: each member as ``_value(item, key)`` does, the key
+        classified once per policy and a text member sanitized without the call."""
+        out = {}
+        kinds = self._key_kinds
+        for k, v in value.items():
+            kind = kinds.get(k)
+            if kind is None:
+                kind = self._key_kind(k)
+            if kind and v is not None:
+                out[k] = self._whole(v, kind)
+            elif type(v) is str:
+                out[k] = self._text(v)
+            else:
+                out[k] = self._value(v, None)  # the key is judged: nothing to make of it
+        return out
+
+    def _key_kind(self, key: str) -> str:
+        kind = self._key_kinds.get(key)
+        if kind is None:
+            if key.lower() in SECRET_FIELD_NAMES:
+                kind = "secret"
+            elif key in self.personal_fields:
+                kind = "personal"
+            else:
+                kind = ""
+            if len(self._key_kinds) >= _MEMO_ENTRIES:
+                self._key_kinds.clear()
+            self._key_kinds[key] = kind
+        return kind
 
     def _whole(self, value: Any, kind: str) -> Any:
         if isinstance(value, str) and _TOKEN.fullmatch(value):
