@@ -902,7 +902,9 @@ static int emit_dict(Out *w, PyObject *d) {
         *w->p++ = '}';
         return 0;
     }
-    Item *it = n <= SMALL_DICT ? w->items + (w->depth - 1) * SMALL_DICT : PyMem_Malloc(n * sizeof(Item));
+    /* a small dict's items: its block of the item stack (emit counted this dict in depth) */
+    Item *it = n <= SMALL_DICT ? w->items + (w->depth - 1) * SMALL_DICT
+                               : PyMem_Malloc(n * sizeof(Item));
     if (it == NULL) {
         PyErr_NoMemory();
         return -1;
