@@ -114,31 +114,25 @@ class HandOff:
     async def append(
         self, events: list[NewEvent], expected_sequence: int, **extra: Any
     ) -> asyncio.Future[list[ExecutionEvent]]:
-        """Hand ``events`` to the ledger's writer: at once when everything before them is
-        durable or handed off, else once it is. The future resolves when they are committed,
-        or fails with what kept them (or anything before them) from it. ``extra``: what else
-        the ledger's ``submit`` is to write with them (its keywords).
+        """Queue ``events`` for the ledger's writer and return at once: the pump hands them
+        on when the loop next turns (the caller's next real wait: a provider's answer, a
+        durable point), once every evidence write started before them is durable. The future
+        resolves when they are committed, or fails with what kept them (or anything before
+        them) from it. ``extra``: what else the ledger's ``submit`` is to write with them (its
+        keywords).
 
-        The appends deferred before this one are handed on first, those whose writes are
-        done by now; the deferred ones are handed on together, in order, in one go (here or
-        by the pump when the loop turns), so the ledger's writer finds them all queued at its
-        next transaction instead of committing the first alone."""
+        Nothing is handed on here: the ledger's ``submit`` prepares each payload (its
+        canonical form and hash) on this thread, and a step's caller would pay it between
+        its provider's answer and its next call. The pump pays it while the step waits.
+        Appends queued together are handed on in order, in one go, so the ledger's writer
+        finds them all queued at its next transaction instead of committing the first alone.
+        What ``submit`` refuses fails this future, as a failed commit does: the recorder
+        raises it at its next event or durable point."""
         depends, self._writes = self._writes, []
-        await self._hand_on()
-        if (
-            not self._deferred
-            and not self._handing.locked()
-            and self._failure is None
-            and all(_durable(d) for d in depends)
-        ):
-            return await self._submit(
-                self.run_id, events, expected_sequence=expected_sequence, **extra
-            )
         deferred = _Deferred(events, expected_sequence, extra, depends)
         deferred.result.add_done_callback(_retrieved)
         self._deferred.append(deferred)
-        await self._hand_on()
-        if self._deferred and (self._pump is None or self._pump.done()):
+        if self._pump is None or self._pump.done():
             self._pump = asyncio.ensure_future(self._pumping())
         return deferred.result
 
@@ -210,10 +204,6 @@ class HandOff:
 def _fail(deferred: _Deferred, failure: BaseException) -> None:
     if not deferred.result.done():
         deferred.result.set_exception(failure)
-
-
-def _durable(write: Write) -> bool:
-    return write.done() and not write.cancelled() and write.exception() is None
 
 
 def _pass_on(

@@ -10,14 +10,15 @@ import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pydantic import JsonValue
 from sqlalchemy import select
 
-from models import ExecutionEventType, RunRecord, SideEffectRecord, SideEffectStatus
+from models import ExecutionEvent, ExecutionEventType, RunRecord, SideEffectRecord, SideEffectStatus
 from models.canonical import canonical_hash, canonicalize
-from models.errors import StoreError
+from models.errors import CanonicalizationError, StoreError
 from models.redaction import REDACT_V1, redaction_policy
 from runtime.recorder import RunRecorder
 from runtime.side_effects import SideEffectLedger
@@ -40,11 +41,14 @@ class GatedArtifacts(LocalArtifactStore):
     def __init__(self, root: Path) -> None:
         super().__init__(root)
         self.gate = asyncio.Event()
+        #: set once a put waits at the gate (the loop has turned since it was started)
+        self.entered = asyncio.Event()
         self.failure: Exception | None = None
         self.puts = 0
 
     async def put(self, data: bytes) -> str:
         self.puts += 1
+        self.entered.set()
         await self.gate.wait()
         if self.failure is not None:
             raise self.failure
@@ -109,6 +113,9 @@ async def test_an_event_reaches_the_ledger_only_once_its_artifact_is_durable(
     assert ref == canonical_hash(state)
     await recorder.record(E.STEP_COMPLETED, payload={"state_ref": ref})
     await recorder.record(E.STEP_STARTED, payload={"step": "b"})
+    # the appends are handed on when the loop turns (the put has reached the gate by then):
+    # the first, which references nothing, and none of those behind the held-back put
+    await artifacts.entered.wait()
     await ledger.flush()  # everything the writer was handed is committed
     assert await committed(database, run_id) == [str(E.STEP_STARTED)]
     assert not await LocalArtifactStore(artifacts.root).exists(ref)
@@ -153,6 +160,53 @@ async def test_a_failed_artifact_write_fails_the_run_at_its_next_durable_point(
     # the run's failure lands right after what was
     assert recorder.last_sequence == 1
     await recorder.record(E.RUN_FAILED, payload={"error": "StoreError"}, durable=True)
+    assert await committed(database, run_id) == [str(E.STEP_STARTED), str(E.RUN_FAILED)]
+    assert (await ledger.verify(run_id)).intact
+
+
+async def test_events_are_handed_on_when_the_loop_turns_and_durable_at_the_next_durable_point(
+    database: Database, artifacts: GatedArtifacts
+) -> None:
+    """``record`` returns before the ledger's writer is handed anything (its payload's
+    canonical form and hash are made by the hand-off's pump, while the step waits); the next
+    durable point commits every event recorded before it, in order, on an intact chain."""
+    ledger = SqlLedger(database, artifacts)
+    run_id = await new_run(ledger)
+    submitted: list[int] = []
+    submit = ledger.submit
+
+    async def counted(*args: Any, **kwargs: Any) -> asyncio.Future[list[ExecutionEvent]]:
+        submitted.append(len(args[1]))
+        return await submit(*args, **kwargs)
+
+    ledger.submit = counted  # type: ignore[method-assign]
+    recorder = RunRecorder(ledger, artifacts, run_id, write_behind=True)
+    for i in range(3):
+        await recorder.record(E.MODEL_CALL, payload={"i": i})
+    assert submitted == []  # no loop turn yet: the writer has been handed nothing
+    await recorder.record(E.SIDE_EFFECT, payload={"status": "EXECUTING"}, durable=True)
+    # read back on a connection of its own, as after a crash right here
+    assert await committed(database, run_id) == [str(E.MODEL_CALL)] * 3 + [str(E.SIDE_EFFECT)]
+    assert sum(submitted) == 4
+    assert (await ledger.verify(run_id)).intact
+
+
+async def test_a_payload_the_ledger_refuses_fails_the_run_at_its_next_durable_point(
+    database: Database, artifacts: GatedArtifacts
+) -> None:
+    """A payload refused when it is handed on (no canonical form) fails the durable point
+    after it, as a failed commit does; nothing from it on is committed, and the run's
+    failure lands right after what was."""
+    ledger = SqlLedger(database, artifacts)
+    run_id = await new_run(ledger)
+    recorder = RunRecorder(ledger, artifacts, run_id, write_behind=True)
+    await recorder.record(E.STEP_STARTED, payload={"step": "a"}, durable=True)
+    await recorder.record(E.MODEL_CALL, payload={"score": float("nan")})
+    await recorder.record(E.STEP_COMPLETED, payload={"next": None})
+    with pytest.raises(CanonicalizationError):
+        await recorder.record(E.SIDE_EFFECT, payload={"status": "EXECUTING"}, durable=True)
+    assert recorder.last_sequence == 1
+    await recorder.record(E.RUN_FAILED, payload={"error": "CanonicalizationError"}, durable=True)
     assert await committed(database, run_id) == [str(E.STEP_STARTED), str(E.RUN_FAILED)]
     assert (await ledger.verify(run_id)).intact
 
