@@ -67,10 +67,15 @@ class Batches:
                 # the replay's time limit passed inside the step: stopped, not waited for
                 await child.close()
                 assert step.plan.budget.max_duration is not None
+                # a batch of several steps names its first and the steps it completed
+                done = broker.completed_steps
+                where = f"step {step.step_id}" + (
+                    f" (a batch from there, {done} of its steps completed)" if done else ""
+                )
                 why = (
                     f"budget: max_duration "
-                    f"{step.plan.budget.max_duration.total_seconds():g}s reached inside step "
-                    f"{step.step_id}: its sandboxed process was stopped after "
+                    f"{step.plan.budget.max_duration.total_seconds():g}s reached inside "
+                    f"{where}: its sandboxed process was stopped after "
                     f"{time.monotonic() - began:.1f} s"
                 )
                 return await ending.end_batch(self.engine, broker, step, stopped=why)

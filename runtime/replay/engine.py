@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from models.errors import ReplaybookError
@@ -101,22 +101,25 @@ class ReplayEngine:
         return await run_step(self, self._memory, step)
 
     async def run_steps(self, step: StepInput) -> StepOutput:
-        """Run up to ``plan.activity_batch()`` steps (an automatic batch also ends once its
-        ``activity_batch_seconds()`` have passed), each recorded atomically; their counters
-        are summed and the last step's position is returned. A batch also ends after a step
-        that called a live model: each such call may take up to the model's timeout (minutes
-        for a small local model on busy cores), and a batch of several would outlast the step
-        activity's deadline and the sandbox's wall-clock limit (15 minutes each)."""
+        """Run up to ``step.batch_steps()`` steps (an automatic batch also ends once its
+        ``activity_batch_seconds()`` have passed, any batch once the replay's deadline has),
+        each recorded atomically; their counters are summed and the last step's position is
+        returned. A batch also ends after a step that called a live model: each such call may
+        take up to the model's timeout (minutes for a small local model on busy cores), and a
+        batch of several would outlast the step activity's deadline and the sandbox's
+        wall-clock limit (15 minutes each)."""
         total: StepOutput | None = None
         current = step
         seconds = step.plan.activity_batch_seconds()
         ends = None if seconds is None else time.monotonic() + seconds
-        for _ in range(step.plan.activity_batch()):
+        for _ in range(step.batch_steps()):
             out = await self.run_step(current)
             total = batch_total(total, out)
             if out.finished or out.next_step is None or out.usage.model_calls:
                 break
             if ends is not None and time.monotonic() >= ends:
+                break
+            if step.past_deadline(datetime.now(UTC)):  # the workflow stops the replay next
                 break
             current = next_in_batch(current, out)
         assert total is not None
