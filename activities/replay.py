@@ -26,10 +26,8 @@ log = structlog.get_logger(__name__)
 CARRIED_DIFF_BYTES = 64 * 1024
 
 
-async def _heartbeat(detail: str, every: float = 1.0) -> None:
-    while True:
-        activity.heartbeat(detail)
-        await asyncio.sleep(every)
+#: how often a step activity heartbeats (its heartbeat timeout is 5 s)
+STEP_HEARTBEAT_EVERY_SECONDS = 1.0
 
 
 class ReplayActivities:
@@ -88,14 +86,14 @@ class ReplayActivities:
         payloads."""
         # heartbeats let Temporal notice a dead worker within the heartbeat timeout instead of
         # waiting out the whole start-to-close timeout (a live model call can be slow)
-        beating = asyncio.create_task(_heartbeat(step.step_id))
         try:
-            if self.sandboxed is None:
-                output = await self.engine.run_steps(step)
-                isolation = self.engine.isolation
-            else:
-                output = await self.sandboxed.run_steps(step)
-                isolation = self.sandboxed.isolation
+            async with heartbeating(step.step_id, STEP_HEARTBEAT_EVERY_SECONDS):
+                if self.sandboxed is None:
+                    output = await self.engine.run_steps(step)
+                    isolation = self.engine.isolation
+                else:
+                    output = await self.sandboxed.run_steps(step)
+                    isolation = self.sandboxed.isolation
             # carried to the replay's outcome (status, API, reports): what the steps ran under
             return output.model_copy(update={"isolation": isolation})
         except SandboxError as exc:
@@ -109,8 +107,6 @@ class ReplayActivities:
                 raise
             # e.g. a model that answered no usable decision: the same seed answers the same
             raise ApplicationError(str(exc), type=type(exc).__name__, non_retryable=True) from exc
-        finally:
-            beating.cancel()
 
     @activity.defn(name="compare_replay")
     async def compare_replay(self, plan: ReplayPlan) -> ComparisonResult:
