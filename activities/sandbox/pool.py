@@ -61,6 +61,10 @@ class ProcessPool:
         wanted = self.demand.wanted(time.monotonic()) + len(self._waiting)
         return max(self.settings.warm_processes, min(wanted, self.settings.fanout_warm))
 
+    def has_started(self) -> bool:
+        """Whether a started process waits in the pool now (``ready`` would not wait)."""
+        return any(c.alive for c in self.warm)
+
     async def ready(self, replay_id: str) -> StepProcess | None:
         """A started process for a replay's first batch while the pool is filling for a
         fan-out: one already waiting, or the pool's next (taken in turn, never a start of its

@@ -106,7 +106,7 @@ class SandboxedSteps:
             return await self._pool.ready(replay_id) or await self._pool.take(replay_id)
 
         first = not step.step_index
-        child = await self._siblings.acquire(group, replay_id, fresh, first)
+        child = await self._siblings.acquire(group, replay_id, fresh, first, self._pool.has_started)
         try:
             async with self._running:
                 child, output = await self._batch(child, step)
