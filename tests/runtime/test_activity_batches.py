@@ -63,7 +63,7 @@ async def test_an_explicit_batch_size_is_run_exactly(
     assert await _first_batch(rec, steps_per_activity=4) == 4
 
 
-TIME_LIMIT = {"budget": ReplayBudget(max_duration=timedelta(minutes=10))}
+TIME_LIMIT: dict[str, Any] = {"budget": ReplayBudget(max_duration=timedelta(minutes=10))}
 
 
 @pytest.mark.parametrize("database", ["sqlite"], indirect=True)
