@@ -12,11 +12,12 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from models.errors import ReplaybookError
 from models.replay_flow import PreparedReplay, ReplayPlan, StepInput, StepOutput
+from runtime.clock import system_time
 from runtime.ports import ArtifactStore, EventLedger, EvidenceReader
 from runtime.replay.catalog import AgentCatalog
 from runtime.replay.preparation import WorkerManifests, prepare_replay
@@ -119,7 +120,8 @@ class ReplayEngine:
                 break
             if ends is not None and time.monotonic() >= ends:
                 break
-            if step.past_deadline(datetime.now(UTC)):  # the workflow stops the replay next
+            # the worker's time, not an agent read (the replay's deadline is wall time)
+            if step.past_deadline(system_time()):  # the workflow stops the replay next
                 break
             current = next_in_batch(current, out)
         assert total is not None
