@@ -13,7 +13,7 @@ LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON
 
 # every package mypy checks, the tests included (the configuration is [tool.mypy] in pyproject.toml)
 TYPED := models runtime forensics ingest integrations stores activities workflows app cli api \
-         devstack worker examples bench tests
+         devstack worker examples bench tests setup.py
 
 install: $(STAMP)
 	bash infra/ensure-debian-tools.sh bwrap=bubblewrap

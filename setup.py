@@ -3,7 +3,8 @@ native path, ``models._canonical_native`` (``models/_canonical_native.c``). ``op
 cannot be compiled the install still succeeds and ``models.canonical`` uses its pure-Python
 path (same bytes, slower; ``models.canonical.ACCELERATED`` says which is in use)."""
 
-from setuptools import Extension, setup
+# setuptools ships no type stubs here (types-setuptools is not a dev dependency)
+from setuptools import Extension, setup  # type: ignore[import-untyped]
 
 setup(
     ext_modules=[
