@@ -12,6 +12,8 @@ import sys
 import time
 from pathlib import Path
 
+from tests.chaos.writer_child import spawn
+
 ROOT = Path(__file__).resolve().parents[2]
 REPLAYBOOK = str(Path(sys.executable).parent / "replaybook")
 
@@ -27,13 +29,7 @@ def _env(home: Path) -> dict[str, str]:
 def test_a_write_killed_mid_flight_is_unknown_after_the_lease(tmp_path: Path) -> None:
     env = _env(tmp_path)
     run_id = "chaos-kill-1"
-    child = subprocess.Popen(
-        [sys.executable, "-m", "tests.chaos.writer_child", run_id],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-    )
+    child = spawn(run_id, env)
     try:
         assert child.stdout is not None
         assert child.stdout.readline().strip() == b"DISPATCHED"

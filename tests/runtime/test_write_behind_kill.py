@@ -8,12 +8,11 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 from models import ExecutionEventType
 from stores.bundle import open_stores
+from tests.chaos.writer_child import WRITE_BEHIND, spawn
 from worker.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,13 +31,7 @@ def test_a_write_behind_run_killed_at_dispatch_keeps_everything_before_its_inten
 ) -> None:
     env = _env(tmp_path)
     run_id = "wb-kill-1"
-    child = subprocess.Popen(
-        [sys.executable, "-m", "tests.runtime.write_behind_kill_child", run_id],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-    )
+    child = spawn(run_id, env, WRITE_BEHIND)
     try:
         assert child.stdout is not None
         state_ref = child.stdout.readline().decode().strip()
