@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import weakref
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -267,11 +268,39 @@ async def open_database(url: str, *, migrate: bool = True, echo: bool = False) -
 
 
 async def upgrade_schema(db: Database) -> None:
-    """Apply every pending Alembic migration (idempotent; safe with concurrent callers)."""
+    """Apply every pending Alembic migration (idempotent; safe with concurrent callers).
+
+    A schema already at the newest migration is seen in a read snapshot first and left
+    alone: opening a database then takes no write lock. On SQLite a process that opened it
+    while others wrote busily used to wait on the busy handler for the write lock, whose
+    polling loses to writers that hand it from one to the next, and failed after
+    ``SQLITE_BUSY_SECONDS`` ("database is locked", seen with 60 replays writing)."""
+    async with db.read() as conn:
+        if await conn.run_sync(_at_newest_migration):
+            return
     async with db.engine.begin() as conn:
         if db.is_postgresql:
             await conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PG_MIGRATION_LOCK})
         await conn.run_sync(_upgrade_sync)
+
+
+@functools.cache
+def _newest_migrations() -> frozenset[str]:
+    """The head revisions of the migrations shipped with this code."""
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    return frozenset(ScriptDirectory.from_config(config).get_heads())
+
+
+def _at_newest_migration(connection: Connection) -> bool:
+    """Whether the database's schema is at the newest migration (no table yet: False)."""
+    from alembic.runtime.migration import MigrationContext
+
+    current = MigrationContext.configure(connection).get_current_heads()
+    return frozenset(current) == _newest_migrations()
 
 
 def _upgrade_sync(connection: Connection) -> None:
