@@ -19,6 +19,7 @@ import importlib
 import json
 import os
 import resource
+import select
 import shutil
 import signal
 import sys
@@ -101,17 +102,9 @@ def _cpu_seconds() -> float:
 
 def _tidy() -> None:
     """Leave nothing of a job's code behind for the next job: kill every other process of the
-    sandbox (``kill(-1)`` reaches only this pid namespace, and never its init), reap them, and
-    empty the private /tmp. Only ever asked for by the worker that started us under bubblewrap."""
-    with contextlib.suppress(OSError):
-        os.kill(-1, signal.SIGKILL)
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            break
-        if pid == 0:
-            break
+    sandbox and wait until each has exited, then empty the private /tmp. Only ever asked for
+    by the worker that started us under bubblewrap."""
+    _kill_the_others()
     # the code and the venv are bound read-only under /tmp when the checkout lives there
     kept = [Path(sys.prefix).resolve(), Path(__file__).resolve()]
     for entry in Path("/tmp").iterdir():
@@ -122,6 +115,69 @@ def _tidy() -> None:
                 shutil.rmtree(entry)
             else:
                 entry.unlink()
+
+
+#: rounds of kill and wait (a process forking while ``kill(-1)`` runs can escape one round)
+_KILL_ROUNDS = 8
+#: how long one process may take to exit once SIGKILLed (one in uninterruptible sleep waits
+#: for its I/O) before the next round looks again
+_EXIT_WAIT_S = 5.0
+
+
+def _kill_the_others() -> None:
+    """SIGKILL every other process of this pid namespace (``kill(-1)`` never reaches its init
+    nor us) and return once all of them have exited. A SIGKILL is delivered asynchronously:
+    reaping with WNOHANG right after it let a sibling's next job still find the last job's
+    process alive (seen: a sibling replay listed the one before it's ``sleep``)."""
+    for _ in range(_KILL_ROUNDS):
+        others = _living_others()
+        if not others:
+            return
+        with contextlib.suppress(OSError):
+            os.kill(-1, signal.SIGKILL)
+        for pid in others:
+            _wait_exited(pid)
+        _reap_children()
+
+
+def _living_others() -> list[int]:
+    """The pids of this namespace other than its init and us that have not exited (a zombie
+    has: its parent, we or the namespace's init, reaps it)."""
+    me, pids = os.getpid(), []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) in (1, me):
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                state = f.read().rsplit(b")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue  # gone while we looked
+        if state not in (b"Z", b"X"):
+            pids.append(int(entry))
+    return pids
+
+
+def _wait_exited(pid: int) -> None:
+    """Wait until ``pid`` has exited: its pidfd becomes readable then (no polling)."""
+    try:
+        fd = os.pidfd_open(pid)
+    except OSError:  # gone already
+        return
+    try:
+        select.select([fd], [], [], _EXIT_WAIT_S)
+    finally:
+        os.close(fd)
+
+
+def _reap_children() -> None:
+    """Reap our own exited children (the others' are reaped by the namespace's init)."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
 
 
 def _describe(exc: BaseException) -> dict[str, Any]:

@@ -15,7 +15,8 @@ from models import ExecutionEventType, ReplayMode
 from models.replay_flow import ReplayPlan
 
 #: recorded code run inline in each sibling: what it finds of the siblings before it, and
-#: what it leaves behind (a file in /tmp, a process, a mark in the interpreter's memory)
+#: what it leaves behind (a file in /tmp, processes of its own and one reparented to the
+#: sandbox's init, a mark in the interpreter's memory)
 SIBLING = """
 import builtins, os, subprocess, sys
 found = sorted(n for n in os.listdir("/tmp") if n.startswith("sibling-"))
@@ -28,7 +29,11 @@ for pid in (p for p in os.listdir("/proc") if p.isdigit()):
 before = getattr(builtins, "_siblings_before", 0)
 builtins._siblings_before = before + 1
 open("/tmp/sibling-%d" % before, "w").write("left behind")
-subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+for _ in range(8):  # its own children, SIGKILLed and reaped by the tidy
+    subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+# and one whose parent is gone: reparented to the sandbox's init, not ours to reap
+subprocess.Popen([sys.executable, "-c",
+    "import subprocess, sys; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])"]).wait()
 raise RuntimeError(repr((found, before)))
 """
 
