@@ -126,13 +126,7 @@ class SiblingGroups:
                 growing.add_done_callback(self._growing.discard)
             elif group.size < self.share:
                 group.size += 1
-                try:
-                    child = await fresh()
-                except BaseException:
-                    self._gone(key, group)
-                    raise
-                child.replay_id = replay_id
-                return child
+                return await self._fresh_for(key, group, replay_id, fresh)
             waiter: asyncio.Future[StepProcess | None] = asyncio.get_running_loop().create_future()
             (group.first if first else group.next).append(waiter)
             try:
@@ -149,13 +143,24 @@ class SiblingGroups:
                 handed.replay_id = replay_id
                 return handed
             group.size += 1  # room made for this batch by a process that ended
-            try:
-                child = await fresh()
-            except BaseException:
-                self._gone(key, group)
-                raise
-            child.replay_id = replay_id
-            return child
+            return await self._fresh_for(key, group, replay_id, fresh)
+
+    async def _fresh_for(
+        self,
+        key: GroupKey,
+        group: _Group,
+        replay_id: str,
+        fresh: Callable[[], Awaitable[StepProcess]],
+    ) -> StepProcess:
+        """A new process of ``key`` (its place already counted) for a batch of ``replay_id``;
+        a start that fails frees its place again."""
+        try:
+            child = await fresh()
+        except BaseException:
+            self._gone(key, group)
+            raise
+        child.replay_id = replay_id
+        return child
 
     async def _grow(self, key: GroupKey, fresh: Callable[[], Awaitable[StepProcess]]) -> None:
         """One more process for ``key`` (its place already counted), to the next waiting
