@@ -82,6 +82,29 @@ def test_random_doubles_have_the_reference_s_text() -> None:
         native.number_text(math.nan)
 
 
+def test_numbers_at_the_digit_writers_edges_have_the_reference_s_text() -> None:
+    # integers around each digit-count edge (1-3 digits apart, 8-digit groups, 16 digits at once)
+    ints = [0, 2**53 - 1]
+    for k in range(1, 17):
+        ints += [10**k - 1, 10**k, 10**k + 1, 7 * 10 ** (k - 1)]
+    for x in ints:
+        for value in (x, -x, float(x), -float(x)):  # the ints above 2**53 - 1 are refused
+            assert native.canonicalize(value) in (_reference(value), None), value
+            assert native.canonicalize([float(value)]) == _reference([float(value)]), value
+    # doubles with trailing zeros (stripped 16, 8, 4, 2 and 1 at a time), with 1 to 17 digits
+    # on either side of the point, and in the exponent forms
+    rng = random.Random(17)
+    values = [10.0**e for e in range(-12, 22)] + [2.5e-7, 1.25e-6, 0.1, 0.2, 0.3, 123.456]
+    for _ in range(20_000):
+        digits = rng.randint(1, 10 ** rng.randint(1, 17))
+        values.append(digits / 10 ** rng.randint(0, 20))
+        values.append(digits * 10.0 ** rng.randint(-25, 25))
+        values.append(float(f"{digits}e{rng.randint(-30, 22)}"))
+    for y in values:
+        assert native.number_text(y) == format_number(y), y
+        assert native.number_text(-y) == format_number(-y), -y
+
+
 def test_large_objects_sorted_by_radix_give_the_reference_s_bytes() -> None:
     # above 16 keys: radix sort on the first 8 bytes, keys of up to 16 bytes copied inline
     rng = random.Random(4096)
@@ -96,6 +119,13 @@ def test_large_objects_sorted_by_radix_give_the_reference_s_bytes() -> None:
         assert out is not None or not all(k.isascii() for k in doc)
         if out is not None:
             assert out == _reference(doc), i
+    # the sort packs each ASCII byte's 7 bits and sorts 10- and 9-bit digits of them: keys that
+    # differ in one bit at each byte and digit edge, and feature-map keys (a word, a counter)
+    edges = ["\x00", "\x01", "?", "@", "A", "_", "`", "a", "~", "\x7f"]
+    for size in (17, 100, 2_000):
+        doc = {"".join(rng.choices(edges, k=rng.randint(0, 10))): j for j in range(size)}
+        doc.update({f"{rng.choice(('the', 'refu', 'a', 'weat'))}_{j:x}": j for j in range(size)})
+        assert native.canonicalize(doc) == _reference(doc), size
 
 
 class Text(enum.StrEnum):
