@@ -14,7 +14,9 @@ sockets send HTTP/1.1 requests built before the round, and read each answer by i
 Content-Length (the client's own CPU a request is printed beside the rate). The robust figure
 on a shared machine is the **server's CPU time a request** (``/proc/<pid>/stat`` utime +
 stime of the server process before and after a round, once its CPU stays still), median of
-the rounds with their spread, against the trivial app's in the same rounds. The request
+the rounds with their spread, against the trivial app's in the same rounds, with the share
+of the server's main thread (the event loop's; the others are the stores' writer threads,
+artifact files and SQLite transactions) beside it. The request
 rate is printed too (it moves with the machine's load).
 
 A last row sends ``batches`` batches of 4 events to ONE run and compares the latency (and the
@@ -68,15 +70,19 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _thread_seconds(pid: int) -> float:
-    """CPU time of the live threads of process ``pid`` in nanoseconds' precision
+def _thread_seconds(pid: int) -> tuple[float, float]:
+    """CPU time of the live threads of process ``pid``, and of its main thread (the event
+    loop's: its task id is the process id), in nanoseconds' precision
     (``/proc/<pid>/task/*/schedstat``): a round of a few hundred requests of the trivial app
     is a few ticks of ``_cpu_seconds``."""
-    total = 0
+    total = main = 0
     for task in Path(f"/proc/{pid}/task").iterdir():
         with contextlib.suppress(OSError, ValueError):  # a thread that just ended
-            total += int((task / "schedstat").read_text().split()[0])
-    return total / 1e9
+            spent = int((task / "schedstat").read_text().split()[0])
+            total += spent
+            if task.name == str(pid):
+                main = spent
+    return total / 1e9, main / 1e9
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,10 +91,12 @@ class _Cpu:
 
     ticks: float
     threads: float
+    #: the main thread's (the event loop's; the rest is the store's writer threads)
+    main: float
 
     @classmethod
     def of(cls, pid: int) -> _Cpu:
-        return cls(_cpu_seconds(pid), _thread_seconds(pid))
+        return cls(_cpu_seconds(pid), *_thread_seconds(pid))
 
     def since(self, before: _Cpu) -> float:
         """CPU seconds from ``before``: the precise count, unless threads that ended in between
@@ -303,6 +311,7 @@ class _Connection:
 @dataclasses.dataclass
 class _Round:
     server_cpu: float  # seconds a request
+    loop_cpu: float  # of which the main thread's (the event loop's)
     client_cpu: float  # seconds a request
     rate: float  # requests a second
     latencies: list[float]
@@ -330,11 +339,13 @@ async def _round(served: _Served, runs_per_client: int, label: str) -> _Round:
     await asyncio.gather(*(client(c, w) for c, w in zip(connections, work, strict=True)))
     elapsed = time.perf_counter() - started
     client_cpu = time.process_time() - client_before
-    cpu = (await _settled_cpu(served.pid)).since(cpu_before)
+    settled = await _settled_cpu(served.pid)
+    cpu = settled.since(cpu_before)
+    loop_cpu = settled.main - cpu_before.main
     for connection in connections:
         await connection.close()
     n = len(latencies)
-    return _Round(cpu / n, client_cpu / n, n / elapsed, latencies)
+    return _Round(cpu / n, loop_cpu / n, client_cpu / n, n / elapsed, latencies)
 
 
 async def _long_run(served: _Served, batches: int) -> tuple[list[float], float, float]:
@@ -419,6 +430,7 @@ async def _run(rounds: int, runs_per_client: int, batches: int) -> dict[str, Any
         "ours_p99": _p99([x for m in measured["ours"] for x in m.latencies]),
         "trivial_p99": _p99([x for m in measured["trivial"] for x in m.latencies]),
         "ours_cpu": spread("ours", "server_cpu"),
+        "ours_loop_cpu": spread("ours", "loop_cpu"),
         "trivial_cpu": spread("trivial", "server_cpu"),
         "cpu_ratio": Spread.of([a / b for a, b in zip(ours_cpu, trivial_cpu, strict=True)]),
         "client_cpu": Spread.of([m.client_cpu for k in measured for m in measured[k]]),
@@ -442,7 +454,10 @@ def main(rounds: int = 5, runs_per_client: int = 15, batches: int = 300) -> dict
                 f"SQLite; {CLIENTS} raw-socket keep-alive clients; median of {r['rounds']} "
                 f"rounds of {r['requests_per_round']} requests)"
             ),
-            value=r["ours_cpu"].text(),
+            value=(
+                f"{r['ours_cpu'].text()}; the event loop's thread {r['ours_loop_cpu'].text()}, "
+                "the rest the stores' writer threads"
+            ),
             baseline=f"trivial FastAPI app with the same routes {r['trivial_cpu'].text()}",
             ratio=r["cpu_ratio"].median,
             goal=(

@@ -93,7 +93,7 @@ async def ingest_run(
                 e.type,
                 e.step_id,
                 e.event_id,
-                canonicalize(e.payload_json()) if is_read(e.type) else None,
+                e.canonical_payload() if is_read(e.type) else None,  # the bytes made once
             )
             for i, e in enumerate(events, start=1)
         ]

@@ -8,18 +8,21 @@ header). The chain covers the event id, so these markers are as tamper-evident a
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
+from typing import Any, cast
+from weakref import WeakKeyDictionary
 
 from pydantic import JsonValue
 
 from models import ExecutionEvent, ExecutionEventType, HashedRecord
-from models.canonical import canonical_hash
+from models.canonical import canonical_hash, canonicalize
 from models.digest import digest_hex
+from models.errors import InvalidInputError
 from models.privacy import RunSubject, SubjectKind
-from models.redaction import pseudonym_subjects
+from models.redaction import RedactionPolicy, pseudonym_subjects
 from runtime.ports import ArtifactStore, EventLedger, NewEvent, WriteBehindLedger, subject_vault
-from runtime.recorder import RunRecorder
+from runtime.recorder import RunRecorder, type_of
 from runtime.unknown_outcomes import count_unknown_recorded
 
 #: where a subject found by redaction is said to come from
@@ -67,6 +70,19 @@ def marker_of_id(run_id: str, event_id: str) -> Marker | None:
     return Marker(int(sequence), rest)
 
 
+#: whether each ledger object has a group-commit writer (``WriteBehindLedger``): a runtime
+#: protocol check walks the protocol's members on every call (tens of µs); a ledger object's
+#: methods do not change while it lives
+_WRITERS: WeakKeyDictionary[object, bool] = WeakKeyDictionary()
+
+
+def _has_writer(ledger: EventLedger) -> bool:
+    known = _WRITERS.get(ledger)
+    if known is None:
+        known = _WRITERS[ledger] = isinstance(ledger, WriteBehindLedger)
+    return known
+
+
 class IngestRecorder(RunRecorder):
     def __init__(
         self, ledger: EventLedger, artifacts: ArtifactStore, run_id: str, start: datetime, head: int
@@ -103,14 +119,15 @@ class IngestRecorder(RunRecorder):
             RunSubject(subject_id=s, kind=SubjectKind.PERSON, source=SUBJECT_SOURCE)
             for s in sorted(set(subjects))
         ]
-        if not isinstance(self.ledger, WriteBehindLedger):
-            vault = subject_vault(self.ledger)
+        ledger = self.ledger
+        if not _has_writer(ledger):
+            vault = subject_vault(ledger)
             if people and vault is not None:  # subjects first, then the events
                 await vault.add_subjects(self.run_id, people)
             await self.flush(expected_sequence=expected_sequence)
             return
         events = list(self._pending)
-        committed = await self.ledger.submit(
+        committed = await cast(WriteBehindLedger, ledger).submit(
             self.run_id, events, expected_sequence=expected_sequence, subjects=people
         )
         appended = await committed
@@ -135,21 +152,71 @@ class IngestRecorder(RunRecorder):
     ) -> ExecutionEvent | None:
         self._count += 1
         event_id = f"{self.run_id}:{self._marker.sequence}:{self._count}:{self._marker.digest}"
+        step = step_id or self.step_id
         if self.redaction is None:
             event = NewEvent(
-                step_id or self.step_id,
-                type,
-                self.logical_time(),
-                record=record,
-                payload=payload,
-                event_id=event_id,
+                step, type, self.logical_time(), record=record, payload=payload, event_id=event_id
             )
         else:
             # the sanitized view is recorded, the raw bytes sealed beside it (rule 17); each
             # person it names by pseudonym becomes a subject of the run
-            event = replace(
-                self._event(step_id or self.step_id, type, record, payload), event_id=event_id
-            )
+            event = self._sanitized_event(step, type, record, payload, event_id, self.redaction)
             self.subjects |= pseudonym_subjects(event.canonical_payload())
         self._pending.append(event)
         return None
+
+    def _sanitized_event(
+        self,
+        step_id: str,
+        type: ExecutionEventType,
+        record: HashedRecord | None,
+        payload: JsonValue,
+        event_id: str,
+        policy: RedactionPolicy,
+    ) -> NewEvent:
+        """``RunRecorder._event`` made under its ingestion id at once (that one draws a
+        uuid4 for an id that was then replaced, through ``dataclasses.replace``: 17 times a
+        run) and with the canonical bytes of the sanitized view when it differs from the raw
+        value: they were made twice more (the subjects above, then the ledger's payload)."""
+        raw = record.canonical_payload() if record is not None else payload
+        sanitized = policy.sanitize(raw)
+        raw_bytes = canonicalize(raw)
+        if sanitized == raw:
+            # nothing redacted: the record is what it was, its dump the one just made, and
+            # the payload's canonical bytes the raw ones (strings replaced by equal ones)
+            return NewEvent(
+                step_id,
+                type,
+                self.logical_time(),
+                record=record,
+                payload=sanitized if record is None else None,
+                event_id=event_id,
+                raw=raw_bytes,
+                redaction_policy_version=policy.version,
+                subject_id=self.subject_id,
+                record_json=raw if record is not None else None,
+                payload_bytes=raw_bytes,
+            )
+        record_json: Any = None
+        if record is not None:
+            try:
+                record = type_of(record).model_validate(sanitized)
+            except ValueError as exc:
+                raise InvalidInputError(
+                    f"the sanitized view of a {type_of(record).__name__} is not a valid record "
+                    f"(redaction policy {policy.version}): {exc}"
+                ) from exc
+            record_json = record.canonical_payload()  # what the ledger records and hashes
+        return NewEvent(
+            step_id,
+            type,
+            self.logical_time(),
+            record=record,
+            payload=sanitized if record is None else None,
+            event_id=event_id,
+            raw=raw_bytes,
+            redaction_policy_version=policy.version,
+            subject_id=self.subject_id,
+            record_json=record_json,
+            payload_bytes=canonicalize(sanitized if record_json is None else record_json),
+        )
