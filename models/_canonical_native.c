@@ -1009,6 +1009,66 @@ static inline void prefetch_inside(PyObject *v) {
     }
 }
 
+/* The key order of small objects seen in this call, by their keys: an event log, a chat or a
+ * chain of nested objects repeats the same keys (the same str objects, in the same insertion
+ * order) from one object to the next, and their order is the order found the first time. An
+ * entry counts only in the generation that wrote it (see key_cache): its key objects are then
+ * alive and unchanged (the document is, while no Python code runs). */
+#define ORDER_CACHE 32
+typedef struct {
+    uint32_t generation;
+    uint8_t n;
+    uint8_t place[SMALL_DICT]; /* by insertion index: the place in key order */
+    PyObject *keys[SMALL_DICT];  /* in insertion order */
+    uint64_t prefix[SMALL_DICT];
+} OrderEntry;
+static OrderEntry order_cache[ORDER_CACHE];
+
+static inline OrderEntry *order_slot(PyObject *first_key, Py_ssize_t n) {
+    return &order_cache[(((uintptr_t)first_key >> 4) ^ (uintptr_t)n) & (ORDER_CACHE - 1)];
+}
+
+/* The entries of d, placed in key order from a cached order; 0: not cached (nothing placed) */
+static inline int place_from_cache(PyObject *d, Py_ssize_t n, Item *it) {
+    Entries entries;
+    entries_start(&entries, d);
+    if (entries.e == NULL || n < 2 || entries.e[1] == NULL) return 0;
+    OrderEntry *o = order_slot(entries.e[0], n);
+    if (o->generation != generation || o->n != n) return 0;
+    PyObject *k, *v;
+    Py_ssize_t i = 0;
+    while (entries_next(&entries, &k, &v)) {
+        if (k != o->keys[i]) return 0; /* the items placed so far are overwritten */
+        Item *x = &it[o->place[i]];
+        x->prefix = o->prefix[i];
+        x->key = k;
+        x->value = v;
+        __builtin_prefetch(v);
+        i++;
+    }
+    return 1;
+}
+
+/* after a small dict's items were sorted: its order, for the next object with its keys */
+static void remember_order(PyObject *d, Py_ssize_t n, const Item *it) {
+    Entries entries;
+    entries_start(&entries, d);
+    if (entries.e == NULL || n < 2 || entries.e[1] == NULL) return;
+    OrderEntry *o = order_slot(entries.e[0], n);
+    PyObject *k, *v;
+    Py_ssize_t i = 0;
+    while (entries_next(&entries, &k, &v)) {
+        Py_ssize_t j = 0;
+        while (it[j].key != k) j++; /* every key is among the items */
+        o->keys[i] = k;
+        o->prefix[i] = it[j].prefix;
+        o->place[i] = (uint8_t)j;
+        i++;
+    }
+    o->n = (uint8_t)n;
+    o->generation = generation;
+}
+
 static int emit_dict(Out *w, PyObject *d) {
     Py_ssize_t n = PyDict_GET_SIZE(d);
     if (n > SMALL_DICT) {
@@ -1033,6 +1093,7 @@ static int emit_dict(Out *w, PyObject *d) {
     int r = 0, ascii = 1;
     Py_ssize_t i = 0;
     PyObject *k, *v;
+    if (n <= SMALL_DICT && place_from_cache(d, n, it)) goto sorted;
     Entries entries;
     entries_start(&entries, d);
     while (entries_next(&entries, &k, &v)) {
@@ -1067,11 +1128,14 @@ static int emit_dict(Out *w, PyObject *d) {
         i++;
     }
     if (!ascii) qsort(it, n, sizeof(Item), general_cmp);
-    else if (n <= SMALL_DICT) insertion_sort(it, n);
-    else if (radix_sort(it, n) < 0) {
+    else if (n <= SMALL_DICT) {
+        insertion_sort(it, n);
+        remember_order(d, n, it);
+    } else if (radix_sort(it, n) < 0) {
         r = -1;
         goto done;
     }
+sorted:
     for (i = 0; i < n; i++) prefetch_inside(it[i].value); /* the values' own misses, together */
     for (i = 0; i < n && r == 0; i++) {
         /* room for ',' or '{', a cached key's text (a fixed 19-byte copy) and ':' */

@@ -236,6 +236,32 @@ def test_every_dict_table_kind_gives_the_reference_s_bytes() -> None:
         assert native.canonical_hexdigest(doc) == hashlib.sha256(reference).hexdigest(), i
 
 
+def test_objects_with_the_same_keys_in_any_order_give_the_reference_s_bytes() -> None:
+    # the key order of a small object is reused for the next one with the same key objects in
+    # the same insertion order: the same keys in another order, one key changed, a key deleted
+    rng = random.Random(8)
+    names = [f"key{i}" for i in range(16)] + ["", "a", "b", "é"]
+    docs: list[Any] = []
+    for _ in range(3_000):
+        pool = names[: rng.choice((3, 16, 20))]
+        keys = rng.sample(pool, rng.randint(2, min(12, len(pool))))
+        # half the time the previous object's keys, maybe shuffled or one of them changed
+        if rng.random() < 0.5 and docs and len(docs[-1]) > 1:
+            keys = list(docs[-1])
+            if rng.random() < 0.3:
+                rng.shuffle(keys)
+            if rng.random() < 0.3:
+                keys[rng.randrange(len(keys))] = rng.choice(names)
+        doc = {k: rng.randint(0, 9) for k in keys}
+        if rng.random() < 0.2:
+            del doc[next(iter(doc))]  # a deleted entry first in the table
+        docs.append(doc)
+    assert native.canonicalize(docs) == _reference(docs)
+    for start in range(0, 3_000, 100):  # and in calls of their own
+        part = docs[start : start + 100]
+        assert native.canonicalize(part) == _reference(part), start
+
+
 def test_nested_keys_seen_before_they_are_written_give_the_reference_s_bytes() -> None:
     # inner objects' keys are cached while the outer ones are still unwritten
     doc: Any = {"name": "leaf"}
