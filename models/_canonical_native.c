@@ -314,6 +314,10 @@ static inline int digit_count(uint64_t v) {
  * leading zeros shifted out, the groups after it overlapping its tail. Up to 8 bytes past p + k
  * are overwritten (with NULs): every caller has room there and writes what follows afterwards. */
 static inline void write_digits(char *p, uint64_t v, int k) {
+    if (k == 1) { /* the integer part of most doubles in a payload */
+        *p = (char)('0' + v);
+        return;
+    }
     if (k <= 8) {
         store8(p, ascii8((uint32_t)v) >> (8 * (8 - k)));
         return;
