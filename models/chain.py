@@ -203,62 +203,133 @@ _UTC_LINKED = (
 assert _UTC_LINKED.count(_UTC_INSTANT) == 2
 
 
-def _utc_link_hash(row: ChainRow, previous_hash: str) -> str | None:
-    """``row_hash(row, previous_hash)`` for the usual row — plain texts the template writes as
-    they are (``metadata_bytes``), instants in UTC, ASCII hashes — hashed in one piece without
-    a call per field; None for any other row (``row_hash`` then hashes it). Verification's
-    inner loop: the bytes ``row_hash`` hashes, without its two ``format_instant`` calls (C
-    ``isoformat`` parsing its keyword argument) and the calls between them."""
-    logical, recorded, event_type = row.logical_time, row.recorded_at, row.type
+def utc_link_hash(
+    previous_hash: str,
+    event_id: str,
+    logical_time: datetime,
+    payload_ref: str,
+    recorded_at: datetime,
+    run_id: str,
+    schema_version: int,
+    sequence: int,
+    step_id: str,
+    event_type: str,
+    payload_hash: str,
+) -> str | None:
+    """The link hash of an event with these fields (``row_hash``) when they are the usual ones
+    — plain texts the template writes as they are (``metadata_bytes``), instants in UTC, ASCII
+    hashes — hashed in one piece; None otherwise (``link_hash_of`` then takes the general way).
+    The same bytes as ``row_hash`` without its two ``format_instant`` calls (C ``isoformat``
+    parsing its keyword argument) and the calls between them: appending and verifying do this
+    for every event."""
     if (
-        logical.tzinfo is not UTC
-        or recorded.tzinfo is not UTC
-        or type(logical) is not datetime
-        or type(recorded) is not datetime
+        logical_time.tzinfo is not UTC
+        or recorded_at.tzinfo is not UTC
+        or type(logical_time) is not datetime
+        or type(recorded_at) is not datetime
         or type(event_type) is not str
     ):
         return None
-    sequence, version = row.sequence, row.schema_version
-    texts = row.event_id + row.payload_ref + row.run_id + row.step_id + event_type
+    texts = event_id + payload_ref + run_id + step_id + event_type
     if not (
         texts.isascii()
         and texts.isprintable()
         and '"' not in texts
         and "\\" not in texts
         and type(sequence) is int
-        and type(version) is int
+        and type(schema_version) is int
         and 0 <= sequence <= _SAFE
-        and 0 <= version <= _SAFE
+        and 0 <= schema_version <= _SAFE
     ):
         return None
     linked = _UTC_LINKED % (
         previous_hash,
-        row.event_id,
-        logical.year,
-        logical.month,
-        logical.day,
-        logical.hour,
-        logical.minute,
-        logical.second,
-        logical.microsecond,
-        row.payload_ref,
-        recorded.year,
-        recorded.month,
-        recorded.day,
-        recorded.hour,
-        recorded.minute,
-        recorded.second,
-        recorded.microsecond,
-        row.run_id,
-        version,
+        event_id,
+        logical_time.year,
+        logical_time.month,
+        logical_time.day,
+        logical_time.hour,
+        logical_time.minute,
+        logical_time.second,
+        logical_time.microsecond,
+        payload_ref,
+        recorded_at.year,
+        recorded_at.month,
+        recorded_at.day,
+        recorded_at.hour,
+        recorded_at.minute,
+        recorded_at.second,
+        recorded_at.microsecond,
+        run_id,
+        schema_version,
         sequence,
-        row.step_id,
+        step_id,
         event_type,
-        row.payload_hash,
+        payload_hash,
     )
-    if not linked.isascii():  # a hash that is not ASCII: ``row_hash`` says what it says
+    if not linked.isascii():  # a hash that is not ASCII: the general way says what it says
         return None
     return DIGEST_PREFIX + hashlib.sha256(linked.encode("ascii")).hexdigest()
+
+
+def link_hash_of(
+    previous_hash: str,
+    event_id: str,
+    logical_time: datetime,
+    payload_ref: str,
+    recorded_at: datetime,
+    run_id: str,
+    schema_version: int,
+    sequence: int,
+    step_id: str,
+    event_type: str,
+    payload_hash: str,
+) -> str:
+    """The link hash of an event with these fields: ``row_hash`` of its row."""
+    fast = utc_link_hash(
+        previous_hash,
+        event_id,
+        logical_time,
+        payload_ref,
+        recorded_at,
+        run_id,
+        schema_version,
+        sequence,
+        step_id,
+        event_type,
+        payload_hash,
+    )
+    if fast is not None:
+        return fast
+    metadata = metadata_bytes(
+        event_id,
+        format_instant(logical_time),
+        payload_ref,
+        format_instant(recorded_at),
+        run_id,
+        schema_version,
+        sequence,
+        step_id,
+        event_type,
+    )
+    return chained_hash(previous_hash, metadata, payload_hash)
+
+
+def _utc_link_hash(row: ChainRow, previous_hash: str) -> str | None:
+    """``utc_link_hash`` of a row (verification's inner loop)."""
+    return utc_link_hash(
+        previous_hash,
+        row.event_id,
+        row.logical_time,
+        row.payload_ref,
+        row.recorded_at,
+        row.run_id,
+        row.schema_version,
+        row.sequence,
+        row.step_id,
+        row.type,
+        row.payload_hash,
+    )
 
 
 #: the fields the template writes, in its order (the keys of ``chain_metadata``)

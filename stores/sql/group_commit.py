@@ -59,24 +59,33 @@ class GroupCommitter(Generic[R, T]):
         future resolves once its batch is committed (a key's requests are written in queue
         order)."""
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-        key = self._key(request)
-        index, count = self._pinned.get(key, (-1, 0))
-        if count == 0:
-            index = min(range(len(self._lanes)), key=lambda i: self._lanes[i].load())
-        self._pinned[key] = (index, count + 1)
-        future.add_done_callback(lambda _: self._unpin(key))
-        lane = self._lanes[index]
+        if len(self._lanes) == 1:  # one lane: every key's requests in it, in queue order
+            lane = self._lanes[0]
+        else:
+            key = self._key(request)
+            index, count = self._pinned.get(key, (-1, 0))
+            if count == 0:
+                index = min(range(len(self._lanes)), key=lambda i: self._lanes[i].load())
+            self._pinned[key] = (index, count + 1)
+            lane = self._lanes[index]
         lane.pending.append((request, future))
         if lane.flusher is None or lane.flusher.done():
             lane.flusher = asyncio.create_task(self._flush(lane))
         return future
 
-    def _unpin(self, key: str) -> None:
-        index, count = self._pinned[key]
-        if count == 1:
-            del self._pinned[key]
-        else:
-            self._pinned[key] = (index, count - 1)
+    def _unpin(self, batch: list[tuple[R, asyncio.Future[T]]]) -> None:
+        """The requests of ``batch`` are written (or failed): their keys may change lanes once
+        none of theirs is queued or being written (a cancelled appender's request too: it was
+        in the lane until now)."""
+        if len(self._lanes) == 1:
+            return
+        for request, _ in batch:
+            key = self._key(request)
+            index, count = self._pinned[key]
+            if count == 1:
+                del self._pinned[key]
+            else:
+                self._pinned[key] = (index, count - 1)
 
     async def drain(self) -> None:
         """Wait until every request queued so far is written (or failed)."""
@@ -106,7 +115,9 @@ class GroupCommitter(Generic[R, T]):
             else:
                 for (_, future), result in zip(batch, results, strict=True):
                     _settle(future, result)
-            lane.writing = []
+            finally:
+                lane.writing = []
+                self._unpin(batch)
 
     async def _one_by_one(self, batch: list[tuple[R, asyncio.Future[T]]]) -> None:
         for request, future in batch:

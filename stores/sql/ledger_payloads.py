@@ -45,7 +45,11 @@ class PayloadPreparation:
         """``stored``: where a payload over the inline limit is added, for the caller to put."""
         data = event.canonical_payload()
         digest = sha256_digest(data)
-        raw_columns = await self._prepare_raw(run_id, event, digest)
+        raw_columns = (  # a plain event has no raw row (no coroutine to await for it)
+            None
+            if event.redaction_policy_version is None
+            else await self._prepare_raw(run_id, event, digest)
+        )
         if len(data) <= self.inline_limit:
             return INLINE_REF, digest, data, raw_columns
         if self.artifacts is None:

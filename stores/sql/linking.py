@@ -1,10 +1,10 @@
 """Linking a batch of appends onto their runs' heads: the rows to insert, the events appended.
 
-This runs for every appended event, so it does each piece of work once: the batch's
-``recorded_at`` text once, the chained metadata straight from the fixed template
-(``models.chain.metadata_bytes``, no intermediate row object), the rows as the dicts both
-writers take, the record's lookup row JSON from the payload bytes already canonicalized, and
-the appended ``ExecutionEvent`` without validating again what this module made.
+This runs for every appended event, so it does each piece of work once: the link hash from
+the fixed template with the instants written in it (``models.chain.link_hash_of``, no
+intermediate row object or metadata bytes), the rows as the dicts both writers take, the
+record's lookup row JSON from the payload bytes already canonicalized, and the appended
+``ExecutionEvent`` without validating again what this module made.
 """
 
 from __future__ import annotations
@@ -16,9 +16,8 @@ from typing import Any
 from sqlalchemy import Table
 
 from models import ExecutionEvent, ExecutionEventType, HashedRecord
-from models.base import format_instant
 from models.canonical import canonicalize
-from models.chain import CHAIN_SCHEMA_VERSION, chained_hash, metadata_bytes
+from models.chain import CHAIN_SCHEMA_VERSION, link_hash_of
 from models.digest import is_digest
 from models.errors import RunNotFoundError, SequenceConflictError
 from runtime.ports import NewEvent
@@ -70,7 +69,6 @@ def link_batch(
     to each run's new head. Refuses a run that does not exist or an expected sequence that
     is not the next one."""
     batch = LinkedBatch()
-    recorded_text = format_instant(recorded_at)
     for request in requests:
         run_id = request.run_id
         sequence, previous = _head_for(request, heads)
@@ -80,18 +78,19 @@ def link_batch(
         ):
             sequence += 1
             event_type = str(event.type)
-            metadata = metadata_bytes(
+            link = link_hash_of(
+                previous,
                 event.event_id,
-                format_instant(event.logical_time),
+                event.logical_time,
                 payload_ref,
-                recorded_text,
+                recorded_at,
                 run_id,
                 CHAIN_SCHEMA_VERSION,
                 sequence,
                 event.step_id,
                 event_type,
+                payload_hash,
             )
-            link = chained_hash(previous, metadata, payload_hash)
             batch.rows.append(
                 {
                     "run_id": run_id,

@@ -21,6 +21,7 @@ from models.chain import (
     _broken,
     _first_problem,
     _utc_link_hash,
+    link_hash_of,
     row_hash,
     verify_chain,
 )
@@ -235,3 +236,24 @@ def test_tampered_chains_get_the_verdicts_they_got_before() -> None:
         BreakReason.FOREIGN_EVENT,
         BreakReason.HEAD_MISMATCH,
     }
+
+
+@pytest.mark.parametrize("fields", ODD_FIELDS)
+def test_link_hash_of_an_events_fields_is_row_hash(fields: dict[str, Any]) -> None:
+    """What the ledger links an appended event with (``stores.sql.linking``)."""
+    row = dataclasses.replace(chain(3)[2], **fields)
+    for previous in (GENESIS_HASH, 'x"y'):
+        linked = link_hash_of(
+            previous,
+            row.event_id,
+            row.logical_time,
+            row.payload_ref,
+            row.recorded_at,
+            row.run_id,
+            row.schema_version,
+            row.sequence,
+            row.step_id,
+            str(row.type),  # as the ledger passes it
+            row.payload_hash,
+        )
+        assert linked == row_hash(dataclasses.replace(row, type=str(row.type)), previous)

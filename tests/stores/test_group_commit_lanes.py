@@ -84,3 +84,35 @@ async def test_a_refused_request_fails_alone() -> None:
     assert results[0] == 1 and results[2] == 2
     assert isinstance(results[1], ValueError) and "a#-1" in str(results[1])
     await committer.drain()
+
+
+async def test_a_cancelled_appender_keeps_its_key_in_its_lane_until_its_batch_is_written() -> None:
+    writer = Writer()
+    committer = GroupCommitter(writer.write, lanes=2, key=key_of)
+    busy = committer.enqueue(("b", 0))  # the first lane
+    first = committer.enqueue(("a", 0))  # the other lane, being written below
+    await asyncio.sleep(0)
+    assert writer.batches == [[("b", 0)], [("a", 0)]]
+    first.cancel()  # its appender gave up; its transaction is in flight all the same
+    await asyncio.sleep(0)
+    second = committer.enqueue(("a", 1))
+    # queued behind "a" 0 in its lane, not in the first lane where it could be written
+    # alongside it
+    assert [request for request, _ in committer._lanes[1].pending] == [("a", 1)]
+    assert committer._lanes[0].pending == []
+    writer.gate.set()
+    assert await asyncio.gather(busy, second) == [0, 1]
+    assert writer.overlaps == set()
+    assert committer._pinned == {}
+
+
+async def test_one_lane_writes_every_key_in_queue_order() -> None:
+    writer = Writer()
+    writer.gate.set()
+    committer = GroupCommitter(writer.write, key=key_of)
+    futures = [committer.enqueue((key, n)) for n in range(3) for key in "ab"]
+    assert await asyncio.gather(*futures) == [0, 0, 1, 1, 2, 2]
+    assert [pair for batch in writer.batches for pair in batch] == [
+        (key, n) for n in range(3) for key in "ab"
+    ]
+    assert committer._pinned == {}
