@@ -1036,7 +1036,7 @@ static inline OrderEntry *order_slot(PyObject *first_key, Py_ssize_t n) {
 static inline int place_from_cache(PyObject *d, Py_ssize_t n, Item *it) {
     Entries entries;
     entries_start(&entries, d);
-    if (entries.e == NULL || n < 2 || entries.e[1] == NULL) return 0;
+    if (entries.e == NULL || n < 3 || entries.e[1] == NULL) return 0;
     OrderEntry *o = order_slot(entries.e[0], n);
     if (o->generation != generation || o->n != n) return 0;
     PyObject *k, *v;
@@ -1057,7 +1057,7 @@ static inline int place_from_cache(PyObject *d, Py_ssize_t n, Item *it) {
 static void remember_order(PyObject *d, Py_ssize_t n, const Item *it) {
     Entries entries;
     entries_start(&entries, d);
-    if (entries.e == NULL || n < 2 || entries.e[1] == NULL) return;
+    if (entries.e == NULL || n < 3 || entries.e[1] == NULL) return;
     OrderEntry *o = order_slot(entries.e[0], n);
     PyObject *k, *v;
     Py_ssize_t i = 0;
