@@ -1097,7 +1097,7 @@ static int emit_dict(Out *w, PyObject *d) {
     int r = 0, ascii = 1;
     Py_ssize_t i = 0;
     PyObject *k, *v;
-    if (n <= SMALL_DICT && place_from_cache(d, n, it)) goto sorted;
+    if (n >= 3 && n <= SMALL_DICT && place_from_cache(d, n, it)) goto sorted;
     Entries entries;
     entries_start(&entries, d);
     while (entries_next(&entries, &k, &v)) {
@@ -1134,7 +1134,7 @@ static int emit_dict(Out *w, PyObject *d) {
     if (!ascii) qsort(it, n, sizeof(Item), general_cmp);
     else if (n <= SMALL_DICT) {
         insertion_sort(it, n);
-        remember_order(d, n, it);
+        if (n >= 3) remember_order(d, n, it);
     } else if (radix_sort(it, n) < 0) {
         r = -1;
         goto done;
