@@ -8,6 +8,15 @@ Layout under ``root``::
 
 Holds and retention are enforced by this code only (``enforced_by_backend()`` is False): anyone
 with write access to the directory can still remove files.
+
+A new object is written straight to its path (exclusive create, fsync, then the directory's
+fsync) and reported durable only after both: on a journalling filesystem the name and the
+bytes reach the disk in one journal commit, where a temporary file renamed into place needs a
+second one for the rename (a write tool call waits for the puts of the model call before it:
+issue 35 item 7). A put cut short by a crash can therefore leave a short file at an object's
+path; nothing references it (its put never returned), every ``get`` refuses it (the bytes are
+checked against the name), and the next put of those bytes replaces it whole, through a
+temporary file renamed over it.
 """
 
 from __future__ import annotations
@@ -105,7 +114,55 @@ def _atomic_write(path: str | Path, data: bytes, mode: int = 0o444) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-    dir_fd = os.open(os.path.dirname(path), os.O_RDONLY)
+    _fsync_directory(os.path.dirname(path))
+
+
+def _write_new(path: str, data: bytes, mode: int = 0o444) -> bool:
+    """Write ``data`` as a new file at ``path`` (exclusive create), fsync it, then its
+    directory: True once both are durable, False (nothing written) when a file is there
+    already. A failed write removes what it created."""
+    directory = os.path.dirname(path)
+    try:
+        fd = os.open(path, _CREATE, mode)
+    except FileNotFoundError:
+        os.makedirs(directory, exist_ok=True)
+        _fsync_directory(os.path.dirname(directory))  # the new directory's own entry
+        try:
+            fd = os.open(path, _CREATE, mode)
+        except FileExistsError:
+            return False
+    except FileExistsError:
+        return False
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fchmod(fd, mode)  # exactly ``mode``, whatever the umask
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        raise
+    _fsync_directory(directory)
+    return True
+
+
+def _sync_existing(path: str) -> None:
+    """Make a copy found at ``path`` durable (another process may have written it and not
+    synced it yet): a file and a directory with nothing pending sync at no cost."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    _fsync_directory(os.path.dirname(path))
+
+
+def _fsync_directory(directory: str) -> None:
+    dir_fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(dir_fd)
     finally:
@@ -210,10 +267,14 @@ class LocalArtifactStore:
     def _put_sync(self, data: bytes, digest: str) -> str:
         path = self._object_path(digest)
         try:
-            # Content-addressed: an intact copy is already the object. A corrupted one is
-            # replaced. (One this process is writing is waited for: ``write_soon``.)
-            if not _holds(path, digest):
-                _atomic_write(path, data)
+            # Content-addressed: an intact copy is already the object (made durable here, as
+            # its writer may not have synced it yet). A corrupted or short one is replaced
+            # whole. (One this process is writing is waited for: ``write_soon``.)
+            if not _write_new(path, data):
+                if _holds(path, digest):
+                    _sync_existing(path)
+                else:
+                    _atomic_write(path, data)
         except OSError as e:
             raise StoreError(f"cannot write artifact {digest} to {self.location}: {e}") from e
         self._remember(digest)  # durable: file and directory synced

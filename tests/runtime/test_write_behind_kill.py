@@ -1,7 +1,8 @@
 """A write-behind recorder SIGKILLed once its write is dispatched loses nothing the design
 keeps: every event recorded before the write's intent (handed to the ledger when the loop
 turned, not when recorded), the artifact one of them references, and the intent itself are
-durable, on an intact chain (the write-ahead rule, DESIGN rule 5)."""
+durable, on an intact chain (the write-ahead rule, DESIGN rule 5). The artifact, written in
+place (``stores.artifacts.local``), is read back whole."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import signal
 from pathlib import Path
 
 from models import ExecutionEventType
+from models.canonical import canonicalize
 from stores.bundle import open_stores
 from tests.chaos.writer_child import WRITE_BEHIND, spawn
 from worker.settings import Settings
@@ -50,7 +52,10 @@ def test_a_write_behind_run_killed_at_dispatch_keeps_everything_before_its_inten
                 E.SIDE_EFFECT,  # PLANNED
                 E.SIDE_EFFECT,  # EXECUTING: the intent, durable before dispatch
             ]
-            assert await stores.artifacts.exists(state_ref)
+            # there whole (a get checks the bytes against the name), not a short copy
+            assert await stores.artifacts.get(state_ref) == canonicalize(
+                {"draft": "refund order 7"}
+            )
             assert (await stores.ledger.verify(run_id)).intact
 
     asyncio.run(read_back())

@@ -8,6 +8,8 @@ import asyncio
 import base64
 import hashlib
 import os
+import subprocess
+import sys
 import threading
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
@@ -363,6 +365,74 @@ async def test_local_puts_of_bytes_being_written_wait_for_that_write(tmp_path: P
     assert await store.get(digest) == b"same"
     path = store.path_for(digest)
     assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temp file left behind
+
+
+@pytest.mark.parametrize("size", [100, INLINE_IO_BYTES + 1])
+async def test_local_put_replaces_a_short_copy_a_crash_left(tmp_path: Path, size: int) -> None:
+    """A new object is written in place, so a put cut short by a crash leaves a short file at
+    its path (its put never returned: nothing references it). No later process takes it for
+    the object: a get refuses it, and a put (a small one checks on the loop's thread, a large
+    one on a writer thread) replaces it whole."""
+    root = tmp_path / "artifacts"
+    data = os.urandom(size)
+    digest = sha256_digest(data)
+    path = LocalArtifactStore(root).path_for(digest)
+    path.parent.mkdir(parents=True)
+    path.write_bytes(data[: size // 2])
+    path.chmod(0o444)
+    inode = path.stat().st_ino
+    store = LocalArtifactStore(root)  # a process started after the crash
+    with pytest.raises(ArtifactIntegrityError):
+        await store.get(digest)
+    assert await store.put(data) == digest
+    assert path.stat().st_ino != inode and path.read_bytes() == data
+    assert oct(path.stat().st_mode & 0o777) == oct(0o444)
+    assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temp file left behind
+    assert await LocalArtifactStore(root).get(digest) == data
+
+
+async def test_local_put_keeps_an_intact_copy_another_process_wrote(tmp_path: Path) -> None:
+    """A large put (checked on a writer thread) that finds the object written by another
+    process keeps that file (the same inode), syncs it, and writes nothing of its own."""
+    root = tmp_path / "artifacts"
+    data = os.urandom(INLINE_IO_BYTES + 1)
+    digest = await LocalArtifactStore(root).put(data)
+    path = LocalArtifactStore(root).path_for(digest)
+    inode = path.stat().st_ino
+    assert await LocalArtifactStore(root).put(data) == digest
+    assert path.stat().st_ino == inode
+    assert [p.name for p in path.parent.iterdir()] == [path.name]
+
+
+def test_local_failed_write_leaves_no_short_object(tmp_path: Path) -> None:
+    """A write that fails half-way (the file size limit, a real EFBIG from the kernel, in a
+    child process) is reported and removes what it wrote: no short file at the path."""
+    root = tmp_path / "artifacts"
+    data = os.urandom(200_000)
+    code = (
+        "import asyncio, resource, signal, sys\n"
+        "from stores.artifacts import LocalArtifactStore\n"
+        "from models.errors import StoreError\n"
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, resource.RLIM_INFINITY))\n"
+        "data = sys.stdin.buffer.read()\n"
+        "try:\n"
+        f"    asyncio.run(LocalArtifactStore({str(root)!r}).put(data))\n"
+        "except StoreError as e:\n"
+        "    print('refused:', e)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        input=data,
+        capture_output=True,
+        cwd=Path(__file__).resolve().parents[2],
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr.decode()
+    assert b"refused: cannot write artifact" in done.stdout
+    path = LocalArtifactStore(root).path_for(sha256_digest(data))
+    assert not path.exists()
+    assert list(path.parent.iterdir()) == []
 
 
 async def test_local_put_reports_a_failed_write(tmp_path: Path) -> None:
