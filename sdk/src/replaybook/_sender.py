@@ -172,12 +172,24 @@ class Sender:
                 break
             if self._retry_at and time.monotonic() < self._retry_at:
                 continue
-            try:
-                self._round()
-            except Exception as exc:
-                log.warning("replaybook: sender error: %s", exc)
+            self._attempt()
             with self._idle:
                 self._idle.notify_all()
+
+    def _attempt(self) -> None:
+        """One round; an unexpected failure backs off as an unavailable server does. (It
+        used to retry at once when a pause had already run out: a failure that repeats
+        spun the thread on a core and logged millions of lines, seen with a spool directory
+        removed under a run.)"""
+        try:
+            self._round()
+        except Exception as exc:
+            self._back_off()
+            log.warning("replaybook: sender error: %s; retry in %.1fs", exc, self._backoff)
+
+    def _back_off(self) -> None:
+        self._backoff = min(self.config.max_backoff, max(0.5, self._backoff * 2))
+        self._retry_at = time.monotonic() + self._backoff
 
     def _round(self) -> bool:
         """One pass over the spools; False when the server was unavailable."""
@@ -198,8 +210,7 @@ class Sender:
             try:
                 self._send(spool)
             except Unavailable as exc:
-                self._backoff = min(self.config.max_backoff, max(0.5, self._backoff * 2))
-                self._retry_at = time.monotonic() + self._backoff
+                self._back_off()
                 log.info("replaybook: server unavailable (%s); retry in %.1fs", exc, self._backoff)
                 return False
             except Refused as exc:
@@ -210,6 +221,15 @@ class Sender:
                 self._blocked = str(exc)
                 self._error(f"the server refused the token: {exc}")
                 return False
+            except FileNotFoundError as exc:  # its file removed under it: nothing to retry
+                self._forget(spool)
+                if spool.closed:  # released (all sent) while this round looked at it
+                    continue
+                self._error(
+                    f"run {spool.run_id!r}: its spool file is gone ({exc}); "
+                    f"what was not sent yet is lost"
+                )
+                continue
             if spool.ended and not spool.pending:
                 self._forget(spool)
                 spool.close(delete=True)
