@@ -16,12 +16,14 @@ def serve(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> None:
 
     from api.app import create_app
     from worker import temporal_state
+    from worker.heap import freeze_startup_heap
     from worker.logs import configure_logging
     from worker.settings import load_settings
 
     settings = load_settings()
     configure_logging(settings.log_format)
     application = create_app(settings)
+    freeze_startup_heap()
     uvicorn.run(application, host=host, port=port, log_level="info", access_log=False)
     if temporal_state.client_used:
         # skip interpreter teardown, which the Temporal SDK's runtime threads can abort

@@ -28,6 +28,7 @@ from stores.bundle import Stores, open_stores
 from stores.sql.side_effect_leases import sweep_expired_side_effects
 from worker.agents import open_world, reconcilers_for, tool_providers_for
 from worker.catalogs import catalogs as agent_catalogs
+from worker.heap import freeze_startup_heap
 from worker.settings import Settings
 from workflows.incident import IncidentWorkflow
 from workflows.replay import ReplayWorkflow
@@ -181,4 +182,5 @@ async def _sweep_leases(stores: Stores) -> None:
 async def run_workers(settings: Settings, queues: str = "all") -> None:
     """Run until cancelled (SIGINT/SIGTERM)."""
     async with running_workers(settings, queues):
+        freeze_startup_heap()  # the workers, their activities and catalogs are built now
         await asyncio.Event().wait()
