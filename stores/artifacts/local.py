@@ -134,20 +134,28 @@ def _write_new(path: str, data: bytes, mode: int = 0o444) -> bool:
     except FileExistsError:
         return False
     try:
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fchmod(fd, mode)  # exactly ``mode``, whatever the umask
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fchmod(fd, mode)  # exactly ``mode``, whatever the umask
+        os.fsync(fd)
     except BaseException:
         with contextlib.suppress(OSError):
-            os.unlink(path)
+            _remove_if_still_ours(path, fd)
         raise
+    finally:
+        os.close(fd)
     _fsync_directory(directory)
     return True
+
+
+def _remove_if_still_ours(path: str, fd: int) -> None:
+    """Remove the file this failed write created at ``path`` — unless another process has
+    meanwhile found it short and replaced it whole (``_atomic_write``): that copy is an
+    object someone may already reference, and stays."""
+    ours, there = os.fstat(fd), os.stat(path)
+    if (ours.st_dev, ours.st_ino) == (there.st_dev, there.st_ino):
+        os.unlink(path)
 
 
 def _sync_existing(path: str) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import errno
 import hashlib
 import os
 import subprocess
@@ -433,6 +434,28 @@ def test_local_failed_write_leaves_no_short_object(tmp_path: Path) -> None:
     path = LocalArtifactStore(root).path_for(sha256_digest(data))
     assert not path.exists()
     assert list(path.parent.iterdir()) == []
+
+
+def test_local_failed_write_keeps_a_whole_copy_put_meanwhile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write that fails after another process found its short file and replaced it whole
+    removes nothing: the whole copy is an object someone may already reference."""
+    from stores.artifacts import local
+
+    data = os.urandom(50_000)
+    path = str(LocalArtifactStore(tmp_path).path_for(sha256_digest(data)))
+    real_fchmod = os.fchmod
+
+    def replaced_then_failing(fd: int, mode: int) -> None:
+        monkeypatch.setattr(os, "fchmod", real_fchmod)
+        local._atomic_write(path, data)  # the other process's whole copy, renamed over ours
+        raise OSError(errno.ENOSPC, "no space left on device")
+
+    monkeypatch.setattr(os, "fchmod", replaced_then_failing)
+    with pytest.raises(OSError, match="no space"):
+        local._write_new(path, data)
+    assert Path(path).read_bytes() == data
 
 
 async def test_local_put_reports_a_failed_write(tmp_path: Path) -> None:
