@@ -58,6 +58,11 @@ class IncidentState:
 
     def __init__(self) -> None:
         self._view: IncidentView | None = None
+        #: while a finished incident's view is being saved, what the status query shows: the
+        #: view before it. A reader who sees COMPLETED then finds it in the store (its report
+        #: with it); the query had shown COMPLETED before the save, and a report read at once
+        #: found none (seen in CI: ``report_refs`` without ``md``)
+        self._shown_while_saving: IncidentView | None = None
         self._confirmation: RootCauseConfirmation | None = None
         #: what the incident's replays have spent of its one budget, and since when
         self._spent = BudgetUsage()
@@ -110,6 +115,7 @@ class IncidentState:
         self._update(timeline=(*self._view.timeline, entry))
 
     async def _enter(self, phase: IncidentPhase, detail: str = "") -> None:
+        before = self._view
         self._update(phase=phase)
         self._event(phase, detail)
         workflow.upsert_search_attributes([INCIDENT_PHASE.value_set(phase.value)])
@@ -118,7 +124,16 @@ class IncidentState:
             f"Replaybook incident: {phase.value}" + (f": {detail}" if detail else "")
         )
         if phase in (IncidentPhase.COMPLETED, IncidentPhase.FAILED):
-            await self._save()
+            self._shown_while_saving = before
+            try:
+                await self._save()
+            finally:
+                self._shown_while_saving = None
+
+    @property
+    def _shown(self) -> IncidentView | None:
+        """What the status query answers (a query changes nothing and issues no command)."""
+        return self._view if self._shown_while_saving is None else self._shown_while_saving
 
     async def _save(self) -> None:
         await workflow.execute_activity_method(

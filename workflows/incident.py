@@ -52,8 +52,9 @@ class IncidentWorkflow(EvidencePhases, ReplayPhases, ForkPhases, ClosingPhases):
     @workflow.query(name="status")
     def status(self) -> IncidentView | None:
         """The incident as it stands: phase, timeline, side effects, replays and pending tasks
-        (None before the run starts). Reads the workflow's own state only; changes nothing."""
-        return self._view
+        (None before the run starts). Reads the workflow's own state only; changes nothing. A
+        finished incident shows as such once the store has it."""
+        return self._shown
 
     @workflow.update(name="resolve_side_effect")
     async def resolve_side_effect(self, resolution: SideEffectResolution) -> ReconcileOutcome:
