@@ -29,8 +29,26 @@ LOCAL_MODELS_ENV = "REPLAYBOOK_LOCAL_MODELS"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 #: loading the server's Python modules takes a few seconds on a busy machine
 START_TIMEOUT = 120.0
-#: llama.cpp's threads per request (the machines here have two cores)
-THREADS = 2
+THREADS_ENV = "REPLAYBOOK_LOCAL_MODELS_THREADS"
+#: llama.cpp's threads per request, by default. One, because llama.cpp's threads wait for
+#: each other by spinning: with a thread of the server descheduled by anything else on the
+#: machine, the other spins through its time slice. Measured here (2 cores, one other process
+#: busy on a core): the two live-example tests took 137 s and 83 s with 2 threads, 15 s and
+#: 13 s with 1 (alone: 14 s and 12 s with 2). A machine with cores to spare sets more.
+THREADS = 1
+
+
+def server_threads(env: Mapping[str, str]) -> int:
+    """llama.cpp's threads per request: ``REPLAYBOOK_LOCAL_MODELS_THREADS`` or ``THREADS``."""
+    text = (env.get(THREADS_ENV) or "").strip()
+    if not text:
+        return THREADS
+    if not text.isdigit() or int(text) < 1:
+        raise ConfigurationError(
+            f"{THREADS_ENV} must be a whole number of threads, 1 or more (got {text!r})",
+            field=THREADS_ENV,
+        )
+    return int(text)
 
 
 def local_models_enabled(env: Mapping[str, str]) -> bool:
@@ -58,7 +76,7 @@ def weight_files() -> dict[str, Path]:
     return paths
 
 
-def server_config(port: int, paths: Mapping[str, Path]) -> dict[str, Any]:
+def server_config(port: int, paths: Mapping[str, Path], threads: int = THREADS) -> dict[str, Any]:
     """The llama_cpp.server config file: one entry per alias."""
     return {
         "host": HOST,
@@ -68,8 +86,8 @@ def server_config(port: int, paths: Mapping[str, Path]) -> dict[str, Any]:
                 "model": str(path),
                 "model_alias": alias,
                 "n_ctx": LOCAL_CONTEXT_LENGTH,
-                "n_threads": THREADS,
-                "n_threads_batch": THREADS,
+                "n_threads": threads,
+                "n_threads_batch": threads,
                 # the server's default (True) computes and keeps the logits of every prompt
                 # token: for Gemma 3's 262k-token vocabulary and a 3,800-token tau-bench prompt
                 # that is about 4 GB copied per request and most of its CPU; no caller here
@@ -88,7 +106,8 @@ def launch_model_server(
     """Start the server detached, wait until it serves its models, and return its record
     (``die_with_parent``: killed by the kernel when this process dies, for test sessions)."""
     config_path = dev_dir(home) / "models.json"
-    config_path.write_text(json.dumps(server_config(port, weight_files()), indent=2) + "\n")
+    config = server_config(port, weight_files(), server_threads(env))
+    config_path.write_text(json.dumps(config, indent=2) + "\n")
     log_path = dev_dir(home) / "models.log"
     # llama_cpp.server's app behind the native tool-calls front, in one process
     command = [sys.executable, "-m", "devstack.tool_front", "--config_file", str(config_path)]
