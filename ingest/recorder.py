@@ -181,32 +181,23 @@ class IngestRecorder(RunRecorder):
         raw = record.canonical_payload() if record is not None else payload
         sanitized = policy.sanitize(raw)
         raw_bytes = canonicalize(raw)
+        record_json: Any = None
         if sanitized == raw:
             # nothing redacted: the record is what it was, its dump the one just made, and
             # the payload's canonical bytes the raw ones (strings replaced by equal ones)
-            return NewEvent(
-                step_id,
-                type,
-                self.logical_time(),
-                record=record,
-                payload=sanitized if record is None else None,
-                event_id=event_id,
-                raw=raw_bytes,
-                redaction_policy_version=policy.version,
-                subject_id=self.subject_id,
-                record_json=raw if record is not None else None,
-                payload_bytes=raw_bytes,
-            )
-        record_json: Any = None
-        if record is not None:
-            try:
-                record = type_of(record).model_validate(sanitized)
-            except ValueError as exc:
-                raise InvalidInputError(
-                    f"the sanitized view of a {type_of(record).__name__} is not a valid record "
-                    f"(redaction policy {policy.version}): {exc}"
-                ) from exc
-            record_json = record.canonical_payload()  # what the ledger records and hashes
+            record_json = raw if record is not None else None
+            payload_bytes = raw_bytes
+        else:
+            if record is not None:
+                try:
+                    record = type_of(record).model_validate(sanitized)
+                except ValueError as exc:
+                    raise InvalidInputError(
+                        f"the sanitized view of a {type_of(record).__name__} is not a valid "
+                        f"record (redaction policy {policy.version}): {exc}"
+                    ) from exc
+                record_json = record.canonical_payload()  # what the ledger records and hashes
+            payload_bytes = canonicalize(sanitized if record_json is None else record_json)
         return NewEvent(
             step_id,
             type,
@@ -218,5 +209,5 @@ class IngestRecorder(RunRecorder):
             redaction_policy_version=policy.version,
             subject_id=self.subject_id,
             record_json=record_json,
-            payload_bytes=canonicalize(sanitized if record_json is None else record_json),
+            payload_bytes=payload_bytes,
         )

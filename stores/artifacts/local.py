@@ -95,6 +95,16 @@ _temp_numbers = itertools.count()
 _CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
 
 
+def _write_fd(fd: int, data: bytes, mode: int) -> None:
+    """All of ``data`` written to ``fd``, the file given exactly ``mode`` (whatever the
+    umask) and fsynced."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+    os.fchmod(fd, mode)
+    os.fsync(fd)
+
+
 def _atomic_write(path: str | Path, data: bytes, mode: int = 0o444) -> None:
     """Write ``data`` to ``path`` via a temp file in the same directory, fsync and rename,
     then fsync the directory. As few system calls as that takes: a writer thread waits for
@@ -102,11 +112,7 @@ def _atomic_write(path: str | Path, data: bytes, mode: int = 0o444) -> None:
     fd, tmp = _create_temp(path, mode)
     try:
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fchmod(fd, mode)  # exactly ``mode``, whatever the umask
-            os.fsync(fd)
+            _write_fd(fd, data, mode)
         finally:
             os.close(fd)
         os.replace(tmp, path)
@@ -134,11 +140,7 @@ def _write_new(path: str, data: bytes, mode: int = 0o444) -> bool:
     except FileExistsError:
         return False
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fchmod(fd, mode)  # exactly ``mode``, whatever the umask
-        os.fsync(fd)
+        _write_fd(fd, data, mode)
     except BaseException:
         with contextlib.suppress(OSError):
             _remove_if_still_ours(path, fd)
