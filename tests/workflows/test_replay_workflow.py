@@ -29,18 +29,23 @@ async def write_calls(stack) -> int:
     return sum([await stack.world.call_count(p) for p in WRITES])
 
 
+#: seeds of each scenario replayed at once (10: 30 concurrent replays, each starting its own
+#: sandbox process, about a second of CPU each in this suite)
+REFERENCE_SEEDS = 10
+
+
 async def test_recorded_replay_reproduces_every_reference_run(replay_stack) -> None:
     stack = replay_stack
     runs = []
     for scenario in ("happy", "wrong-customer", "refund-timeout"):
-        for seed in range(20):
+        for seed in range(REFERENCE_SEEDS):
             result = await run_scenario(
                 stack.world, stack.stores.ledger, stack.stores.artifacts, scenario, seed=seed
             )
             runs.append(result.run_id)
     before = await write_calls(stack)
     outcomes = await asyncio.gather(*(stack.replay(plan(r)) for r in runs))
-    assert len(outcomes) == 60
+    assert len(outcomes) == 3 * REFERENCE_SEEDS
     for outcome in outcomes:
         assert outcome.status is ReplayStatus.COMPLETED, outcome.reason
         comparison = outcome.comparison
@@ -55,7 +60,7 @@ async def test_recorded_replay_reproduces_every_reference_run(replay_stack) -> N
             and outcome.budget_used.model_calls == 0
         )
         assert outcome.confidence.value == "FULL" and outcome.completeness == "6/6"
-    assert sum(o.writes_blocked for o in outcomes) == 20 * 2 + 20 + 20
+    assert sum(o.writes_blocked for o in outcomes) == REFERENCE_SEEDS * (2 + 1 + 1)
     assert await write_calls(stack) == before  # no write reached a provider
 
 
