@@ -44,7 +44,7 @@ async def test_opening_a_current_database_takes_no_write_lock(tmp_path: Path) ->
             db = await open_database(url)
         try:
             async with db.read() as conn:
-                version = (await conn.execute(text("SELECT version_num FROM alembic_version")))
+                version = await conn.execute(text("SELECT version_num FROM alembic_version"))
                 assert version.scalar()
         finally:
             await db.dispose()
@@ -62,7 +62,7 @@ async def test_a_database_behind_the_code_is_still_migrated(tmp_path: Path) -> N
     db = await open_database(url)
     try:
         async with db.read() as conn:
-            version = (await conn.execute(text("SELECT version_num FROM alembic_version")))
+            version = await conn.execute(text("SELECT version_num FROM alembic_version"))
             assert version.scalar() == "0008"
             index = "SELECT count(*) FROM sqlite_master WHERE name = 'ix_runs_created'"
             assert (await conn.execute(text(index))).scalar() == 1
