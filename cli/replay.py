@@ -231,7 +231,7 @@ async def _start(plan: Any, *, wait: bool, as_json: bool) -> None:
             view = {"replay_id": plan.replay_id, "status": "CREATED", "source_run_id": run_id}
             print_json(view) if as_json else typer.echo(f"started {plan.replay_id}")
             return
-        client = await connect(settings)
+        client: Any = None
 
         async def poll() -> Progress:
             return _progress_of(
@@ -239,6 +239,8 @@ async def _start(plan: Any, *, wait: bool, as_json: bool) -> None:
             )
 
         try:
+            # inside the try: the replay is started, so a Ctrl-C while this connects says so
+            client = await connect(settings)
             view = await with_progress(
                 finished_replay_view(handle, plan.replay_id), poll, f"replay {plan.replay_id}"
             )
