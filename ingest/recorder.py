@@ -18,11 +18,10 @@ from pydantic import JsonValue
 from models import ExecutionEvent, ExecutionEventType, HashedRecord
 from models.canonical import canonical_hash, canonicalize
 from models.digest import digest_hex
-from models.errors import InvalidInputError
 from models.privacy import RunSubject, SubjectKind
 from models.redaction import RedactionPolicy, pseudonym_subjects
 from runtime.ports import ArtifactStore, EventLedger, NewEvent, WriteBehindLedger, subject_vault
-from runtime.recorder import RunRecorder, type_of
+from runtime.recorder import RunRecorder, sanitized_record
 from runtime.unknown_outcomes import count_unknown_recorded
 
 #: where a subject found by redaction is said to come from
@@ -189,13 +188,7 @@ class IngestRecorder(RunRecorder):
             payload_bytes = raw_bytes
         else:
             if record is not None:
-                try:
-                    record = type_of(record).model_validate(sanitized)
-                except ValueError as exc:
-                    raise InvalidInputError(
-                        f"the sanitized view of a {type_of(record).__name__} is not a valid "
-                        f"record (redaction policy {policy.version}): {exc}"
-                    ) from exc
+                record = sanitized_record(record, sanitized, policy.version)
                 record_json = record.canonical_payload()  # what the ledger records and hashes
             payload_bytes = canonicalize(sanitized if record_json is None else record_json)
         return NewEvent(

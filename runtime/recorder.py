@@ -119,13 +119,7 @@ class RunRecorder:
         # nothing redacted: the record is what it was, its dump the one just made
         record_json = raw if record is not None and sanitized == raw else None
         if record is not None and record_json is None:
-            try:
-                record = type_of(record).model_validate(sanitized)
-            except ValueError as exc:
-                raise InvalidInputError(
-                    f"the sanitized view of a {type_of(record).__name__} is not a valid record "
-                    f"(redaction policy {self.redaction.version}): {exc}"
-                ) from exc
+            record = sanitized_record(record, sanitized, self.redaction.version)
         raw_bytes = canonicalize(raw)
         return NewEvent(
             step_id,
@@ -227,3 +221,15 @@ class RunRecorder:
 
 def type_of(record: HashedRecord) -> type[HashedRecord]:
     return type(record)
+
+
+def sanitized_record(record: HashedRecord, sanitized: Any, policy_version: str) -> HashedRecord:
+    """``record``'s sanitized view validated as its own type; a view that is not a valid
+    record is refused, naming the type and the redaction policy."""
+    try:
+        return type_of(record).model_validate(sanitized)
+    except ValueError as exc:
+        raise InvalidInputError(
+            f"the sanitized view of a {type_of(record).__name__} is not a valid record "
+            f"(redaction policy {policy_version}): {exc}"
+        ) from exc
