@@ -24,7 +24,8 @@ install: $(STAMP)
 	bash infra/ensure-debian-tools.sh bwrap=bubblewrap
 	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m compileall -q -j 0 $(filter-out setup.py,$(TYPED)) sdk/src
 
-$(STAMP): pyproject.toml sdk/pyproject.toml setup.py models/_canonical_native.c
+$(STAMP): pyproject.toml sdk/pyproject.toml setup.py models/_canonical_native.c \
+          stores/artifacts/_durable_native.c
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" nice -n 10 $(BIN)/python -m pip install --quiet -e '.[dev,local-models]'

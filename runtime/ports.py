@@ -257,6 +257,23 @@ class WriteBehindLedger(EventLedger, Protocol):
         transaction."""
         ...
 
+    async def prepare_append(
+        self,
+        run_id: str,
+        events: Sequence[NewEvent],
+        *,
+        expected_sequence: int | None = None,
+        artifact_raws: Sequence[ArtifactRaw] = (),
+        subjects: Sequence[RunSubject] = (),
+    ) -> Any:
+        """``submit``'s first half: the append prepared (payload hashes, raw content sealed),
+        nothing handed to the writer yet."""
+        ...
+
+    async def enqueue_append(self, prepared: Any) -> asyncio.Future[list[ExecutionEvent]]:
+        """``submit``'s second half: hand what ``prepare_append`` returned to the writer."""
+        ...
+
 
 class RecordedRun(Protocol):
     """A run as its recorder holds it: the sequence of its last event handed to the ledger,

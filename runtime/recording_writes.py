@@ -133,7 +133,7 @@ class WriteBehindWrites:
         self.run_id = run_id
         #: the evidence writes (artifacts) go behind too, and the events after them reach the
         #: ledger once they are durable
-        self._behind = HandOff(ledger.submit, run_id)
+        self._behind = HandOff(ledger, run_id)
         #: artifacts put (or being put) by this recorder: the same bytes are not put again
         self._put: set[str] = set()
         #: raw forms of sanitized artifacts, to go with the next append (in its transaction:

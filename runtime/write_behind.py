@@ -19,15 +19,12 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from models import ExecutionEvent
-from runtime.ports import NewEvent
-
-#: the ledger's ``submit``: hand appends to its writer, a future of their commit
-Submit = Callable[..., Awaitable["asyncio.Future[list[ExecutionEvent]]"]]
+from runtime.ports import NewEvent, WriteBehindLedger
 
 #: an evidence write under way
 Write = asyncio.Future[Any]
@@ -35,6 +32,11 @@ Write = asyncio.Future[Any]
 #: evidence writes in flight beyond which a new one first waits for the oldest (a store
 #: slower than the agent holds at most this many payloads in memory)
 MAX_PENDING_WRITES = 128
+
+#: how long appends ready to go wait for the writes of the appends queued behind them, to be
+#: handed on with them (``HandOff._gather_behind``): a durable point waits for all of them
+#: anyway, so waiting only delays the commit of the first when a write is slow
+PUMP_GATHER_SECONDS = 0.05
 
 
 def _retrieved(future: asyncio.Future[Any]) -> None:
@@ -69,17 +71,25 @@ class _Deferred:
     expected_sequence: int
     extra: dict[str, Any]
     depends: list[Write]
+    #: what the ledger prepared of it (``prepare_append``) while its writes ran, or what
+    #: kept it from preparing; None: not prepared yet
+    prepared: Any = None
+    failed_to_prepare: BaseException | None = None
     #: resolved with the append's commit (or what kept it from the ledger)
     result: asyncio.Future[list[ExecutionEvent]] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
 
+    @property
+    def is_prepared(self) -> bool:
+        return self.prepared is not None or self.failed_to_prepare is not None
+
 
 class HandOff:
     """One run's appends and the evidence writes they depend on, handed off in order."""
 
-    def __init__(self, submit: Submit, run_id: str) -> None:
-        self._submit = submit
+    def __init__(self, ledger: WriteBehindLedger, run_id: str) -> None:
+        self._ledger = ledger
         self.run_id = run_id
         #: evidence writes started since the last append was handed off (its dependencies)
         self._writes: list[Write] = []
@@ -91,6 +101,10 @@ class HandOff:
         self._handing = asyncio.Lock()
         #: hands the deferred appends on as their writes finish (when no append does)
         self._pump: asyncio.Future[None] | None = None
+        #: the deferred appends not prepared yet, in order, and the task preparing them
+        #: (one at a time: two preparations at once would each make a new subject's key)
+        self._unprepared: deque[_Deferred] = deque()
+        self._preparer: asyncio.Future[None] | None = None
         #: what kept a deferred append from the ledger: every append after it fails with it
         #: (the sequences they name would be wrong), until ``give_up``
         self._failure: BaseException | None = None
@@ -121,17 +135,23 @@ class HandOff:
         them) from it. ``extra``: what else the ledger's ``submit`` is to write with them (its
         keywords).
 
-        Nothing is handed on here: the ledger's ``submit`` prepares each payload (its
-        canonical form and hash) on this thread, and a step's caller would pay it between
-        its provider's answer and its next call. The pump pays it while the step waits.
-        Appends queued together are handed on in order, in one go, so the ledger's writer
-        finds them all queued at its next transaction instead of committing the first alone.
-        What ``submit`` refuses fails this future, as a failed commit does: the recorder
-        raises it at its next event or durable point."""
+        Nothing is prepared or handed on here: the ledger prepares each payload (its
+        canonical form and hash, ``prepare_append``) on this thread, and a step's caller
+        would pay it between its provider's answer and its next call. The pump prepares the
+        queued appends while the step waits and their writes run, then hands them on in
+        order, in one go (``enqueue_append``), so the ledger's writer finds them all queued
+        at its next transaction instead of committing the first alone. What the ledger
+        refuses fails this future, as a failed commit does: the recorder raises it at its
+        next event or durable point."""
         depends, self._writes = self._writes, []
         deferred = _Deferred(events, expected_sequence, extra, depends)
         deferred.result.add_done_callback(_retrieved)
         self._deferred.append(deferred)
+        self._unprepared.append(deferred)
+        # the preparer first: at the loop's next turn it runs while the writes go to the disk
+        if self._preparer is None or self._preparer.done():
+            self._preparer = asyncio.ensure_future(self._prepare_queued())
+            self._preparer.add_done_callback(_retrieved)
         if self._pump is None or self._pump.done():
             self._pump = asyncio.ensure_future(self._pumping())
         return deferred.result
@@ -151,12 +171,10 @@ class HandOff:
                 if failure is None:
                     generation = self._generation
                     try:
-                        commit = await self._submit(
-                            self.run_id,
-                            head.events,
-                            expected_sequence=head.expected_sequence,
-                            **head.extra,
-                        )
+                        await self._prepared(head)
+                        if head.failed_to_prepare is not None:
+                            raise head.failed_to_prepare
+                        commit = await self._ledger.enqueue_append(head.prepared)
                     except BaseException as exc:
                         if generation == self._generation:
                             self._failure = exc
@@ -169,10 +187,56 @@ class HandOff:
                 self._failure = failure
                 _fail(head, failure)
 
+    async def _prepare(self, deferred: _Deferred) -> None:
+        """Have the ledger prepare ``deferred`` (what it refuses is kept, to fail the append
+        when it is handed on, as a refused submit does)."""
+        try:
+            deferred.prepared = await self._ledger.prepare_append(
+                self.run_id,
+                deferred.events,
+                expected_sequence=deferred.expected_sequence,
+                **deferred.extra,
+            )
+        except Exception as exc:
+            deferred.failed_to_prepare = exc
+
+    async def _prepare_queued(self) -> None:
+        """Prepare the queued appends in order: the ledger's CPU work (canonical forms,
+        hashes, sealing) runs while their evidence writes wait for the disk, not after."""
+        while self._unprepared:
+            deferred = self._unprepared.popleft()
+            if not deferred.is_prepared:
+                await self._prepare(deferred)
+
+    async def _prepared(self, deferred: _Deferred) -> None:
+        """Wait until ``deferred`` is prepared (by the preparer, or here when none runs)."""
+        while not deferred.is_prepared:
+            if self._preparer is not None and not self._preparer.done():
+                await asyncio.shield(self._preparer)
+            else:
+                await self._prepare(deferred)
+
     async def _pumping(self) -> None:
         while self._deferred:
             await wait_for_writes(self._deferred[0].depends)
+            await self._gather_behind()
             await self._hand_on()
+
+    async def _gather_behind(self) -> None:
+        """Once the first queued append may go: wait a little for the writes of those
+        behind it too (``PUMP_GATHER_SECONDS`` at most). The writes run side by side, and
+        appends handed on together go in one transaction: handing the first on alone made
+        the next wait for a group commit of its own, and a write call's durable point waited
+        for two or three in a row (issue 35 item 7). The bound keeps a slow write (a store
+        outage) from holding back the commits of the appends before it."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + PUMP_GATHER_SECONDS
+        while True:
+            pending = [w for d in self._deferred for w in d.depends if not w.done()]
+            remaining = deadline - loop.time()
+            if not pending or remaining <= 0:
+                return
+            await asyncio.wait(pending, timeout=remaining)
 
     async def wait_writes(self) -> None:
         """Wait for the evidence writes no append depends on yet; raises the first failure."""
@@ -190,6 +254,7 @@ class HandOff:
         self._writes = []
         self._failure = None
         self._generation += 1
+        self._unprepared.clear()
         while self._deferred:
             deferred = self._deferred.popleft()
             if not deferred.result.done():

@@ -26,6 +26,7 @@ import contextlib
 import functools
 import itertools
 import os
+import types
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -126,17 +127,24 @@ def _atomic_write(path: str | Path, data: bytes, mode: int = 0o444) -> None:
 def _write_new(path: str, data: bytes, mode: int = 0o444) -> bool:
     """Write ``data`` as a new file at ``path`` (exclusive create), fsync it, then its
     directory: True once both are durable, False (nothing written) when a file is there
-    already. A failed write removes what it created."""
+    already. A failed write removes what it created. The directory is made when missing."""
     directory = os.path.dirname(path)
     try:
+        return _create_synced(path, data, mode, directory)
+    except FileNotFoundError as e:
+        if e.filename != path:
+            raise
+    os.makedirs(directory, exist_ok=True)
+    _fsync_directory(os.path.dirname(directory))  # the new directory's own entry
+    return _create_synced(path, data, mode, directory)
+
+
+def _create_synced_py(path: str, data: bytes, mode: int, directory: str) -> bool:
+    """``_write_new`` in a directory that exists (FileNotFoundError naming ``path`` when it
+    does not): the pure-Python path of ``_durable_native.write_new``, used where the
+    extension could not be built."""
+    try:
         fd = os.open(path, _CREATE, mode)
-    except FileNotFoundError:
-        os.makedirs(directory, exist_ok=True)
-        _fsync_directory(os.path.dirname(directory))  # the new directory's own entry
-        try:
-            fd = os.open(path, _CREATE, mode)
-        except FileExistsError:
-            return False
     except FileExistsError:
         return False
     try:
@@ -149,6 +157,25 @@ def _write_new(path: str, data: bytes, mode: int = 0o444) -> bool:
         os.close(fd)
     _fsync_directory(directory)
     return True
+
+
+def _create_synced_native(path: str, data: bytes, mode: int, directory: str) -> bool:
+    """``_create_synced_py`` as one C call that gives the GIL up once: each ``os`` call above
+    takes it back after its system call, and waits up to the switch interval for it while the
+    event loop's thread runs the agent (``_durable_native.c`` says why that mattered)."""
+    assert _durable_native is not None
+    return bool(_durable_native.write_new(os.fsencode(path), data, mode, os.fsencode(directory)))
+
+
+_durable_native: types.ModuleType | None
+try:  # built by setup.py (optional: where it cannot be compiled, the Python path is used)
+    from stores.artifacts import _durable_native
+except ImportError:  # pragma: no cover - the extension is built wherever the suite runs
+    _durable_native = None
+
+#: whether new artifacts are written by the C extension
+NATIVE_WRITES = _durable_native is not None
+_create_synced = _create_synced_native if NATIVE_WRITES else _create_synced_py
 
 
 def _remove_if_still_ours(path: str, fd: int) -> None:

@@ -49,6 +49,7 @@ from stores.sql.governance import GOVERNANCE_LOCK, governance_log_rows
 from stores.sql.privacy_subjects import subject_entries
 from stores.sql.projections import CHANGED_IN_BATCH, MUTABLE_TABLES, mutable_key_column
 from stores.sql.views import RUN_EVIDENCE_TABLES
+from stores.sql.wal_checkpoint import WalCheckpointer
 
 __all__ = ["POSTGRES_LANES", "BatchWriter", "FastBatch", "NeedsGeneralPath", "batch_writer"]
 
@@ -161,6 +162,8 @@ class SqliteBatchWriter(BatchWriter):
         self._path = path
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="replaybook-sqlite-writer")
         self._conn: sqlite3.Connection | None = None
+        #: checkpoints the WAL beside the commits, not inside one of them
+        self.checkpointer = WalCheckpointer(path, _SQLITE_BUSY_MS)
         self._inserts = {
             table: _sqlite_insert(table, _DO_NOTHING if table in IF_ABSENT_TABLES else "")
             for table in (schema.runs, schema.data_keys, *FAST_TABLES, schema.governance_log)
@@ -190,6 +193,8 @@ class SqliteBatchWriter(BatchWriter):
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute("PRAGMA foreign_keys=ON")
             conn.execute(f"PRAGMA busy_timeout={_SQLITE_BUSY_MS}")
+            # its commits never checkpoint the WAL: ``self.checkpointer`` does, beside them
+            conn.execute("PRAGMA wal_autocheckpoint=0")
             self._conn = conn
         return self._conn
 
@@ -236,6 +241,7 @@ class SqliteBatchWriter(BatchWriter):
             if batch.subjects:
                 statements.extend(self._register_subjects(conn, batch))
             conn.execute("COMMIT")
+            self.checkpointer.committed()
         except sqlite3.IntegrityError as exc:
             conn.execute("ROLLBACK")
             raise NeedsGeneralPath(str(exc)) from exc
@@ -270,6 +276,7 @@ class SqliteBatchWriter(BatchWriter):
 
         await asyncio.get_running_loop().run_in_executor(self._executor, close_in_thread)
         self._executor.shutdown(wait=False)
+        await asyncio.wrap_future(self.checkpointer.close())
 
 
 _GOVERNANCE_HEAD = "SELECT position, hash FROM governance_log ORDER BY position DESC LIMIT 1"

@@ -181,14 +181,36 @@ class SqlLedger(LockedAppends, LedgerReads):
         written before this returns (an already resolved future). ``artifact_raws``: raw
         forms of sanitized artifacts (raw bytes, sanitized hash, policy version, subject),
         kept by the vault in the same transaction (unless kept already); ``subjects``: people
-        the run learned of (``SubjectKind.PERSON``), its subjects from this transaction on."""
+        the run learned of (``SubjectKind.PERSON``), its subjects from this transaction on.
+        ``prepare_append`` then ``enqueue_append``."""
+        prepared = await self.prepare_append(
+            run_id,
+            events,
+            expected_sequence=expected_sequence,
+            artifact_raws=artifact_raws,
+            subjects=subjects,
+        )
+        return await self.enqueue_append(prepared)
+
+    async def prepare_append(
+        self,
+        run_id: str,
+        events: Sequence[NewEvent],
+        *,
+        expected_sequence: int | None = None,
+        artifact_raws: Sequence[ArtifactRaw] = (),
+        subjects: Sequence[RunSubject] = (),
+    ) -> AppendRequest:
+        """``submit``'s first half: each payload's canonical bytes and hash, raw content
+        sealed — nothing handed to the writer (a recorder prepares while the evidence writes
+        the events wait for are still running)."""
         prepared = await self._prepare_payloads(run_id, events)
         rows = [
             row
             for raw, digest, version, subject in artifact_raws
             for row in await self.vault.artifact_raw_rows(run_id, [(raw, digest)], version, subject)
         ]
-        request = AppendRequest(
+        return AppendRequest(
             run_id,
             list(events),
             prepared,
@@ -196,11 +218,14 @@ class SqlLedger(LockedAppends, LedgerReads):
             rows,
             learned_subject_rows(run_id, subjects),
         )
+
+    async def enqueue_append(self, request: AppendRequest) -> asyncio.Future[list[ExecutionEvent]]:
+        """``submit``'s second half: hand a prepared append to the writer."""
         if self._committer is not None:
             return self._committer.enqueue(request)
         future: asyncio.Future[list[ExecutionEvent]] = asyncio.get_running_loop().create_future()
         try:
-            future.set_result((await self._write_general([run_id], [request]))[0])
+            future.set_result((await self._write_general([request.run_id], [request]))[0])
         except Exception as exc:  # handed to the submitter through the future
             future.set_exception(exc)
         return future

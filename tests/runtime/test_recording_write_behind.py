@@ -20,6 +20,7 @@ from models import ExecutionEvent, ExecutionEventType, RunRecord, SideEffectReco
 from models.canonical import canonical_hash, canonicalize
 from models.errors import CanonicalizationError, StoreError
 from models.redaction import REDACT_V1, redaction_policy
+from runtime import write_behind
 from runtime.recorder import RunRecorder
 from runtime.side_effects import SideEffectLedger
 from stores.artifacts import LocalArtifactStore
@@ -28,6 +29,7 @@ from stores.sql import schema
 from stores.sql.batch_writer import batch_writer
 from stores.sql.database import Database
 from stores.sql.ledger import NewEvent, SqlLedger
+from stores.sql.linking import AppendRequest
 from stores.sql.privacy import SqlRawVault, artifact_raw_id
 
 T0 = datetime(2026, 12, 1, 20, 0, tzinfo=UTC)
@@ -101,8 +103,11 @@ def artifacts(tmp_path: Path) -> GatedArtifacts:
 
 
 async def test_an_event_reaches_the_ledger_only_once_its_artifact_is_durable(
-    database: Database, artifacts: GatedArtifacts
+    database: Database, artifacts: GatedArtifacts, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # appends ready to go are handed on at once, not after waiting for the writes behind them
+    # (that wait has tests of its own, below)
+    monkeypatch.setattr(write_behind, "PUMP_GATHER_SECONDS", 0)
     ledger = SqlLedger(database, artifacts)
     run_id = await new_run(ledger)
     recorder = RunRecorder(ledger, artifacts, run_id, write_behind=True)
@@ -173,21 +178,30 @@ async def test_events_are_handed_on_when_the_loop_turns_and_durable_at_the_next_
     ledger = SqlLedger(database, artifacts)
     run_id = await new_run(ledger)
     submitted: list[int] = []
-    submit = ledger.submit
+    prepare, enqueue = ledger.prepare_append, ledger.enqueue_append
 
-    async def counted(*args: Any, **kwargs: Any) -> asyncio.Future[list[ExecutionEvent]]:
+    async def counted(*args: Any, **kwargs: Any) -> AppendRequest:
         submitted.append(len(args[1]))
-        return await submit(*args, **kwargs)
+        return await prepare(*args, **kwargs)
 
-    ledger.submit = counted  # type: ignore[method-assign]
+    enqueued: list[AppendRequest] = []
+
+    async def noted(request: AppendRequest) -> asyncio.Future[list[ExecutionEvent]]:
+        enqueued.append(request)
+        return await enqueue(request)
+
+    ledger.prepare_append = counted  # type: ignore[method-assign]
+    ledger.enqueue_append = noted  # type: ignore[method-assign]
     recorder = RunRecorder(ledger, artifacts, run_id, write_behind=True)
     for i in range(3):
         await recorder.record(E.MODEL_CALL, payload={"i": i})
-    assert submitted == []  # no loop turn yet: the writer has been handed nothing
+    # no loop turn yet: nothing prepared, the writer handed nothing
+    assert submitted == [] and enqueued == []
     await recorder.record(E.SIDE_EFFECT, payload={"status": "EXECUTING"}, durable=True)
     # read back on a connection of its own, as after a crash right here
     assert await committed(database, run_id) == [str(E.MODEL_CALL)] * 3 + [str(E.SIDE_EFFECT)]
     assert sum(submitted) == 4
+    assert [len(r.events) for r in enqueued] == submitted  # each prepared once, handed on
     assert (await ledger.verify(run_id)).intact
 
 
@@ -278,6 +292,57 @@ async def test_appends_deferred_behind_a_write_reach_the_ledger_in_one_transacti
     assert transactions == [True]
     assert await committed(database, run_id) == [str(E.STEP_STARTED)] + [str(E.MODEL_CALL)] * 4
     assert (await ledger.verify(run_id)).intact
+
+
+async def test_an_append_ready_to_go_waits_for_the_write_behind_it_to_share_its_commit(
+    database: Database, artifacts: GatedArtifacts, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first append references nothing new, the second an artifact being put: the first
+    waits for that put (within ``PUMP_GATHER_SECONDS``) and both go in one transaction, where
+    handing the first on alone made the second wait for a commit of its own."""
+    monkeypatch.setattr(write_behind, "PUMP_GATHER_SECONDS", 600)  # however slow the machine
+    ledger = SqlLedger(database, artifacts)
+    run_id = await new_run(ledger)
+    recorder = RunRecorder(ledger, artifacts, run_id, write_behind=True)
+    artifacts.gate.set()
+    await recorder.record(E.STEP_STARTED, payload={"step": "a"}, durable=True)  # head cached
+    artifacts.gate.clear()
+    await recorder.record(E.STEP_STARTED, payload={"step": "b"})  # ready to go
+    ref = await recorder.store_json({"count": 2})
+    await recorder.record(E.STEP_COMPLETED, payload={"state_ref": ref})  # behind the put
+    transactions: list[bool] = []
+    batch_writer(database).observers.append(lambda _, ok: transactions.append(ok))
+    await artifacts.entered.wait()  # the pump has run: the first waits with the second
+    await ledger.flush()
+    assert transactions == []
+    artifacts.gate.set()
+    await recorder.flush()
+    assert transactions == [True]
+    assert await committed(database, run_id) == [str(E.STEP_STARTED)] * 2 + [str(E.STEP_COMPLETED)]
+
+
+async def test_a_slow_write_does_not_hold_back_the_appends_before_it(
+    database: Database, artifacts: GatedArtifacts, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past ``PUMP_GATHER_SECONDS`` the appends ready to go are handed on without those
+    behind a write still under way (a store outage does not hold back their commits)."""
+    monkeypatch.setattr(write_behind, "PUMP_GATHER_SECONDS", 0.01)
+    ledger = SqlLedger(database, artifacts)
+    run_id = await new_run(ledger)
+    recorder = RunRecorder(ledger, artifacts, run_id, write_behind=True)
+    artifacts.gate.set()
+    await recorder.record(E.STEP_STARTED, payload={"step": "a"}, durable=True)
+    artifacts.gate.clear()
+    committed_once = asyncio.Event()
+    batch_writer(database).observers.append(lambda _, ok: committed_once.set())
+    await recorder.record(E.STEP_STARTED, payload={"step": "b"})
+    ref = await recorder.store_json({"count": 3})
+    await recorder.record(E.STEP_COMPLETED, payload={"state_ref": ref})
+    await asyncio.wait_for(committed_once.wait(), timeout=60)  # the put is still held
+    assert await committed(database, run_id) == [str(E.STEP_STARTED)] * 2
+    artifacts.gate.set()
+    await recorder.flush()
+    assert await committed(database, run_id) == [str(E.STEP_STARTED)] * 2 + [str(E.STEP_COMPLETED)]
 
 
 async def test_sanitized_artifacts_keep_their_raw_form_in_one_vault_write(

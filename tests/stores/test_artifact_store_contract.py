@@ -405,15 +405,19 @@ async def test_local_put_keeps_an_intact_copy_another_process_wrote(tmp_path: Pa
     assert [p.name for p in path.parent.iterdir()] == [path.name]
 
 
-def test_local_failed_write_leaves_no_short_object(tmp_path: Path) -> None:
+@pytest.mark.parametrize("writer", ["native", "python"])
+def test_local_failed_write_leaves_no_short_object(tmp_path: Path, writer: str) -> None:
     """A write that fails half-way (the file size limit, a real EFBIG from the kernel, in a
-    child process) is reported and removes what it wrote: no short file at the path."""
+    child process) is reported and removes what it wrote: no short file at the path — by the
+    C extension and by the pure-Python path alike."""
     root = tmp_path / "artifacts"
     data = os.urandom(200_000)
     code = (
         "import asyncio, resource, signal, sys\n"
-        "from stores.artifacts import LocalArtifactStore\n"
+        "from stores.artifacts import LocalArtifactStore, local\n"
         "from models.errors import StoreError\n"
+        + ("local._create_synced = local._create_synced_py\n" if writer == "python" else "")
+        + "assert local._create_synced.__name__.endswith(sys.argv[1])\n"
         "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
         "resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, resource.RLIM_INFINITY))\n"
         "data = sys.stdin.buffer.read()\n"
@@ -423,7 +427,7 @@ def test_local_failed_write_leaves_no_short_object(tmp_path: Path) -> None:
         "    print('refused:', e)\n"
     )
     done = subprocess.run(
-        [sys.executable, "-c", code],
+        [sys.executable, "-c", code, "_py" if writer == "python" else "_native"],
         input=data,
         capture_output=True,
         cwd=Path(__file__).resolve().parents[2],
@@ -440,9 +444,12 @@ def test_local_failed_write_keeps_a_whole_copy_put_meanwhile(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A write that fails after another process found its short file and replaced it whole
-    removes nothing: the whole copy is an object someone may already reference."""
+    removes nothing: the whole copy is an object someone may already reference. (On the
+    pure-Python path, where a failure can be injected between the system calls; the C
+    extension makes the same identity check.)"""
     from stores.artifacts import local
 
+    monkeypatch.setattr(local, "_create_synced", local._create_synced_py)
     data = os.urandom(50_000)
     path = str(LocalArtifactStore(tmp_path).path_for(sha256_digest(data)))
     real_fchmod = os.fchmod
@@ -456,6 +463,36 @@ def test_local_failed_write_keeps_a_whole_copy_put_meanwhile(
     with pytest.raises(OSError, match="no space"):
         local._write_new(path, data)
     assert Path(path).read_bytes() == data
+
+
+def test_the_durable_write_extension_is_built_and_in_use() -> None:
+    # make install compiles it (setup.py); a failed build would leave the Python path in use
+    from stores.artifacts import local
+
+    assert local.NATIVE_WRITES and local._create_synced is local._create_synced_native
+
+
+@pytest.mark.parametrize("writer", ["native", "python"])
+def test_local_new_file_writes_are_exclusive_and_read_only_whatever_the_umask(
+    tmp_path: Path, writer: str
+) -> None:
+    from stores.artifacts import local
+
+    create = local._create_synced_native if writer == "native" else local._create_synced_py
+    target = str(tmp_path / "ab" / "object")
+    with pytest.raises(FileNotFoundError) as missing:
+        create(target, b"first", 0o444, str(tmp_path / "ab"))
+    assert missing.value.filename == target
+    old = os.umask(0o077)  # the mode is exact, whatever the umask
+    try:
+        os.mkdir(tmp_path / "ab")
+        assert create(target, b"first", 0o444, str(tmp_path / "ab")) is True
+    finally:
+        os.umask(old)
+    assert Path(target).read_bytes() == b"first"
+    assert oct(os.stat(target).st_mode & 0o777) == oct(0o444)
+    assert create(target, b"second", 0o444, str(tmp_path / "ab")) is False
+    assert Path(target).read_bytes() == b"first"  # nothing written over it
 
 
 async def test_local_put_reports_a_failed_write(tmp_path: Path) -> None:
