@@ -34,8 +34,10 @@ def refund(order_id: str, amount: float, reason: str = "customer request") -> di
     key = replaybook.idempotency_key()
     hang = os.environ.get("REFUND_AGENT_HANG")
     if hang:
-        with open(hang, "w") as marker:
+        # written whole, then renamed: the test waits for the file and reads it at once
+        with open(f"{hang}.tmp", "w") as marker:
             marker.write(key)
+        os.replace(f"{hang}.tmp", hang)
         while True:  # the test kills this process here
             time.sleep(0.05)
     REFUNDS.append({"order_id": order_id, "amount": amount, "key": key})
