@@ -22,7 +22,6 @@ from ingest.redaction import (
     register_subjects,
     sanitized_header,
     seal_raw_forms,
-    start_run,
 )
 from ingest.state import IngestState, is_read, load_ingest_state, state_from_events, states_of
 from ingest.writes import close_open_writes
@@ -33,6 +32,7 @@ from models.errors import ConflictError, SequenceConflictError
 from models.ingest import IngestEvent, IngestResult, IngestRunHeader, RunEndEvent
 from runtime.concurrent_puts import ConcurrentPuts
 from runtime.ports import ArtifactStore, EventLedger, EvidenceReader, IngestLedger
+from runtime.privacy.redaction import start_run
 from runtime.tool_loop.conversation import START, LoopInput, loop_outcome, record_prompt
 
 log = structlog.get_logger(__name__)

@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ingest.recorder import SUBJECT_SOURCE
-from models import RunRecord
 from models.canonical import canonicalize
 from models.digest import sha256_digest
 from models.errors import ConfigurationError, InvalidInputError
@@ -26,7 +25,6 @@ from models.ingest import IngestRunHeader
 from models.model_call import ChatMessage
 from models.privacy import RunSubject, SubjectKind
 from models.redaction import KNOWN_POLICY_VERSIONS, RedactionPolicy
-from runtime.ports import NewEvent
 from runtime.privacy.redaction import recording_redaction
 
 
@@ -71,16 +69,6 @@ def ingest_policy(ledger: Any, version: str | None) -> RedactionPolicy | None:
 #: the ingestion policy of each version (no personal fields, no names: the same for every
 #: run, so shared)
 _POLICIES: dict[str | None, RedactionPolicy | None] = {}
-
-
-async def start_run(
-    ledger: Any, run: RunRecord, events: Sequence[NewEvent], policy: RedactionPolicy | None
-) -> bool:
-    """``ledger.start_run``; when the run's raw content is to be sealed (a vault and a
-    policy), with the run's data key made in the start's transaction (``run_key``)."""
-    if policy is not None and getattr(ledger, "starts_with_run_key", False):
-        return bool(await ledger.start_run(run, events, run_key=True))
-    return bool(await ledger.start_run(run, events))
 
 
 async def register_subjects(ledger: Any, run_id: str, subjects: Iterable[str]) -> None:

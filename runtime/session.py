@@ -20,7 +20,7 @@ from runtime.manifests import capture_environment, capture_source_code
 from runtime.model_gateway import RecordingModelGateway
 from runtime.policy import PolicySet, RecordingPolicyEngine
 from runtime.ports import ArtifactStore, EventLedger, ModelProvider, VaultedLedger
-from runtime.privacy.redaction import recording_redaction
+from runtime.privacy.redaction import recording_redaction, start_run
 from runtime.prompts import PromptBundle
 from runtime.recorder import RunRecorder
 from runtime.tools import RecordingToolGateway, ToolProvider
@@ -63,11 +63,12 @@ async def record_run(
 ) -> RunResult:
     run_labels = {"prompt_version": spec.prompts.version, **dict(labels or {})}
     subjects = run_subjects(run_labels)
+    redaction = recording_redaction(spec.redaction_policy_version, spec.capabilities)
     recorder = RunRecorder(
         ledger,
         artifacts,
         run_id,
-        redaction=recording_redaction(spec.redaction_policy_version, spec.capabilities),
+        redaction=redaction,
         subject_id=subjects[0].subject_id if subjects else None,
         # events are group-committed; durable where the write-ahead rule says (side-effect
         # intents, the run's end): see ``RunRecorder``
@@ -92,26 +93,28 @@ async def record_run(
         approvals=RecordingApprovalGateway(spec.approver, recorder),
     )
     environment = capture_environment(spec.capabilities.catalog_hash())
-    await ledger.create_run(
-        RunRecord(
-            run_id=run_id,
-            graph_id=spec.graph.graph_id,
-            graph_version=spec.graph.version,
-            created_at=recorder.logical_time(),
-            pinned=PinnedVersions(
-                model_profile=spec.model.profile,
-                prompt_bundle_hash=spec.prompts.bundle_hash(),
-                policy_version=spec.policies.version,
-                capability_registry_version=spec.capabilities.version,
-                knowledge_snapshot=spec.retriever.snapshot,
-                redaction_policy_version=spec.redaction_policy_version,
-                environment_hash=environment.record_hash(),
-            ),
-            environment=environment,
-            source_code=capture_source_code(spec.source_root) if spec.source_root else None,
-            labels=run_labels,
-        )
+    header = RunRecord(
+        run_id=run_id,
+        graph_id=spec.graph.graph_id,
+        graph_version=spec.graph.version,
+        created_at=recorder.logical_time(),
+        pinned=PinnedVersions(
+            model_profile=spec.model.profile,
+            prompt_bundle_hash=spec.prompts.bundle_hash(),
+            policy_version=spec.policies.version,
+            capability_registry_version=spec.capabilities.version,
+            knowledge_snapshot=spec.retriever.snapshot,
+            redaction_policy_version=spec.redaction_policy_version,
+            environment_hash=environment.record_hash(),
+        ),
+        environment=environment,
+        source_code=capture_source_code(spec.source_root) if spec.source_root else None,
+        labels=run_labels,
     )
+    if getattr(ledger, "starts_with_run_key", False):  # its data key made with the header
+        await start_run(ledger, header, [], redaction)
+    else:
+        await ledger.create_run(header)
     if isinstance(ledger, VaultedLedger):
         await ledger.vault.add_subjects(run_id, subjects)
     return await execute_graph(

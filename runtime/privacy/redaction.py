@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from models import RunRecord
 from models.base import format_instant
 from models.capability import Capability
 from models.redaction import NO_REDACTION, RedactionPolicy, redaction_policy
-from runtime.ports import subject_vault
+from runtime.ports import NewEvent, subject_vault
 
 
 def personal_fields(capabilities: Iterable[Capability]) -> frozenset[str]:
@@ -47,3 +48,15 @@ def recording_redaction(
     if version in (None, NO_REDACTION):
         return None
     return redaction_policy(version, personal_fields(capabilities))
+
+
+async def start_run(
+    ledger: Any, run: RunRecord, events: Sequence[NewEvent], policy: RedactionPolicy | None
+) -> bool:
+    """``ledger.start_run``; when the run's raw content is to be sealed (a policy, and a
+    ledger that can), with the run's data key made in the start's transaction (``run_key``):
+    not by a read and a transaction of its own at the first seal — on PostgreSQL several
+    round trips on the event loop, run after run, while the run's first step goes on."""
+    if policy is not None and getattr(ledger, "starts_with_run_key", False):
+        return bool(await ledger.start_run(run, events, run_key=True))
+    return bool(await ledger.start_run(run, events))

@@ -138,3 +138,27 @@ async def test_on_s3_holds_use_object_lock_and_deletion_still_verifies(
     assert not any([await s3_artifact_store.legal_hold(d) for d in digests])
     await stack.privacy.delete_subject("customer:C-2002", "DSR-s3")
     assert (await stack.ledger.verify(run_id)).intact
+
+
+async def test_a_recorded_run_s_data_key_is_made_with_its_header(
+    stack: PrivacyStack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run's raw content is sealed under a key committed with the run's header: no read
+    that misses and no transaction of its own at the first seal (on PostgreSQL, round trips
+    on the event loop while the run's first step goes on)."""
+    reads: list[str] = []
+    read = stack.vault._read_active_key
+
+    async def counted(subject_id: str, *, create: bool) -> tuple[str, bytes] | None:
+        reads.append(subject_id)
+        return await read(subject_id, create=create)
+
+    monkeypatch.setattr(stack.vault, "_read_active_key", counted)
+    run_id = await _wrong_customer(stack)
+    assert reads == []
+    seq = await _first_tool_call(stack, run_id)
+    assert (await stack.vault.raw_evidence(run_id, seq, decrypt=False)).state is (
+        RawEvidenceState.AVAILABLE
+    )
+    raw = await stack.privacy.read_raw_evidence(run_id, seq, actor="ana", reason="key check")
+    assert raw.content["sanitized_request"] == {"phone": "+1-555-0199"}
