@@ -15,9 +15,13 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from models.chain import ChainVerification
+from models.completeness import EvidenceCompleteness
 from models.errors import ReplaybookError
 from models.replay_flow import PreparedReplay, ReplayPlan, StepInput, StepOutput
 from runtime.clock import system_time
+from runtime.completeness import evidence_completeness
+from runtime.fresh_calls import FreshCalls
 from runtime.ports import ArtifactStore, EventLedger, EvidenceReader
 from runtime.replay.catalog import AgentCatalog
 from runtime.replay.preparation import WorkerManifests, prepare_replay
@@ -51,6 +55,12 @@ class ReplayEngine:
         self._cache_bytes = cache_bytes
         #: this worker's environment and source manifests (captured once per catalog)
         self._manifests = WorkerManifests()
+        #: the checks a replay's preparation makes of its source, and the source's loading,
+        #: shared by the sibling replays that ask at the same time (``FreshCalls``: each one's
+        #: answer is read after it asked)
+        self._verified = FreshCalls(self._verify_chain)
+        self._completeness = FreshCalls(self._score_evidence)
+        self._loads = FreshCalls(self._load_source)
         #: each replay's consumption and policy decisions after its last step here
         self._memory = StepMemory()
         #: how the steps this engine runs are isolated (rule 16), recorded in each STEP_STARTED
@@ -61,7 +71,7 @@ class ReplayEngine:
         if run_id in self._cache:
             self._cache.move_to_end(run_id)
             return self._cache[run_id]
-        source = await load_source_evidence(self.ledger, self.evidence, self.artifacts, run_id)
+        source = await self._loads(run_id)  # sibling replays starting together load it once
         self._cache[run_id] = source
         held = sum(cached.loaded_bytes for cached in self._cache.values())
         while len(self._cache) > 1 and (
@@ -70,6 +80,24 @@ class ReplayEngine:
             _, dropped = self._cache.popitem(last=False)
             held -= dropped.loaded_bytes
         return source
+
+    async def _verify_chain(self, run_id: str) -> ChainVerification:
+        return await self.ledger.verify(run_id)
+
+    async def _load_source(self, run_id: str) -> SourceEvidence:
+        return await load_source_evidence(self.ledger, self.evidence, self.artifacts, run_id)
+
+    async def _score_evidence(self, run_id: str) -> EvidenceCompleteness:
+        return await evidence_completeness(self.ledger, self.evidence, self.artifacts, run_id)
+
+    async def verify_source(self, run_id: str) -> ChainVerification:
+        """The source run's chain verified (full check) by a verification that began after
+        this call, shared with the replays asking at the same time."""
+        return await self._verified(run_id)
+
+    async def source_completeness(self, run_id: str) -> EvidenceCompleteness:
+        """The source's evidence completeness, scored after this call, shared likewise."""
+        return await self._completeness(run_id)
 
     async def step_source(self, run_id: str) -> ReplaySource:
         """The source as a step reads it (one recorded item at a time): the cached evidence

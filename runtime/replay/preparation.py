@@ -18,11 +18,12 @@ from models import (
     SourceCodeManifest,
 )
 from models.canonical import normalize_json
+from models.chain import ChainVerification
+from models.completeness import EvidenceCompleteness
 from models.errors import ReplaybookError
 from models.redaction import NO_REDACTION
 from models.replay_flow import PreparedReplay, ReplayCursorsView, ReplayPlan
 from models.verdicts import manifest_drift
-from runtime.completeness import evidence_completeness
 from runtime.graph import GraphDefinition
 from runtime.manifests import capture_environment, capture_source_code
 from runtime.ports import ArtifactStore, EventLedger, EvidenceReader, NewEvent, subject_vault
@@ -44,6 +45,10 @@ class PreparationHost(Protocol):
     artifacts: ArtifactStore
 
     async def source(self, run_id: str) -> SourceEvidence: ...
+
+    async def verify_source(self, run_id: str) -> ChainVerification: ...
+
+    async def source_completeness(self, run_id: str) -> EvidenceCompleteness: ...
 
     def catalog(self, graph_id: str) -> AgentCatalog: ...
 
@@ -73,7 +78,7 @@ async def prepare_replay(
 ) -> PreparedReplay:
     """Check the source and the request; each problem names what is missing. On success the
     replay run is created (header and RUN_STARTED with the replay manifest)."""
-    verification = await host.ledger.verify(plan.source_run_id)
+    verification = await host.verify_source(plan.source_run_id)
     if not verification.intact:
         return PreparedReplay(
             ok=False,
@@ -83,9 +88,7 @@ async def prepare_replay(
         )
     source = await host.source(plan.source_run_id)
     run = source.run
-    completeness = await evidence_completeness(
-        host.ledger, host.evidence, host.artifacts, plan.source_run_id
-    )
+    completeness = await host.source_completeness(plan.source_run_id)
     try:
         catalog = host.catalog(run.graph_id)
         graph = catalog.graphs.get(run.graph_id, run.graph_version)

@@ -43,8 +43,9 @@ async def test_the_batch_writer_checkpoints_in_the_background(tmp_path: Path) ->
         checkpointer = writer.checkpointer
         commits = 2 * CHECKPOINT_EVERY_COMMITS + 1
         for i in range(commits):  # one awaited append: one commit of the batch writer each
-            payload = {"i": i, "text": "x" * 2000}
-            event = NewEvent(f"s-{i}", ExecutionEventType.MODEL_CALL, T0, payload=payload)
+            event = NewEvent(
+                f"s-{i}", ExecutionEventType.MODEL_CALL, T0, payload={"i": i, "text": "x" * 2000}
+            )
             committed = await ledger.submit(run_id, [event])
             await committed
         await asyncio.wrap_future(checkpointer.idle())
