@@ -4,7 +4,6 @@ itself (request hash, response, usage, cost, model profile)."""
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -12,6 +11,7 @@ from models import ContextSnapshot, ExecutionEventType, PromptArtifact
 from models.canonical import canonical_hash
 from models.digest import sha256_digest
 from models.model_call import ChatMessage, ModelRequest, ModelResponse, ToolSchema
+from runtime.ids import new_hex
 from runtime.ports import ModelProvider
 from runtime.prompts import PromptBundle, PromptInjections, approximate_token_count, compile_prompt
 from runtime.recorder import RunRecorder
@@ -51,7 +51,7 @@ class RecordingModelGateway:
         content_ref = await self.recorder.put_artifact(text)
         self.calls += 1
         prompt = PromptArtifact(
-            artifact_id=f"prompt-{uuid.uuid4().hex[:16]}",
+            artifact_id=f"prompt-{new_hex(16)}",
             template_version=f"{self.bundle.version}/{template_name}",
             compiled_hash=sha256_digest(text),
             content_ref=content_ref,
@@ -70,7 +70,7 @@ class RecordingModelGateway:
         message_refs = [await self.recorder.store_json(m) for m in dumped["messages"]]
         request_hash = canonical_hash(dumped)
         snapshot = ContextSnapshot(
-            snapshot_id=f"ctx-{uuid.uuid4().hex[:16]}",
+            snapshot_id=f"ctx-{new_hex(16)}",
             run_id=self.recorder.run_id,
             step_id=self.recorder.step_id,
             message_refs=tuple(message_refs),

@@ -6,7 +6,6 @@ Declared here so the runtime depends on behaviour, not on SQLAlchemy or boto3.
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -19,6 +18,7 @@ from models.canonical import canonicalize
 from models.chain import ChainVerification
 from models.model_call import ModelRequest, ModelResponse
 from models.privacy import RunSubject
+from runtime.ids import new_uuid
 
 
 @runtime_checkable
@@ -94,7 +94,7 @@ class NewEvent:
     logical_time: datetime
     record: HashedRecord | None = None
     payload: JsonValue = None
-    event_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    event_id: str = field(default_factory=new_uuid)
     #: set when the payload above is a sanitized view (rule 17): the canonical raw bytes it
     #: was made from (kept encrypted beside it), the policy version and the data subject
     raw: bytes | None = None

@@ -4,7 +4,6 @@ ledger before its provider is called."""
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -32,6 +31,7 @@ from models.errors import (
 )
 from runtime.approvals import action_hash, check_approval
 from runtime.capabilities import CapabilityRegistry
+from runtime.ids import new_hex
 from runtime.policy import WritePolicy
 from runtime.recorder import RunRecorder
 from runtime.side_effects import SideEffectLedger
@@ -105,7 +105,7 @@ class RecordingToolGateway:
         capability = self.registry.get(capability_id)
         arguments = dict(arguments)
         started = self.recorder.logical_time()
-        call_id = tool_call_id or f"call-{uuid.uuid4().hex[:12]}"
+        call_id = tool_call_id or f"call-{new_hex(12)}"
         try:
             self.registry.validate_arguments(capability_id, arguments)
         except InvalidInputError as exc:

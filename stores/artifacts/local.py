@@ -26,6 +26,7 @@ import contextlib
 import functools
 import itertools
 import os
+import stat
 import types
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -74,9 +75,22 @@ INLINE_IO_BYTES = 64 * 1024
 def _intact_copy(path: str, digest: str) -> bool:
     """Whether ``path`` holds the object ``digest`` (small files only: read inline)."""
     try:
-        return os.stat(path).st_size <= INLINE_IO_BYTES and _holds(path, digest)
+        return 0 <= _file_size(path) <= INLINE_IO_BYTES and _holds(path, digest)
     except OSError:
         return False
+
+
+def _file_size(path: str) -> int:
+    """The size of the regular file at ``path``, -1 when there is none. By the C extension,
+    which keeps the GIL: this runs on the event loop's thread at every put of new bytes, and
+    ``os.stat`` gave the GIL up, for the writer threads to keep it a while."""
+    if _durable_native is not None:
+        return int(_durable_native.file_size(os.fsencode(path)))
+    try:
+        found = os.stat(path)
+    except OSError:
+        return -1
+    return found.st_size if stat.S_ISREG(found.st_mode) else -1
 
 
 def _holds(path: str, digest: str) -> bool:

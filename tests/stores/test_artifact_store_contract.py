@@ -495,6 +495,20 @@ def test_local_new_file_writes_are_exclusive_and_read_only_whatever_the_umask(
     assert Path(target).read_bytes() == b"first"  # nothing written over it
 
 
+@pytest.mark.parametrize("writer", ["native", "python"])
+def test_local_file_size_sees_regular_files_only(
+    tmp_path: Path, writer: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from stores.artifacts import local
+
+    if writer == "python":
+        monkeypatch.setattr(local, "_durable_native", None)
+    (tmp_path / "object").write_bytes(b"x" * 1234)
+    assert local._file_size(str(tmp_path / "object")) == 1234
+    assert local._file_size(str(tmp_path / "missing")) == -1
+    assert local._file_size(str(tmp_path)) == -1  # a directory is no object
+
+
 async def test_local_put_reports_a_failed_write(tmp_path: Path) -> None:
     root = tmp_path / "artifacts"
     root.mkdir()
