@@ -111,7 +111,8 @@ async def record_run(
         source_code=capture_source_code(spec.source_root) if spec.source_root else None,
         labels=run_labels,
     )
-    if getattr(ledger, "starts_with_run_key", False):  # its data key made with the header
+    # a SQL ledger starts a run with its data key (when it will seal); others create it
+    if getattr(ledger, "starts_with_run_key", False):
         await start_run(ledger, header, [], redaction)
     else:
         await ledger.create_run(header)

@@ -132,8 +132,8 @@ class HandOff:
         on when the loop next turns (the caller's next real wait: a provider's answer, a
         durable point), once every evidence write started before them is durable. The future
         resolves when they are committed, or fails with what kept them (or anything before
-        them) from it. ``extra``: what else the ledger's ``submit`` is to write with them (its
-        keywords).
+        them) from it. ``extra``: what else the ledger is to write with them (the keywords
+        of its ``prepare_append``).
 
         Nothing is prepared or handed on here: the ledger prepares each payload (its
         canonical form and hash, ``prepare_append``) on this thread, and a step's caller
