@@ -44,7 +44,14 @@ from sqlalchemy.dialects import sqlite as sqlite_dialect
 from models.canonical import canonicalize
 from models.errors import StoreError
 from stores.sql import schema
-from stores.sql.database import _UNAVAILABLE, CONNECT_TIMEOUT_SECONDS, Database, _store_error
+from stores.sql.database import (
+    _UNAVAILABLE,
+    CONNECT_TIMEOUT_SECONDS,
+    SQLITE_BUSY_SECONDS,
+    Database,
+    _store_error,
+    sqlite_pragmas,
+)
 from stores.sql.governance import GOVERNANCE_LOCK, governance_log_rows
 from stores.sql.privacy_subjects import subject_entries
 from stores.sql.projections import CHANGED_IN_BATCH, MUTABLE_TABLES, mutable_key_column
@@ -53,8 +60,6 @@ from stores.sql.wal_checkpoint import WalCheckpointer
 
 __all__ = ["POSTGRES_LANES", "BatchWriter", "FastBatch", "NeedsGeneralPath", "batch_writer"]
 
-#: what a database connection waits for SQLite's write lock (as the pooled connections)
-_SQLITE_BUSY_MS = 10_000
 #: PostgreSQL transactions a batch writer keeps in flight at once (its connections); the
 #: ledger's group commit splits runs over as many lanes. One: every append queued while a
 #: transaction commits goes into the next, so each WAL flush carries all of them. With two,
@@ -163,7 +168,7 @@ class SqliteBatchWriter(BatchWriter):
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="replaybook-sqlite-writer")
         self._conn: sqlite3.Connection | None = None
         #: checkpoints the WAL beside the commits, not inside one of them
-        self.checkpointer = WalCheckpointer(path, _SQLITE_BUSY_MS)
+        self.checkpointer = WalCheckpointer(path, int(SQLITE_BUSY_SECONDS * 1000))
         self._inserts = {
             table: _sqlite_insert(table, _DO_NOTHING if table in IF_ABSENT_TABLES else "")
             for table in (schema.runs, schema.data_keys, *FAST_TABLES, schema.governance_log)
@@ -189,10 +194,8 @@ class SqliteBatchWriter(BatchWriter):
         if self._conn is None:
             # the pragmas of every pooled connection (stores.sql.database.install_sqlite_pragmas)
             conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
-            conn.execute("PRAGMA foreign_keys=ON")
-            conn.execute(f"PRAGMA busy_timeout={_SQLITE_BUSY_MS}")
+            for pragma in sqlite_pragmas():
+                conn.execute(pragma)
             # its commits never checkpoint the WAL: ``self.checkpointer`` does, beside them
             conn.execute("PRAGMA wal_autocheckpoint=0")
             self._conn = conn

@@ -63,6 +63,25 @@ READS_ONLY = "replaybook_reads_only"
 _SNAPSHOT_START = {True: "SELECT 1", False: "SELECT count(*) FROM sqlite_master"}
 #: how long a SQLite write transaction waits for the write lock (``PRAGMA busy_timeout``)
 SQLITE_BUSY_SECONDS = 10.0
+#: ``synchronous=FULL``: in WAL mode a commit syncs the WAL before it returns, so it survives an
+#: operating system crash or a power cut, where NORMAL's survives only the process's death.
+#: The evidence stands on commits: a side effect's intent is committed before its provider is
+#: called (the write-ahead rule), the API answers an ingested batch or an OTLP export once it
+#: is committed, and the SDK deletes its fsync'ed spool on that answer. It costs one WAL sync a
+#: commit (0.27-0.38 ms measured on this machine's disk; a group commit pays it once for all).
+SQLITE_SYNCHRONOUS = "FULL"
+
+
+def sqlite_pragmas(*, foreign_keys: bool = True) -> tuple[str, ...]:
+    """What every SQLite connection Replaybook opens runs first: the pooled connections
+    (``install_sqlite_pragmas``) and those of the batch writer, the OTLP writer and the WAL
+    checkpointer, one list so that none of them commits with weaker settings."""
+    return (
+        "PRAGMA journal_mode=WAL",
+        f"PRAGMA synchronous={SQLITE_SYNCHRONOUS}",
+        *(("PRAGMA foreign_keys=ON",) if foreign_keys else ()),
+        f"PRAGMA busy_timeout={int(SQLITE_BUSY_SECONDS * 1000)}",
+    )
 
 
 @dataclass
@@ -221,11 +240,8 @@ def install_sqlite_pragmas(engine: AsyncEngine, *, foreign_keys: bool = True) ->
         # the driver's own implicit BEGIN is turned off so that we can say BEGIN IMMEDIATE
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
-        cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute("PRAGMA synchronous=NORMAL")
-        if foreign_keys:
-            cursor.execute("PRAGMA foreign_keys=ON")
-        cursor.execute(f"PRAGMA busy_timeout={int(SQLITE_BUSY_SECONDS * 1000)}")
+        for pragma in sqlite_pragmas(foreign_keys=foreign_keys):
+            cursor.execute(pragma)
         cursor.close()
 
     @event.listens_for(engine.sync_engine, "begin")

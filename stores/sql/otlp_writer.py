@@ -19,13 +19,12 @@ from typing import Any
 from models.errors import StoreError
 from stores.sql import schema
 from stores.sql.batch_writer import _sqlite_insert
-from stores.sql.database import Database
+from stores.sql.database import Database, sqlite_pragmas
 
 __all__ = ["CLOSED", "SqliteExportWriter", "sqlite_export_writer"]
 
 #: ``store``'s answer when a trace of the export is no longer open (nothing written)
 CLOSED = -1
-_BUSY_MS = 10_000
 _CLOSED_SQL = (
     "SELECT 1 FROM otlp_traces WHERE trace_id IN (SELECT value FROM json_each(?)) "
     "AND state <> 'open' LIMIT 1"
@@ -54,10 +53,8 @@ class SqliteExportWriter:
         if self._conn is None:
             # the pragmas of every pooled connection (stores.sql.database)
             conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
-            conn.execute("PRAGMA foreign_keys=ON")
-            conn.execute(f"PRAGMA busy_timeout={_BUSY_MS}")
+            for pragma in sqlite_pragmas():
+                conn.execute(pragma)
             self._conn = conn
         return self._conn
 

@@ -20,6 +20,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import structlog
 
+from stores.sql.database import SQLITE_SYNCHRONOUS
+
 __all__ = ["CHECKPOINT_EVERY_COMMITS", "WalCheckpointer"]
 
 log = structlog.get_logger(__name__)
@@ -57,7 +59,7 @@ class WalCheckpointer:
         try:
             if self._conn is None:
                 self._conn = sqlite3.connect(self._path, isolation_level=None)
-                self._conn.execute("PRAGMA synchronous=NORMAL")
+                self._conn.execute(f"PRAGMA synchronous={SQLITE_SYNCHRONOUS}")
                 self._conn.execute(f"PRAGMA busy_timeout={self._busy_ms}")
             self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
             self.checkpoints += 1
