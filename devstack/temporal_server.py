@@ -26,9 +26,13 @@ from datetime import timedelta
 from pathlib import Path
 from typing import IO
 
+import structlog
+
 from devstack.ports import free_ports, port_is_free
 from devstack.processes import find_binary, log_tail, stop_process
 from models.errors import ConfigurationError, StoreError
+
+log = structlog.get_logger(__name__)
 
 #: The custom search attributes Replaybook's workflows set, each a ``Keyword``.
 SEARCH_ATTRIBUTES = (
@@ -172,6 +176,61 @@ def start_temporal_dev_server(
     log_path = Path(log_path) if log_path is not None else data_dir / "temporal.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
 
+    for attempt in range(1, START_ATTEMPTS + 1):
+        log_start = log_path.stat().st_size if log_path.exists() else 0
+        server = _start_once(
+            temporal, data_dir, db_path, log_path, host, port, ui_port, namespace, headless
+        )
+        try:
+            # The probe runs its own event loop in a thread: this function may be called from
+            # synchronous code, from a fixture, or while another event loop runs in this thread.
+            with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+                pool.submit(asyncio.run, _wait_until_ready(server, ready_timeout)).result()
+        except StoreError as exc:
+            server.stop(timeout=5)
+            # a port chosen here was taken between the choice and the server's bind: choose
+            # again (ports the caller fixed were checked free, and stay as they are)
+            if attempt == START_ATTEMPTS or not _lost_a_port(exc, log_path, log_start):
+                raise
+            log.warning("temporal dev server lost a port at startup; retrying", attempt=attempt)
+            continue
+        except BaseException:
+            server.stop(timeout=5)
+            raise
+        return server
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+#: starts of the dev server when a port chosen for it was taken before it bound it
+START_ATTEMPTS = 3
+
+
+def _lost_a_port(exc: StoreError, log_path: Path, log_start: int) -> bool:
+    """Whether the server exited because one of its ports was in use: what this start wrote
+    to its log (from ``log_start`` on) says so."""
+    if "exited with code" not in str(exc):
+        return False
+    try:
+        with log_path.open("rb") as log_file:
+            log_file.seek(log_start)
+            written = log_file.read().decode(errors="replace")
+    except OSError:
+        return False
+    return "address already in use" in written
+
+
+def _start_once(
+    temporal: Path,
+    data_dir: Path,
+    db_path: Path,
+    log_path: Path,
+    host: str,
+    port: int | None,
+    ui_port: int | None,
+    namespace: str,
+    headless: bool,
+) -> TemporalDevServer:
+    """Launch the server on the ports asked for and free ones for the rest (not waiting)."""
     chosen = _dev_server_ports(host, port, ui_port, headless)
     server_port = port if port is not None else chosen["grpc"]
     server_ui_port = None if headless else (ui_port if ui_port is not None else chosen["ui"])
@@ -186,7 +245,7 @@ def start_temporal_dev_server(
         namespace=namespace,
     )
     process, log_file = _launch(cmd, log_path, data_dir)
-    server = TemporalDevServer(
+    return TemporalDevServer(
         host=host,
         port=server_port,
         ui_port=server_ui_port,
@@ -199,15 +258,6 @@ def start_temporal_dev_server(
         process=process,
         _log_file=log_file,
     )
-    try:
-        # The probe runs its own event loop in a thread: this function may be called from
-        # synchronous code, from a fixture, or while another event loop runs in this thread.
-        with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-            pool.submit(lambda: asyncio.run(_wait_until_ready(server, ready_timeout))).result()
-    except BaseException:
-        server.stop(timeout=5)
-        raise
-    return server
 
 
 def _dev_server_ports(

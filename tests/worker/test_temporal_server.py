@@ -133,3 +133,55 @@ def test_exit_during_startup_fails_fast_with_the_log(tmp_path: Path) -> None:
         start_temporal_dev_server(tmp_path, headless=True)
     assert time.monotonic() - started < 30
     assert "temporal.log" in str(excinfo.value)
+
+
+def test_a_port_taken_between_choice_and_bind_is_chosen_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The race parallel tests met ("bind: address already in use" for the HTTP API port):
+    the first choice hands the server a port another process listens on by the time it
+    binds; the launcher sees why the server exited and starts it on ports chosen again."""
+    import devstack.temporal_server as launcher
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        taken_port = taken.getsockname()[1]
+        choices: list[list[int]] = []
+
+        def choose(
+            count: int, host: str = "127.0.0.1", exclude: set[int] | None = None
+        ) -> list[int]:
+            ports = free_ports(count, host, exclude)
+            if not choices:  # the first choice: the HTTP API port is the taken one
+                ports[0] = taken_port
+            choices.append(ports)
+            return ports
+
+        monkeypatch.setattr(launcher, "free_ports", choose)
+        server = start_temporal_dev_server(tmp_path, headless=True)
+        try:
+            assert len(choices) == 2
+            assert server.http_port != taken_port
+            assert server.running()
+            assert answers(server.host, server.port)
+            log = server.log_path.read_text(errors="replace")
+            assert f"127.0.0.1:{taken_port}: bind: address already in use" in log
+        finally:
+            server.stop(timeout=10)
+    assert_gone(server)
+
+
+def test_free_ports_are_chosen_outside_the_ephemeral_range() -> None:
+    """Ports the OS hands out for port 0 are the ones it may give any outgoing connection
+    next; the launchers' ports come from below that range, distinct and free."""
+    from devstack.ports import ephemeral_range
+
+    low, high = ephemeral_range()
+    ports = free_ports(8, exclude={10000})
+    assert len(set(ports)) == 8
+    assert 10000 not in ports
+    for port in ports:
+        assert port_is_free("127.0.0.1", port)
+        if low - 10000 >= 1000:
+            assert 10000 <= port < low, (port, low, high)
