@@ -111,13 +111,15 @@ async def record_run(
         source_code=capture_source_code(spec.source_root) if spec.source_root else None,
         labels=run_labels,
     )
-    # a SQL ledger starts a run with its data key (when it will seal); others create it
+    # a SQL ledger starts a run with its data key (when it will seal) and its subjects, in one
+    # transaction: one commit (a sync of the disk) before the first step, not two; others
+    # create it, then register its subjects
     if getattr(ledger, "starts_with_run_key", False):
-        await start_run(ledger, header, [], redaction)
+        await start_run(ledger, header, [], redaction, subjects)
     else:
         await ledger.create_run(header)
-    if isinstance(ledger, VaultedLedger):
-        await ledger.vault.add_subjects(run_id, subjects)
+        if isinstance(ledger, VaultedLedger):
+            await ledger.vault.add_subjects(run_id, subjects)
     return await execute_graph(
         spec.graph, env, recorder, ledger, agent_input, seed=seed, max_steps=spec.max_steps
     )

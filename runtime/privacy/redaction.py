@@ -8,6 +8,7 @@ from typing import Any
 from models import RunRecord
 from models.base import format_instant
 from models.capability import Capability
+from models.privacy import RunSubject
 from models.redaction import NO_REDACTION, RedactionPolicy, redaction_policy
 from runtime.ports import NewEvent, subject_vault
 
@@ -51,12 +52,23 @@ def recording_redaction(
 
 
 async def start_run(
-    ledger: Any, run: RunRecord, events: Sequence[NewEvent], policy: RedactionPolicy | None
+    ledger: Any,
+    run: RunRecord,
+    events: Sequence[NewEvent],
+    policy: RedactionPolicy | None,
+    subjects: Sequence[RunSubject] = (),
 ) -> bool:
     """``ledger.start_run``; when the run's raw content is to be sealed (a policy, and a
     ledger that can), with the run's data key made in the start's transaction (``run_key``):
     not by a read and a transaction of its own at the first seal — on PostgreSQL several
-    round trips on the event loop, run after run, while the run's first step goes on."""
+    round trips on the event loop, run after run, while the run's first step goes on.
+    ``subjects`` (only for a ledger that ``starts_with_run_key``: it takes them too): the
+    run's data subjects, registered in the same transaction, or after it when the run was
+    there already."""
+    keywords: dict[str, Any] = {"subjects": subjects} if subjects else {}
     if policy is not None and getattr(ledger, "starts_with_run_key", False):
-        return bool(await ledger.start_run(run, events, run_key=True))
-    return bool(await ledger.start_run(run, events))
+        keywords["run_key"] = True
+    started = bool(await ledger.start_run(run, events, **keywords))
+    if subjects and not started:  # there already: its subjects as an add would register them
+        await ledger.vault.add_subjects(run.run_id, subjects)
+    return started

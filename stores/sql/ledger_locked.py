@@ -16,6 +16,7 @@ from models import ExecutionEvent, RunRecord
 from models.canonical import canonicalize
 from models.chain import header_genesis
 from models.errors import ConflictError, SequenceConflictError, StoreError
+from models.privacy import RunSubject
 from runtime.ports import NewEvent
 from stores.sql import schema
 from stores.sql.batch_writer import FastBatch, NeedsGeneralPath, batch_writer
@@ -25,7 +26,7 @@ from stores.sql.heads import move_heads
 from stores.sql.ledger_payloads import PayloadPreparation
 from stores.sql.linking import AppendRequest, fast_rows, link_batch, projected
 from stores.sql.privacy import insert_missing_raws
-from stores.sql.privacy_subjects import insert_subjects_if_absent
+from stores.sql.privacy_subjects import add_run_subjects, insert_subjects_if_absent
 from stores.sql.projections import write_projections
 
 
@@ -89,7 +90,12 @@ class LockedAppends(PayloadPreparation):
     starts_with_run_key = True
 
     async def start_run(
-        self, run: RunRecord, events: Sequence[NewEvent], *, run_key: bool = False
+        self,
+        run: RunRecord,
+        events: Sequence[NewEvent],
+        *,
+        run_key: bool = False,
+        subjects: Sequence[RunSubject] = (),
     ) -> bool:
         """Create a run and append its first events in ONE transaction: both are recorded or
         neither (a refused or failed start leaves no run behind). Every payload is prepared
@@ -97,12 +103,14 @@ class LockedAppends(PayloadPreparation):
         already with this header (nothing written; the caller compares its events); another
         header under the run id is a ``ConflictError``. ``run_key``: the run's raw content
         will be sealed (ingestion with redaction): its data key is made now and committed
-        with the run, not by a read and a transaction of its own at the first seal."""
+        with the run, not by a read and a transaction of its own at the first seal.
+        ``subjects``: the run's data subjects, registered in the same transaction (a recorded
+        run's start is then one commit, not two)."""
         body = run.model_dump(mode="json")
         prepared = await self._prepare_payloads(run.run_id, events)
         request = AppendRequest(run.run_id, list(events), prepared, 1)
         key = self.vault.new_run_key(run.run_id) if run_key else None
-        if self._committer is not None and events:
+        if self._committer is not None and events and not subjects:
             if await self._start_fast(run, body, request, key):
                 return True
         try:
@@ -113,6 +121,8 @@ class LockedAppends(PayloadPreparation):
                     await conn.execute(insert(schema.runs).values(**_run_row(run, body)))
                     if key is not None:
                         await conn.execute(insert(schema.data_keys).values(**key[0]))
+                    if subjects:
+                        await add_run_subjects(conn, run.run_id, subjects)
                     head = (0, header_genesis(body))
                     if events:
                         (appended,) = await self.append_locked(conn, [request], self.clock())

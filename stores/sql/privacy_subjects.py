@@ -78,6 +78,35 @@ async def insert_subjects_if_absent(
         )
 
 
+async def add_run_subjects(
+    conn: AsyncConnection, run_id: str, subjects: Sequence[RunSubject]
+) -> None:
+    """Register ``subjects`` as ``run_id``'s in the caller's transaction (those not there yet)
+    with their governance entries: ``add_subjects``, and a run's start, which writes them in
+    its own transaction (one commit for the run, its data key and its subjects)."""
+    s = schema.run_subjects.c
+    known = {
+        row.subject_id
+        for row in (await conn.execute(select(s.subject_id).where(s.run_id == run_id))).all()
+    }
+    rows = [
+        {
+            "run_id": run_id,
+            "subject_id": subject.subject_id,
+            "kind": str(subject.kind),
+            "source": subject.source,
+            # raw is sealed under the declared end user (or tenant), never under a person the
+            # run only read about
+            "is_primary": i == 0 and not known and subject.kind is not SubjectKind.PERSON,
+        }
+        for i, subject in enumerate(subjects)
+        if subject.subject_id not in known
+    ]
+    if rows:
+        await conn.execute(insert(schema.run_subjects), rows)
+        await append_governance(conn, subject_entries(rows, datetime.now(UTC)))
+
+
 class RawVaultQueries:
     db: Database
 
@@ -101,30 +130,8 @@ class RawVaultQueries:
     async def add_subjects(self, run_id: str, subjects: Sequence[RunSubject]) -> None:
         if not subjects:
             return
-        s = schema.run_subjects.c
         async with self.db.transaction() as conn:
-            known = {
-                row.subject_id
-                for row in (
-                    await conn.execute(select(s.subject_id).where(s.run_id == run_id))
-                ).all()
-            }
-            rows = [
-                {
-                    "run_id": run_id,
-                    "subject_id": subject.subject_id,
-                    "kind": str(subject.kind),
-                    "source": subject.source,
-                    # raw is sealed under the declared end user (or tenant), never under a
-                    # person the run only read about
-                    "is_primary": i == 0 and not known and subject.kind is not SubjectKind.PERSON,
-                }
-                for i, subject in enumerate(subjects)
-                if subject.subject_id not in known
-            ]
-            if rows:
-                await conn.execute(insert(schema.run_subjects), rows)
-                await append_governance(conn, subject_entries(rows, datetime.now(UTC)))
+            await add_run_subjects(conn, run_id, subjects)
 
     async def subjects(self, run_id: str) -> list[dict[str, Any]]:
         s = schema.run_subjects.c

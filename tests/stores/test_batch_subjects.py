@@ -6,8 +6,12 @@ with, the log one chain under racing writers of both paths, and a stale head wri
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections import Counter
 from pathlib import Path
+
+import pytest
+from sqlalchemy import select
 
 from models.governance import GovernanceKind
 from models.privacy import RunSubject, SubjectKind
@@ -125,3 +129,57 @@ async def test_a_stale_head_with_subjects_writes_nothing_then_registers_them_onc
     assert await SqlGovernanceLog(database).verify() == []
     for run_id in runs:
         assert (await ledger.verify(run_id)).intact
+
+
+async def test_a_run_starts_with_its_subjects_in_one_commit(
+    ledger: SqlLedger, database: Database
+) -> None:
+    """``record_run``'s start (``runtime.privacy.redaction.start_run`` with subjects): the run,
+    its data key and its subjects with their registrations go in one transaction, one commit
+    (one sync of the disk before the first step, not two); starting it again registers none
+    twice, and a start refused for another header registers none."""
+    from datetime import UTC, datetime
+
+    from models import RunRecord
+    from models.errors import ConflictError
+    from models.redaction import redaction_policy
+    from runtime.privacy.redaction import start_run
+    from stores.sql import schema
+    from stores.sql.privacy import key_scope
+
+    customer = RunSubject(subject_id="customer:c-1", kind=SubjectKind.END_USER, source="label")
+    run = RunRecord(
+        run_id=f"start-{uuid.uuid4().hex[:10]}",
+        graph_id="g",
+        graph_version="1",
+        created_at=datetime(2026, 12, 3, tzinfo=UTC),
+    )
+    policy = redaction_policy("redact-v1", frozenset())
+    watch = Statements(database)
+    try:
+        assert await start_run(ledger, run, [], policy, [customer, person("p")])
+    finally:
+        watch.close()
+    assert watch.commits == 1
+    assert await registrations(database, run.run_id) == ["customer:c-1", "customer:p"]
+    subjects = {s["subject_id"]: s for s in await ledger.vault.subjects(run.run_id)}
+    assert subjects["customer:c-1"]["primary"] and not subjects["customer:p"]["primary"]
+    async with database.read() as conn:  # the run's data key came with it
+        keys = (
+            await conn.execute(
+                select(schema.data_keys.c.key_id).where(
+                    schema.data_keys.c.subject_id == key_scope(run.run_id)
+                )
+            )
+        ).all()
+    assert len(keys) == 1
+
+    # again with the same header: nothing new (the run was there, its subjects too)
+    assert not await start_run(ledger, run, [], policy, [customer])
+    assert await registrations(database, run.run_id) == ["customer:c-1", "customer:p"]
+
+    # another header under the same id: refused, and nobody registered under it
+    other = run.model_copy(update={"graph_version": "2"})
+    with pytest.raises(ConflictError):
+        await start_run(ledger, other, [], policy, [person("q")])
+    assert await registrations(database, run.run_id) == ["customer:c-1", "customer:p"]
