@@ -30,6 +30,7 @@ from models.canonical import canonicalize
 from models.capability import side_effect_class_from_hints
 from models.errors import ConflictError, SequenceConflictError
 from models.ingest import IngestEvent, IngestResult, IngestRunHeader, RunEndEvent
+from models.redaction import pseudonym_subjects
 from runtime.concurrent_puts import ConcurrentPuts
 from runtime.ports import ArtifactStore, EventLedger, EvidenceReader, IngestLedger
 from runtime.privacy.redaction import start_run
@@ -46,8 +47,10 @@ async def ingest_run(
 ) -> IngestResult:
     """Create the run (header, RUN_STARTED with the loop's input, the prompt artifact, the
     ``start`` step) in one transaction: the header is validated and every payload prepared
-    before anything is written, so a refused header leaves no run. The same header again is
-    a no-op; another one under the run id is a ``ConflictError``."""
+    before anything is written, so a refused header leaves no run. The same header again
+    writes no event (it registers the people it names who are not on record yet: a process
+    that died after the start left them out); another one under the run id is a
+    ``ConflictError``."""
     puts = ConcurrentPuts(artifacts)  # settled before the run's first events are written
     policy_version = ingest_policy_version(ledger, header.pinned.redaction_policy_version)
     policy = ingest_policy(ledger, policy_version)
@@ -58,6 +61,10 @@ async def ingest_run(
     loop = await _loop_input(put, header)
     recorder = IngestRecorder(ledger, puts, header.run_id, header.started_at, head=0)
     recorder.redaction = policy
+    if raw_forms:  # the people the sanitized system prompt and attachments name, by pseudonym
+        recorder.subjects |= pseudonym_subjects(
+            canonicalize({"system_prompt": header.system_prompt, "attachments": header.attachments})
+        )
     recorder.begin(0, digest, header.started_at)
     recorder.step_id = "run"
     await recorder.record(
@@ -104,6 +111,7 @@ async def ingest_run(
     existing = await ledger.events(header.run_id)
     if not existing:  # a header left without events by an older version: start it now
         await ledger.append_many(header.run_id, events, expected_sequence=1)
+        await register_subjects(ledger, header.run_id, recorder.subjects)
         return IngestResult(
             run_id=header.run_id, recorded=1, next_sequence=1, head_sequence=len(events)
         )
@@ -112,6 +120,11 @@ async def ingest_run(
             f"run {header.run_id!r} was already ingested with another header "
             "(system prompt, tools, initial messages or attachments differ)"
         )
+    # the same header again: a client sends it again when it got no answer, which is also
+    # what it does when this process died between the run's start and its people's
+    # registration. Those still missing are registered now (the known ones cost a read),
+    # or a deletion of one of them would never find this run.
+    await register_subjects(ledger, header.run_id, recorder.subjects)
     return IngestResult(
         run_id=header.run_id, duplicates=1, next_sequence=1, head_sequence=existing[-1].sequence
     )

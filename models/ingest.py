@@ -214,7 +214,7 @@ class IngestRunHeader(_NoNul):
     """A run header with its pinned versions (``POST /api/runs``)."""
 
     #: the client's id for the run (``RUN_ID_PATTERN``); re-sending the same header under it
-    #: is a no-op
+    #: records no event (``ingest.core.ingest_run``)
     run_id: RunId
     graph_id: Identifier = TOOL_LOOP_GRAPH_ID
     graph_version: Identifier = TOOL_LOOP_GRAPH_VERSION

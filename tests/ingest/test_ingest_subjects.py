@@ -103,3 +103,68 @@ async def test_people_become_subjects_with_their_events_once(
     assert registrations == 2  # one each, whatever the batches named
     verification = await ledger.verify(run_id)
     assert verification.intact, verification.summary()
+
+
+async def test_a_header_sent_again_registers_the_people_a_crash_left_out(
+    database: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run's start is committed, then the people its header names are registered: a
+    process that dies in between leaves a run whose people a deletion would not find. The
+    client, with no answer, sends the header again: that registers them (once)."""
+    import ingest.core
+
+    artifacts = LocalArtifactStore(tmp_path / "artifacts")
+    vault = SqlRawVault(database, artifacts, LocalKeyEncryptionKey(os.urandom(32)))
+    ledger = SqlLedger(database, artifacts, vault=vault)
+    run_id = f"resent-{uuid.uuid4().hex[:8]}"
+    header = IngestRunHeader.model_validate(
+        {
+            "run_id": run_id,
+            "started_at": START.isoformat(),
+            "initial_messages": [{"role": "user", "content": f"I am {ADA}, refund me"}],
+        }
+    )
+
+    async def died(*_: Any) -> None:
+        raise RuntimeError("the process died here")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(ingest.core, "register_subjects", died)
+        with pytest.raises(RuntimeError, match="died"):
+            await ingest_run(ledger, artifacts, header)
+    assert await ledger.get_run(run_id)  # started,
+    assert await vault.subjects(run_id) == []  # but its person is not on record
+
+    again = await ingest_run(ledger, artifacts, header)
+    assert again.duplicates == 1
+    assert {s["subject_id"] for s in await vault.subjects(run_id)} == {address_subject(ADA)}
+    await ingest_run(ledger, artifacts, header)  # and once only, however often it comes
+    g = schema.governance_log.c
+    async with database.read() as conn:
+        registrations = (
+            await conn.execute(select(func.count()).where(g.run_id == run_id))
+        ).scalar_one()
+    assert registrations == 1
+
+
+async def test_people_named_only_in_the_system_prompt_become_subjects(
+    database: Database, tmp_path: Path
+) -> None:
+    """The header's system prompt and attachments are stored sanitized, their raw forms
+    sealed under the run's key: the people they name are the run's subjects too, or a
+    deletion of one of them would leave the run's key, and the raw prompt, readable."""
+    artifacts = LocalArtifactStore(tmp_path / "artifacts")
+    vault = SqlRawVault(database, artifacts, LocalKeyEncryptionKey(os.urandom(32)))
+    ledger = SqlLedger(database, artifacts, vault=vault)
+    run_id = f"prompt-{uuid.uuid4().hex[:8]}"
+    header = IngestRunHeader.model_validate(
+        {
+            "run_id": run_id,
+            "started_at": START.isoformat(),
+            "system_prompt": f"Escalations go to {ADA}.",
+            "attachments": {"owner": {"contact": GRACE}},
+        }
+    )
+    await ingest_run(ledger, artifacts, header)
+    subjects = {s["subject_id"] for s in await vault.subjects(run_id)}
+    assert subjects == {address_subject(ADA), address_subject(GRACE)}
