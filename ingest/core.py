@@ -32,7 +32,7 @@ from models.errors import ConflictError, SequenceConflictError
 from models.ingest import IngestEvent, IngestResult, IngestRunHeader, RunEndEvent
 from models.redaction import pseudonym_subjects
 from runtime.concurrent_puts import ConcurrentPuts
-from runtime.ports import ArtifactStore, EventLedger, EvidenceReader, IngestLedger
+from runtime.ports import ArtifactStore, EventLedger, EvidenceReader, IngestLedger, NewEvent
 from runtime.privacy.redaction import start_run
 from runtime.tool_loop.conversation import START, LoopInput, loop_outcome, record_prompt
 
@@ -108,25 +108,35 @@ async def ingest_run(
         return IngestResult(
             run_id=header.run_id, recorded=1, next_sequence=1, head_sequence=len(events)
         )
-    existing = await ledger.events(header.run_id)
+    return await _header_again(ledger, header.run_id, events, digest, recorder.subjects)
+
+
+async def _header_again(
+    ledger: IngestLedger,
+    run_id: str,
+    events: Sequence[NewEvent],
+    digest: str,
+    subjects: set[str],
+) -> IngestResult:
+    """``ingest_run`` of a run that exists: the same header again (a no-op for its events),
+    one left without events by an older version (started now), or another header
+    (``ConflictError``). A client sends a header again when it got no answer, which is also
+    what it does when this process died between the run's start and its people's
+    registration: those still missing are registered now (the known ones cost a read), or a
+    deletion of one of them would never find this run."""
+    existing = await ledger.events(run_id)
     if not existing:  # a header left without events by an older version: start it now
-        await ledger.append_many(header.run_id, events, expected_sequence=1)
-        await register_subjects(ledger, header.run_id, recorder.subjects)
-        return IngestResult(
-            run_id=header.run_id, recorded=1, next_sequence=1, head_sequence=len(events)
-        )
+        await ledger.append_many(run_id, events, expected_sequence=1)
+        await register_subjects(ledger, run_id, subjects)
+        return IngestResult(run_id=run_id, recorded=1, next_sequence=1, head_sequence=len(events))
     if not existing[0].event_id.endswith(f":0:1:{digest}"):
         raise ConflictError(
-            f"run {header.run_id!r} was already ingested with another header "
+            f"run {run_id!r} was already ingested with another header "
             "(system prompt, tools, initial messages or attachments differ)"
         )
-    # the same header again: a client sends it again when it got no answer, which is also
-    # what it does when this process died between the run's start and its people's
-    # registration. Those still missing are registered now (the known ones cost a read),
-    # or a deletion of one of them would never find this run.
-    await register_subjects(ledger, header.run_id, recorder.subjects)
+    await register_subjects(ledger, run_id, subjects)
     return IngestResult(
-        run_id=header.run_id, duplicates=1, next_sequence=1, head_sequence=existing[-1].sequence
+        run_id=run_id, duplicates=1, next_sequence=1, head_sequence=existing[-1].sequence
     )
 
 
