@@ -47,7 +47,6 @@ from stores.sql import schema
 from stores.sql.database import (
     _UNAVAILABLE,
     CONNECT_TIMEOUT_SECONDS,
-    SQLITE_BUSY_SECONDS,
     Database,
     _store_error,
     sqlite_pragmas,
@@ -168,7 +167,7 @@ class SqliteBatchWriter(BatchWriter):
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="replaybook-sqlite-writer")
         self._conn: sqlite3.Connection | None = None
         #: checkpoints the WAL beside the commits, not inside one of them
-        self.checkpointer = WalCheckpointer(path, int(SQLITE_BUSY_SECONDS * 1000))
+        self.checkpointer = WalCheckpointer(path)
         self._inserts = {
             table: _sqlite_insert(table, _DO_NOTHING if table in IF_ABSENT_TABLES else "")
             for table in (schema.runs, schema.data_keys, *FAST_TABLES, schema.governance_log)

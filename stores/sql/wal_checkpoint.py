@@ -20,7 +20,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import structlog
 
-from stores.sql.database import SQLITE_SYNCHRONOUS
+from stores.sql.database import sqlite_pragmas
 
 __all__ = ["CHECKPOINT_EVERY_COMMITS", "WalCheckpointer"]
 
@@ -35,9 +35,8 @@ class WalCheckpointer:
     """Checkpoints ``path``'s WAL in the background; ``committed`` is called by the writer's
     thread after each commit, ``close`` once the writer is closed."""
 
-    def __init__(self, path: str, busy_ms: int) -> None:
+    def __init__(self, path: str) -> None:
         self._path = path
-        self._busy_ms = busy_ms
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="replaybook-sqlite-checkpoint")
         self._conn: sqlite3.Connection | None = None
         self._commits = 0
@@ -59,8 +58,8 @@ class WalCheckpointer:
         try:
             if self._conn is None:
                 self._conn = sqlite3.connect(self._path, isolation_level=None)
-                self._conn.execute(f"PRAGMA synchronous={SQLITE_SYNCHRONOUS}")
-                self._conn.execute(f"PRAGMA busy_timeout={self._busy_ms}")
+                for pragma in sqlite_pragmas(foreign_keys=False):  # as every connection's
+                    self._conn.execute(pragma)
             self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
             self.checkpoints += 1
         except sqlite3.Error as exc:  # the next one tries again; SQLite's own still may run

@@ -66,12 +66,28 @@ class _Statements:
         self._writer.observers.remove(self._on_batch)
 
 
+async def _registrations(database: Database, run_id: str) -> int:
+    """The run's entries in the governance log (one per subject registered)."""
+    g = schema.governance_log.c
+    async with database.read() as conn:
+        return int(
+            (await conn.execute(select(func.count()).where(g.run_id == run_id))).scalar_one()
+        )
+
+
+def _vaulted_ledger(
+    database: Database, tmp_path: Path
+) -> tuple[LocalArtifactStore, SqlRawVault, SqlLedger]:
+    """Artifacts under the test's directory, a vault with a key of its own, their ledger."""
+    artifacts = LocalArtifactStore(tmp_path / "artifacts")
+    vault = SqlRawVault(database, artifacts, LocalKeyEncryptionKey(os.urandom(32)))
+    return artifacts, vault, SqlLedger(database, artifacts, vault=vault)
+
+
 async def test_people_become_subjects_with_their_events_once(
     database: Database, tmp_path: Path
 ) -> None:
-    artifacts = LocalArtifactStore(tmp_path / "artifacts")
-    vault = SqlRawVault(database, artifacts, LocalKeyEncryptionKey(os.urandom(32)))
-    ledger = SqlLedger(database, artifacts, vault=vault)
+    artifacts, vault, ledger = _vaulted_ledger(database, tmp_path)
     evidence = SqlEvidenceReader(database)
     run_id = f"subjects-{uuid.uuid4().hex[:8]}"
     header = IngestRunHeader.model_validate(
@@ -95,11 +111,7 @@ async def test_people_become_subjects_with_their_events_once(
     )
     subjects = {s["subject_id"] for s in await vault.subjects(run_id)}
     assert subjects == {address_subject(ADA), address_subject(GRACE)}
-    g = schema.governance_log.c
-    async with database.read() as conn:
-        registrations = (
-            await conn.execute(select(func.count()).where(g.run_id == run_id))
-        ).scalar_one()
+    registrations = await _registrations(database, run_id)
     assert registrations == 2  # one each, whatever the batches named
     verification = await ledger.verify(run_id)
     assert verification.intact, verification.summary()
@@ -113,9 +125,7 @@ async def test_a_header_sent_again_registers_the_people_a_crash_left_out(
     client, with no answer, sends the header again: that registers them (once)."""
     import ingest.core
 
-    artifacts = LocalArtifactStore(tmp_path / "artifacts")
-    vault = SqlRawVault(database, artifacts, LocalKeyEncryptionKey(os.urandom(32)))
-    ledger = SqlLedger(database, artifacts, vault=vault)
+    artifacts, vault, ledger = _vaulted_ledger(database, tmp_path)
     run_id = f"resent-{uuid.uuid4().hex[:8]}"
     header = IngestRunHeader.model_validate(
         {
@@ -139,11 +149,7 @@ async def test_a_header_sent_again_registers_the_people_a_crash_left_out(
     assert again.duplicates == 1
     assert {s["subject_id"] for s in await vault.subjects(run_id)} == {address_subject(ADA)}
     await ingest_run(ledger, artifacts, header)  # and once only, however often it comes
-    g = schema.governance_log.c
-    async with database.read() as conn:
-        registrations = (
-            await conn.execute(select(func.count()).where(g.run_id == run_id))
-        ).scalar_one()
+    registrations = await _registrations(database, run_id)
     assert registrations == 1
 
 
@@ -153,9 +159,7 @@ async def test_people_named_only_in_the_system_prompt_become_subjects(
     """The header's system prompt and attachments are stored sanitized, their raw forms
     sealed under the run's key: the people they name are the run's subjects too, or a
     deletion of one of them would leave the run's key, and the raw prompt, readable."""
-    artifacts = LocalArtifactStore(tmp_path / "artifacts")
-    vault = SqlRawVault(database, artifacts, LocalKeyEncryptionKey(os.urandom(32)))
-    ledger = SqlLedger(database, artifacts, vault=vault)
+    artifacts, vault, ledger = _vaulted_ledger(database, tmp_path)
     run_id = f"prompt-{uuid.uuid4().hex[:8]}"
     header = IngestRunHeader.model_validate(
         {

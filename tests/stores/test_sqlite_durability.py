@@ -9,19 +9,19 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
 from sqlalchemy import text
 
-from models import ExecutionEventType, RunRecord
+from models import ExecutionEventType
 from stores.artifacts import LocalArtifactStore
 from stores.sql.batch_writer import SqliteBatchWriter, batch_writer
 from stores.sql.database import open_database, sqlite_pragmas
 from stores.sql.ledger import NewEvent, SqlLedger
 from stores.sql.otlp_writer import sqlite_export_writer
 from stores.sql.wal_checkpoint import CHECKPOINT_EVERY_COMMITS
+from tests.stores.test_write_behind import new_run
 
 T0 = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
 FULL = 2  # what ``PRAGMA synchronous`` reads back for FULL (NORMAL is 1)
@@ -50,10 +50,7 @@ async def test_every_connection_that_commits_evidence_syncs_each_commit(tmp_path
 
         # the batch writer's connection, after it committed events (the recorder's path)
         ledger = SqlLedger(db, LocalArtifactStore(tmp_path / "artifacts"))
-        run_id = f"sync-{uuid.uuid4().hex[:8]}"
-        await ledger.create_run(
-            RunRecord(run_id=run_id, graph_id="g", graph_version="1", created_at=T0)
-        )
+        run_id = await new_run(ledger)
         writer = batch_writer(db)
         assert isinstance(writer, SqliteBatchWriter)
         for i in range(CHECKPOINT_EVERY_COMMITS):  # enough commits for one checkpoint
