@@ -21,6 +21,7 @@ import concurrent.futures
 import os
 import subprocess
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -118,8 +119,10 @@ def temporal_dev_command(
     http_port: int,
     metrics_port: int,
     namespace: str,
+    dynamic_config: Mapping[str, str] | None = None,
 ) -> list[str]:
-    """The ``temporal server start-dev`` command line (``ui_port=None``: headless).
+    """The ``temporal server start-dev`` command line (``ui_port=None``: headless;
+    ``dynamic_config``: the server's dynamic configuration values, name to JSON text).
 
     Every endpoint is bound to ``host`` (loopback unless a caller asks otherwise): whoever
     reaches Temporal's gRPC front end or its Web UI can signal, update or terminate any
@@ -148,6 +151,8 @@ def temporal_dev_command(
     ]
     for name in SEARCH_ATTRIBUTES:
         cmd += ["--search-attribute", f"{name}=Keyword"]
+    for key, value in (dynamic_config or {}).items():
+        cmd += ["--dynamic-config-value", f"{key}={value}"]
     return cmd
 
 
@@ -161,13 +166,15 @@ def start_temporal_dev_server(
     headless: bool = False,
     log_path: Path | None = None,
     ready_timeout: float = 60.0,
+    dynamic_config: Mapping[str, str] | None = None,
 ) -> TemporalDevServer:
     """Start a Temporal dev server on ``<data_dir>/temporal.db``; return once it is ready.
 
     ``port`` / ``ui_port`` fix the gRPC and Web UI ports (``None``: free ones); the HTTP API and
     metrics ports are always chosen free. Raises ``ConfigurationError`` for a missing binary or
     a taken port, ``StoreError`` when the server exits or is not ready within ``ready_timeout``
-    seconds (the message carries the tail of its log).
+    seconds (the message carries the tail of its log). ``dynamic_config`` sets the server's
+    dynamic configuration (e.g. ``{"frontend.keepAliveMaxConnectionAge": '"5s"'}``).
     """
     temporal = find_temporal()
     data_dir = Path(data_dir).resolve()
@@ -179,7 +186,16 @@ def start_temporal_dev_server(
     for attempt in range(1, START_ATTEMPTS + 1):
         log_start = log_path.stat().st_size if log_path.exists() else 0
         server = _start_once(
-            temporal, data_dir, db_path, log_path, host, port, ui_port, namespace, headless
+            temporal,
+            data_dir,
+            db_path,
+            log_path,
+            host,
+            port,
+            ui_port,
+            namespace,
+            headless,
+            dynamic_config,
         )
         try:
             # The probe runs its own event loop in a thread: this function may be called from
@@ -229,6 +245,7 @@ def _start_once(
     ui_port: int | None,
     namespace: str,
     headless: bool,
+    dynamic_config: Mapping[str, str] | None,
 ) -> TemporalDevServer:
     """Launch the server on the ports asked for and free ones for the rest (not waiting)."""
     chosen = _dev_server_ports(host, port, ui_port, headless)
@@ -243,6 +260,7 @@ def _start_once(
         http_port=chosen["http"],
         metrics_port=chosen["metrics"],
         namespace=namespace,
+        dynamic_config=dynamic_config,
     )
     process, log_file = _launch(cmd, log_path, data_dir)
     return TemporalDevServer(
@@ -330,8 +348,11 @@ async def _wait_until_ready(server: TemporalDevServer, ready_timeout: float) -> 
                     ),
                     timeout=3,
                 )
+            # retry=True: a raw service call is not retried by default, and the front end
+            # recycles connections (GOAWAY every 5 minutes), which cancels a call racing it
             response = await client.operator_service.list_search_attributes(
                 ListSearchAttributesRequest(namespace=server.namespace),
+                retry=True,
                 timeout=timedelta(seconds=2),
             )
             registered = dict(response.custom_attributes)
@@ -352,6 +373,7 @@ async def _wait_until_ready(server: TemporalDevServer, ready_timeout: float) -> 
                     namespace=server.namespace,
                     search_attributes=dict.fromkeys(missing, keyword),
                 ),
+                retry=True,
                 timeout=timedelta(seconds=5),
             )
         except ConfigurationError:

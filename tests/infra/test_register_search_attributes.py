@@ -39,7 +39,7 @@ async def test_registers_on_a_new_namespace_and_is_idempotent(temporal_server) -
 
     client = await Client.connect(temporal_server.address, namespace=namespace)
     listed = await client.operator_service.list_search_attributes(
-        ListSearchAttributesRequest(namespace=namespace)
+        ListSearchAttributesRequest(namespace=namespace), retry=True
     )
     for name in SEARCH_ATTRIBUTES:
         assert listed.custom_attributes[name] == IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD

@@ -9,6 +9,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from temporalio import activity
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import (
     ListSearchAttributesRequest,
@@ -16,6 +17,7 @@ from temporalio.api.operatorservice.v1 import (
 )
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
+from temporalio.worker import Worker
 
 from devstack.ports import free_ports, port_is_free
 from devstack.stack import pid_alive
@@ -38,8 +40,11 @@ def answers(host: str, port: int) -> bool:
 
 
 async def custom_attributes(client: Client, namespace: str) -> dict[str, int]:
+    # retry=True: a raw service call is not retried by default, and the front end recycles
+    # connections (a GOAWAY every 5 minutes), which cancels a call racing it ("operation was
+    # canceled"); a session-long client meets that (test_raw_calls_ride_out_recycled_connections)
     response = await client.operator_service.list_search_attributes(
-        ListSearchAttributesRequest(namespace=namespace)
+        ListSearchAttributesRequest(namespace=namespace), retry=True
     )
     return dict(response.custom_attributes)
 
@@ -63,6 +68,33 @@ async def test_session_server_is_ready_with_search_attributes(
         SEARCH_ATTRIBUTES, KEYWORD
     )
     assert temporal_server.db_path.is_file()
+
+
+@activity.defn(name="TestIdleActivity")
+async def idle_activity() -> None:
+    """Nothing: the worker is here for its long polls, which hold the connection being recycled."""
+
+
+async def test_raw_calls_ride_out_recycled_connections(tmp_path: Path) -> None:
+    """A client that lives longer than the front end's connection age (5 minutes by default,
+    as in the suite's session and on Temporal Cloud) sees its connection recycled under a
+    worker's long polls; a raw service call racing the GOAWAY is cancelled unless it is
+    retried. Here the age is one second and the calls run back to back for five: with
+    ``retry=False`` in ``custom_attributes`` this failed on every run tried."""
+    recycle = {"frontend.keepAliveMaxConnectionAge": '"1s"'}
+    with start_temporal_dev_server(tmp_path, headless=True, dynamic_config=recycle) as server:
+        client = await Client.connect(server.address)
+        queue = f"idle-{uuid.uuid4().hex}"
+        async with Worker(client, task_queue=queue, activities=[idle_activity]):
+            calls = 0
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline:
+                registered = await custom_attributes(client, server.namespace)
+                assert {name: registered.get(name) for name in SEARCH_ATTRIBUTES} == (
+                    dict.fromkeys(SEARCH_ATTRIBUTES, KEYWORD)
+                )
+                calls += 1
+    assert calls > 20  # it did span several recycles
 
 
 async def wait_for_count(client: Client, query: str, expected: int) -> None:
@@ -97,7 +129,8 @@ async def test_restart_on_the_same_db_keeps_workflows(tmp_path: Path) -> None:
         await wait_for_count(client, 'ReplayStatus = "pending"', 1)
         # A database that lacks an attribute (created by an older release) gets it on restart.
         await client.operator_service.remove_search_attributes(
-            RemoveSearchAttributesRequest(namespace="default", search_attributes=["IncidentPhase"])
+            RemoveSearchAttributesRequest(namespace="default", search_attributes=["IncidentPhase"]),
+            retry=True,
         )
         assert "IncidentPhase" not in await custom_attributes(client, "default")
     finally:
