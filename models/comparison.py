@@ -34,6 +34,7 @@ from itertools import zip_longest
 from typing import Any
 
 from models.canonical import canonicalize
+from models.collector import collector_paused
 from models.comparison_align import LazyPositions, capability_opcodes, match_by_key
 from models.comparison_evidence import (
     approval_diffs,
@@ -218,9 +219,23 @@ def _tool_diffs(
     return found
 
 
+def _same_policy_sequence(a: Sequence[PolicyFact], b: Sequence[PolicyFact]) -> bool:
+    """The same policies on the same inputs with the same verdicts, in the same order (a
+    replay that reproduces): matching would pair each decision with its twin and report
+    nothing. Field by field in lists of strings, as ``_same_tool_sequence``."""
+    return (
+        len(a) == len(b)
+        and [p.input_hash for p in a] == [p.input_hash for p in b]
+        and [p.policy_id for p in a] == [p.policy_id for p in b]
+        and [p.decision for p in a] == [p.decision for p in b]
+    )
+
+
 def _policy_diffs(
     a: Sequence[PolicyFact], b: Sequence[PolicyFact], pa: Sequence[int], pb: Sequence[int]
 ) -> list[_Found]:
+    if _same_policy_sequence(a, b):  # what matching would find: each with its twin, no diff
+        return []
     free_a, free_b = set(range(len(a))), set(range(len(b)))
     same_input = match_by_key(a, b, lambda x: _pair(x.policy_id, x.input_hash), free_a, free_b)
     # another input with the same verdict: the input change is reported by other diffs
@@ -358,7 +373,15 @@ def compare_trajectories(source: Trajectory, replay: Trajectory) -> ReplayCompar
     - ``answer_similarity``: ``answer_similarity(source.final_answer, replay.final_answer)``;
     - ``first_divergent_step``: the step of the earliest diff in execution order (its source
       step, else its replay step), None when there is no diff.
+
+    The cyclic collector is held off meanwhile (``models.collector``): its full passes over a
+    heap holding long trajectories doubled a long diverging comparison's time every other call.
     """
+    with collector_paused():
+        return _compare(source, replay)
+
+
+def _compare(source: Trajectory, replay: Trajectory) -> ReplayComparison:
     found = _behaviour_diffs(source, replay)
     similarity = answer_similarity(source.final_answer, replay.final_answer)
     if similarity < 1.0:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from math import sqrt
 from typing import Any
+from unittest.mock import patch
 
 import pytest
 from hypothesis import given, settings
@@ -670,6 +671,18 @@ def test_a_trajectory_compared_with_itself_has_no_diffs(t: Trajectory) -> None:
     assert comparison.same_outcome and comparison.same_tool_sequence
     assert comparison.same_side_effects and comparison.answer_similarity == 1.0
     assert comparison.first_divergent_step is None and reproduces(comparison)
+
+
+@settings(max_examples=200, deadline=None)
+@given(trajectories)
+def test_matching_finds_no_policy_diff_where_the_same_sequence_is_skipped(t: Trajectory) -> None:
+    """A replay with the same policy decisions in the same order skips the matching
+    (``_same_policy_sequence``); the matching itself finds nothing there either, repeated
+    decisions on one input included."""
+    twice = t.model_copy(update={"policy_decisions": t.policy_decisions * 2})
+    for run in (t, twice):
+        with patch("models.comparison._same_policy_sequence", return_value=False):
+            assert compare_trajectories(run, run).diffs == ()
 
 
 @settings(max_examples=200, deadline=None)
