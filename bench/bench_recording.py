@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import Row, Spread, emit, machine_load
+from bench.post_idle import post_idle_calls, post_idle_row
 from examples.support_desk.providers import SimulatedWorld
 from examples.support_desk.spec import SCENARIOS, scenario_run_input, support_desk_spec
 from examples.synthetic import synthetic_spec
@@ -488,6 +489,10 @@ async def _main(pg: bool, runs: int) -> dict[str, Any]:
                     )
                     results[f"slow provider {name} {answered}"] = slow
                     _slow_row(name, slow, machine_load())
+                if name == "sqlite":
+                    idle = await post_idle_calls(SLOW_PROVIDER_S)
+                    results["post-idle calls"] = idle
+                    post_idle_row(idle, machine_load())
                 r = await support_desk_calls(url, home / name, runs)
                 results[f"support-desk {name}"] = r
                 kinds = ", ".join(
