@@ -332,6 +332,10 @@ static inline void write_digits(char *p, uint64_t v, int k) {
                               (uint64_t)_mm_cvtsi128_si64(x);
         t >>= 8 * (16 - k); /* the leading zeros out */
         memcpy(p, &t, 16);
+    } else if (k == 17) { /* most doubles' significands: one digit, then the 16 */
+        uint64_t first = top / 100000000;
+        *p = (char)('0' + first);
+        _mm_storeu_si128((__m128i *)(p + 1), ascii16((uint32_t)(top - first * 100000000), low));
     } else {
         uint64_t first = top / 100000000;
         store8(p, ascii8((uint32_t)first) >> (8 * (24 - k)));
