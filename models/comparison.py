@@ -34,7 +34,6 @@ from itertools import zip_longest
 from typing import Any
 
 from models.canonical import canonicalize
-from models.collector import collector_paused
 from models.comparison_align import LazyPositions, capability_opcodes, match_by_key
 from models.comparison_evidence import (
     approval_diffs,
@@ -54,6 +53,7 @@ from models.comparison_text import (
     short,
     tool_names,
 )
+from models.cycle_pause import cycle_collection_paused
 from models.enums import DiffType
 from models.errors import CanonicalizationError
 from models.replay import ReplayComparison, TrajectoryDiff
@@ -374,10 +374,10 @@ def compare_trajectories(source: Trajectory, replay: Trajectory) -> ReplayCompar
     - ``first_divergent_step``: the step of the earliest diff in execution order (its source
       step, else its replay step), None when there is no diff.
 
-    The cyclic collector is held off meanwhile (``models.collector``): its full passes over a
+    The cyclic collector is held off meanwhile (``models.cycle_pause``): its full passes over a
     heap holding long trajectories doubled a long diverging comparison's time every other call.
     """
-    with collector_paused():
+    with cycle_collection_paused():
         return _compare(source, replay)
 
 

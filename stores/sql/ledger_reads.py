@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from models import ExecutionEvent, ExecutionEventType, RunRecord
 from models.chain import ChainRow, ChainVerification, header_genesis, verify_chain
+from models.cycle_pause import cycle_collection_paused
 from models.digest import verify_content
 from models.errors import IntegrityError, NotFoundError, RunNotFoundError, StoreError
 from models.verification import chained_events
@@ -20,7 +21,6 @@ from runtime.ports import ArtifactStore
 from stores.anchors import AnchorLog
 from stores.sql import schema
 from stores.sql.chain_read import stored_header_genesis, verify_intact_chain
-from stores.sql.cycle_pause import cycle_collection_paused
 from stores.sql.database import Database, utc
 from stores.sql.ledger_payloads import CAS_PREFIX
 from stores.sql.run_check import (
@@ -194,7 +194,7 @@ class LedgerReads:
         # read before the snapshot: an honest anchor then names a head the snapshot holds
         anchor = await latest_anchor(self.anchors, run_id)
         # the full check's rows and parsed payloads hold no cycles: the collector would only
-        # walk the heap (``stores.sql.cycle_pause``)
+        # walk the heap (``models.cycle_pause``)
         with cycle_collection_paused():
             async with self.db.snapshot() as conn:
                 reading = await run_rows(conn, anchor, run_id)
