@@ -28,7 +28,6 @@ async def post_idle_calls(idle_s: float, samples: int = IDLE_SAMPLES) -> dict[st
     ``samples`` times."""
     from datetime import UTC, datetime
 
-    from models.canonical import canonical_hash
     from models.enums import SideEffectClass, ToolOutcome
     from models.evidence import ToolFixture
 
@@ -46,7 +45,7 @@ async def post_idle_calls(idle_s: float, samples: int = IDLE_SAMPLES) -> dict[st
     }
 
     def work() -> None:
-        canonical_hash(ToolFixture(**fields).canonical_payload())
+        ToolFixture(**fields).record_hash()
 
     first: list[float] = []
     again: list[float] = []

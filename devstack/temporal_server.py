@@ -348,11 +348,10 @@ async def _wait_until_ready(server: TemporalDevServer, ready_timeout: float) -> 
                     ),
                     timeout=3,
                 )
-            # retry=True: a raw service call is not retried by default, and the front end
-            # recycles connections (GOAWAY every 5 minutes), which cancels a call racing it
+            # not retry=True: this loop is the retry (it also sees the process exit and the
+            # deadline), and the client's own retries could hold one call for 10 s
             response = await client.operator_service.list_search_attributes(
                 ListSearchAttributesRequest(namespace=server.namespace),
-                retry=True,
                 timeout=timedelta(seconds=2),
             )
             registered = dict(response.custom_attributes)
@@ -373,7 +372,6 @@ async def _wait_until_ready(server: TemporalDevServer, ready_timeout: float) -> 
                     namespace=server.namespace,
                     search_attributes=dict.fromkeys(missing, keyword),
                 ),
-                retry=True,
                 timeout=timedelta(seconds=5),
             )
         except ConfigurationError:
