@@ -15,7 +15,10 @@ Two workloads: support-desk runs (the reference agent, its scenarios in turn, re
 READ tool call a step, a provider that does nothing). Reported as p50 and p99 over every call,
 wall time and the event loop thread's CPU time, with the provider's own p50 as the baseline;
 the synthetic row also gives the mean recording time per step outside the calls (its
-STEP_STARTED, checkpoint and STEP_COMPLETED).
+STEP_STARTED, checkpoint and STEP_COMPLETED). The support-desk runs are recorded twice: with
+every provider answering at once (the goal's row), and with the model answering after 50 ms
+over a socket, as a model server does (context: whether a model's latency, during which the
+evidence writes behind the model call finish, changes what the calls after it wait for).
 
 A third row per backend puts recording beside a slow provider: synthetic steps whose tool
 answers after 100 ms, each step timed from its STEP_STARTED to the next one (the step's whole
@@ -64,6 +67,9 @@ from worker.settings import Settings
 PG_ADMIN_URL = os.environ.get("REPLAYBOOK_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
 SYNTHETIC_STEPS = 1000
 GOAL_P50_MS, GOAL_P99_MS = 1.0, 5.0
+#: the model's latency in the support desk's context row: a hosted model answers in hundreds
+#: of milliseconds, a small local one in tens
+MODEL_DELAY_S = 0.05
 
 
 def _clocks() -> tuple[int, int]:
@@ -146,12 +152,13 @@ class CallTimer:
                 self._current.provider_wall_ns += wall_end - wall
                 self._current.provider_cpu_ns += cpu_end - cpu
 
-    def timed_spec(self, spec: AgentSpec) -> AgentSpec:
+    def timed_spec(self, spec: AgentSpec, model_wait: _Remote | None = None) -> AgentSpec:
         """``spec`` with its model, tool providers and retriever timed (same names, profile and
-        versions, so the recorded evidence is the same)."""
+        versions, so the recorded evidence is the same); ``model_wait``: asked before each
+        model answer (a model server's latency)."""
         return dataclasses.replace(
             spec,
-            model=_TimedModel(spec.model, self),
+            model=_TimedModel(spec.model, self, model_wait),
             tool_providers={
                 name: self._timed_tool(provider) for name, provider in spec.tool_providers.items()
             },
@@ -170,17 +177,23 @@ class CallTimer:
 
 
 class _TimedModel:
-    def __init__(self, inner: ModelProvider, timer: CallTimer) -> None:
+    def __init__(self, inner: ModelProvider, timer: CallTimer, wait: _Remote | None = None) -> None:
         self._inner = inner
         self._timer = timer
+        self._wait = wait
         self.profile = inner.profile
 
     def __getattr__(self, name: str) -> Any:  # price, version…: the model's own
         return getattr(self._inner, name)
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
-        response: ModelResponse = await self._timer.provider(self._inner.complete(request))
+        response: ModelResponse = await self._timer.provider(self._answer(request))
         return response
+
+    async def _answer(self, request: ModelRequest) -> ModelResponse:
+        if self._wait is not None:
+            await self._wait.ask()
+        return await self._inner.complete(request)
 
 
 class _TimedRetriever:
@@ -230,9 +243,14 @@ def _settings(home: Path, database_url: str) -> Settings:
     )
 
 
-async def support_desk_calls(database_url: str, home: Path, runs: int) -> dict[str, float]:
-    """Record ``runs`` support-desk runs (scenarios in turn, after one warm-up run of each)."""
+async def support_desk_calls(
+    database_url: str, home: Path, runs: int, model_delay_s: float = 0.0
+) -> dict[str, float]:
+    """Record ``runs`` support-desk runs (scenarios in turn, after one warm-up run of each).
+    ``model_delay_s``: the model answers that much later, over a socket (``_Remote``), as a
+    model server does; its wait is provider time, not recording's."""
     timer = CallTimer()
+    remote = _Remote(model_delay_s) if model_delay_s else None
     async with open_stores(_settings(home, database_url).stores) as stores:
         world = SimulatedWorld(SqlWorldStore.beside(stores.db.engine.url))
         await world.ensure()
@@ -242,7 +260,7 @@ async def support_desk_calls(database_url: str, home: Path, runs: int) -> dict[s
             scenario = scenarios[i % len(scenarios)]
             ticket, labels = scenario_run_input(world, scenario)
             await record_run(
-                timer.timed_spec(support_desk_spec(world)),
+                timer.timed_spec(support_desk_spec(world), model_wait=remote),
                 stores.ledger,
                 stores.artifacts,
                 run_id=f"run-bench-{uuid.uuid4().hex[:12]}",
@@ -251,12 +269,16 @@ async def support_desk_calls(database_url: str, home: Path, runs: int) -> dict[s
                 labels=labels,
             )
 
-        with timer.gateways_timed():
-            for i in range(len(scenarios)):  # warm up: imports, statements, the manifest
-                await one(i)
-            start = len(timer.calls)
-            for i in range(runs):
-                await one(i)
+        try:
+            with timer.gateways_timed():
+                for i in range(len(scenarios)):  # warm up: imports, statements, the manifest
+                    await one(i)
+                start = len(timer.calls)
+                for i in range(runs):
+                    await one(i)
+        finally:
+            if remote is not None:
+                remote.close()
         return {"runs": runs, **summary(timer.since(start))}
 
 
@@ -454,7 +476,13 @@ def _slow_row(backend: str, r: dict[str, Any], load: str) -> Row:
     )
 
 
-def _row(figure: str, r: dict[str, float], load: str, extra: str = "") -> Row:
+def _row(
+    figure: str, r: dict[str, float], load: str, extra: str = "", *, context: bool = False
+) -> Row:
+    """A recording-overhead row; ``context``: beside the goal's row, not judged (``met``
+    None), its goal column saying which row the goal is judged on."""
+    met = r["p50_ms"] <= GOAL_P50_MS and r["p99_ms"] <= GOAL_P99_MS
+    goal = f"p50 <= {GOAL_P50_MS:g} ms, p99 <= {GOAL_P99_MS:g} ms"
     return emit(
         Row(
             figure=figure,
@@ -462,11 +490,39 @@ def _row(figure: str, r: dict[str, float], load: str, extra: str = "") -> Row:
             f"{r['cpu_p50_ms']:.2f} ms, p99 {r['cpu_p99_ms']:.2f} ms){extra}",
             baseline=f"provider p50 {r['provider_p50_ms']:.3f} ms a call",
             ratio=None,
-            goal=f"p50 <= {GOAL_P50_MS:g} ms, p99 <= {GOAL_P99_MS:g} ms",
-            met=r["p50_ms"] <= GOAL_P50_MS and r["p99_ms"] <= GOAL_P99_MS,
+            goal=f"— (context; judged on the row above: {goal})" if context else goal,
+            met=None if context else met,
             load=load,
         )
     )
+
+
+async def _support_desk_row(
+    url: str, home: Path, name: str, runs: int, model_delay_s: float = 0.0
+) -> dict[str, float]:
+    """The support-desk row: the goal's (every provider answering at once) or, with
+    ``model_delay_s``, its context (the model answering as a model server does)."""
+    suffix = f"-model-{model_delay_s}" if model_delay_s else ""
+    r = await support_desk_calls(url, home / f"{name}{suffix}", runs, model_delay_s)
+    kinds = ", ".join(
+        f"{k.removesuffix('_p50_ms')} {v:.2f}"
+        for k, v in r.items()
+        if k.endswith("_p50_ms") and k.split("_")[0] in ("model", "tool", "retrieval")
+    )
+    setting = (
+        f"; the model answering after {model_delay_s * 1000:.0f} ms over a socket"
+        if (model_delay_s)
+        else ""
+    )
+    _row(
+        f"recording overhead per model/tool call, support-desk runs ({name}{setting}; gateway "
+        f"time − provider time; {r['calls']:.0f} calls of {runs} runs)",
+        r,
+        machine_load(),
+        f"; p50 by kind (ms): {kinds}",
+        context=bool(model_delay_s),
+    )
+    return r
 
 
 async def _main(pg: bool, runs: int) -> dict[str, Any]:
@@ -493,20 +549,10 @@ async def _main(pg: bool, runs: int) -> dict[str, Any]:
                     idle = await post_idle_calls(SLOW_PROVIDER_S)
                     results["post-idle calls"] = idle
                     post_idle_row(idle, machine_load())
-                r = await support_desk_calls(url, home / name, runs)
-                results[f"support-desk {name}"] = r
-                kinds = ", ".join(
-                    f"{k.removesuffix('_p50_ms')} {v:.2f}"
-                    for k, v in r.items()
-                    if k.endswith("_p50_ms") and k.split("_")[0] in ("model", "tool", "retrieval")
-                )
-                _row(
-                    f"recording overhead per model/tool call, support-desk runs ({name}; gateway "
-                    f"time − provider time; {r['calls']:.0f} calls of {runs} runs)",
-                    r,
-                    machine_load(),
-                    f"; p50 by kind (ms): {kinds}",
-                )
+                results[f"support-desk {name}"] = await _support_desk_row(url, home, name, runs)
+                results[
+                    f"support-desk {name}, model after {MODEL_DELAY_S * 1000:.0f} ms"
+                ] = await _support_desk_row(url, home, name, runs, MODEL_DELAY_S)
         finally:
             if pg_url is not None:
                 await drop_scratch_database(PG_ADMIN_URL, pg_url)
