@@ -251,6 +251,15 @@ async def support_desk_calls(
     model server does; its wait is provider time, not recording's."""
     timer = CallTimer()
     remote = _Remote(model_delay_s) if model_delay_s else None
+    async with contextlib.AsyncExitStack() as closing:
+        if remote is not None:
+            closing.callback(remote.close)
+        return await _record_support_desk(database_url, home, runs, timer, remote)
+
+
+async def _record_support_desk(
+    database_url: str, home: Path, runs: int, timer: CallTimer, remote: _Remote | None
+) -> dict[str, float]:
     async with open_stores(_settings(home, database_url).stores) as stores:
         world = SimulatedWorld(SqlWorldStore.beside(stores.db.engine.url))
         await world.ensure()
@@ -269,16 +278,12 @@ async def support_desk_calls(
                 labels=labels,
             )
 
-        try:
-            with timer.gateways_timed():
-                for i in range(len(scenarios)):  # warm up: imports, statements, the manifest
-                    await one(i)
-                start = len(timer.calls)
-                for i in range(runs):
-                    await one(i)
-        finally:
-            if remote is not None:
-                remote.close()
+        with timer.gateways_timed():
+            for i in range(len(scenarios)):  # warm up: imports, statements, the manifest
+                await one(i)
+            start = len(timer.calls)
+            for i in range(runs):
+                await one(i)
         return {"runs": runs, **summary(timer.since(start))}
 
 
@@ -509,11 +514,9 @@ async def _support_desk_row(
         for k, v in r.items()
         if k.endswith("_p50_ms") and k.split("_")[0] in ("model", "tool", "retrieval")
     )
-    setting = (
-        f"; the model answering after {model_delay_s * 1000:.0f} ms over a socket"
-        if (model_delay_s)
-        else ""
-    )
+    setting = ""
+    if model_delay_s:
+        setting = f"; the model answering after {model_delay_s * 1000:.0f} ms over a socket"
     _row(
         f"recording overhead per model/tool call, support-desk runs ({name}{setting}; gateway "
         f"time − provider time; {r['calls']:.0f} calls of {runs} runs)",
