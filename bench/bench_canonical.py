@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import orjson
 import rfc8785
 
 from bench.canonical_shapes import SHAPES
@@ -108,6 +109,33 @@ def _hash(doc: Any) -> str:
     return canonical_hash(doc)
 
 
+def _orjson_hash(doc: Any, option: int) -> str:
+    """sha256 of ``orjson.dumps`` (not the canonical form: orjson writes floats, and with
+    ``option=0`` keys, its own way) - the fastest JSON writer of Python objects, as context."""
+    return _sha256(orjson.dumps(doc, option=option))
+
+
+def _ceiling_row(shape: str, label: str, samples: dict[str, list[float]]) -> Row:
+    """Context for the hash row: the goal's ratio reached by orjson (unsorted, sorted) + sha256
+    on the same document, measured in the same rounds."""
+    unsorted = ratio_spread(samples["sha256"], samples["orjson"])
+    in_order = ratio_spread(samples["sha256"], samples["orjson sorted"])
+    return emit(
+        Row(
+            figure=f"context: orjson.dumps + sha256, {shape} {label} (not canonical; the "
+            "fastest JSON writer of Python objects)",
+            value=f"keys as given {Spread.of(samples['orjson']).text()} CPU, "
+            f"{unsorted.median:.2f}x sha256; OPT_SORT_KEYS "
+            f"{Spread.of(samples['orjson sorted']).text()} CPU, {in_order.median:.2f}x sha256",
+            baseline="sha256 of the canonical bytes " + Spread.of(samples["sha256"]).text(),
+            ratio=unsorted.median,
+            goal="— (context for the row above: its goal's ratio, reached by orjson)",
+            met=None,
+            load=machine_load(),
+        )
+    )
+
+
 def shapes() -> dict[str, Callable[[int], Any]]:
     """Every document shape the goal names: the bench's event log and the real-work shapes."""
     return {"events": make_document, **SHAPES}
@@ -120,8 +148,8 @@ def rows(
 ) -> list[Row]:
     """Per shape and size: the canonical form against ``rfc8785.dumps`` (the same document,
     interleaved rounds, CPU time); at 1 MB also the canonical hash (form + sha256) against
-    sha256 alone of the same bytes. Medians of ``rounds`` rounds; the spread of the per-round
-    ratios in brackets."""
+    sha256 alone of the same bytes, and as context orjson + sha256 (``_ceiling_row``). Medians
+    of ``rounds`` rounds; the spread of the per-round ratios in brackets."""
     out: list[Row] = []
     print(f"canonical form: {'C extension' if ACCELERATED else 'pure Python (no C extension)'}")
     for shape, make in shapes().items():
@@ -138,6 +166,10 @@ def rows(
             if big:
                 candidates["hash"] = functools.partial(_hash, doc)
                 candidates["sha256"] = functools.partial(_sha256, ours)
+                candidates["orjson"] = functools.partial(_orjson_hash, doc, 0)
+                candidates["orjson sorted"] = functools.partial(
+                    _orjson_hash, doc, orjson.OPT_SORT_KEYS
+                )
             samples = interleaved_samples(
                 candidates,
                 rounds=rounds,
@@ -175,6 +207,7 @@ def rows(
                         )
                     )
                 )
+                out.append(_ceiling_row(shape, label, samples))
     return out
 
 

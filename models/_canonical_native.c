@@ -1136,7 +1136,13 @@ static int emit_dict(Out *w, PyObject *d) {
         i++;
     }
     if (!ascii) qsort(it, n, sizeof(Item), general_cmp);
-    else if (n <= SMALL_DICT) {
+    else if (n == 2) { /* a message's role and content, a level and its child: one comparison */
+        if (ascii_cmp(&it[1], &it[0]) < 0) {
+            Item first = it[1];
+            it[1] = it[0];
+            it[0] = first;
+        }
+    } else if (n <= SMALL_DICT) {
         insertion_sort(it, n);
         if (n >= 3) remember_order(d, n, it);
     } else if (radix_sort(it, n) < 0) {

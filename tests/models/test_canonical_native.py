@@ -268,3 +268,23 @@ def test_nested_keys_seen_before_they_are_written_give_the_reference_s_bytes() -
     for level in range(200):
         doc = {"level": level, "child": doc, "zz": [level, {"level": -level}]}
     assert native.canonicalize(doc) == _reference(doc)
+
+
+def test_two_key_objects_in_either_order_give_the_reference_s_bytes() -> None:
+    # a two-key object is ordered by one comparison: keys sharing their first 8 bytes, a key
+    # that is the start of the other, the empty key, keys past ASCII (the general order)
+    pairs = [
+        ("role", "content"),
+        ("abcdefgh", "abcdefgh1"),
+        ("abcdefghA", "abcdefghB"),
+        ("", "a"),
+        ("a", "a\x00"),
+        ("level", "child"),
+        ("é", "e"),
+        ("\ue000", "😀"),
+    ]
+    docs = [{a: 1, b: [2, {b: 3, a: 4}]} for a, b in pairs]
+    docs += [{b: 1, a: 2} for a, b in pairs]
+    for doc in docs:
+        assert native.canonicalize(doc) == _reference(doc), doc
+    assert native.canonicalize(docs) == _reference(docs)
