@@ -128,7 +128,7 @@ class CallTimer:
     ) -> Callable[..., Awaitable[Any]]:
         async def timed(gateway: Any, *args: Any, **kwargs: Any) -> Any:
             what = args[0] if args and isinstance(args[0], str) else ""
-            outer, call = self._current, CallTimes(kind, 0, 0, what=what[:40])
+            outer, call = self._current, CallTimes(_kind(gateway, kind, what), 0, 0, what=what[:40])
             self._current = call
             wall, cpu = _clocks()
             try:
@@ -174,6 +174,16 @@ class CallTimer:
 
     def since(self, start: int) -> list[CallTimes]:
         return self.calls[start:]
+
+
+def _kind(gateway: Any, kind: str, capability_id: str) -> str:
+    """A tool call's kind by its capability: a write call waits for its intent's durable
+    point before the provider hears of it (the calls the p99 comes from), a read does not."""
+    if kind != "tool":
+        return kind
+    registry = gateway.registry
+    write = capability_id in registry and registry.get(capability_id).is_write
+    return "write tool" if write else "read tool"
 
 
 class _TimedModel:
@@ -512,7 +522,8 @@ async def _support_desk_row(
     kinds = ", ".join(
         f"{k.removesuffix('_p50_ms')} {v:.2f}"
         for k, v in r.items()
-        if k.endswith("_p50_ms") and k.split("_")[0] in ("model", "tool", "retrieval")
+        if k.endswith("_p50_ms")
+        and k.split("_")[0] in ("model", "read tool", "write tool", "retrieval")
     )
     setting = ""
     if model_delay_s:
