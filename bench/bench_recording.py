@@ -520,10 +520,9 @@ async def _support_desk_row(
     suffix = f"-model-{model_delay_s}" if model_delay_s else ""
     r = await support_desk_calls(url, home / f"{name}{suffix}", runs, model_delay_s)
     kinds = ", ".join(
-        f"{k.removesuffix('_p50_ms')} {v:.2f}"
-        for k, v in r.items()
-        if k.endswith("_p50_ms")
-        and k.split("_")[0] in ("model", "read tool", "write tool", "retrieval")
+        f"{kind} {r[f'{kind}_p50_ms']:.2f}"
+        for kind in ("model", "read tool", "write tool", "retrieval")
+        if f"{kind}_p50_ms" in r
     )
     setting = ""
     if model_delay_s:
